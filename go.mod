@@ -1,0 +1,3 @@
+module github.com/tetherhq/tether
+
+go 1.26
