@@ -175,7 +175,7 @@ var directoryKind = KindSpec{
 	Doc:      "a directory; its parent must exist",
 	Attrs: []AttrSpec{
 		pathAttr,
-		{Name: "mode", Type: TypeString, Doc: `permission bits in octal, e.g. "0755"; new directories get 0755 when unset`, Check: checkMode},
+		{Name: "mode", Type: TypeString, Doc: `permission bits in octal, e.g. "0755"; new directories get 0755 less the umask when unset`, Check: checkMode},
 		ownerAttr,
 		groupAttr,
 	},

@@ -1,0 +1,110 @@
+// Package directory is the handler for `directory` resources: a directory with
+// a given mode, owner and group. Its parent must exist (manage it too, the
+// compiler orders parents first). Purging removes an empty directory only.
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/model"
+)
+
+// Kind is the resource type this package handles.
+const Kind = "directory"
+
+// defaultMode is the mode of a new directory whose mode is unmanaged.
+const defaultMode = 0o755
+
+// Handler enforces directory resources.
+type Handler struct {
+	rt   handler.Runtime
+	spec model.KindSpec
+}
+
+var _ handler.Handler = (*Handler)(nil)
+
+// New returns a directory handler working below rt.Root.
+func New(rt handler.Runtime) *Handler {
+	spec, _ := model.LookupKind(Kind)
+	return &Handler{rt: rt, spec: spec}
+}
+
+// Kind implements handler.Handler.
+func (h *Handler) Kind() string { return Kind }
+
+// Validate implements handler.Handler.
+func (h *Handler) Validate(res *model.Resource) error {
+	if err := handler.ValidateWith(&h.spec, res); err != nil {
+		return err
+	}
+	if res.Purged && len(res.Attributes) > 1 {
+		return fmt.Errorf("%w %s: a purged directory takes no attributes but its path", handler.ErrInvalid, res.ID)
+	}
+	return nil
+}
+
+// Read implements handler.Handler.
+func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
+	p, err := h.rt.HostPath(res.ID.Value)
+	if err != nil {
+		return nil, false, err
+	}
+	info, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if !info.IsDir() {
+		return nil, false, notDir(p, info)
+	}
+	current := model.Attributes{"path": res.ID.Value}
+	handler.ReadMeta(info, res.Attributes, current)
+	return current, true, nil
+}
+
+// Apply implements handler.Handler.
+func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
+	p, err := h.rt.HostPath(res.ID.Value)
+	if err != nil {
+		return err
+	}
+	if changes.Removed() {
+		err := os.Remove(p)
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("remove %s: the directory is not empty: purge what it holds first", p)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if changes.Created() {
+		if err := os.Mkdir(p, handler.ModeOrDefault(res.Attributes, defaultMode)); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", filepath.Dir(p))
+			}
+			return err
+		}
+		// Mkdir's mode is filtered by the umask; a managed mode is in
+		// changes and ApplyMeta sets it exactly below.
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return handler.ApplyMeta(f, res.Attributes, changes)
+}
+
+func notDir(p string, info fs.FileInfo) error {
+	return fmt.Errorf("%s exists and is not a directory (%s): remove it or manage it as a file", p, info.Mode().Type())
+}

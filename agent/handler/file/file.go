@@ -1,0 +1,256 @@
+// Package file is the handler for `file` resources: a regular file with a
+// given content, mode, owner and group. Content is replaced atomically: the
+// new file is written next to the old one, made durable, and renamed over it,
+// so a reader or a crash sees the old content or the new, never a mix.
+package file
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/model"
+)
+
+// Kind is the resource type this package handles.
+const Kind = "file"
+
+// inlineLimit bounds how much of a differing file Read returns as its
+// current content (shown in dry runs); larger files are summarised.
+const inlineLimit = 64 << 10
+
+// defaultMode is the mode of a new file whose mode is unmanaged.
+const defaultMode = 0o644
+
+// Handler enforces file resources.
+type Handler struct {
+	rt   handler.Runtime
+	spec model.KindSpec
+}
+
+var _ handler.Handler = (*Handler)(nil)
+
+// New returns a file handler working below rt.Root.
+func New(rt handler.Runtime) *Handler {
+	spec, _ := model.LookupKind(Kind)
+	return &Handler{rt: rt, spec: spec}
+}
+
+// Kind implements handler.Handler.
+func (h *Handler) Kind() string { return Kind }
+
+// Validate implements handler.Handler.
+func (h *Handler) Validate(res *model.Resource) error {
+	if err := handler.ValidateWith(&h.spec, res); err != nil {
+		return err
+	}
+	if res.Purged && len(res.Attributes) > 1 {
+		return fmt.Errorf("%w %s: a purged file takes no attributes but its path", handler.ErrInvalid, res.ID)
+	}
+	return nil
+}
+
+// Read implements handler.Handler.
+func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
+	p, err := h.rt.HostPath(res.ID.Value)
+	if err != nil {
+		return nil, false, err
+	}
+	info, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	current := model.Attributes{"path": res.ID.Value}
+	if info.IsDir() {
+		return nil, false, fmt.Errorf("%s is a directory, not a file: remove it or manage it as a directory resource", p)
+	}
+	if !info.Mode().IsRegular() {
+		// A symlink, fifo or device in the way: report every managed
+		// attribute as different so Apply replaces it with a regular file.
+		current["content"] = fmt.Sprintf("(%s, not a regular file)", info.Mode().Type())
+		return current, true, nil
+	}
+	if want, ok := res.Attributes["content"].(string); ok {
+		if current["content"], err = readContent(p, info.Size(), want); err != nil {
+			return nil, false, err
+		}
+	}
+	handler.ReadMeta(info, res.Attributes, current)
+	return current, true, nil
+}
+
+// readContent returns want itself when the file holds exactly want (no copy),
+// the file's content when it differs and is small, a summary otherwise.
+func readContent(p string, size int64, want string) (string, error) {
+	if size == int64(len(want)) {
+		same, err := sameContent(p, want)
+		if err != nil || same {
+			return want, err
+		}
+	}
+	if size > inlineLimit {
+		return fmt.Sprintf("(%d bytes, differs)", size), nil
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func sameContent(p, want string) (bool, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	buf := make([]byte, min(len(want)+1, 64<<10))
+	off := 0
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if off+n > len(want) || !bytes.Equal(buf[:n], []byte(want[off:off+n])) {
+				return false, nil
+			}
+			off += n
+		}
+		if err == io.EOF {
+			return off == len(want), nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// Apply implements handler.Handler.
+func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
+	p, err := h.rt.HostPath(res.ID.Value)
+	if err != nil {
+		return err
+	}
+	if changes.Removed() {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	info, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		info = nil
+	case err != nil:
+		return err
+	case info.IsDir():
+		return fmt.Errorf("%s is a directory, not a file: remove it or manage it as a directory resource", p)
+	}
+	if info == nil || !info.Mode().IsRegular() || changes.Has("content") {
+		return h.replace(p, res, info)
+	}
+	// Only metadata differs: change it in place.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return handler.ApplyMeta(f, res.Attributes, changes)
+}
+
+// replace writes the desired file next to p and renames it over p. Metadata
+// that the model does not manage is kept from the file it replaces.
+func (h *Handler) replace(p string, res *model.Resource, old fs.FileInfo) error {
+	dir := filepath.Dir(p)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".tether-*")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", dir)
+		}
+		return fmt.Errorf("write %s: %w", p, unwrapPath(err))
+	}
+	tmpName := tmp.Name()
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmpName)
+		}
+	}()
+
+	content, _ := res.Attributes["content"].(string)
+	if _, err := tmp.WriteString(content); err != nil {
+		return err
+	}
+	if err := h.setMeta(tmp, res, old); err != nil {
+		return err
+	}
+	if err := h.rt.SyncFile(tmp); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmpName, p); err != nil {
+		return fmt.Errorf("write %s: %w", p, unwrapPath(err))
+	}
+	committed = true
+	return nil
+}
+
+// setMeta gives the new file its desired metadata, or the replaced file's
+// where unmanaged, or the defaults for a new file.
+func (h *Handler) setMeta(f *os.File, res *model.Resource, old fs.FileInfo) error {
+	uid, gid, err := handler.Ownership(res.Attributes)
+	if err != nil {
+		return err
+	}
+	mode := handler.ModeOrDefault(res.Attributes, defaultMode)
+	if st, ok := statOf(old); ok {
+		if _, managed := res.Attributes["owner"]; !managed {
+			uid = int(st.Uid)
+		}
+		if _, managed := res.Attributes["group"]; !managed {
+			gid = int(st.Gid)
+		}
+		if _, managed := res.Attributes["mode"]; !managed {
+			mode = old.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		}
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := f.Chown(uid, gid); err != nil {
+			return err
+		}
+	}
+	return f.Chmod(mode)
+}
+
+// unwrapPath drops the *fs.PathError naming the temporary file, keeping the
+// OS error, so messages name the managed path instead.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
+}
+
+func statOf(info fs.FileInfo) (*syscall.Stat_t, bool) {
+	if info == nil || !info.Mode().IsRegular() {
+		return nil, false
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return st, ok
+}

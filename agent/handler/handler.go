@@ -1,0 +1,179 @@
+// Package handler is the contract between the agent's engine and the code that
+// enforces one kind of resource (files, directories, packages, …).
+//
+// A handler reads the current state of a resource, the engine computes the
+// changes between current and desired attributes, and the handler applies
+// them. A dry run is therefore a read and a diff, and a second apply reports
+// no change by construction. Handlers are registered in an explicit Registry;
+// optional capabilities are small interfaces found by type assertion.
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// Handler enforces one kind of resource.
+type Handler interface {
+	// Kind is the resource type this handler enforces ("file").
+	Kind() string
+	// Validate rejects a resource the handler cannot enforce, with an error
+	// wrapping ErrInvalid that names the attribute at fault.
+	Validate(res *model.Resource) error
+	// Read returns the current attributes of the thing res describes, in the
+	// same vocabulary as res.Attributes (a mode "0644", an owner name when the
+	// desired owner is a name), and whether it exists. It changes nothing.
+	Read(ctx context.Context, res *model.Resource) (current model.Attributes, exists bool, err error)
+	// Apply makes the thing match res. current is what Read returned and
+	// changes is never empty; changes[model.AttrPresent] says whether the
+	// thing must be created (false → true) or removed (true → false).
+	Apply(ctx context.Context, res *model.Resource, current model.Attributes, changes Changes) error
+}
+
+// ErrInvalid is wrapped by every Validate error.
+var ErrInvalid = errors.New("invalid resource")
+
+// Change is one attribute's current and desired value.
+type Change struct {
+	Current any `json:"current"`
+	Desired any `json:"desired"`
+}
+
+// Changes maps attribute names to their change.
+type Changes map[string]Change
+
+// Created reports whether the changes create the thing.
+func (c Changes) Created() bool {
+	ch, ok := c[model.AttrPresent]
+	return ok && ch.Desired == true
+}
+
+// Removed reports whether the changes remove the thing.
+func (c Changes) Removed() bool {
+	ch, ok := c[model.AttrPresent]
+	return ok && ch.Desired == false
+}
+
+// Has reports whether attribute name changes.
+func (c Changes) Has(name string) bool {
+	_, ok := c[name]
+	return ok
+}
+
+// Redact returns the changes with the values of sensitive attributes hidden.
+func (c Changes) Redact(res *model.Resource) Changes {
+	if len(res.Sensitive) == 0 || len(c) == 0 {
+		return c
+	}
+	out := make(Changes, len(c))
+	for k, ch := range c {
+		if res.IsSensitive(k) {
+			ch = Change{Current: model.RedactedValue, Desired: model.RedactedValue}
+		}
+		out[k] = ch
+	}
+	return out
+}
+
+// ComputeChanges compares the desired resource with what Read returned:
+// existence first, then every desired attribute but the identity one.
+func ComputeChanges(res *model.Resource, current model.Attributes, exists bool) Changes {
+	if res.Purged {
+		if exists {
+			return Changes{model.AttrPresent: {Current: true, Desired: false}}
+		}
+		return nil
+	}
+	var out Changes
+	if !exists {
+		out = Changes{model.AttrPresent: {Current: false, Desired: true}}
+		current = nil
+	}
+	for k, want := range res.Attributes {
+		if k == res.ID.Key {
+			continue
+		}
+		have, ok := current[k]
+		if ok && model.Equal(have, want) {
+			continue
+		}
+		if out == nil {
+			out = Changes{}
+		}
+		out[k] = Change{Current: have, Desired: want}
+	}
+	return out
+}
+
+// ValidateWith is the common part of Validate: the resource is well formed,
+// of the handler's kind, its attributes match the kind's declaration, and a
+// purged resource carries only its identity.
+func ValidateWith(spec *model.KindSpec, res *model.Resource) error {
+	if res.ID.Type != spec.Kind {
+		return fmt.Errorf("%w %s: handler for %q got type %q", ErrInvalid, res.ID, spec.Kind, res.ID.Type)
+	}
+	if res.ID.Key != spec.Identity {
+		return fmt.Errorf("%w %s: %s resources are identified by %q, not %q", ErrInvalid, res.ID, spec.Kind, spec.Identity, res.ID.Key)
+	}
+	if err := res.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := spec.CheckAttributes(res.Attributes); err != nil {
+		return fmt.Errorf("%w %s: %w", ErrInvalid, res.ID, err)
+	}
+	return nil
+}
+
+// Registry maps resource kinds to their handler. It is filled explicitly (see
+// package builtin), never by init side effects.
+type Registry struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{handlers: map[string]Handler{}}
+}
+
+// ErrDuplicateKind is returned when two handlers claim one kind.
+var ErrDuplicateKind = errors.New("kind already has a handler")
+
+// Register adds h for h.Kind().
+func (r *Registry) Register(h Handler) error {
+	if err := model.ValidateType(h.Kind()); err != nil {
+		return fmt.Errorf("register handler: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.handlers[h.Kind()]; dup {
+		return fmt.Errorf("register handler %q: %w", h.Kind(), ErrDuplicateKind)
+	}
+	r.handlers[h.Kind()] = h
+	return nil
+}
+
+// Lookup returns the handler for kind.
+func (r *Registry) Lookup(kind string) (Handler, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	h, ok := r.handlers[kind]
+	return h, ok
+}
+
+// Kinds lists the registered kinds, sorted; agents announce them in hello.
+func (r *Registry) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.handlers))
+	for k := range r.handlers {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

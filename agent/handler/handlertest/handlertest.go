@@ -1,0 +1,235 @@
+// Package handlertest is the conformance harness every handler passes. For
+// each case, in a fresh root directory, it checks that:
+//
+//   - Validate accepts the case and rejects every invalid resource;
+//   - a dry run (Read and ComputeChanges) reports changes and changes nothing;
+//   - Apply converges: a Read after it reports no change;
+//   - a second deploy is a no-op: no change, and the tree is untouched;
+//   - an update to other desired attributes converges too;
+//   - purge removes the thing, and purging again changes nothing.
+//
+// Handlers run against the real file system below a temporary root.
+package handlertest
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/model"
+)
+
+// Suite describes a handler under test.
+type Suite struct {
+	// New builds the handler for a runtime whose Root is a fresh temporary
+	// directory.
+	New func(rt handler.Runtime) handler.Handler
+	// Cases are valid desired states, each run in its own root.
+	Cases []Case
+	// Invalid are resources Validate must reject with handler.ErrInvalid.
+	Invalid []Invalid
+}
+
+// Case is one desired state to converge to.
+type Case struct {
+	Name string
+	// Setup prepares the root before the case, for example an existing file
+	// with other content. Optional.
+	Setup func(t *testing.T, root string)
+	// Resource is the desired state; it must differ from the setup state.
+	Resource model.Resource
+	// Update, when set, is a later desired state of the same resource.
+	Update *model.Resource
+	// Check inspects the host after Resource (and again after Update)
+	// converged. Optional.
+	Check func(t *testing.T, root string, res *model.Resource)
+	// NoPurge skips the purge step for kinds that cannot be purged.
+	NoPurge bool
+}
+
+// Invalid is a resource Validate must reject.
+type Invalid struct {
+	Name     string
+	Resource model.Resource
+}
+
+// Run runs the suite.
+func Run(t *testing.T, s Suite) {
+	t.Helper()
+	for _, inv := range s.Invalid {
+		t.Run("invalid/"+inv.Name, func(t *testing.T) {
+			h := s.New(handler.Runtime{Root: t.TempDir()})
+			err := h.Validate(&inv.Resource)
+			if err == nil {
+				t.Fatalf("Validate accepted %s", inv.Resource.ID)
+			}
+			if !errors.Is(err, handler.ErrInvalid) {
+				t.Fatalf("Validate error %q does not wrap handler.ErrInvalid", err)
+			}
+		})
+	}
+	for _, c := range s.Cases {
+		t.Run(c.Name, func(t *testing.T) { runCase(t, s, c) })
+	}
+}
+
+func runCase(t *testing.T, s Suite, c Case) {
+	ctx := context.Background()
+	root := t.TempDir()
+	if c.Setup != nil {
+		c.Setup(t, root)
+	}
+	h := s.New(handler.Runtime{Root: root, Sync: handler.NewSyncGroup()})
+
+	converge(ctx, t, h, root, &c.Resource, "apply")
+	if c.Check != nil {
+		c.Check(t, root, &c.Resource)
+	}
+	if c.Update != nil {
+		converge(ctx, t, h, root, c.Update, "update")
+		if c.Check != nil {
+			c.Check(t, root, c.Update)
+		}
+	}
+	if c.NoPurge {
+		return
+	}
+	purged := model.Resource{
+		ID:         c.Resource.ID,
+		Attributes: model.Attributes{c.Resource.ID.Key: c.Resource.ID.Value},
+		Purged:     true,
+	}
+	changes := converge(ctx, t, h, root, &purged, "purge")
+	if !changes.Removed() {
+		t.Fatalf("purge: changes %v do not remove the thing", changes)
+	}
+	if _, exists, err := h.Read(ctx, &purged); err != nil || exists {
+		t.Fatalf("purge: after apply Read says exists=%v err=%v, want gone", exists, err)
+	}
+}
+
+// converge runs one desired state through dry run, apply, re-read and a
+// second deploy, and returns the changes the apply made.
+func converge(ctx context.Context, t *testing.T, h handler.Handler, root string, res *model.Resource, step string) handler.Changes {
+	t.Helper()
+	if err := h.Validate(res); err != nil {
+		t.Fatalf("%s: Validate rejected a valid resource: %v", step, err)
+	}
+
+	// Dry run: a read and a diff, and nothing on disk moves.
+	before := snapshot(t, root)
+	current, exists, err := h.Read(ctx, res)
+	if err != nil {
+		t.Fatalf("%s: Read: %v", step, err)
+	}
+	changes := handler.ComputeChanges(res, current, exists)
+	if len(changes) == 0 {
+		t.Fatalf("%s: the case must start from a state that differs from %s, but the dry run reports no change", step, res.ID)
+	}
+	assertSame(t, step+": dry run", before, snapshot(t, root))
+
+	// Apply converges.
+	if err := h.Apply(ctx, res, current, changes); err != nil {
+		t.Fatalf("%s: Apply %v: %v", step, changes, err)
+	}
+	current, exists, err = h.Read(ctx, res)
+	if err != nil {
+		t.Fatalf("%s: Read after Apply: %v", step, err)
+	}
+	if again := handler.ComputeChanges(res, current, exists); len(again) != 0 {
+		t.Fatalf("%s: Apply did not converge, still to change: %v", step, again)
+	}
+
+	// A second deploy is a no-op: nothing to change, and reading again
+	// leaves the tree exactly as it was.
+	after := snapshot(t, root)
+	current, exists, err = h.Read(ctx, res)
+	if err != nil {
+		t.Fatalf("%s: second Read: %v", step, err)
+	}
+	if again := handler.ComputeChanges(res, current, exists); len(again) != 0 {
+		t.Fatalf("%s: second deploy would change %v", step, again)
+	}
+	assertSame(t, step+": second deploy", after, snapshot(t, root))
+	return changes
+}
+
+// entry is what the harness compares of each file-system entry.
+type entry struct {
+	Mode    fs.FileMode
+	UID     uint32
+	GID     uint32
+	Size    int64
+	ModTime int64
+	Sum     [sha256.Size]byte
+	Link    string
+}
+
+func snapshot(t *testing.T, root string) map[string]entry {
+	t.Helper()
+	out := map[string]entry{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		e := entry{Mode: info.Mode(), Size: info.Size(), ModTime: info.ModTime().UnixNano()}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			e.UID, e.GID = st.Uid, st.Gid
+		}
+		switch {
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			e.Sum = sha256.Sum256(b)
+		case info.Mode()&fs.ModeSymlink != 0:
+			if e.Link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case info.IsDir():
+			e.ModTime = 0 // reading a directory's entries is not a change
+		}
+		out[p] = e
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", root, err)
+	}
+	return out
+}
+
+func assertSame(t *testing.T, step string, before, after map[string]entry) {
+	t.Helper()
+	var diffs []string
+	for p, b := range before {
+		a, ok := after[p]
+		switch {
+		case !ok:
+			diffs = append(diffs, "removed "+p)
+		case a != b:
+			diffs = append(diffs, fmt.Sprintf("changed %s: %+v -> %+v", p, b, a))
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			diffs = append(diffs, "created "+p)
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		t.Fatalf("%s changed the file system:\n%v", step, diffs)
+	}
+}

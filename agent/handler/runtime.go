@@ -1,0 +1,43 @@
+package handler
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// Runtime is what the agent hands to every handler it constructs: the services
+// a handler may use, in one struct rather than imported globals.
+type Runtime struct {
+	// Root is a directory prefixed to every path a path-based handler touches
+	// ("" or "/" for the real file system). Sandboxes, tests and the quickstart
+	// use it to keep an agent's work below one directory.
+	Root string
+	// Sync makes file data durable before a rename publishes it. Nil means a
+	// plain fsync per file.
+	Sync *SyncGroup
+}
+
+// HostPath maps a resource path (absolute, clean: model.CheckAbsPath) to the
+// path on this host, below Root.
+func (rt Runtime) HostPath(p string) (string, error) {
+	if err := model.CheckAbsPath(p); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if rt.Root == "" || rt.Root == "/" {
+		return p, nil
+	}
+	// p is clean and absolute, so Join cannot climb out of Root.
+	return filepath.Join(rt.Root, p), nil
+}
+
+// SyncFile makes f's data durable, sharing the flush with concurrent callers
+// when a SyncGroup is configured.
+func (rt Runtime) SyncFile(f *os.File) error {
+	if rt.Sync == nil {
+		return f.Sync()
+	}
+	return rt.Sync.Sync(f)
+}
