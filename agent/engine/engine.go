@@ -45,22 +45,9 @@ type Dependencies interface {
 	Wait(ctx context.Context, id model.ID) (model.ResourceState, error)
 }
 
-// Result is the outcome of one resource.
-type Result struct {
-	ID    model.ID            `json:"id"`
-	State model.ResourceState `json:"state"`
-	// Changes are the differences found ({attribute: {current, desired}}),
-	// applied unless DryRun. Sensitive values are redacted.
-	Changes  handler.Changes `json:"changes,omitempty"`
-	DryRun   bool            `json:"dry_run,omitempty"`
-	Duration time.Duration   `json:"duration"`
-	Message  string          `json:"message,omitempty"`
-}
-
-// Changed reports whether the run changed the host for this resource.
-func (r *Result) Changed() bool {
-	return !r.DryRun && r.State == model.StateDeployed && len(r.Changes) > 0
-}
+// Result is the outcome of one resource (the model's type, so the bus and
+// the store carry it unchanged).
+type Result = model.Result
 
 // Engine runs slices with the handlers of one registry.
 type Engine struct {

@@ -38,47 +38,12 @@ type Handler interface {
 // ErrInvalid is wrapped by every Validate error.
 var ErrInvalid = errors.New("invalid resource")
 
-// Change is one attribute's current and desired value.
-type Change struct {
-	Current any `json:"current"`
-	Desired any `json:"desired"`
-}
-
-// Changes maps attribute names to their change.
-type Changes map[string]Change
-
-// Created reports whether the changes create the thing.
-func (c Changes) Created() bool {
-	ch, ok := c[model.AttrPresent]
-	return ok && ch.Desired == true
-}
-
-// Removed reports whether the changes remove the thing.
-func (c Changes) Removed() bool {
-	ch, ok := c[model.AttrPresent]
-	return ok && ch.Desired == false
-}
-
-// Has reports whether attribute name changes.
-func (c Changes) Has(name string) bool {
-	_, ok := c[name]
-	return ok
-}
-
-// Redact returns the changes with the values of sensitive attributes hidden.
-func (c Changes) Redact(res *model.Resource) Changes {
-	if len(res.Sensitive) == 0 || len(c) == 0 {
-		return c
-	}
-	out := make(Changes, len(c))
-	for k, ch := range c {
-		if res.IsSensitive(k) {
-			ch = Change{Current: model.RedactedValue, Desired: model.RedactedValue}
-		}
-		out[k] = ch
-	}
-	return out
-}
+// Change and Changes are the model's: the engine computes them, the bus
+// carries them in results, the store records them.
+type (
+	Change  = model.Change
+	Changes = model.Changes
+)
 
 // ComputeChanges compares the desired resource with what Read returned:
 // existence first, then every desired attribute but the identity one.

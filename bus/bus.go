@@ -1,0 +1,95 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Bus moves envelopes between the server and the agents. Commands go to one
+// agent's inbox (a durable per-agent queue); events go to the server's
+// queues. Delivery is at least once: a message is removed only when its
+// handler returns nil, so receivers deduplicate by envelope id.
+//
+// The server uses Send and ConsumeEvents; an agent uses ConsumeInbox and
+// Publish. Both sides declare the narrower interface they need.
+type Bus interface {
+	// Send puts a command in the inbox of e.Agent in e.Env and returns once
+	// the bus has durably accepted it. It fails with ErrNoInbox when that
+	// agent never connected (its inbox does not exist).
+	Send(ctx context.Context, e *Envelope, opts SendOptions) error
+	// Publish puts an event on the server's queues and returns once the bus
+	// has durably accepted it.
+	Publish(ctx context.Context, e *Envelope) error
+	// ConsumeInbox declares the inbox of agent in env and delivers its
+	// commands to h in order, one at a time, until ctx ends. Of several
+	// consumers of one inbox only one is active; the next takes over when
+	// it leaves.
+	ConsumeInbox(ctx context.Context, env, agent string, h Handler) error
+	// ConsumeEvents delivers the events of one server queue to h until ctx
+	// ends.
+	ConsumeEvents(ctx context.Context, q Queue, h Handler) error
+}
+
+// Handler handles one delivery. Returning nil acknowledges it (it is gone);
+// an error wrapping ErrReject dead-letters it; any other error returns it to
+// the queue for redelivery after a pause.
+type Handler func(ctx context.Context, d Delivery) error
+
+// Delivery is a decoded envelope handed to a Handler.
+type Delivery struct {
+	Envelope *Envelope
+	// Redelivered is set when an earlier delivery was not acknowledged.
+	Redelivered bool
+}
+
+// SendOptions tune one command.
+type SendOptions struct {
+	// Expiration drops the command if no agent took it within this time
+	// (repairs and other periodic commands: an offline agent must not wake
+	// up to a pile of stale ones). Zero: never expires.
+	Expiration time.Duration
+}
+
+// Errors of the bus.
+var (
+	// ErrNoInbox: the target agent's inbox does not exist (it never connected).
+	ErrNoInbox = errors.New("agent inbox does not exist")
+	// ErrInboxFull: the inbox holds its maximum number of messages.
+	ErrInboxFull = errors.New("agent inbox is full")
+	// ErrReject, wrapped in a handler's error, dead-letters the delivery.
+	ErrReject = errors.New("message rejected")
+	// ErrClosed: the bus was closed.
+	ErrClosed = errors.New("bus closed")
+)
+
+// Queue names a server queue.
+type Queue string
+
+// Server queues (DESIGN.md §6).
+const (
+	// QueueEvents receives status, facts, discovery: everything but drift.
+	QueueEvents Queue = "tether.server.events"
+	// QueueCompliance receives drift alerts, kept apart so they never wait
+	// behind bulk status.
+	QueueCompliance Queue = "tether.server.compliance"
+)
+
+// QueueFor returns the server queue an event kind is routed to.
+func QueueFor(k Kind) Queue {
+	if k == KindCompliance {
+		return QueueCompliance
+	}
+	return QueueEvents
+}
+
+// InboxName is the name of an agent's inbox queue.
+func InboxName(env, agent string) string {
+	return "tether.agent." + env + "." + agent
+}
+
+// CommandKey is the routing key of commands for an agent.
+func CommandKey(env, agent string) string { return env + "." + agent }
+
+// EventKey is the routing key of an agent's events.
+func EventKey(env, agent string, k Kind) string { return env + "." + agent + "." + string(k) }

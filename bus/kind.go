@@ -1,0 +1,136 @@
+package bus
+
+import "github.com/tetherhq/tether/model"
+
+// Kind names what an envelope's body holds.
+type Kind string
+
+// Server → agent kinds.
+const (
+	KindDesiredDiff      Kind = "desired.diff"
+	KindDesiredFull      Kind = "desired.full"
+	KindDeploy           Kind = "deploy"
+	KindRepair           Kind = "repair"
+	KindDryRun           Kind = "dryrun"
+	KindPause            Kind = "pause"
+	KindResume           Kind = "resume"
+	KindEnrolled         Kind = "enrolled"
+	KindDependencyStatus Kind = "dependency.status"
+	KindFactsRefresh     Kind = "facts.refresh"
+)
+
+// Agent → server kinds.
+const (
+	KindHello          Kind = "hello"
+	KindHeartbeat      Kind = "heartbeat"
+	KindResourceStatus Kind = "resource.status"
+	KindCompliance     Kind = "compliance"
+	KindDryRunResult   Kind = "dryrun.result"
+	KindFacts          Kind = "facts"
+	KindStateRequest   Kind = "state.request"
+	KindGoodbye        Kind = "goodbye"
+)
+
+var toAgent = map[Kind]bool{
+	KindDesiredDiff: true, KindDesiredFull: true, KindDeploy: true, KindRepair: true,
+	KindDryRun: true, KindPause: true, KindResume: true, KindEnrolled: true,
+	KindDependencyStatus: true, KindFactsRefresh: true,
+}
+
+var toServer = map[Kind]bool{
+	KindHello: true, KindHeartbeat: true, KindResourceStatus: true, KindCompliance: true,
+	KindDryRunResult: true, KindFacts: true, KindStateRequest: true, KindGoodbye: true,
+}
+
+// Known reports whether k is a kind of this protocol version.
+func (k Kind) Known() bool { return toAgent[k] || toServer[k] }
+
+// Command reports whether k travels server → agent.
+func (k Kind) Command() bool { return toAgent[k] }
+
+// Event reports whether k travels agent → server.
+func (k Kind) Event() bool { return toServer[k] }
+
+// DeployMode says which resources a deploy covers.
+type DeployMode string
+
+// Deploy modes.
+const (
+	// DeployIncremental deploys what changed since the agent's last
+	// successful deploy, and what has not succeeded yet.
+	DeployIncremental DeployMode = "incremental"
+	// DeployFull deploys (verifies) every resource of the slice.
+	DeployFull DeployMode = "full"
+)
+
+// DesiredDiff moves an agent's slice from one generation to the next.
+type DesiredDiff struct {
+	model.Diff
+	// SliceHash is the set hash of the slice after applying the diff; the
+	// agent compares it with its own to detect divergence.
+	SliceHash model.Hash `json:"slice_hash"`
+}
+
+// DesiredFull replaces an agent's slice.
+type DesiredFull struct {
+	Generation int64            `json:"generation"`
+	Resources  []model.Resource `json:"resources"`
+	SliceHash  model.Hash       `json:"slice_hash"`
+}
+
+// Deploy asks the agent to deploy its slice at Generation.
+type Deploy struct {
+	DeployID   string     `json:"deploy_id"`
+	Mode       DeployMode `json:"mode"`
+	Generation int64      `json:"generation"`
+}
+
+// DryRun asks the agent to report what a deploy would change.
+type DryRun struct {
+	DeployID   string `json:"deploy_id"`
+	Generation int64  `json:"generation"`
+}
+
+// Enrolled tells an agent it was accepted and how to verify the server.
+type Enrolled struct {
+	ServerKey []byte `json:"server_key"`
+}
+
+// DependencyStatus tells an agent where a resource of another agent stands.
+type DependencyStatus struct {
+	ID    model.ID            `json:"id"`
+	State model.ResourceState `json:"state"`
+}
+
+// Hello is an agent's introduction, on every start: discovery and
+// enrollment, and what it holds.
+type Hello struct {
+	PublicKey  []byte            `json:"public_key"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Facts      map[string]any    `json:"facts,omitempty"`
+	Kinds      []string          `json:"kinds"`
+	Generation int64             `json:"generation"`
+	SliceHash  model.Hash        `json:"slice_hash"`
+	Token      string            `json:"token,omitempty"`
+}
+
+// ResourceStatus carries a batch of results of one deploy (kind
+// resource.status) or dry run (kind dryrun.result). The last batch of a run
+// has Done set and the run's summary.
+type ResourceStatus struct {
+	DeployID   string         `json:"deploy_id"`
+	Generation int64          `json:"generation"`
+	Results    []model.Result `json:"results,omitempty"`
+	Done       bool           `json:"done,omitempty"`
+	// Error is set on the last batch when the run could not complete.
+	Error string `json:"error,omitempty"`
+}
+
+// StateRequest asks the server for the full desired state: the agent found
+// a gap (a diff from a generation it does not hold).
+type StateRequest struct {
+	Generation int64 `json:"generation"`
+}
+
+// Empty is the body of kinds that carry nothing but themselves.
+type Empty struct{}

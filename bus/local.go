@@ -1,0 +1,290 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Local is the in-process bus of the embedded mode. It keeps the semantics of
+// the RabbitMQ transport: messages travel encoded (every delivery goes
+// through the codec), inboxes exist once their agent consumed them, are
+// bounded and have one active consumer, unacknowledged messages return to the
+// head of their queue, expired commands are dropped, and undecodable or
+// rejected messages are dead-lettered and counted.
+//
+// Nothing survives the process: it is for one embedded run.
+type Local struct {
+	log    zerolog.Logger
+	maxLen int
+
+	mu     sync.Mutex
+	queues map[string]*queue
+	dead   []DeadLetter
+	closed bool
+}
+
+// DeadLetter is a message the bus gave up on.
+type DeadLetter struct {
+	Queue  string
+	Data   []byte
+	Reason string
+}
+
+type queue struct {
+	name      string
+	msgs      []message
+	consumers []*consumer // consumers[0] is the active one
+	// changed is closed and replaced whenever the queue changes, waking
+	// its consumers.
+	changed chan struct{}
+}
+
+// consumer identifies one Consume call. It must not be zero-sized: pointers
+// to zero-sized values may all be equal.
+type consumer struct{ queue string }
+
+type message struct {
+	data        []byte
+	redelivered bool
+	expires     time.Time
+}
+
+// DefaultInboxLength bounds an agent's inbox (commands, not resources: a
+// desired state is one message).
+const DefaultInboxLength = 10000
+
+// Redelivery pauses after a handler error, doubling up to the cap.
+const (
+	redeliveryPause    = 50 * time.Millisecond
+	maxRedeliveryPause = 5 * time.Second
+)
+
+var _ Bus = (*Local)(nil)
+
+// NewLocal returns an in-process bus with the server queues declared.
+func NewLocal(log zerolog.Logger) *Local {
+	b := &Local{
+		log:    log.With().Str("component", "bus").Logger(),
+		maxLen: DefaultInboxLength,
+		queues: map[string]*queue{},
+	}
+	for _, q := range []Queue{QueueEvents, QueueCompliance} {
+		b.queues[string(q)] = newQueue(string(q))
+	}
+	return b
+}
+
+func newQueue(name string) *queue {
+	return &queue{name: name, changed: make(chan struct{})}
+}
+
+func (q *queue) notify() {
+	close(q.changed)
+	q.changed = make(chan struct{})
+}
+
+// Close stops the bus: consumers return and sends fail with ErrClosed.
+func (b *Local) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for _, q := range b.queues {
+		q.notify()
+	}
+}
+
+// Send implements Bus.
+func (b *Local) Send(ctx context.Context, e *Envelope, opts SendOptions) error {
+	if !e.Kind.Command() {
+		return fmt.Errorf("send %s: not a command kind", e.Kind)
+	}
+	m := message{}
+	if opts.Expiration > 0 {
+		m.expires = time.Now().Add(opts.Expiration)
+	}
+	return b.enqueue(ctx, InboxName(e.Env, e.Agent), e, m, true)
+}
+
+// Publish implements Bus.
+func (b *Local) Publish(ctx context.Context, e *Envelope) error {
+	if !e.Kind.Event() {
+		return fmt.Errorf("publish %s: not an event kind", e.Kind)
+	}
+	return b.enqueue(ctx, string(QueueFor(e.Kind)), e, message{}, false)
+}
+
+func (b *Local) enqueue(ctx context.Context, name string, e *Envelope, m message, bounded bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data, err := Encode(e)
+	if err != nil {
+		return err
+	}
+	m.data = data
+	return b.push(name, m, bounded, e)
+}
+
+func (b *Local) push(name string, m message, bounded bool, e *Envelope) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	q, ok := b.queues[name]
+	if !ok {
+		return fmt.Errorf("send %s to %s/%s: %w", e.Kind, e.Env, e.Agent, ErrNoInbox)
+	}
+	if bounded && len(q.msgs) >= b.maxLen {
+		return fmt.Errorf("send %s to %s/%s: %w (%d messages)", e.Kind, e.Env, e.Agent, ErrInboxFull, len(q.msgs))
+	}
+	q.msgs = append(q.msgs, m)
+	q.notify()
+	return nil
+}
+
+// ConsumeInbox implements Bus.
+func (b *Local) ConsumeInbox(ctx context.Context, env, agent string, h Handler) error {
+	name := InboxName(env, agent)
+	b.mu.Lock()
+	if _, ok := b.queues[name]; !ok {
+		b.queues[name] = newQueue(name)
+	}
+	b.mu.Unlock()
+	return b.consume(ctx, name, h)
+}
+
+// ConsumeEvents implements Bus.
+func (b *Local) ConsumeEvents(ctx context.Context, q Queue, h Handler) error {
+	return b.consume(ctx, string(q), h)
+}
+
+func (b *Local) consume(ctx context.Context, name string, h Handler) error {
+	c := &consumer{queue: name}
+	b.mu.Lock()
+	q, ok := b.queues[name]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("consume %s: no such queue", name)
+	}
+	q.consumers = append(q.consumers, c)
+	b.mu.Unlock()
+	defer b.leave(q, c)
+
+	pause := time.Duration(0)
+	for {
+		m, wait, err := b.next(q, c)
+		if err != nil {
+			return err
+		}
+		if m == nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		e, err := Decode(m.data)
+		if err != nil {
+			b.deadLetter(q, m.data, err)
+			continue
+		}
+		herr := h(ctx, Delivery{Envelope: e, Redelivered: m.redelivered})
+		switch {
+		case herr == nil:
+			pause = 0
+		case errors.Is(herr, ErrReject):
+			b.deadLetter(q, m.data, herr)
+		default:
+			b.requeue(q, *m)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			pause = min(max(2*pause, redeliveryPause), maxRedeliveryPause)
+			b.log.Warn().Err(herr).Str("queue", q.name).Str("message", e.String()).
+				Dur("retry_in", pause).Msg("handler failed; message returned to the queue")
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// next takes the head message if c is the active consumer, dropping expired
+// ones. With nothing to take it returns a channel that is closed on change.
+func (b *Local) next(q *queue, c *consumer) (*message, <-chan struct{}, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, nil, ErrClosed
+	}
+	if q.consumers[0] != c {
+		return nil, q.changed, nil
+	}
+	now := time.Now()
+	for len(q.msgs) > 0 {
+		m := q.msgs[0]
+		q.msgs[0] = message{}
+		q.msgs = q.msgs[1:]
+		if !m.expires.IsZero() && now.After(m.expires) {
+			continue
+		}
+		return &m, nil, nil
+	}
+	return nil, q.changed, nil
+}
+
+func (b *Local) requeue(q *queue, m message) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m.redelivered = true
+	q.msgs = append([]message{m}, q.msgs...)
+	q.notify()
+}
+
+func (b *Local) leave(q *queue, c *consumer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range q.consumers {
+		if x == c {
+			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
+			break
+		}
+	}
+	q.notify()
+}
+
+func (b *Local) deadLetter(q *queue, data []byte, reason error) {
+	b.mu.Lock()
+	b.dead = append(b.dead, DeadLetter{Queue: q.name, Data: data, Reason: reason.Error()})
+	b.mu.Unlock()
+	b.log.Warn().Str("queue", q.name).Err(reason).Int("bytes", len(data)).Msg("message dead-lettered")
+}
+
+// DeadLetters returns the messages dead-lettered so far.
+func (b *Local) DeadLetters() []DeadLetter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]DeadLetter(nil), b.dead...)
+}
+
+// DeadLetterCount returns how many messages were dead-lettered.
+func (b *Local) DeadLetterCount(context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.dead), nil
+}
+
+// SendRaw puts arbitrary bytes in an agent's inbox, as a broken or hostile
+// peer could; for tests of the receiving side.
+func (b *Local) SendRaw(_ context.Context, env, agent string, data []byte) error {
+	return b.push(InboxName(env, agent), message{data: data}, true, &Envelope{Kind: "raw", Env: env, Agent: agent})
+}
