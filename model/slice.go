@@ -22,7 +22,7 @@ func SliceOf(agent string, generation int64, resources []Resource) Slice {
 			s.Resources = append(s.Resources, resources[i])
 		}
 	}
-	sortResources(s.Resources)
+	SortResources(s.Resources)
 	return s
 }
 
@@ -37,12 +37,13 @@ func Slices(generation int64, resources []Resource) map[string]Slice {
 		out[a] = s
 	}
 	for _, s := range out {
-		sortResources(s.Resources)
+		SortResources(s.Resources)
 	}
 	return out
 }
 
-func sortResources(rs []Resource) {
+// SortResources sorts resources by ID (ID.Compare), the order of slices.
+func SortResources(rs []Resource) {
 	slices.SortFunc(rs, func(a, b Resource) int { return a.ID.Compare(b.ID) })
 }
 
@@ -118,6 +119,6 @@ func (s Slice) Apply(d Diff) (Slice, error) {
 	for _, r := range byID {
 		out.Resources = append(out.Resources, r)
 	}
-	sortResources(out.Resources)
+	SortResources(out.Resources)
 	return out, nil
 }

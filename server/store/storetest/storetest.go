@@ -1,0 +1,473 @@
+// Package storetest is the contract every store.Store passes: the SQLite store
+// of the embedded mode and the PostgreSQL store of servers run the same suite.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// Run runs the contract against fresh, empty stores made by open.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"Environments", testEnvironments},
+		{"Versions", testVersions},
+		{"ReleaseStates", testReleaseStates},
+		{"AgentSlice", testAgentSlice},
+		{"Agents", testAgents},
+		{"RecordResults", testRecordResults},
+		{"RecordResultsAllOrNothing", testAllOrNothing},
+		{"StaleResults", testStaleResults},
+		{"StatusFilters", testStatusFilters},
+		{"ConcurrentIngest", testConcurrentIngest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+func file(agent, path, content string) model.Resource {
+	return model.Resource{
+		ID:         model.ID{Type: "file", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path, "content": content},
+	}
+}
+
+func dir(agent, path string) model.Resource {
+	return model.Resource{
+		ID:         model.ID{Type: "directory", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path},
+	}
+}
+
+func mustEnv(t *testing.T, s store.Store, name string) {
+	t.Helper()
+	if err := s.CreateEnv(ctx, model.Environment{Name: name, Settings: model.DefaultEnvSettings()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustPut(t *testing.T, s store.Store, env string, rs ...model.Resource) model.Version {
+	t.Helper()
+	v, err := s.PutVersion(ctx, env, model.VersionMeta{Compiler: "test", Source: t.Name()}, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func mustRelease(t *testing.T, s store.Store, env string, n int64) {
+	t.Helper()
+	if _, err := s.Release(ctx, env, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func statusOf(t *testing.T, s store.Store, env string) map[string]model.ResourceStatus {
+	t.Helper()
+	sts, err := s.Statuses(ctx, env, store.StatusFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]model.ResourceStatus{}
+	for _, st := range sts {
+		out[st.ID.Value] = st
+	}
+	return out
+}
+
+func result(r model.Resource, state model.ResourceState, changes model.Changes) model.Result {
+	return model.Result{ID: r.ID, State: state, Changes: changes, Duration: time.Millisecond}
+}
+
+func testEnvironments(t *testing.T, s store.Store) {
+	settings := model.DefaultEnvSettings()
+	settings.AutoDeploy = false
+	if err := s.CreateEnv(ctx, model.Environment{Name: "prod", Settings: settings}); err != nil {
+		t.Fatal(err)
+	}
+	mustEnv(t, s, "dev")
+	if err := s.CreateEnv(ctx, model.Environment{Name: "prod"}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("duplicate: got %v, want ErrExists", err)
+	}
+	if err := s.CreateEnv(ctx, model.Environment{Name: "Bad Name"}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("bad name: got %v, want ErrInvalid", err)
+	}
+	got, err := s.GetEnv(ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Settings != settings || got.CreatedAt.IsZero() {
+		t.Fatalf("got %+v, want settings %+v and a creation time", got, settings)
+	}
+	if _, err := s.GetEnv(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing: got %v, want ErrNotFound", err)
+	}
+	list, err := s.ListEnvs(ctx)
+	if err != nil || len(list) != 2 || list[0].Name != "dev" || list[1].Name != "prod" {
+		t.Fatalf("ListEnvs = %v, %v", list, err)
+	}
+}
+
+func testVersions(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	if _, err := s.LatestVersion(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("no versions yet: got %v, want ErrNotFound", err)
+	}
+	rs := []model.Resource{file("a", "/x", "1"), dir("a", "/d"), file("b", "/x", "1")}
+	rs[0].Sensitive = []string{"content"}
+	rs[0].Requires = []model.ID{rs[1].ID}
+	v1 := mustPut(t, s, "prod", rs...)
+	v2 := mustPut(t, s, "prod", rs[1:]...)
+	if v1.Number != 1 || v2.Number != 2 || v1.State != model.VersionCandidate || v1.Count != 3 {
+		t.Fatalf("versions %+v %+v", v1, v2)
+	}
+	want, _ := model.SetHash(rs)
+	if v1.SetHash != want {
+		t.Fatalf("set hash %s, want %s", v1.SetHash, want)
+	}
+	got, err := s.GetVersion(ctx, "prod", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Resources) != 3 || got.Meta.Compiler != "test" {
+		t.Fatalf("version 1: %+v", got)
+	}
+	back, _ := model.SetHash(got.Resources)
+	if back != want {
+		t.Fatal("resources changed on the way through the store")
+	}
+	for _, r := range got.Resources {
+		if r.ID == rs[0].ID && (!r.IsSensitive("content") || len(r.Requires) != 1) {
+			t.Fatalf("sensitive marker or requires lost: %+v", r)
+		}
+	}
+	latest, err := s.LatestVersion(ctx, "prod")
+	if err != nil || latest.Number != 2 {
+		t.Fatalf("latest = %d, %v", latest.Number, err)
+	}
+	list, err := s.ListVersions(ctx, "prod")
+	if err != nil || len(list) != 2 || list[0].Number != 2 {
+		t.Fatalf("ListVersions = %v, %v", list, err)
+	}
+	if _, err := s.GetVersion(ctx, "prod", 9, false); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing version: got %v, want ErrNotFound", err)
+	}
+	if _, err := s.PutVersion(ctx, "nope", model.VersionMeta{}, rs); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown env: got %v, want ErrNotFound", err)
+	}
+	bad := file("a", "/y", "1")
+	bad.Attributes["path"] = "/other"
+	if _, err := s.PutVersion(ctx, "prod", model.VersionMeta{}, []model.Resource{bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("invalid resource: got %v, want ErrInvalid", err)
+	}
+	if _, err := s.PutVersion(ctx, "prod", model.VersionMeta{}, []model.Resource{rs[1], rs[1]}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("duplicate id: got %v, want ErrInvalid", err)
+	}
+	if latest, _ := s.LatestVersion(ctx, "prod"); latest.Number != 2 {
+		t.Fatalf("a rejected upload created version %d", latest.Number)
+	}
+}
+
+func testReleaseStates(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	same, changed, removed := file("a", "/same", "s"), file("a", "/changed", "1"), file("a", "/removed", "r")
+	mustPut(t, s, "prod", same, changed, removed)
+	mustRelease(t, s, "prod", 1)
+	for name, st := range statusOf(t, s, "prod") {
+		if st.State != model.StateAvailable || st.Compliance != model.ComplianceUnknown || st.Version != 1 {
+			t.Fatalf("%s after first release: %+v", name, st)
+		}
+	}
+	err := s.RecordResults(ctx, "prod", "a", 1, "d1", []model.Result{
+		result(same, model.StateDeployed, nil), result(changed, model.StateDeployed, nil), result(removed, model.StateDeployed, nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed2 := file("a", "/changed", "2")
+	added := file("a", "/added", "n")
+	mustPut(t, s, "prod", same, changed2, added)
+	mustRelease(t, s, "prod", 2)
+	st := statusOf(t, s, "prod")
+	want := map[string]model.ResourceState{
+		"/same": model.StateDeployed, "/changed": model.StateAvailable,
+		"/removed": model.StateOrphaned, "/added": model.StateAvailable,
+	}
+	for name, state := range want {
+		if st[name].State != state {
+			t.Errorf("%s: %s, want %s", name, st[name].State, state)
+		}
+	}
+	if st["/same"].Compliance != model.Compliant || st["/same"].Version != 2 {
+		t.Errorf("unchanged resource lost its compliance or version: %+v", st["/same"])
+	}
+	if st["/changed"].Compliance != model.ComplianceUnknown {
+		t.Errorf("changed resource kept compliance %s", st["/changed"].Compliance)
+	}
+	v1, _ := s.GetVersion(ctx, "prod", 1, false)
+	v2, _ := s.ReleasedVersion(ctx, "prod")
+	if v1.State != model.VersionRetired || v2.Number != 2 || v2.ReleasedAt == nil {
+		t.Fatalf("v1 %s, released %d", v1.State, v2.Number)
+	}
+	if _, err := s.Release(ctx, "prod", 1); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("releasing a retired version: got %v, want ErrConflict", err)
+	}
+	if _, err := s.Release(ctx, "prod", 2); err != nil {
+		t.Fatalf("releasing the released version again: %v", err)
+	}
+	if _, err := s.Release(ctx, "prod", 7); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("releasing a missing version: got %v, want ErrNotFound", err)
+	}
+	// A resource that comes back after being orphaned is new intent again.
+	mustPut(t, s, "prod", same, changed2, added, removed)
+	mustRelease(t, s, "prod", 3)
+	if st := statusOf(t, s, "prod"); st["/removed"].State != model.StateAvailable {
+		t.Fatalf("returning resource: %s, want available", st["/removed"].State)
+	}
+}
+
+func testAgentSlice(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustPut(t, s, "prod", file("b", "/1", "x"), file("a", "/2", "x"), dir("a", "/1"), file("a", "/1", "x"))
+	sl, err := s.AgentSlice(ctx, "prod", 1, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range sl.Resources {
+		ids = append(ids, r.ID.String())
+	}
+	if sl.Generation != 1 || sl.Agent != "a" || fmt.Sprint(ids) != "[directory[a,path=/1] file[a,path=/1] file[a,path=/2]]" {
+		t.Fatalf("slice %+v: %v", sl, ids)
+	}
+	empty, err := s.AgentSlice(ctx, "prod", 1, "nobody")
+	if err != nil || len(empty.Resources) != 0 {
+		t.Fatalf("slice of an agent without resources: %v, %v", empty, err)
+	}
+}
+
+func testAgents(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	first := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	a := model.Agent{Env: "prod", Name: "web-1", PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
+		Facts: map[string]any{"os": map[string]any{"family": "debian"}, "cpus": 2}, Kinds: []string{"file"}, FirstSeen: first, LastSeen: first}
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	a.State, a.Generation, a.LastSeen, a.FirstSeen = model.AgentAccepted, 4, time.Now(), time.Now()
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != model.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 {
+		t.Fatalf("agent %+v", got)
+	}
+	if !got.FirstSeen.Equal(first) {
+		t.Fatalf("first seen %v, want %v (kept from the first sight)", got.FirstSeen, first)
+	}
+	if fam := got.Facts["os"].(map[string]any)["family"]; fam != "debian" {
+		t.Fatalf("facts %v", got.Facts)
+	}
+	if _, err := s.GetAgent(ctx, "prod", "ghost"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown agent: got %v, want ErrNotFound", err)
+	}
+	if err := s.UpsertAgent(ctx, model.Agent{Env: "nope", Name: "x"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("agent of an unknown env: got %v, want ErrNotFound", err)
+	}
+	if err := s.UpsertAgent(ctx, model.Agent{Env: "prod", Name: "bad name"}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("bad agent name: got %v, want ErrInvalid", err)
+	}
+	list, err := s.ListAgents(ctx, "prod")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("ListAgents = %v, %v", list, err)
+	}
+}
+
+func testRecordResults(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	ok, bad, skipped, quiet := file("a", "/ok", "x"), file("a", "/bad", "x"), file("a", "/skipped", "x"), file("a", "/quiet", "x")
+	mustPut(t, s, "prod", ok, bad, skipped, quiet)
+	mustRelease(t, s, "prod", 1)
+	created := model.Changes{model.AttrPresent: {Current: false, Desired: true}, "content": {Current: nil, Desired: "x"}}
+	err := s.RecordResults(ctx, "prod", "a", 1, "d1", []model.Result{
+		result(ok, model.StateDeployed, created),
+		{ID: bad.ID, State: model.StateFailed, Message: "apply: permission denied"},
+		{ID: skipped.ID, State: model.StateSkipped, Message: "requirement failed"},
+		result(quiet, model.StateDeployed, nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := statusOf(t, s, "prod")
+	if st["/ok"].State != model.StateDeployed || st["/ok"].Compliance != model.Compliant || st["/ok"].LastVerified == nil {
+		t.Fatalf("ok: %+v", st["/ok"])
+	}
+	if st["/bad"].State != model.StateFailed || st["/bad"].Compliance != model.NonCompliant || st["/bad"].Message != "apply: permission denied" {
+		t.Fatalf("bad: %+v", st["/bad"])
+	}
+	if st["/skipped"].State != model.StateSkipped || st["/skipped"].Compliance != model.ComplianceUnknown {
+		t.Fatalf("skipped: %+v", st["/skipped"])
+	}
+	actions, err := s.Actions(ctx, "prod", ok.ID, 10)
+	if err != nil || len(actions) != 1 {
+		t.Fatalf("actions of ok: %v, %v", actions, err)
+	}
+	if a := actions[0]; a.Kind != model.ActionDeploy || a.DeployID != "d1" || a.Version != 1 || !a.Changes.Created() || a.Duration != time.Millisecond {
+		t.Fatalf("action %+v", a)
+	}
+	if actions, _ := s.Actions(ctx, "prod", quiet.ID, 10); len(actions) != 0 {
+		t.Fatalf("an unchanged, successful resource got %d action-log entries", len(actions))
+	}
+	if actions, _ := s.Actions(ctx, "prod", bad.ID, 10); len(actions) != 1 || actions[0].State != model.StateFailed {
+		t.Fatalf("failed resource actions: %v", actions)
+	}
+
+	// A dry run logs what it found and leaves the status alone.
+	err = s.RecordResults(ctx, "prod", "a", 1, "dry1", []model.Result{
+		{ID: ok.ID, State: model.StateDeployed, DryRun: true, Changes: model.Changes{"content": {Current: "y", Desired: "x"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, s, "prod")["/ok"]; st.State != model.StateDeployed || st.Compliance != model.Compliant {
+		t.Fatalf("dry run changed the status: %+v", st)
+	}
+	actions, _ = s.Actions(ctx, "prod", ok.ID, 10)
+	if len(actions) != 2 || actions[0].Kind != model.ActionDryRun || actions[0].Seq <= actions[1].Seq {
+		t.Fatalf("actions after dry run (newest first): %+v", actions)
+	}
+	if actions, _ := s.Actions(ctx, "prod", ok.ID, 1); len(actions) != 1 {
+		t.Fatalf("limit 1 returned %d", len(actions))
+	}
+}
+
+func testAllOrNothing(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x := file("a", "/x", "x")
+	mustPut(t, s, "prod", x)
+	mustRelease(t, s, "prod", 1)
+	for name, batch := range map[string][]model.Result{
+		"other agent's resource": {result(x, model.StateDeployed, nil), result(file("b", "/y", ""), model.StateDeployed, nil)},
+		"unknown state":          {result(x, model.StateDeployed, nil), {ID: x.ID, State: "exploded"}},
+	} {
+		err := s.RecordResults(ctx, "prod", "a", 1, "d", batch)
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("%s: got %v, want ErrInvalid", name, err)
+		}
+		if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateAvailable {
+			t.Fatalf("%s: a rejected batch was partly recorded: %+v", name, st)
+		}
+	}
+}
+
+func testStaleResults(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustPut(t, s, "prod", file("a", "/x", "1"))
+	mustRelease(t, s, "prod", 1)
+	mustPut(t, s, "prod", file("a", "/x", "2"))
+	mustRelease(t, s, "prod", 2)
+	// A late result of the deploy of version 1 must not mark version 2's
+	// new content as deployed.
+	if err := s.RecordResults(ctx, "prod", "a", 1, "old", []model.Result{result(file("a", "/x", "1"), model.StateDeployed, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateAvailable {
+		t.Fatalf("a stale result overwrote the newer state: %+v", st)
+	}
+	if err := s.RecordResults(ctx, "prod", "a", 2, "new", []model.Result{result(file("a", "/x", "2"), model.StateDeployed, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateDeployed {
+		t.Fatalf("the current result was not recorded: %+v", st)
+	}
+}
+
+func testStatusFilters(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	rs := []model.Resource{file("a", "/1", ""), dir("a", "/d"), file("b", "/1", ""), file("b", "/2", "")}
+	mustPut(t, s, "prod", rs...)
+	mustRelease(t, s, "prod", 1)
+	if err := s.RecordResults(ctx, "prod", "b", 1, "d", []model.Result{result(rs[2], model.StateDeployed, nil), {ID: rs[3].ID, State: model.StateFailed}}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(f store.StatusFilter) int {
+		sts, err := s.Statuses(ctx, "prod", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(sts)
+	}
+	tests := []struct {
+		f    store.StatusFilter
+		want int
+	}{
+		{store.StatusFilter{}, 4},
+		{store.StatusFilter{Agent: "a"}, 2},
+		{store.StatusFilter{Type: "file"}, 3},
+		{store.StatusFilter{Type: "fil"}, 0},
+		{store.StatusFilter{Type: "directory", Agent: "a"}, 1},
+		{store.StatusFilter{State: model.StateFailed}, 1},
+		{store.StatusFilter{Compliance: model.Compliant}, 1},
+		{store.StatusFilter{Agent: "a", State: model.StateDeployed}, 0},
+	}
+	for _, tt := range tests {
+		if got := count(tt.f); got != tt.want {
+			t.Errorf("Statuses(%+v): %d, want %d", tt.f, got, tt.want)
+		}
+	}
+	if sts, _ := s.Statuses(ctx, "other", store.StatusFilter{}); len(sts) != 0 {
+		t.Fatalf("another environment sees %d statuses", len(sts))
+	}
+}
+
+func testConcurrentIngest(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	var rs []model.Resource
+	for a := 0; a < 4; a++ {
+		for i := 0; i < 50; i++ {
+			rs = append(rs, file(fmt.Sprintf("agent-%d", a), fmt.Sprintf("/f%d", i), "x"))
+		}
+	}
+	mustPut(t, s, "prod", rs...)
+	mustRelease(t, s, "prod", 1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for a := 0; a < 4; a++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var batch []model.Result
+			for _, r := range rs[a*50 : (a+1)*50] {
+				batch = append(batch, result(r, model.StateDeployed, model.Changes{"content": {Desired: "x"}}))
+			}
+			errs <- s.RecordResults(ctx, "prod", fmt.Sprintf("agent-%d", a), 1, "d", batch)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sts, err := s.Statuses(ctx, "prod", store.StatusFilter{State: model.StateDeployed})
+	if err != nil || len(sts) != 200 {
+		t.Fatalf("%d deployed after concurrent ingest, want 200 (%v)", len(sts), err)
+	}
+}
