@@ -118,7 +118,6 @@ type run struct {
 
 type extOutcome struct {
 	node    int
-	failed  model.ID
 	state   model.ResourceState
 	message string
 }

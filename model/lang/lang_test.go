@@ -1,0 +1,101 @@
+package lang
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestExamplesCompile compiles every model under examples/.
+func TestExamplesCompile(t *testing.T) {
+	dirs, err := filepath.Glob("../../examples/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no examples found: %v", err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			res, err := Compile(dir, Options{})
+			if err != nil {
+				t.Fatalf("%s does not compile:\n%v", dir, err)
+			}
+			if len(res.Resources) == 0 {
+				t.Fatalf("%s compiles to no resources", dir)
+			}
+		})
+	}
+}
+
+func TestPrettyShowsSource(t *testing.T) {
+	dir := t.TempDir()
+	src := "host \"h\" {\n  file \"/x\" {\n    content = \"x\"\n    colour = \"red\"\n  }\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Compile(dir, Options{})
+	var le *Error
+	if !errors.As(err, &le) {
+		t.Fatalf("got %v, want *Error", err)
+	}
+	pretty := le.Pretty(80, false)
+	for _, want := range []string{"main.hcl line 4", `colour = "red"`, "Unsupported argument"} {
+		if !strings.Contains(pretty, want) {
+			t.Fatalf("pretty output lacks %q:\n%s", want, pretty)
+		}
+	}
+}
+
+func TestNoModel(t *testing.T) {
+	if _, err := Compile(t.TempDir(), Options{}); !errors.Is(err, ErrNoModel) {
+		t.Fatalf("empty directory: got %v, want ErrNoModel", err)
+	}
+	if _, err := Compile(filepath.Join(t.TempDir(), "missing"), Options{}); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("missing directory: got %v", err)
+	}
+}
+
+func TestSymlinkOutOfModel(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	src := "host \"h\" {\n  file \"/x\" { content = file(\"link\") }\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Compile(dir, Options{})
+	if err == nil || !strings.Contains(err.Error(), "leads outside the model directory") {
+		t.Fatalf("got %v, want a refusal to follow the link out", err)
+	}
+}
+
+// FuzzCompile feeds arbitrary bytes as a model file: the compiler returns a
+// result or diagnostics, and never panics.
+func FuzzCompile(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/*.txtar")
+	for _, s := range seeds {
+		b, _ := os.ReadFile(s)
+		f.Add(string(b))
+	}
+	f.Add("host \"h\" { file \"/x\" { content = \"${\" } }")
+	f.Add("variable \"v\" { type = list(map(string)) default = [{a = \"b\"}] }")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, src string) {
+		if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Compile(dir, Options{})
+		if err == nil && res == nil {
+			t.Fatal("no result and no error")
+		}
+		var le *Error
+		if err != nil && errors.As(err, &le) && len(le.Diagnostics) == 0 {
+			t.Fatal("a compile error without diagnostics")
+		}
+	})
+}
