@@ -11,8 +11,9 @@ import (
 // queues. Delivery is at least once: a message is removed only when its
 // handler returns nil, so receivers deduplicate by envelope id.
 //
-// The server uses Send and ConsumeEvents; an agent uses ConsumeInbox and
-// Publish. Both sides declare the narrower interface they need.
+// The server uses Send and ConsumeEvents; an agent uses DeclareInbox,
+// ConsumeInbox and Publish. Both sides declare the narrower interface they
+// need.
 type Bus interface {
 	// Send puts a command in the inbox of e.Agent in e.Env and returns once
 	// the bus has durably accepted it. It fails with ErrNoInbox when that
@@ -21,6 +22,10 @@ type Bus interface {
 	// Publish puts an event on the server's queues and returns once the bus
 	// has durably accepted it.
 	Publish(ctx context.Context, e *Envelope) error
+	// DeclareInbox creates agent's inbox in env if it does not exist. An
+	// agent declares it before saying hello, so the server's answer has
+	// somewhere to go.
+	DeclareInbox(ctx context.Context, env, agent string) error
 	// ConsumeInbox declares the inbox of agent in env and delivers its
 	// commands to h in order, one at a time, until ctx ends. Of several
 	// consumers of one inbox only one is active; the next takes over when

@@ -131,14 +131,17 @@ func TestFingerprint(t *testing.T) {
 
 func TestDedup(t *testing.T) {
 	d := NewDedup(2)
-	if d.Seen("a") || d.Seen("b") {
-		t.Fatal("new ids reported as seen")
+	if d.Has("a") {
+		t.Fatal("an unrecorded id reported as seen")
 	}
-	if !d.Seen("a") {
-		t.Fatal("a not remembered")
+	d.Add("a")
+	d.Add("b")
+	d.Add("a") // no effect: already there
+	if !d.Has("a") || !d.Has("b") {
+		t.Fatal("recorded ids forgotten")
 	}
-	d.Seen("c") // evicts the oldest entry
-	if d.Seen("a") {
+	d.Add("c") // evicts the oldest entry
+	if d.Has("a") || !d.Has("c") {
 		t.Fatal("capacity not bounded: a still remembered after two newer ids")
 	}
 }

@@ -148,15 +148,29 @@ func (b *Local) push(name string, m message, bounded bool, e *Envelope) error {
 	return nil
 }
 
-// ConsumeInbox implements Bus.
-func (b *Local) ConsumeInbox(ctx context.Context, env, agent string, h Handler) error {
+// DeclareInbox implements Bus.
+func (b *Local) DeclareInbox(ctx context.Context, env, agent string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	name := InboxName(env, agent)
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
 	if _, ok := b.queues[name]; !ok {
 		b.queues[name] = newQueue(name)
 	}
-	b.mu.Unlock()
-	return b.consume(ctx, name, h)
+	return nil
+}
+
+// ConsumeInbox implements Bus.
+func (b *Local) ConsumeInbox(ctx context.Context, env, agent string, h Handler) error {
+	if err := b.DeclareInbox(ctx, env, agent); err != nil {
+		return err
+	}
+	return b.consume(ctx, InboxName(env, agent), h)
 }
 
 // ConsumeEvents implements Bus.

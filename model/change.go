@@ -60,6 +60,6 @@ type Result struct {
 }
 
 // Changed reports whether the run changed the host for this resource.
-func (r *Result) Changed() bool {
+func (r Result) Changed() bool {
 	return !r.DryRun && r.State == StateDeployed && len(r.Changes) > 0
 }

@@ -1,6 +1,9 @@
 package model
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Environment is a named deployment target (prod, staging, local) with its
 // own versions, agents and settings.
@@ -21,11 +24,26 @@ type EnvSettings struct {
 	VersionsToKeep int `json:"versions_to_keep"`
 	// Halted stops all deploys until resumed.
 	Halted bool `json:"halted"`
+	// Enrollment decides how newly discovered agents are accepted.
+	Enrollment Enrollment `json:"enrollment"`
 }
+
+// Enrollment is an environment's policy for newly discovered agents.
+type Enrollment string
+
+// Enrollment policies (DESIGN.md §6).
+const (
+	// EnrollManual: an operator accepts or rejects each agent.
+	EnrollManual Enrollment = "manual"
+	// EnrollToken: a valid enrollment token in the hello accepts the agent.
+	EnrollToken Enrollment = "token"
+	// EnrollOpen accepts every agent: development and the embedded mode only.
+	EnrollOpen Enrollment = "open"
+)
 
 // DefaultEnvSettings are the settings of a new environment.
 func DefaultEnvSettings() EnvSettings {
-	return EnvSettings{AutoDeploy: true, VersionsToKeep: 100}
+	return EnvSettings{AutoDeploy: true, VersionsToKeep: 100, Enrollment: EnrollManual}
 }
 
 // AgentState is where an agent stands in enrollment.
@@ -90,3 +108,8 @@ type Action struct {
 	At       time.Time     `json:"at"`
 	Duration time.Duration `json:"duration_ns"`
 }
+
+// ErrNotFound is returned (wrapped) when a named thing does not exist. It
+// lives in model so that every layer can match it without importing the
+// store that returned it.
+var ErrNotFound = errors.New("not found")

@@ -36,6 +36,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		fn   func(t *testing.T, s Subject)
 	}{
 		{"NoInbox", testNoInbox},
+		{"DeclaredInboxKeepsMessages", testDeclared},
 		{"PerAgentOrder", testPerAgentOrder},
 		{"OfflineAgentGetsMessagesLater", testOffline},
 		{"RedeliveryAfterHandlerError", testRedeliveryAfterError},
@@ -171,6 +172,24 @@ func testNoInbox(t *testing.T, s Subject) {
 	err := s.Bus.Send(context.Background(), command(t, signer(), "never-connected", 1), bus.SendOptions{})
 	if !errors.Is(err, bus.ErrNoInbox) {
 		t.Fatalf("got %v, want ErrNoInbox", err)
+	}
+}
+
+func testDeclared(t *testing.T, s Subject) {
+	sg := signer()
+	if err := s.Bus.DeclareInbox(context.Background(), env, "early"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bus.DeclareInbox(context.Background(), env, "early"); err != nil {
+		t.Fatalf("declaring twice: %v", err)
+	}
+	if err := s.Bus.Send(context.Background(), command(t, sg, "early", 1), bus.SendOptions{}); err != nil {
+		t.Fatalf("send to a declared inbox without a consumer: %v", err)
+	}
+	c := newCollector()
+	consume(t, s.Bus, "early", c.handle)
+	if got := c.waitFor(t, 1); deployID(t, got[0]) != "1" {
+		t.Fatalf("got %s, want 1", deployID(t, got[0]))
 	}
 }
 
@@ -425,7 +444,8 @@ func testDedup(t *testing.T, s Subject) {
 	handled := 0
 	c := newCollector()
 	h := func(ctx context.Context, d bus.Delivery) error {
-		if !seen.Seen(d.Envelope.ID) {
+		if !seen.Has(d.Envelope.ID) {
+			seen.Add(d.Envelope.ID)
 			mu.Lock()
 			handled++
 			mu.Unlock()

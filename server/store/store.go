@@ -72,7 +72,7 @@ type StatusFilter struct {
 
 // Errors every implementation returns (wrapped, with context).
 var (
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = model.ErrNotFound
 	ErrExists   = errors.New("already exists")
 	// ErrConflict: the change contradicts the stored state (releasing a
 	// retired version, …).

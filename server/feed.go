@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// EventKind names a live server event.
+type EventKind string
+
+// Live event kinds.
+const (
+	// EventAgentDiscovered: a new agent said hello and awaits acceptance.
+	EventAgentDiscovered EventKind = "agent.discovered"
+	// EventAgentOnline: an accepted agent said hello and was sent its state.
+	EventAgentOnline EventKind = "agent.online"
+	// EventResult: one resource result was recorded.
+	EventResult EventKind = "resource.result"
+	// EventDeployDone: an agent finished a deploy or dry run.
+	EventDeployDone EventKind = "deploy.done"
+	// EventSecurity: an event was dropped for its signer.
+	EventSecurity EventKind = "security.alert"
+)
+
+// Event is something that just happened at the server, published after it
+// was recorded.
+type Event struct {
+	Kind       EventKind     `json:"kind"`
+	At         time.Time     `json:"at"`
+	Env        string        `json:"env"`
+	Agent      string        `json:"agent,omitempty"`
+	DeployID   string        `json:"deploy_id,omitempty"`
+	Generation int64         `json:"generation,omitempty"`
+	Result     *model.Result `json:"result,omitempty"`
+	Error      string        `json:"error,omitempty"`
+}
+
+// Feed fans events out to subscribers. Every subscriber sees every event
+// published while it is subscribed, in order: a subscriber's queue grows
+// instead of dropping events, so a slow reader never misses a result.
+type Feed struct {
+	mu   sync.Mutex
+	subs map[*Subscription]struct{}
+}
+
+func newFeed() *Feed { return &Feed{subs: map[*Subscription]struct{}{}} }
+
+// Subscription is one reader of a Feed.
+type Subscription struct {
+	feed   *Feed
+	mu     sync.Mutex
+	queue  []Event
+	notify chan struct{}
+}
+
+func (f *Feed) subscribe() *Subscription {
+	s := &Subscription{feed: f, notify: make(chan struct{}, 1)}
+	f.mu.Lock()
+	f.subs[s] = struct{}{}
+	f.mu.Unlock()
+	return s
+}
+
+func (f *Feed) publish(e Event) {
+	if e.At.IsZero() {
+		e.At = time.Now().UTC()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for s := range f.subs {
+		s.mu.Lock()
+		s.queue = append(s.queue, e)
+		s.mu.Unlock()
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Next returns the next event, waiting for one until ctx ends.
+func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	for {
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			e := s.queue[0]
+			s.queue[0] = Event{}
+			s.queue = s.queue[1:]
+			s.mu.Unlock()
+			return e, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Close ends the subscription.
+func (s *Subscription) Close() {
+	s.feed.mu.Lock()
+	delete(s.feed.subs, s)
+	s.feed.mu.Unlock()
+}

@@ -1,0 +1,389 @@
+// Package scheduler decides what each agent is told and when: on a release it
+// sends every affected agent the diff from the generation it holds to the new
+// one, and a deploy when the environment deploys automatically; an agent that
+// comes online gets what it missed; operators ask for deploys and dry runs;
+// agents waiting on another agent's resource learn its outcome.
+//
+// It depends only on the small interfaces below, so it runs against the real
+// store and bus, or test doubles, alike. Everything it needs is read back
+// from the store; what it keeps in memory (what it already sent) only saves
+// re-sending, which agents tolerate.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+)
+
+// Environments reads environments.
+type Environments interface {
+	GetEnv(ctx context.Context, name string) (model.Environment, error)
+}
+
+// Versions reads released versions and agents' slices of them.
+type Versions interface {
+	ReleasedVersion(ctx context.Context, env string) (model.Version, error)
+	GetVersion(ctx context.Context, env string, n int64, withResources bool) (model.Version, error)
+	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
+}
+
+// Agents reads what the server knows of agents.
+type Agents interface {
+	GetAgent(ctx context.Context, env, name string) (model.Agent, error)
+	ListAgents(ctx context.Context, env string) ([]model.Agent, error)
+}
+
+// Store is everything the scheduler reads.
+type Store interface {
+	Environments
+	Versions
+	Agents
+}
+
+// Sender delivers commands to agents' inboxes.
+type Sender interface {
+	Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) error
+}
+
+// Scheduler schedules the environments of one server.
+type Scheduler struct {
+	store  Store
+	send   Sender
+	signer *bus.Signer
+	log    zerolog.Logger
+
+	mu sync.Mutex
+	// sent is the generation last sent to each agent, to skip re-sending.
+	sent map[agentKey]int64
+	// waiting maps a resource to the agents whose resources require it,
+	// per environment, for the released version.
+	waiting map[string]map[model.ID][]string
+}
+
+type agentKey struct{ env, agent string }
+
+// New returns a scheduler that signs with signer and sends through send.
+func New(store Store, send Sender, signer *bus.Signer, log zerolog.Logger) *Scheduler {
+	return &Scheduler{
+		store:   store,
+		send:    send,
+		signer:  signer,
+		log:     log.With().Str("component", "scheduler").Logger(),
+		sent:    map[agentKey]int64{},
+		waiting: map[string]map[model.ID][]string{},
+	}
+}
+
+// ErrHalted is returned for deploys of a halted environment.
+var ErrHalted = errors.New("environment is halted")
+
+// ErrNoAgents is returned for a deploy that targets no agent.
+var ErrNoAgents = errors.New("no accepted agent to deploy to")
+
+// ErrNoRelease is returned for a deploy of an environment without a
+// released version.
+var ErrNoRelease = errors.New("environment has no released version")
+
+// Online handles an accepted agent that said hello: it holds generation
+// a.Generation. It is sent what it misses, and deployed if the environment
+// deploys automatically.
+func (s *Scheduler) Online(ctx context.Context, a model.Agent) error {
+	s.mu.Lock()
+	s.sent[agentKey{a.Env, a.Name}] = a.Generation
+	s.mu.Unlock()
+	env, err := s.store.GetEnv(ctx, a.Env)
+	if err != nil {
+		return err
+	}
+	v, err := s.store.ReleasedVersion(ctx, a.Env)
+	if errors.Is(err, model.ErrNotFound) {
+		return nil // nothing released yet
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.ensureIndex(ctx, a.Env, v.Number); err != nil {
+		return err
+	}
+	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, v.Number)
+	if err != nil {
+		return err
+	}
+	if behind && env.Settings.AutoDeploy && !env.Settings.Halted {
+		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false)
+	}
+	return err
+}
+
+// Released sends the new version to every accepted agent and deploys it when
+// the environment deploys automatically.
+func (s *Scheduler) Released(ctx context.Context, envName string, n int64) error {
+	env, err := s.store.GetEnv(ctx, envName)
+	if err != nil {
+		return err
+	}
+	if err := s.buildIndex(ctx, envName, n); err != nil {
+		return err
+	}
+	agents, err := s.store.ListAgents(ctx, envName)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range agents {
+		if a.State != model.AgentAccepted {
+			continue
+		}
+		behind, err := s.sync(ctx, envName, a.Name, a.Generation, n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if behind && env.Settings.AutoDeploy && !env.Settings.Halted {
+			if _, err := s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeployRequest is an operator's deploy or dry run.
+type DeployRequest struct {
+	// Agents to act on; empty: every accepted agent.
+	Agents []string
+	Mode   bus.DeployMode
+	DryRun bool
+}
+
+// Deployment is a deploy or dry run that was sent.
+type Deployment struct {
+	ID         string
+	Generation int64
+	Agents     []string
+}
+
+// Deploy sends a deploy (or dry run) of the released version to agents,
+// after the desired state each one misses. Dry runs are allowed on a halted
+// environment; deploys are not.
+func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployRequest) (Deployment, error) {
+	env, err := s.store.GetEnv(ctx, envName)
+	if err != nil {
+		return Deployment{}, err
+	}
+	if env.Settings.Halted && !req.DryRun {
+		return Deployment{}, fmt.Errorf("deploy %s: %w: resume it first", envName, ErrHalted)
+	}
+	v, err := s.store.ReleasedVersion(ctx, envName)
+	if err != nil {
+		return Deployment{}, fmt.Errorf("deploy %s: %w: %w", envName, ErrNoRelease, err)
+	}
+	if err := s.ensureIndex(ctx, envName, v.Number); err != nil {
+		return Deployment{}, err
+	}
+	targets, err := s.targets(ctx, envName, req.Agents)
+	if err != nil {
+		return Deployment{}, err
+	}
+	if req.Mode == "" {
+		req.Mode = bus.DeployIncremental
+	}
+	d := Deployment{ID: uuid.NewString(), Generation: v.Number}
+	var errs []error
+	for _, a := range targets {
+		if _, err := s.sync(ctx, envName, a.Name, a.Generation, v.Number); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := s.sendDeploy(ctx, envName, a.Name, v.Number, d.ID, req.Mode, req.DryRun); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.Agents = append(d.Agents, a.Name)
+	}
+	return d, errors.Join(errs...)
+}
+
+func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]model.Agent, error) {
+	var out []model.Agent
+	if len(names) == 0 {
+		all, err := s.store.ListAgents(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range all {
+			if a.State == model.AgentAccepted {
+				out = append(out, a)
+			}
+		}
+	} else {
+		for _, n := range names {
+			a, err := s.store.GetAgent(ctx, env, n)
+			if err != nil {
+				return nil, fmt.Errorf("agent %s: %w", n, err)
+			}
+			if a.State != model.AgentAccepted {
+				return nil, fmt.Errorf("agent %s is %s, not accepted: %w", n, a.State, ErrNoAgents)
+			}
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("deploy %s: %w: start an agent (tether agent run) and accept it", env, ErrNoAgents)
+	}
+	return out, nil
+}
+
+// StateRequest answers an agent that found a gap with its full desired state.
+func (s *Scheduler) StateRequest(ctx context.Context, env, agent string) error {
+	v, err := s.store.ReleasedVersion(ctx, env)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.sent[agentKey{env, agent}] = 0
+	s.mu.Unlock()
+	_, err = s.sync(ctx, env, agent, 0, v.Number)
+	return err
+}
+
+// sync sends agent the desired state of generation to when it holds (or was
+// last sent) another one, and reports whether it was behind.
+func (s *Scheduler) sync(ctx context.Context, env, agent string, held, to int64) (bool, error) {
+	key := agentKey{env, agent}
+	s.mu.Lock()
+	from, known := s.sent[key]
+	s.mu.Unlock()
+	if !known {
+		from = held
+	}
+	if from == to {
+		return false, nil
+	}
+	next, err := s.store.AgentSlice(ctx, env, to, agent)
+	if err != nil {
+		return true, err
+	}
+	hash, err := next.Hash()
+	if err != nil {
+		return true, err
+	}
+	var kind bus.Kind
+	var body any
+	prev, err := s.previousSlice(ctx, env, agent, from)
+	if err == nil {
+		d, derr := model.DiffSlices(prev, next)
+		if derr != nil {
+			return true, derr
+		}
+		kind, body = bus.KindDesiredDiff, bus.DesiredDiff{Diff: d, SliceHash: hash}
+	} else {
+		kind, body = bus.KindDesiredFull, bus.DesiredFull{Generation: to, Resources: next.Resources, SliceHash: hash}
+	}
+	if err := s.sendTo(ctx, kind, env, agent, body, bus.SendOptions{}); err != nil {
+		return true, err
+	}
+	s.mu.Lock()
+	s.sent[key] = to
+	s.mu.Unlock()
+	return true, nil
+}
+
+var errNoPrevious = errors.New("no previous slice")
+
+// previousSlice returns agent's slice of generation gen, when a diff from it
+// can be computed (the agent holds it and the version still exists).
+func (s *Scheduler) previousSlice(ctx context.Context, env, agent string, gen int64) (model.Slice, error) {
+	if gen <= 0 {
+		return model.Slice{}, errNoPrevious
+	}
+	if _, err := s.store.GetVersion(ctx, env, gen, false); err != nil {
+		return model.Slice{}, errNoPrevious
+	}
+	return s.store.AgentSlice(ctx, env, gen, agent)
+}
+
+func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64, id string, mode bus.DeployMode, dryRun bool) (string, error) {
+	if dryRun {
+		return id, s.sendTo(ctx, bus.KindDryRun, env, agent, bus.DryRun{DeployID: id, Generation: gen}, bus.SendOptions{})
+	}
+	return id, s.sendTo(ctx, bus.KindDeploy, env, agent, bus.Deploy{DeployID: id, Mode: mode, Generation: gen}, bus.SendOptions{})
+}
+
+func (s *Scheduler) sendTo(ctx context.Context, kind bus.Kind, env, agent string, body any, opts bus.SendOptions) error {
+	e, err := s.signer.Seal(kind, env, agent, body)
+	if err != nil {
+		return err
+	}
+	if err := s.send.Send(ctx, e, opts); err != nil {
+		return fmt.Errorf("send %s to %s: %w", kind, agent, err)
+	}
+	s.log.Debug().Str("env", env).Str("agent", agent).Str("kind", string(kind)).Msg("sent")
+	return nil
+}
+
+// ensureIndex builds the cross-agent requirement index of version n unless
+// it is there.
+func (s *Scheduler) ensureIndex(ctx context.Context, env string, n int64) error {
+	s.mu.Lock()
+	_, ok := s.waiting[env]
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	return s.buildIndex(ctx, env, n)
+}
+
+// buildIndex records, for the released version, which agents wait for which
+// resources of other agents.
+func (s *Scheduler) buildIndex(ctx context.Context, env string, n int64) error {
+	v, err := s.store.GetVersion(ctx, env, n, true)
+	if err != nil {
+		return err
+	}
+	idx := map[model.ID][]string{}
+	for _, r := range v.Resources {
+		for _, req := range r.Requires {
+			if req.Agent != r.ID.Agent && !slices.Contains(idx[req], r.ID.Agent) {
+				idx[req] = append(idx[req], r.ID.Agent)
+			}
+		}
+	}
+	s.mu.Lock()
+	s.waiting[env] = idx
+	s.mu.Unlock()
+	return nil
+}
+
+// ResultsRecorded tells agents waiting on any of these resources (of another
+// agent) how they ended. Dry-run results are not outcomes and are ignored.
+func (s *Scheduler) ResultsRecorded(ctx context.Context, env string, results []model.Result) error {
+	s.mu.Lock()
+	idx := s.waiting[env]
+	s.mu.Unlock()
+	if len(idx) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, r := range results {
+		if r.DryRun || !r.State.Done() {
+			continue
+		}
+		for _, agent := range idx[r.ID] {
+			body := bus.DependencyStatus{ID: r.ID, State: r.State}
+			if err := s.sendTo(ctx, bus.KindDependencyStatus, env, agent, body, bus.SendOptions{}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,347 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/agent"
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/scheduler"
+	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/store/sqlite"
+)
+
+// patience bounds waits (a guard against hangs, not a speed assertion).
+const patience = 30 * time.Second
+
+type rig struct {
+	t      *testing.T
+	ctx    context.Context
+	store  *sqlite.Store
+	bus    *bus.Local
+	srv    *server.Server
+	sub    *server.Subscription
+	roots  map[string]string
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+}
+
+func newRig(t *testing.T, enrollment model.Enrollment) *rig {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "tether.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bus.NewLocal(zerolog.Nop())
+	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, ctx: ctx, store: st, bus: b, srv: srv, sub: srv.Subscribe(), roots: map[string]string{}, cancel: cancel}
+	settings := model.DefaultEnvSettings()
+	settings.AutoDeploy = false
+	settings.Enrollment = enrollment
+	if _, err := srv.EnsureEnv(ctx, "test", settings); err != nil {
+		t.Fatal(err)
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if err := srv.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		b.Close()
+		r.wg.Wait()
+		st.Close()
+	})
+	return r
+}
+
+// startAgent runs an agent with the built-in handlers below its own root.
+func (r *rig) startAgent(name string, pinServerKey bool) {
+	r.t.Helper()
+	root := r.t.TempDir()
+	r.roots[name] = root
+	reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: handler.NewSyncGroup()})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cfg := agent.Config{Env: "test", Name: name}
+	if pinServerKey {
+		cfg.ServerKey = r.srv.PublicKey()
+	}
+	a, err := agent.New(cfg, r.bus, reg, zerolog.Nop())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if err := a.Run(r.ctx); err != nil && !errors.Is(err, context.Canceled) {
+			r.t.Errorf("agent %s: %v", name, err)
+		}
+	}()
+}
+
+// next returns the next live event of kind.
+func (r *rig) next(kind server.EventKind) server.Event {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(r.ctx, patience)
+	defer cancel()
+	for {
+		e, err := r.sub.Next(ctx)
+		if err != nil {
+			r.t.Fatalf("waiting for %s: %v", kind, err)
+		}
+		if e.Kind == kind {
+			return e
+		}
+	}
+}
+
+func (r *rig) waitOnline(names ...string) {
+	r.t.Helper()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	for len(want) > 0 {
+		delete(want, r.next(server.EventAgentOnline).Agent)
+	}
+}
+
+func (r *rig) release(rs ...model.Resource) model.Version {
+	r.t.Helper()
+	v, _, err := r.srv.Export(r.ctx, "test", rs, model.VersionMeta{Compiler: "test"})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.srv.Release(r.ctx, "test", v.Number); err != nil {
+		r.t.Fatal(err)
+	}
+	return v
+}
+
+// deploy runs a deploy and returns every result by resource path.
+func (r *rig) deploy(req scheduler.DeployRequest) map[model.ID]model.Result {
+	r.t.Helper()
+	d, err := r.srv.Deploy(r.ctx, "test", req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[model.ID]model.Result{}
+	pending := map[string]bool{}
+	for _, a := range d.Agents {
+		pending[a] = true
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, patience)
+	defer cancel()
+	for len(pending) > 0 {
+		e, err := r.sub.Next(ctx)
+		if err != nil {
+			r.t.Fatalf("deploy %s: still waiting for %v: %v", d.ID, pending, err)
+		}
+		if e.DeployID != d.ID {
+			continue
+		}
+		switch e.Kind {
+		case server.EventResult:
+			out[e.Result.ID] = *e.Result
+		case server.EventDeployDone:
+			if e.Error != "" {
+				r.t.Fatalf("agent %s: %s", e.Agent, e.Error)
+			}
+			delete(pending, e.Agent)
+		}
+	}
+	return out
+}
+
+func file(agent, path, content string, requires ...model.ID) model.Resource {
+	return model.Resource{ID: model.ID{Type: "file", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path, "content": content, "mode": "0644"}, Requires: requires}
+}
+
+func dir(agent, path string) model.Resource {
+	return model.Resource{ID: model.ID{Type: "directory", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path}}
+}
+
+func TestEmbeddedPipeline(t *testing.T) {
+	r := newRig(t, model.EnrollOpen)
+	site := dir("web", "/site")
+	index := file("web", "/site/index.html", "<h1>v1</h1>", site.ID)
+	// The load balancer's config requires a resource on another agent.
+	lb := file("lb", "/backends", "web:80", index.ID)
+	r.release(site, index, lb)
+	r.startAgent("web", true)
+	r.startAgent("lb", false) // learns the server key from `enrolled`
+	r.waitOnline("web", "lb")
+
+	got := r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull})
+	for _, res := range []model.Resource{site, index, lb} {
+		g := got[res.ID]
+		if g.State != model.StateDeployed || !g.Changes.Created() {
+			t.Fatalf("%s: %s %v (%s), want deployed and created", res.ID, g.State, g.Changes, g.Message)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(r.roots["web"], "site/index.html")); err != nil || string(b) != "<h1>v1</h1>" {
+		t.Fatalf("index.html on disk: %q, %v", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r.roots["lb"], "backends")); string(b) != "web:80" {
+		t.Fatalf("backends on disk: %q", b)
+	}
+	sts, err := r.store.Statuses(r.ctx, "test", store.StatusFilter{State: model.StateDeployed, Compliance: model.Compliant})
+	if err != nil || len(sts) != 3 {
+		t.Fatalf("store has %d deployed and compliant resources, want 3 (%v)", len(sts), err)
+	}
+
+	// A second full deploy changes nothing.
+	for id, g := range r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull}) {
+		if g.Changed() {
+			t.Fatalf("second deploy changed %s: %v", id, g.Changes)
+		}
+	}
+
+	// Drift by hand: a full deploy repairs exactly that file.
+	if err := os.WriteFile(filepath.Join(r.roots["web"], "site/index.html"), []byte("defaced"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for id, g := range r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull}) {
+		if g.Changed() {
+			changed++
+			if id != index.ID || g.Changes["content"].Current != "defaced" {
+				t.Fatalf("repaired %s with %v, want only index.html", id, g.Changes)
+			}
+		}
+	}
+	if changed != 1 {
+		t.Fatalf("%d resources repaired, want 1", changed)
+	}
+
+	// A new release reaches the agent as a diff; an incremental deploy runs
+	// only what changed.
+	index2 := file("web", "/site/index.html", "<h1>v2</h1>", site.ID)
+	r.release(site, index2, lb)
+	got = r.deploy(scheduler.DeployRequest{Agents: []string{"web"}})
+	if len(got) != 1 || got[index2.ID].State != model.StateDeployed || !got[index2.ID].Changed() {
+		t.Fatalf("incremental deploy ran %v, want only the changed index.html", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r.roots["web"], "site/index.html")); string(b) != "<h1>v2</h1>" {
+		t.Fatalf("index.html after v2: %q", b)
+	}
+	actions, err := r.store.Actions(r.ctx, "test", index.ID, 10)
+	if err != nil || len(actions) != 3 { // created, repaired, updated
+		t.Fatalf("index.html action log has %d entries, want 3 (%v)", len(actions), err)
+	}
+}
+
+func TestCrossAgentFailureSkipsWaitingAgent(t *testing.T) {
+	r := newRig(t, model.EnrollOpen)
+	// web's file cannot be written: its parent directory is not managed and
+	// does not exist. lb's file requires it.
+	broken := file("web", "/missing/dir/f", "x")
+	lb := file("lb", "/backends", "x", broken.ID)
+	r.release(broken, lb)
+	r.startAgent("web", true)
+	r.startAgent("lb", true)
+	r.waitOnline("web", "lb")
+	got := r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull})
+	if got[broken.ID].State != model.StateFailed {
+		t.Fatalf("broken: %s", got[broken.ID].State)
+	}
+	if g := got[lb.ID]; g.State != model.StateSkipped || g.Message == "" {
+		t.Fatalf("lb: %s %q, want skipped naming the failed requirement", g.State, g.Message)
+	}
+	if _, err := os.Stat(filepath.Join(r.roots["lb"], "backends")); !os.IsNotExist(err) {
+		t.Fatalf("a skipped resource was written: %v", err)
+	}
+}
+
+func TestDryRunChangesNothing(t *testing.T) {
+	r := newRig(t, model.EnrollOpen)
+	f := file("web", "/f", "x")
+	r.release(f)
+	r.startAgent("web", true)
+	r.waitOnline("web")
+	got := r.deploy(scheduler.DeployRequest{DryRun: true})
+	if g := got[f.ID]; !g.DryRun || !g.Changes.Created() || g.Changed() {
+		t.Fatalf("dry run result %+v", g)
+	}
+	if _, err := os.Stat(filepath.Join(r.roots["web"], "f")); !os.IsNotExist(err) {
+		t.Fatalf("dry run wrote the file: %v", err)
+	}
+	sts, _ := r.store.Statuses(r.ctx, "test", store.StatusFilter{})
+	if len(sts) != 1 || sts[0].State != model.StateAvailable {
+		t.Fatalf("dry run changed the status: %+v", sts)
+	}
+}
+
+func TestManualEnrollmentWaitsForOperator(t *testing.T) {
+	r := newRig(t, model.EnrollManual)
+	r.release(file("web", "/f", "x"))
+	r.startAgent("web", false)
+	if e := r.next(server.EventAgentDiscovered); e.Agent != "web" {
+		t.Fatalf("discovered %q", e.Agent)
+	}
+	a, err := r.store.GetAgent(r.ctx, "test", "web")
+	if err != nil || a.State != model.AgentPending || len(a.PublicKey) == 0 {
+		t.Fatalf("agent %+v, %v; want pending with its key", a, err)
+	}
+	if _, err := r.srv.Deploy(r.ctx, "test", scheduler.DeployRequest{}); !errors.Is(err, scheduler.ErrNoAgents) {
+		t.Fatalf("deploy with only a pending agent: got %v, want ErrNoAgents", err)
+	}
+}
+
+func TestForgedEventsAreDropped(t *testing.T) {
+	r := newRig(t, model.EnrollOpen)
+	f := file("web", "/f", "x")
+	r.release(f)
+	r.startAgent("web", true)
+	r.waitOnline("web")
+
+	// An impostor claims to be web and reports the file deployed.
+	_, key, _ := bus.GenerateKey()
+	forged, err := bus.NewSigner(key, 0).Seal(bus.KindResourceStatus, "test", "web", bus.ResourceStatus{
+		DeployID: "forged", Generation: 1, Results: []model.Result{{ID: f.ID, State: model.StateDeployed}}, Done: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.bus.Publish(r.ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	// And an unknown agent reports something.
+	stranger, _ := bus.NewSigner(key, 0).Seal(bus.KindHeartbeat, "test", "stranger", bus.Empty{})
+	if err := r.bus.Publish(r.ctx, stranger); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"web", "stranger"} {
+		if e := r.next(server.EventSecurity); e.Agent != who {
+			t.Fatalf("security alert about %q, want %q", e.Agent, who)
+		}
+	}
+	sts, _ := r.store.Statuses(r.ctx, "test", store.StatusFilter{})
+	if sts[0].State != model.StateAvailable {
+		t.Fatalf("a forged report changed the status to %s", sts[0].State)
+	}
+	if n, _ := r.bus.DeadLetterCount(r.ctx); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
+	}
+}
