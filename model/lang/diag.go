@@ -1,7 +1,6 @@
 package lang
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 
@@ -56,7 +55,6 @@ func (d Diagnostic) String() string {
 // them an error.
 type Error struct {
 	Diagnostics []Diagnostic
-	raw         hcl.Diagnostics
 	files       map[string]*hcl.File
 }
 
@@ -69,15 +67,73 @@ func (e *Error) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Pretty renders the diagnostics with the offending source lines underlined,
-// wrapped at width columns, in colour if asked.
-func (e *Error) Pretty(width int, color bool) string {
-	var buf bytes.Buffer
-	w := hcl.NewDiagnosticTextWriter(&buf, e.files, uint(width), color)
-	if err := w.WriteDiagnostics(e.raw); err != nil {
-		return e.Error()
+// Pretty renders each diagnostic as file:line:column, the offending source
+// line with the range underlined, and the detail, in colour if asked.
+func (e *Error) Pretty(color bool) string {
+	var b strings.Builder
+	paint := func(code, s string) string {
+		if !color {
+			return s
+		}
+		return code + s + "\033[0m"
 	}
-	return buf.String()
+	for i, d := range e.Diagnostics {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		sev := paint("\033[1;31m", "error")
+		if d.Severity == SeverityWarning {
+			sev = paint("\033[1;33m", "warning")
+		}
+		if d.File != "" {
+			fmt.Fprintf(&b, "%s: ", paint("\033[1m", fmt.Sprintf("%s:%d:%d", d.File, d.Start.Line, d.Start.Column)))
+		}
+		fmt.Fprintf(&b, "%s: %s\n", sev, d.Summary)
+		if line, ok := e.sourceLine(d.File, d.Start.Line); ok {
+			num := fmt.Sprint(d.Start.Line)
+			fmt.Fprintf(&b, "  %s | %s\n", num, line)
+			width := 1
+			if d.End.Line == d.Start.Line && d.End.Column > d.Start.Column {
+				width = d.End.Column - d.Start.Column
+			}
+			pad := strings.Repeat(" ", len(num))
+			fmt.Fprintf(&b, "  %s | %s%s\n", pad, underlinePad(line, d.Start.Column), paint("\033[1;31m", strings.Repeat("^", width)))
+		}
+		if d.Detail != "" {
+			fmt.Fprintf(&b, "  %s\n", d.Detail)
+		}
+	}
+	return b.String()
+}
+
+// sourceLine returns line n (1-based) of a parsed model file.
+func (e *Error) sourceLine(file string, n int) (string, bool) {
+	f, ok := e.files[file]
+	if !ok || n < 1 {
+		return "", false
+	}
+	lines := strings.Split(string(f.Bytes), "\n")
+	if n > len(lines) {
+		return "", false
+	}
+	return strings.TrimRight(lines[n-1], "\r"), true
+}
+
+// underlinePad is the white space before column col of line, keeping tabs so
+// the caret lines up.
+func underlinePad(line string, col int) string {
+	var b strings.Builder
+	for i, r := range []rune(line) {
+		if i >= col-1 {
+			break
+		}
+		if r == '\t' {
+			b.WriteRune('\t')
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
 }
 
 func convertDiags(diags hcl.Diagnostics) []Diagnostic {

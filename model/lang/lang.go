@@ -185,7 +185,7 @@ func (c *compiler) compile(files []string) (*Result, error) {
 }
 
 func (c *compiler) fail() error {
-	return &Error{Diagnostics: convertDiags(c.diags), raw: c.diags, files: c.parser.Files()}
+	return &Error{Diagnostics: convertDiags(c.diags), files: c.parser.Files()}
 }
 
 // link resolves references between resources, adds implicit edges, checks

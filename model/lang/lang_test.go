@@ -38,8 +38,8 @@ func TestPrettyShowsSource(t *testing.T) {
 	if !errors.As(err, &le) {
 		t.Fatalf("got %v, want *Error", err)
 	}
-	pretty := le.Pretty(80, false)
-	for _, want := range []string{"main.hcl line 4", `colour = "red"`, "Unsupported argument"} {
+	pretty := le.Pretty(false)
+	for _, want := range []string{"main.hcl:4:5: error: Unsupported argument", `  4 |     colour = "red"`, "    |     ^^^^^^\n", "not expected here"} {
 		if !strings.Contains(pretty, want) {
 			t.Fatalf("pretty output lacks %q:\n%s", want, pretty)
 		}

@@ -144,6 +144,12 @@ func (s *Scheduler) Released(ctx context.Context, envName string, n int64) error
 			continue
 		}
 		behind, err := s.sync(ctx, envName, a.Name, a.Generation, n)
+		if errors.Is(err, bus.ErrNoInbox) {
+			// Not connected yet: it gets the version in answer to its hello.
+			s.log.Debug().Str("env", envName).Str("agent", a.Name).Int64("version", n).
+				Msg("agent not connected; it gets the release when it says hello")
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue

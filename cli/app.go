@@ -1,0 +1,245 @@
+// Package cli is the `tether` command: flags, environment variables and
+// config files are read here and nowhere else, and turned into the Config
+// structs of the packages that do the work. It also builds the one logger
+// the rest of the program uses.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+)
+
+// Exit statuses.
+const (
+	exitOK = 0
+	// exitFailed: the command ran and something failed (a resource, the store).
+	exitFailed = 1
+	// exitUsage: bad flags or arguments, or a model that does not compile.
+	exitUsage = 2
+	// exitInterrupted: stopped by SIGINT/SIGTERM.
+	exitInterrupted = 130
+)
+
+// exitError carries an exit status; message (if any) is printed to stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// errPrinted is an error whose message was already shown to the user.
+var errPrinted = errors.New("failed")
+
+// Run runs the tether command line and returns the process exit status.
+func Run(args []string) int {
+	return run(context.Background(), args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// io is the terminal a command talks to; tests substitute buffers.
+type terminal struct {
+	stdout, stderr io.Writer
+	// tty: stdout is a terminal (tables get colour).
+	tty bool
+	// progress: stderr is a terminal (progress lines are drawn).
+	progress bool
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	term := &terminal{stdout: stdout, stderr: stderr, tty: isTerminal(stdout) && os.Getenv("NO_COLOR") == "", progress: isTerminal(stderr)}
+	app := newApp(term)
+	app.Reader = stdin
+	err := app.RunContext(ctx, reorderFlags(app, args))
+	if err == nil {
+		return exitOK
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "tether: interrupted")
+		return exitInterrupted
+	}
+	code := exitFailed
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	if !errors.Is(err, errPrinted) {
+		fmt.Fprintf(stderr, "tether: %v\n", err)
+	}
+	return code
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+func newApp(term *terminal) *ucli.App {
+	return &ucli.App{
+		Name:  "tether",
+		Usage: "intent-based orchestration for fleets behind NAT and firewalls",
+		Description: "Describe the desired state of your hosts in a model (HCL), and Tether makes them so and keeps them so.\n\n" +
+			"First steps:\n" +
+			"   tether deploy examples/quickstart     compile a model and deploy it on this machine\n" +
+			"   tether compile examples/quickstart    show the resources a model compiles to\n\n" +
+			"Every command has --help; most take -o json for scripts.",
+		Writer:          term.stdout,
+		ErrWriter:       term.stderr,
+		HideHelpCommand: true,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"TETHER_LOG_LEVEL"},
+				Usage: "how much to log to stderr: debug, info, warn, error"},
+			&ucli.StringFlag{Name: "log-format", Value: "auto", EnvVars: []string{"TETHER_LOG_FORMAT"},
+				Usage: "log format: auto (text on a terminal, JSON otherwise), text, json"},
+		},
+		Commands: withUsageErrors(
+			deployCommand(term),
+			compileCommand(term),
+			versionCommand(term),
+		),
+		OnUsageError: onUsageError,
+		// Errors are printed once, by run, with their exit status.
+		ExitErrHandler: func(*ucli.Context, error) {},
+	}
+}
+
+// withUsageErrors gives every command the app's usage-error handling: a
+// short message and exit status 2 instead of a help dump.
+func withUsageErrors(cmds ...*ucli.Command) []*ucli.Command {
+	for _, c := range cmds {
+		c.OnUsageError = onUsageError
+		c.HideHelpCommand = true
+		withUsageErrors(c.Subcommands...)
+	}
+	return cmds
+}
+
+func onUsageError(c *ucli.Context, err error, _ bool) error {
+	name := "tether"
+	if c.Command != nil && c.Command.Name != "" {
+		name += " " + c.Command.Name
+	}
+	return usageError("%v: see '%s --help'", err, name)
+}
+
+// logger builds the process's logger from the global flags.
+func logger(c *ucli.Context, stderr io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(strings.ToLower(c.String("log-level")))
+	if err != nil || level == zerolog.NoLevel {
+		return zerolog.Nop(), usageError("--log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	var w io.Writer = stderr
+	switch c.String("log-format") {
+	case "json":
+	case "text":
+		w = zerolog.ConsoleWriter{Out: stderr, NoColor: !isTerminal(stderr)}
+	case "auto":
+		if isTerminal(stderr) {
+			w = zerolog.ConsoleWriter{Out: stderr}
+		}
+	default:
+		return zerolog.Nop(), usageError("--log-format %q: use auto, text or json", c.String("log-format"))
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// reorderFlags lets flags follow positional arguments (`tether deploy DIR
+// --dry-run`), which urfave/cli v2 would otherwise take as arguments: after
+// the command name, the command's flags and their values move before the
+// positionals, and global flags (--log-level) move before the command.
+// Everything after "--" stays as it is.
+func reorderFlags(app *ucli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	// Find the command and where its arguments start.
+	var cmd *ucli.Command
+	start := 1
+	for i := 1; i < len(args); i++ {
+		if strings.HasPrefix(args[i], "-") {
+			if takesValue(app.Flags, args[i]) && !strings.Contains(args[i], "=") {
+				i++
+			}
+			continue
+		}
+		for _, c := range app.Commands {
+			if c.HasName(args[i]) {
+				cmd, start = c, i+1
+			}
+		}
+		break
+	}
+	if cmd == nil {
+		return args
+	}
+	var global, flags, positional []string
+	for i := start; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-":
+			dest, set := &flags, cmd.Flags
+			if !isFlag(cmd.Flags, a) && isFlag(app.Flags, a) {
+				dest, set = &global, app.Flags
+			}
+			*dest = append(*dest, a)
+			if takesValue(set, a) && !strings.Contains(a, "=") && i+1 < len(args) {
+				i++
+				*dest = append(*dest, args[i])
+			}
+		default:
+			positional = append(positional, a)
+		}
+	}
+	out := append([]string{}, args[:start-1]...)
+	out = append(out, global...)
+	out = append(out, args[start-1])
+	out = append(out, flags...)
+	return append(out, positional...)
+}
+
+// isFlag reports whether arg names one of flags.
+func isFlag(flags []ucli.Flag, arg string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// takesValue reports whether arg names a flag that takes a value.
+func takesValue(flags []ucli.Flag, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	name, _, _ = strings.Cut(name, "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*ucli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
+}

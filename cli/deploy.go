@@ -1,0 +1,489 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/agent"
+	"github.com/tetherhq/tether/agent/engine"
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/scheduler"
+	"github.com/tetherhq/tether/server/store/sqlite"
+)
+
+// embeddedEnv is the environment of the embedded mode.
+const embeddedEnv = "local"
+
+// onlineTimeout bounds how long the embedded agents may take to come up.
+const onlineTimeout = 30 * time.Second
+
+func deployCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:      "deploy",
+		Usage:     "compile a model and deploy it on this machine (embedded mode)",
+		UsageText: "tether deploy [DIR] [--dry-run] [--var name=value]... [--root DIR] [-o json]",
+		Description: "Runs the whole pipeline in one process: compiles the model in DIR (default: the current\n" +
+			"directory), stores it as a version in an SQLite file under DIR/.tether/deploy/, and deploys\n" +
+			"every host of the model on this machine with local agents. Every resource is verified:\n" +
+			"what drifted since the last deploy is repaired. Exits 1 if a resource failed, 2 if the\n" +
+			"model does not compile.\n\n" +
+			"Examples:\n" +
+			"   tether deploy examples/quickstart\n" +
+			"   tether deploy examples/quickstart --dry-run          # show what would change\n" +
+			"   tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox",
+		Flags: append(modelFlags(),
+			&ucli.BoolFlag{Name: "dry-run", Usage: "report what would change, change nothing"},
+			&ucli.StringFlag{Name: "root", Usage: "prefix every path the handlers touch with `DIR` (a sandbox)"},
+			&ucli.StringFlag{Name: "state-dir", Usage: "keep the embedded store in `DIR` (default: DIR/.tether/deploy)"},
+			&ucli.IntFlag{Name: "parallel", Value: engine.DefaultParallelism, Usage: "deploy at most `N` resources at once per agent"},
+			outputFlag(),
+		),
+		Action: func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			if c.Int("parallel") < 1 {
+				return usageError("--parallel must be at least 1")
+			}
+			log, err := logger(c, term.stderr)
+			if err != nil {
+				return err
+			}
+			dir, res, err := compileModel(c, term)
+			if err != nil {
+				return err
+			}
+			opts := embeddedOptions{
+				dir:      dir,
+				stateDir: c.String("state-dir"),
+				root:     c.String("root"),
+				dryRun:   c.Bool("dry-run"),
+				parallel: c.Int("parallel"),
+				progress: term.progress && format == "table",
+			}
+			report, err := deployEmbedded(c.Context, term, log, opts, res.Resources, res.Hosts)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				err = writeJSON(term.stdout, report)
+			} else {
+				err = report.print(term)
+			}
+			if err != nil {
+				return err
+			}
+			if report.Summary.Failed > 0 {
+				return &exitError{code: exitFailed, err: errPrinted}
+			}
+			return nil
+		},
+	}
+}
+
+type embeddedOptions struct {
+	dir, stateDir, root string
+	dryRun              bool
+	parallel            int
+	progress            bool
+}
+
+// deployReport is what a deploy prints (and, as JSON, what scripts read).
+type deployReport struct {
+	Dir        string            `json:"dir"`
+	Env        string            `json:"env"`
+	Version    int64             `json:"version"`
+	NewVersion bool              `json:"new_version"`
+	DryRun     bool              `json:"dry_run"`
+	Duration   time.Duration     `json:"duration_ns"`
+	Summary    counts            `json:"summary"`
+	Agents     map[string]counts `json:"agents"`
+	Results    []model.Result    `json:"results"`
+}
+
+// counts tallies results by outcome.
+type counts struct {
+	Created   int `json:"created"`
+	Changed   int `json:"changed"`
+	Removed   int `json:"removed"`
+	Unchanged int `json:"unchanged"`
+	Failed    int `json:"failed"`
+	Skipped   int `json:"skipped"`
+}
+
+// outcome names what happened to a resource, for people.
+func outcome(r *model.Result) string {
+	switch r.State {
+	case model.StateDeployed:
+		switch {
+		case r.Changes.Created():
+			return "created"
+		case r.Changes.Removed():
+			return "removed"
+		case len(r.Changes) > 0:
+			return "changed"
+		}
+		return "unchanged"
+	case model.StateFailed, model.StateUnavailable:
+		return "failed"
+	}
+	return "skipped"
+}
+
+func (c *counts) add(r *model.Result) {
+	switch outcome(r) {
+	case "created":
+		c.Created++
+	case "removed":
+		c.Removed++
+	case "changed":
+		c.Changed++
+	case "unchanged":
+		c.Unchanged++
+	case "failed":
+		c.Failed++
+	default:
+		c.Skipped++
+	}
+}
+
+// deployEmbedded runs compile → store → schedule → bus → agents → status in
+// this process and returns the results.
+func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o embeddedOptions, resources []model.Resource, hosts []string) (*deployReport, error) {
+	start := time.Now()
+	report := &deployReport{Dir: o.dir, Env: embeddedEnv, DryRun: o.dryRun, Agents: map[string]counts{}}
+	if len(hosts) == 0 {
+		fmt.Fprintf(term.stderr, "tether: the model in %s declares no host: nothing to deploy\n", o.dir)
+		return report, nil
+	}
+	if o.stateDir == "" {
+		o.stateDir = filepath.Join(o.dir, ".tether", "deploy")
+	}
+	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the embedded store's directory: %w: pass --state-dir DIR to keep it elsewhere", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(o.stateDir, "tether.db"), sqlite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+
+	b := bus.NewLocal(log)
+	defer b.Close()
+	srv, err := server.New(server.Config{}, st, b, log)
+	if err != nil {
+		return nil, err
+	}
+	settings := model.DefaultEnvSettings()
+	settings.AutoDeploy = false // this command asks for exactly one deploy or dry run
+	settings.Enrollment = model.EnrollOpen
+	if _, err := srv.EnsureEnv(ctx, embeddedEnv, settings); err != nil {
+		return nil, err
+	}
+	abs, _ := filepath.Abs(o.dir)
+	v, reused, err := srv.Export(ctx, embeddedEnv, resources, model.VersionMeta{Compiler: readBuildInfo().Version, Source: abs, ExportedBy: "tether deploy"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := srv.Release(ctx, embeddedEnv, v.Number); err != nil {
+		return nil, err
+	}
+	report.Version, report.NewVersion = v.Number, !reused
+	sub := srv.Subscribe()
+	defer sub.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	failed := make(chan error, len(hosts)+1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			failed <- fmt.Errorf("server: %w", err)
+		}
+	}()
+	for _, h := range hosts {
+		reg, err := builtin.Registry(handler.Runtime{Root: o.root, Sync: handler.NewSyncGroup()})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		a, err := agent.New(agent.Config{Env: embeddedEnv, Name: h, Parallelism: o.parallel, ServerKey: srv.PublicKey()}, b, reg, log)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				failed <- fmt.Errorf("agent %s: %w", h, err)
+			}
+		}()
+	}
+	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, len(resources))
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	report.Results = results
+	for i := range results {
+		r := &results[i]
+		report.Summary.add(r)
+		c := report.Agents[r.ID.Agent]
+		c.add(r)
+		report.Agents[r.ID.Agent] = c
+	}
+	for _, h := range hosts {
+		if _, ok := report.Agents[h]; !ok {
+			report.Agents[h] = counts{}
+		}
+	}
+	report.Duration = time.Since(start)
+	return report, nil
+}
+
+// followDeploy waits for the agents, asks for the deploy and collects its
+// results, drawing progress on a terminal.
+func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *server.Subscription, failed <-chan error, o embeddedOptions, hosts []string, total int) ([]model.Result, error) {
+	next := func(ctx context.Context) (server.Event, error) {
+		type got struct {
+			e   server.Event
+			err error
+		}
+		ch := make(chan got, 1)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { e, err := sub.Next(ctx); ch <- got{e, err} }()
+		select {
+		case g := <-ch:
+			return g.e, g.err
+		case err := <-failed:
+			return server.Event{}, err
+		}
+	}
+
+	waiting := map[string]bool{}
+	for _, h := range hosts {
+		waiting[h] = true
+	}
+	onlineCtx, cancelOnline := context.WithTimeout(ctx, onlineTimeout)
+	for len(waiting) > 0 {
+		e, err := next(onlineCtx)
+		if err != nil {
+			cancelOnline()
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("agents %s did not come online within %v: run with --log-level debug to see why", strings.Join(keys(waiting), ", "), onlineTimeout)
+			}
+			return nil, err
+		}
+		if e.Kind == server.EventAgentOnline {
+			delete(waiting, e.Agent)
+		}
+	}
+	cancelOnline()
+
+	d, err := srv.Deploy(ctx, embeddedEnv, scheduler.DeployRequest{Mode: bus.DeployFull, DryRun: o.dryRun})
+	if err != nil {
+		return nil, err
+	}
+	pending := map[string]bool{}
+	for _, a := range d.Agents {
+		pending[a] = true
+	}
+	prog := newProgress(term, o.progress, total, o.dryRun)
+	defer prog.done()
+	var results []model.Result
+	var agentErrs []string
+	for len(pending) > 0 {
+		e, err := next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if e.DeployID != d.ID {
+			continue
+		}
+		switch e.Kind {
+		case server.EventResult:
+			results = append(results, *e.Result)
+			prog.step(e.Result)
+		case server.EventDeployDone:
+			delete(pending, e.Agent)
+			if e.Error != "" {
+				agentErrs = append(agentErrs, e.Agent+": "+e.Error)
+			}
+		}
+	}
+	if len(agentErrs) > 0 {
+		return nil, fmt.Errorf("deploy did not complete: %s", strings.Join(agentErrs, "; "))
+	}
+	sort.Slice(results, func(i, j int) bool { return results[i].ID.Compare(results[j].ID) < 0 })
+	return results, nil
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// progress draws one line on stderr while resources deploy.
+type progress struct {
+	term     *terminal
+	on       bool
+	total    int
+	n        int
+	verb     string
+	lastDraw time.Time
+}
+
+func newProgress(term *terminal, on bool, total int, dryRun bool) *progress {
+	verb := "deploying"
+	if dryRun {
+		verb = "checking"
+	}
+	return &progress{term: term, on: on, total: total, verb: verb}
+}
+
+func (p *progress) step(r *model.Result) {
+	p.n++
+	if !p.on || (time.Since(p.lastDraw) < 50*time.Millisecond && p.n < p.total) {
+		return
+	}
+	p.lastDraw = time.Now()
+	line := fmt.Sprintf("%s %d/%d  %s", p.verb, p.n, p.total, r.ID)
+	if len(line) > 100 {
+		line = line[:97] + "..."
+	}
+	fmt.Fprintf(p.term.stderr, "\r\033[K%s", line)
+}
+
+func (p *progress) done() {
+	if p.on && p.n > 0 {
+		fmt.Fprint(p.term.stderr, "\r\033[K")
+	}
+}
+
+// maxListed bounds the resources listed by name in the table output.
+const maxListed = 50
+
+func (r *deployReport) print(term *terminal) error {
+	w := term.stdout
+	verbs := map[string]string{"created": "created", "changed": "changed", "removed": "removed"}
+	if r.DryRun {
+		verbs = map[string]string{"created": "would create", "changed": "would change", "removed": "would remove"}
+	}
+	colors := map[string]string{"created": green, "changed": yellow, "removed": yellow, "failed": red, "skipped": yellow}
+	listed := 0
+	var rows [][]string
+	for i := range r.Results {
+		res := &r.Results[i]
+		o := outcome(res)
+		if o == "unchanged" {
+			continue
+		}
+		listed++
+		if listed > maxListed {
+			continue
+		}
+		label := o
+		if v, ok := verbs[o]; ok {
+			label = v
+		}
+		detail := res.Message
+		if detail == "" && o == "changed" {
+			detail = strings.Join(changedAttrs(res.Changes), ", ")
+		}
+		rows = append(rows, []string{term.paint(colors[o], label), res.ID.String(), detail})
+	}
+	if len(rows) > 0 {
+		t := newTable(w, "OUTCOME", "RESOURCE", "DETAIL")
+		for _, row := range rows {
+			t.row(row...)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if listed > maxListed {
+			fmt.Fprintf(w, "... and %d more (tether deploy -o json lists every result)\n", listed-maxListed)
+		}
+		fmt.Fprintln(w)
+	}
+
+	t := newTable(w, "AGENT", "CREATED", "CHANGED", "REMOVED", "UNCHANGED", "FAILED", "SKIPPED")
+	for _, a := range keysOf(r.Agents) {
+		c := r.Agents[a]
+		t.row(a, itoa(c.Created), itoa(c.Changed), itoa(c.Removed), itoa(c.Unchanged), itoa(c.Failed), itoa(c.Skipped))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	s := r.Summary
+	total := s.Created + s.Changed + s.Removed + s.Unchanged + s.Failed + s.Skipped
+	what := "deployed"
+	if r.DryRun {
+		what = "checked (dry run, nothing changed)"
+	}
+	version := fmt.Sprintf("version %d", r.Version)
+	if !r.NewVersion {
+		version += ", model unchanged"
+	}
+	words := [3]string{"created", "changed", "removed"}
+	if r.DryRun {
+		words = [3]string{"to create", "to change", "to remove"}
+	}
+	_, err := fmt.Fprintf(w, "\n%d %s %s in %.2fs (%s): %d %s, %d %s, %d %s, %d unchanged, %s, %d skipped\n",
+		total, plural(total, "resource", "resources"), what, r.Duration.Seconds(), version,
+		s.Created, words[0], s.Changed, words[1], s.Removed, words[2], s.Unchanged,
+		term.paint(failColor(s.Failed), fmt.Sprintf("%d failed", s.Failed)), s.Skipped)
+	return err
+}
+
+func failColor(n int) string {
+	if n > 0 {
+		return red + bold
+	}
+	return ""
+}
+
+func changedAttrs(c model.Changes) []string {
+	out := make([]string, 0, len(c))
+	for k := range c {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func keysOf(m map[string]counts) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }

@@ -1,0 +1,265 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store/sqlite"
+)
+
+// recorder is a Sender that keeps what was sent, and refuses agents listed
+// in offline as a broker would refuse a missing inbox.
+type recorder struct {
+	mu      sync.Mutex
+	sent    []*bus.Envelope
+	taken   int // sent[:taken] were returned by take
+	offline map[string]bool
+}
+
+func (r *recorder) Send(_ context.Context, e *bus.Envelope, _ bus.SendOptions) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.offline[e.Agent] {
+		return fmt.Errorf("send: %w", bus.ErrNoInbox)
+	}
+	r.sent = append(r.sent, e)
+	return nil
+}
+
+// take returns what was sent since the last take, as "agent:kind" strings.
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.sent[r.taken:] {
+		out = append(out, e.Agent+":"+string(e.Kind))
+	}
+	r.taken = len(r.sent)
+	return out
+}
+
+func (r *recorder) last(t *testing.T, kind bus.Kind, body any) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.sent) - 1; i >= 0; i-- {
+		if r.sent[i].Kind == kind {
+			if err := r.sent[i].DecodeBody(body); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s sent", kind)
+}
+
+type fixture struct {
+	ctx   context.Context
+	store *sqlite.Store
+	rec   *recorder
+	s     *Scheduler
+}
+
+func newFixture(t *testing.T, settings model.EnvSettings) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "t.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.CreateEnv(ctx, model.Environment{Name: "prod", Settings: settings}); err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := bus.GenerateKey()
+	rec := &recorder{offline: map[string]bool{}}
+	return &fixture{ctx: ctx, store: st, rec: rec, s: New(st, rec, bus.NewSigner(key, 0), zerolog.Nop())}
+}
+
+func (f *fixture) agent(t *testing.T, name string, gen int64) model.Agent {
+	t.Helper()
+	a := model.Agent{Env: "prod", Name: name, State: model.AgentAccepted, Generation: gen}
+	if err := f.store.UpsertAgent(f.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (f *fixture) release(t *testing.T, rs ...model.Resource) int64 {
+	t.Helper()
+	v, err := f.store.PutVersion(f.ctx, "prod", model.VersionMeta{}, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Released(f.ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	return v.Number
+}
+
+func file(agent, path, content string, requires ...model.ID) model.Resource {
+	return model.Resource{ID: model.ID{Type: "file", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path, "content": content}, Requires: requires}
+}
+
+func TestFullThenDiff(t *testing.T) {
+	f := newFixture(t, model.EnvSettings{AutoDeploy: true})
+	a := f.agent(t, "web", 0)
+	f.release(t, file("web", "/a", "1"), file("web", "/b", "1"))
+	if got := fmt.Sprint(f.rec.take()); got != "[web:desired.full web:deploy]" {
+		t.Fatalf("first release sent %s", got)
+	}
+	// The agent reports it holds generation 1; the next release is a diff.
+	a.Generation = 1
+	if err := f.store.UpsertAgent(f.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	f.release(t, file("web", "/a", "2"), file("web", "/c", "1"))
+	if got := fmt.Sprint(f.rec.take()); got != "[web:desired.diff web:deploy]" {
+		t.Fatalf("second release sent %s", got)
+	}
+	var d bus.DesiredDiff
+	f.rec.last(t, bus.KindDesiredDiff, &d)
+	if d.From != 1 || d.To != 2 || len(d.Upserts) != 2 || len(d.Deletes) != 1 || d.Deletes[0].Value != "/b" {
+		t.Fatalf("diff %+v", d)
+	}
+	var dep bus.Deploy
+	f.rec.last(t, bus.KindDeploy, &dep)
+	if dep.Generation != 2 || dep.Mode != bus.DeployIncremental {
+		t.Fatalf("deploy %+v", dep)
+	}
+	// Nothing is sent twice for the same generation.
+	if err := f.s.Released(f.ctx, "prod", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rec.take(); len(got) != 0 {
+		t.Fatalf("re-release sent %v", got)
+	}
+}
+
+func TestOnlineAgentGetsWhatItMissed(t *testing.T) {
+	f := newFixture(t, model.EnvSettings{AutoDeploy: false})
+	f.rec.offline["web"] = true
+	f.agent(t, "web", 0)
+	f.release(t, file("web", "/a", "1")) // unreachable: no error, nothing sent
+	if got := f.rec.take(); len(got) != 0 {
+		t.Fatalf("sent to an offline agent: %v", got)
+	}
+	delete(f.rec.offline, "web")
+	if err := f.s.Online(f.ctx, model.Agent{Env: "prod", Name: "web", State: model.AgentAccepted, Generation: 0}); err != nil {
+		t.Fatal(err)
+	}
+	// auto_deploy off: the state, no deploy.
+	if got := fmt.Sprint(f.rec.take()); got != "[web:desired.full]" {
+		t.Fatalf("online sent %s", got)
+	}
+	// An agent already at the released generation is sent nothing.
+	if err := f.s.Online(f.ctx, model.Agent{Env: "prod", Name: "web", State: model.AgentAccepted, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rec.take(); len(got) != 0 {
+		t.Fatalf("an up-to-date agent was sent %v", got)
+	}
+}
+
+func TestDeployRequests(t *testing.T) {
+	f := newFixture(t, model.EnvSettings{})
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrNoRelease) {
+		t.Fatalf("deploy without a release: %v", err)
+	}
+	f.release(t, file("web", "/a", "1"))
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrNoAgents) {
+		t.Fatalf("deploy without agents: %v", err)
+	}
+	f.agent(t, "web", 1)
+	f.agent(t, "db", 1)
+	if err := f.store.UpsertAgent(f.ctx, model.Agent{Env: "prod", Name: "new", State: model.AgentPending}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Mode: bus.DeployFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(d.Agents) != "[db web]" || d.Generation != 1 || d.ID == "" {
+		t.Fatalf("deployment %+v: want accepted agents only", d)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[db:deploy web:deploy]" {
+		t.Fatalf("sent %s", got)
+	}
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Agents: []string{"new"}}); !errors.Is(err, ErrNoAgents) {
+		t.Fatalf("deploy to a pending agent: %v", err)
+	}
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Agents: []string{"ghost"}}); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("deploy to an unknown agent: %v", err)
+	}
+
+	// A halted environment refuses deploys but allows dry runs.
+	env, _ := f.store.GetEnv(f.ctx, "prod")
+	env.Settings.Halted = true
+	f2 := newFixture(t, env.Settings)
+	f2.agent(t, "web", 0)
+	f2.release(t, file("web", "/a", "1"))
+	f2.rec.take()
+	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrHalted) {
+		t.Fatalf("deploy on a halted env: %v", err)
+	}
+	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{DryRun: true}); err != nil {
+		t.Fatalf("dry run on a halted env: %v", err)
+	}
+	if got := fmt.Sprint(f2.rec.take()); got != "[web:dryrun]" {
+		t.Fatalf("halted env sent %s", got)
+	}
+}
+
+func TestDependencyStatusGoesToWaitingAgents(t *testing.T) {
+	f := newFixture(t, model.EnvSettings{})
+	db := file("db", "/ready", "1")
+	f.agent(t, "db", 1)
+	f.agent(t, "web", 1)
+	f.agent(t, "other", 1)
+	f.release(t, db, file("web", "/conf", "x", db.ID), file("other", "/x", "y"))
+	f.rec.take()
+	err := f.s.ResultsRecorded(f.ctx, "prod", []model.Result{
+		{ID: db.ID, State: model.StateDeployed},
+		{ID: file("other", "/x", "").ID, State: model.StateDeployed}, // nobody waits for it
+		{ID: db.ID, State: model.StateDeployed, DryRun: true},        // a dry run is no outcome
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[web:dependency.status]" {
+		t.Fatalf("sent %s", got)
+	}
+	var ds bus.DependencyStatus
+	f.rec.last(t, bus.KindDependencyStatus, &ds)
+	if ds.ID != db.ID || ds.State != model.StateDeployed {
+		t.Fatalf("dependency status %+v", ds)
+	}
+}
+
+func TestStateRequestSendsFull(t *testing.T) {
+	f := newFixture(t, model.EnvSettings{})
+	f.agent(t, "web", 1)
+	f.release(t, file("web", "/a", "1"))
+	f.rec.take()
+	if err := f.s.StateRequest(f.ctx, "prod", "web"); err != nil {
+		t.Fatal(err)
+	}
+	var full bus.DesiredFull
+	f.rec.last(t, bus.KindDesiredFull, &full)
+	want, _ := model.SliceOf("web", 1, []model.Resource{file("web", "/a", "1")}).Hash()
+	if full.Generation != 1 || len(full.Resources) != 1 || full.SliceHash != want {
+		t.Fatalf("full state %+v", full)
+	}
+}
