@@ -92,6 +92,8 @@ type Agent struct {
 	mu        sync.Mutex
 	serverKey ed25519.PublicKey
 	slice     model.Slice
+	// hashes are the resource hashes of slice.
+	hashes map[model.ID]model.Hash
 	// last is each resource's state after the latest deploy.
 	last map[model.ID]model.ResourceState
 	// dirty holds resources changed by desired state since they last
@@ -136,6 +138,7 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		log:       log,
 		serverKey: cfg.ServerKey,
 		slice:     model.Slice{Agent: cfg.Name},
+		hashes:    map[model.ID]model.Hash{},
 		last:      map[model.ID]model.ResourceState{},
 		dirty:     map[model.ID]bool{},
 		wake:      make(chan struct{}, 1),
@@ -307,32 +310,31 @@ func (a *Agent) verify(e *bus.Envelope) error {
 }
 
 func (a *Agent) setSlice(ctx context.Context, s model.Slice, want model.Hash) error {
-	got, err := s.Hash()
-	if err != nil {
-		return fmt.Errorf("%w: desired state: %w", bus.ErrReject, err)
-	}
-	if got != want {
-		a.log.Error().Int64("generation", s.Generation).Msg("desired state does not match its hash; asking for the full state")
-		return a.publish(ctx, bus.KindStateRequest, bus.StateRequest{Generation: a.generation()})
-	}
-	for _, r := range s.Resources {
+	hashes := make(map[model.ID]model.Hash, len(s.Resources))
+	list := make([]model.Hash, 0, len(s.Resources))
+	for i := range s.Resources {
+		r := &s.Resources[i]
 		if r.ID.Agent != a.cfg.Name {
 			return fmt.Errorf("%w: desired state holds %s of another agent", bus.ErrReject, r.ID)
 		}
+		h, err := r.Hash()
+		if err != nil {
+			return fmt.Errorf("%w: desired state: %w", bus.ErrReject, err)
+		}
+		hashes[r.ID] = h
+		list = append(list, h)
+	}
+	if model.SetHashOf(list) != want {
+		a.log.Error().Int64("generation", s.Generation).Msg("desired state does not match its hash; asking for the full state")
+		return a.publish(ctx, bus.KindStateRequest, bus.StateRequest{Generation: a.generation()})
 	}
 	a.mu.Lock()
-	old := map[model.ID]model.Hash{}
-	for _, r := range a.slice.Resources {
-		h, _ := r.Hash()
-		old[r.ID] = h
-	}
-	for _, r := range s.Resources {
-		h, _ := r.Hash()
-		if prev, ok := old[r.ID]; !ok || prev != h {
-			a.dirty[r.ID] = true
+	for id, h := range hashes {
+		if prev, ok := a.hashes[id]; !ok || prev != h {
+			a.dirty[id] = true
 		}
 	}
-	a.slice = s
+	a.slice, a.hashes = s, hashes
 	a.mu.Unlock()
 	a.log.Debug().Int64("generation", s.Generation).Int("resources", len(s.Resources)).Msg("desired state updated")
 	a.poke()

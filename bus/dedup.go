@@ -9,14 +9,17 @@ import "sync"
 // concurrent use.
 type Dedup struct {
 	mu   sync.Mutex
+	max  int
 	seen map[string]struct{}
+	// ring holds the ids in arrival order; it grows to max, then wraps.
 	ring []string
 	next int
 }
 
-// NewDedup remembers up to n ids.
+// NewDedup remembers up to n ids. Memory grows with the ids recorded, not
+// with n.
 func NewDedup(n int) *Dedup {
-	return &Dedup{seen: make(map[string]struct{}, n), ring: make([]string, n)}
+	return &Dedup{max: max(n, 1), seen: map[string]struct{}{}}
 }
 
 // Has reports whether id was recorded.
@@ -34,10 +37,12 @@ func (d *Dedup) Add(id string) {
 	if _, ok := d.seen[id]; ok {
 		return
 	}
-	if old := d.ring[d.next]; old != "" {
-		delete(d.seen, old)
-	}
-	d.ring[d.next] = id
 	d.seen[id] = struct{}{}
-	d.next = (d.next + 1) % len(d.ring)
+	if len(d.ring) < d.max {
+		d.ring = append(d.ring, id)
+		return
+	}
+	delete(d.seen, d.ring[d.next])
+	d.ring[d.next] = id
+	d.next = (d.next + 1) % d.max
 }

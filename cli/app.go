@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -107,10 +109,15 @@ func newApp(term *terminal) *ucli.App {
 				Usage: "how much to log to stderr: debug, info, warn, error"},
 			&ucli.StringFlag{Name: "log-format", Value: "auto", EnvVars: []string{"TETHER_LOG_FORMAT"},
 				Usage: "log format: auto (text on a terminal, JSON otherwise), text, json"},
+			&ucli.StringFlag{Name: "cpu-profile", Hidden: true, Usage: "write a CPU profile of the command to `FILE` (for developers)"},
+			&ucli.StringFlag{Name: "mem-profile", Hidden: true, Usage: "write an allocation profile of the command to `FILE` (for developers)"},
 		},
+		Before: startProfile,
+		After:  stopProfile,
 		Commands: withUsageErrors(
 			deployCommand(term),
 			compileCommand(term),
+			benchCommand(term),
 			versionCommand(term),
 		),
 		OnUsageError: onUsageError,
@@ -128,6 +135,51 @@ func withUsageErrors(cmds ...*ucli.Command) []*ucli.Command {
 		withUsageErrors(c.Subcommands...)
 	}
 	return cmds
+}
+
+// startProfile starts the CPU profile asked for with --cpu-profile.
+func startProfile(c *ucli.Context) error {
+	if c.String("mem-profile") != "" {
+		runtime.MemProfileRate = 4096
+	}
+	path := c.String("cpu-profile")
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	// A command lasts a fraction of a second: sample at 1 kHz, not 100 Hz.
+	runtime.SetCPUProfileRate(1000)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	c.App.Metadata = map[string]any{"profile": f}
+	return nil
+}
+
+func stopProfile(c *ucli.Context) error {
+	if path := c.String("mem-profile"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("--mem-profile: %w", err)
+		}
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			f.Close()
+			return fmt.Errorf("--mem-profile: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	f, ok := c.App.Metadata["profile"].(*os.File)
+	if !ok {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	return f.Close()
 }
 
 func onUsageError(c *ucli.Context, err error, _ bool) error {
@@ -168,22 +220,34 @@ func reorderFlags(app *ucli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}
-	// Find the command and where its arguments start.
+	// Find the command (descending into subcommands) and where its
+	// arguments start.
 	var cmd *ucli.Command
-	start := 1
+	start, first := 1, 0
+	commands := app.Commands
 	for i := 1; i < len(args); i++ {
 		if strings.HasPrefix(args[i], "-") {
-			if takesValue(app.Flags, args[i]) && !strings.Contains(args[i], "=") {
+			if cmd == nil && takesValue(app.Flags, args[i]) && !strings.Contains(args[i], "=") {
 				i++
+			}
+			if cmd != nil {
+				break // the command's own flags start here
 			}
 			continue
 		}
-		for _, c := range app.Commands {
+		var sub *ucli.Command
+		for _, c := range commands {
 			if c.HasName(args[i]) {
-				cmd, start = c, i+1
+				sub = c
 			}
 		}
-		break
+		if sub == nil {
+			break
+		}
+		if cmd == nil {
+			first = i
+		}
+		cmd, start, commands = sub, i+1, sub.Subcommands
 	}
 	if cmd == nil {
 		return args
@@ -209,9 +273,9 @@ func reorderFlags(app *ucli.App, args []string) []string {
 			positional = append(positional, a)
 		}
 	}
-	out := append([]string{}, args[:start-1]...)
+	out := append([]string{}, args[:first]...)
 	out = append(out, global...)
-	out = append(out, args[start-1])
+	out = append(out, args[first:start]...)
 	out = append(out, flags...)
 	return append(out, positional...)
 }

@@ -370,10 +370,50 @@ func TestReorderFlags(t *testing.T) {
 		{"tether deploy -- --weird-dir", "tether deploy -- --weird-dir"},
 		{"tether deploy dir --log-level debug -o json", "tether --log-level debug deploy -o json dir"},
 		{"tether compile", "tether compile"},
+		{"tether bench deploy --files 10", "tether bench deploy --files 10"},
+		{"tether bench deploy x --runs 2 --log-level info", "tether --log-level info bench deploy --runs 2 x"},
 	}
 	for _, tt := range tests {
 		if got := strings.Join(reorderFlags(app, strings.Fields(tt.in)), " "); got != tt.want {
 			t.Errorf("reorderFlags(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestCompileCache(t *testing.T) {
+	dir, root := quickstart(t)
+	state := t.TempDir()
+	deploy := func(extra ...string) deployReport {
+		t.Helper()
+		return deployJSON(t, 0, append([]string{dir, "--root", root, "--state-dir", state}, extra...)...)
+	}
+	if r := deploy(); !r.Compiled || r.Version != 1 {
+		t.Fatalf("first deploy: compiled %v version %d", r.Compiled, r.Version)
+	}
+	if r := deploy(); r.Compiled || r.Version != 1 || r.Summary.Unchanged != 7 {
+		t.Fatalf("unchanged model: compiled %v version %d %+v, want the cached version 1", r.Compiled, r.Version, r.Summary)
+	}
+	if r := deploy("--recompile"); !r.Compiled || r.NewVersion {
+		t.Fatalf("--recompile: compiled %v new version %v", r.Compiled, r.NewVersion)
+	}
+	// Editing a template the model reads invalidates the cache.
+	tmpl := filepath.Join(dir, "templates", "page.html.tmpl")
+	b, _ := os.ReadFile(tmpl)
+	if err := os.WriteFile(tmpl, append(b, []byte("<!-- edited -->\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := deploy(); !r.Compiled || !r.NewVersion || r.Summary.Changed != 2 {
+		t.Fatalf("edited template: compiled %v new %v %+v, want 2 pages changed", r.Compiled, r.NewVersion, r.Summary)
+	}
+	// So does another variable value.
+	if r := deploy("--var", "site_title=Other"); !r.Compiled || !r.NewVersion {
+		t.Fatalf("new --var: compiled %v new %v", r.Compiled, r.NewVersion)
+	}
+	// A cache naming a version the store no longer has is not trusted.
+	for _, f := range []string{"tether.db", "tether.db-wal", "tether.db-shm"} {
+		os.Remove(filepath.Join(state, f))
+	}
+	if r := deploy("--var", "site_title=Other"); !r.Compiled || r.Version != 1 {
+		t.Fatalf("store gone: compiled %v version %d, want a fresh compile as version 1", r.Compiled, r.Version)
 	}
 }

@@ -62,6 +62,12 @@ func compileModel(c *ucli.Context, term *terminal) (string, *lang.Result, error)
 	if err != nil {
 		return "", nil, err
 	}
+	res, err := compileDir(term, dir, vars)
+	return dir, res, err
+}
+
+// compileDir compiles the model in dir, showing its diagnostics.
+func compileDir(term *terminal, dir string, vars map[string]string) (*lang.Result, error) {
 	res, err := lang.Compile(dir, lang.Options{Vars: vars})
 	var le *lang.Error
 	switch {
@@ -74,16 +80,20 @@ func compileModel(c *ucli.Context, term *terminal) (string, *lang.Result, error)
 			}
 		}
 		fmt.Fprintf(term.stderr, "tether: the model in %s has %d %s; nothing was deployed\n", dir, n, plural(n, "error", "errors"))
-		return "", nil, &exitError{code: exitUsage, err: errPrinted}
+		return nil, &exitError{code: exitUsage, err: errPrinted}
 	case errors.Is(err, lang.ErrNoModel):
-		return "", nil, &exitError{code: exitUsage, err: err}
+		return nil, &exitError{code: exitUsage, err: err}
 	case err != nil:
-		return "", nil, &exitError{code: exitUsage, err: err}
+		return nil, &exitError{code: exitUsage, err: err}
 	}
-	for _, w := range res.Warnings {
+	printWarnings(term, res.Warnings)
+	return res, nil
+}
+
+func printWarnings(term *terminal, warnings []lang.Diagnostic) {
+	for _, w := range warnings {
 		fmt.Fprintf(term.stderr, "tether: %s\n", w)
 	}
-	return dir, res, nil
 }
 
 func plural(n int, one, many string) string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/tetherhq/tether/agent/handler/builtin"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store/sqlite"
@@ -50,6 +52,7 @@ func deployCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "root", Usage: "prefix every path the handlers touch with `DIR` (a sandbox)"},
 			&ucli.StringFlag{Name: "state-dir", Usage: "keep the embedded store in `DIR` (default: DIR/.tether/deploy)"},
 			&ucli.IntFlag{Name: "parallel", Value: engine.DefaultParallelism, Usage: "deploy at most `N` resources at once per agent"},
+			&ucli.BoolFlag{Name: "recompile", Usage: "compile the model even if nothing it reads changed since the last deploy"},
 			outputFlag(),
 		),
 		Action: func(c *ucli.Context) error {
@@ -64,19 +67,41 @@ func deployCommand(term *terminal) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			dir, res, err := compileModel(c, term)
+			dir, err := modelDir(c)
+			if err != nil {
+				return err
+			}
+			vars, err := modelVars(c)
 			if err != nil {
 				return err
 			}
 			opts := embeddedOptions{
 				dir:      dir,
+				vars:     vars,
 				stateDir: c.String("state-dir"),
 				root:     c.String("root"),
 				dryRun:   c.Bool("dry-run"),
 				parallel: c.Int("parallel"),
 				progress: term.progress && format == "table",
 			}
-			report, err := deployEmbedded(c.Context, term, log, opts, res.Resources, res.Hosts)
+			if opts.stateDir == "" {
+				opts.stateDir = filepath.Join(dir, ".tether", "deploy")
+			}
+			// Compile first (unless nothing the model reads changed): a
+			// model that does not compile leaves no state behind.
+			m := &embeddedModel{}
+			if !c.Bool("recompile") {
+				m.cache = loadCompileCache(opts.stateDir, dir, vars)
+			}
+			if m.cache == nil {
+				if m.res, err = compileDir(term, dir, vars); err != nil {
+					return err
+				}
+				debug.FreeOSMemory()
+			} else {
+				printWarnings(term, m.cache.Warnings)
+			}
+			report, err := deployEmbedded(c.Context, term, log, opts, m)
 			if err != nil {
 				return err
 			}
@@ -98,9 +123,31 @@ func deployCommand(term *terminal) *ucli.Command {
 
 type embeddedOptions struct {
 	dir, stateDir, root string
+	vars                map[string]string
 	dryRun              bool
 	parallel            int
 	progress            bool
+}
+
+// embeddedModel is the model of a deploy: freshly compiled, or known from
+// the compile cache.
+type embeddedModel struct {
+	res   *lang.Result
+	cache *compileCache
+}
+
+func (m *embeddedModel) hosts() []string {
+	if m.res != nil {
+		return m.res.Hosts
+	}
+	return m.cache.Hosts
+}
+
+func (m *embeddedModel) count() int {
+	if m.res != nil {
+		return len(m.res.Resources)
+	}
+	return m.cache.Resources
 }
 
 // deployReport is what a deploy prints (and, as JSON, what scripts read).
@@ -109,6 +156,7 @@ type deployReport struct {
 	Env        string            `json:"env"`
 	Version    int64             `json:"version"`
 	NewVersion bool              `json:"new_version"`
+	Compiled   bool              `json:"compiled"`
 	DryRun     bool              `json:"dry_run"`
 	Duration   time.Duration     `json:"duration_ns"`
 	Summary    counts            `json:"summary"`
@@ -162,17 +210,14 @@ func (c *counts) add(r *model.Result) {
 	}
 }
 
-// deployEmbedded runs compile → store → schedule → bus → agents → status in
-// this process and returns the results.
-func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o embeddedOptions, resources []model.Resource, hosts []string) (*deployReport, error) {
+// deployEmbedded runs store → schedule → bus → agents → status in this
+// process for a compiled (or cached) model and returns the results.
+func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o embeddedOptions, m *embeddedModel) (*deployReport, error) {
 	start := time.Now()
 	report := &deployReport{Dir: o.dir, Env: embeddedEnv, DryRun: o.dryRun, Agents: map[string]counts{}}
-	if len(hosts) == 0 {
+	if len(m.hosts()) == 0 {
 		fmt.Fprintf(term.stderr, "tether: the model in %s declares no host: nothing to deploy\n", o.dir)
 		return report, nil
-	}
-	if o.stateDir == "" {
-		o.stateDir = filepath.Join(o.dir, ".tether", "deploy")
 	}
 	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the embedded store's directory: %w: pass --state-dir DIR to keep it elsewhere", err)
@@ -195,15 +240,15 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 	if _, err := srv.EnsureEnv(ctx, embeddedEnv, settings); err != nil {
 		return nil, err
 	}
-	abs, _ := filepath.Abs(o.dir)
-	v, reused, err := srv.Export(ctx, embeddedEnv, resources, model.VersionMeta{Compiler: readBuildInfo().Version, Source: abs, ExportedBy: "tether deploy"})
+	v, reused, err := exportModel(ctx, term, st, srv, o, m)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := srv.Release(ctx, embeddedEnv, v.Number); err != nil {
 		return nil, err
 	}
-	report.Version, report.NewVersion = v.Number, !reused
+	report.Version, report.NewVersion, report.Compiled = v.Number, !reused, m.res != nil
+	hosts := m.hosts()
 	sub := srv.Subscribe()
 	defer sub.Close()
 
@@ -239,7 +284,7 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 			}
 		}()
 	}
-	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, len(resources))
+	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, m.count())
 	cancel()
 	wg.Wait()
 	if err != nil {
@@ -260,6 +305,44 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 	}
 	report.Duration = time.Since(start)
 	return report, nil
+}
+
+// exportModel makes the model a version of the embedded environment: the
+// cached version when the compile cache holds and the store still has it,
+// else the freshly compiled resources (compiling now if the cache let us
+// down), recording the compile in the cache.
+func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *server.Server, o embeddedOptions, m *embeddedModel) (model.Version, bool, error) {
+	if m.cache != nil {
+		v, err := st.GetVersion(ctx, embeddedEnv, m.cache.Version, false)
+		if err == nil && v.SetHash == m.cache.SetHash && v.State != model.VersionRetired {
+			return v, true, nil
+		}
+		m.cache = nil
+		res, err := compileDir(term, o.dir, o.vars)
+		if err != nil {
+			return model.Version{}, false, err
+		}
+		m.res = res
+	}
+	abs, _ := filepath.Abs(o.dir)
+	v, reused, err := srv.Export(ctx, embeddedEnv, m.res.Resources, model.VersionMeta{Compiler: readBuildInfo().Version, Source: abs, ExportedBy: "tether deploy"})
+	if err != nil {
+		return v, false, err
+	}
+	cache := &compileCache{
+		Fingerprint: lang.Fingerprint(m.res.Inputs, lang.Options{Vars: o.vars}, compilerSalt()),
+		Inputs:      m.res.Inputs,
+		Version:     v.Number,
+		SetHash:     v.SetHash,
+		Hosts:       m.res.Hosts,
+		Resources:   len(m.res.Resources),
+		Warnings:    m.res.Warnings,
+	}
+	if err := saveCompileCache(o.stateDir, cache); err != nil {
+		// Only speed is lost: the next deploy compiles again.
+		fmt.Fprintf(term.stderr, "tether: cannot write the compile cache: %v\n", err)
+	}
+	return v, reused, nil
 }
 
 // followDeploy waits for the agents, asks for the deploy and collects its

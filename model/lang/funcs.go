@@ -96,6 +96,7 @@ func (c *compiler) readModelFile(name string) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("read %s: %w", name, unwrapPathError(err))
 	}
+	c.record(p, b)
 	if !utf8.Valid(b) {
 		return "", "", fmt.Errorf("%s is not UTF-8 text", name)
 	}

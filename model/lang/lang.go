@@ -42,6 +42,9 @@ type Result struct {
 	Hosts []string `json:"hosts"`
 	// Warnings are diagnostics that did not stop the compile.
 	Warnings []Diagnostic `json:"warnings,omitempty"`
+	// Inputs are the files the compile read (model files, templates, files
+	// read by file()), relative to the model directory, with their SHA-256.
+	Inputs []Input `json:"inputs"`
 }
 
 // ErrNoModel is returned when the directory holds no model files.
@@ -72,6 +75,7 @@ func Compile(dir string, opts Options) (*Result, error) {
 		parser:    hclparse.NewParser(),
 		opts:      opts,
 		templates: map[string]hcl.Expression{},
+		read:      map[string]bool{},
 	}
 	return c.compile(matches)
 }
@@ -84,6 +88,8 @@ type compiler struct {
 	templates map[string]hcl.Expression
 	diags     hcl.Diagnostics
 	ctx       *hcl.EvalContext
+	inputs    []Input
+	read      map[string]bool
 }
 
 // display names a model file relative to the directory the user gave.
@@ -123,6 +129,7 @@ func (c *compiler) compile(files []string) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", c.display(p), err)
 		}
+		c.record(p, src)
 		f, diags := c.parser.ParseHCL(src, c.display(p))
 		c.diags = append(c.diags, diags...)
 		if f == nil || diags.HasErrors() {
@@ -181,6 +188,8 @@ func (c *compiler) compile(files []string) (*Result, error) {
 		return nil, c.fail()
 	}
 	res.Warnings = convertDiags(c.diags)
+	res.Inputs = c.inputs
+	slices.SortFunc(res.Inputs, func(a, b Input) int { return strings.Compare(a.Path, b.Path) })
 	return res, nil
 }
 

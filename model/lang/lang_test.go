@@ -99,3 +99,76 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+func TestInputsAndFingerprint(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("main.hcl", "host \"h\" {\n  file \"/x\" { content = templatefile(\"t/x.tmpl\", {}) }\n  file \"/y\" { content = file(\"f.txt\") }\n}\n")
+	write("t/x.tmpl", "template")
+	write("f.txt", "file")
+	write("unused.txt", "never read")
+	res, err := Compile(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, in := range res.Inputs {
+		paths = append(paths, in.Path)
+	}
+	if got := strings.Join(paths, " "); got != "f.txt main.hcl t/x.tmpl" {
+		t.Fatalf("inputs %q, want every file read and nothing else", got)
+	}
+	if !Unchanged(dir, res.Inputs) {
+		t.Fatal("an untouched model reported changed")
+	}
+	fp := Fingerprint(res.Inputs, Options{}, "v1")
+	if fp != Fingerprint(res.Inputs, Options{Vars: map[string]string{}}, "v1") {
+		t.Fatal("fingerprint not stable")
+	}
+	for name, other := range map[string]string{
+		"var":  Fingerprint(res.Inputs, Options{Vars: map[string]string{"a": "b"}}, "v1"),
+		"salt": Fingerprint(res.Inputs, Options{}, "v2"),
+	} {
+		if other == fp {
+			t.Fatalf("changing the %s left the fingerprint unchanged", name)
+		}
+	}
+	for name, change := range map[string]func(){
+		"template edited":    func() { write("t/x.tmpl", "edited") },
+		"read file edited":   func() { write("f.txt", "edited") },
+		"model file added":   func() { write("extra.hcl", "") },
+		"model file removed": func() { os.Remove(filepath.Join(dir, "main.hcl")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			snapshot := map[string][]byte{}
+			for _, n := range []string{"main.hcl", "t/x.tmpl", "f.txt"} {
+				snapshot[n], _ = os.ReadFile(filepath.Join(dir, n))
+			}
+			change()
+			if Unchanged(dir, res.Inputs) {
+				t.Fatalf("%s, but the model reported unchanged", name)
+			}
+			for n, b := range snapshot {
+				write(n, string(b))
+			}
+			os.Remove(filepath.Join(dir, "extra.hcl"))
+			if !Unchanged(dir, res.Inputs) {
+				t.Fatal("restoring the files did not restore the model")
+			}
+		})
+	}
+	// Editing a file the model does not read changes nothing.
+	write("unused.txt", "edited")
+	if !Unchanged(dir, res.Inputs) {
+		t.Fatal("a file the model never read invalidated it")
+	}
+}

@@ -64,9 +64,23 @@ type Scheduler struct {
 	mu sync.Mutex
 	// sent is the generation last sent to each agent, to skip re-sending.
 	sent map[agentKey]int64
-	// waiting maps a resource to the agents whose resources require it,
-	// per environment, for the released version.
-	waiting map[string]map[model.ID][]string
+	// released holds, per environment, the released version read once:
+	// every agent's slice with its hash, and who waits for what.
+	released map[string]*releasedVersion
+}
+
+// releasedVersion is an environment's released version as the scheduler
+// serves it: agents' slices come from here instead of the store.
+type releasedVersion struct {
+	number int64
+	slices map[string]hashedSlice
+	// waiting maps a resource to the agents whose resources require it.
+	waiting map[model.ID][]string
+}
+
+type hashedSlice struct {
+	slice model.Slice
+	hash  model.Hash
 }
 
 type agentKey struct{ env, agent string }
@@ -74,12 +88,12 @@ type agentKey struct{ env, agent string }
 // New returns a scheduler that signs with signer and sends through send.
 func New(store Store, send Sender, signer *bus.Signer, log zerolog.Logger) *Scheduler {
 	return &Scheduler{
-		store:   store,
-		send:    send,
-		signer:  signer,
-		log:     log.With().Str("component", "scheduler").Logger(),
-		sent:    map[agentKey]int64{},
-		waiting: map[string]map[model.ID][]string{},
+		store:    store,
+		send:     send,
+		signer:   signer,
+		log:      log.With().Str("component", "scheduler").Logger(),
+		sent:     map[agentKey]int64{},
+		released: map[string]*releasedVersion{},
 	}
 }
 
@@ -275,11 +289,7 @@ func (s *Scheduler) sync(ctx context.Context, env, agent string, held, to int64)
 	if from == to {
 		return false, nil
 	}
-	next, err := s.store.AgentSlice(ctx, env, to, agent)
-	if err != nil {
-		return true, err
-	}
-	hash, err := next.Hash()
+	next, hash, err := s.slice(ctx, env, agent, to)
 	if err != nil {
 		return true, err
 	}
@@ -337,35 +347,63 @@ func (s *Scheduler) sendTo(ctx context.Context, kind bus.Kind, env, agent string
 	return nil
 }
 
-// ensureIndex builds the cross-agent requirement index of version n unless
-// it is there.
+// slice returns agent's slice of version n and its hash, from the released
+// version held in memory when n is it.
+func (s *Scheduler) slice(ctx context.Context, env, agent string, n int64) (model.Slice, model.Hash, error) {
+	s.mu.Lock()
+	rv := s.released[env]
+	s.mu.Unlock()
+	if rv != nil && rv.number == n {
+		if hs, ok := rv.slices[agent]; ok {
+			return hs.slice, hs.hash, nil
+		}
+		empty := model.Slice{Agent: agent, Generation: n}
+		h, err := empty.Hash()
+		return empty, h, err
+	}
+	sl, err := s.store.AgentSlice(ctx, env, n, agent)
+	if err != nil {
+		return sl, model.Hash{}, err
+	}
+	h, err := sl.Hash()
+	return sl, h, err
+}
+
+// ensureIndex reads version n as the released one unless it is held already.
 func (s *Scheduler) ensureIndex(ctx context.Context, env string, n int64) error {
 	s.mu.Lock()
-	_, ok := s.waiting[env]
+	rv := s.released[env]
 	s.mu.Unlock()
-	if ok {
+	if rv != nil && rv.number == n {
 		return nil
 	}
 	return s.buildIndex(ctx, env, n)
 }
 
-// buildIndex records, for the released version, which agents wait for which
-// resources of other agents.
+// buildIndex reads version n once: every agent's slice with its hash, and
+// which agents wait for which resources of other agents.
 func (s *Scheduler) buildIndex(ctx context.Context, env string, n int64) error {
 	v, err := s.store.GetVersion(ctx, env, n, true)
 	if err != nil {
 		return err
 	}
-	idx := map[model.ID][]string{}
+	rv := &releasedVersion{number: n, slices: map[string]hashedSlice{}, waiting: map[model.ID][]string{}}
+	for agent, sl := range model.Slices(n, v.Resources) {
+		h, err := sl.Hash()
+		if err != nil {
+			return err
+		}
+		rv.slices[agent] = hashedSlice{slice: sl, hash: h}
+	}
 	for _, r := range v.Resources {
 		for _, req := range r.Requires {
-			if req.Agent != r.ID.Agent && !slices.Contains(idx[req], r.ID.Agent) {
-				idx[req] = append(idx[req], r.ID.Agent)
+			if req.Agent != r.ID.Agent && !slices.Contains(rv.waiting[req], r.ID.Agent) {
+				rv.waiting[req] = append(rv.waiting[req], r.ID.Agent)
 			}
 		}
 	}
 	s.mu.Lock()
-	s.waiting[env] = idx
+	s.released[env] = rv
 	s.mu.Unlock()
 	return nil
 }
@@ -374,11 +412,12 @@ func (s *Scheduler) buildIndex(ctx context.Context, env string, n int64) error {
 // agent) how they ended. Dry-run results are not outcomes and are ignored.
 func (s *Scheduler) ResultsRecorded(ctx context.Context, env string, results []model.Result) error {
 	s.mu.Lock()
-	idx := s.waiting[env]
+	rv := s.released[env]
 	s.mu.Unlock()
-	if len(idx) == 0 {
+	if rv == nil || len(rv.waiting) == 0 {
 		return nil
 	}
+	idx := rv.waiting
 	var errs []error
 	for _, r := range results {
 		if r.DryRun || !r.State.Done() {

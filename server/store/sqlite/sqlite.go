@@ -4,6 +4,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -395,20 +396,29 @@ func (s *Store) resources(ctx context.Context, env string, n int64, agent string
 		return nil, err
 	}
 	defer rows.Close()
-	var out []model.Resource
+	// The bodies are decoded as one JSON array: one decoder and one
+	// buffer for the whole set instead of one per resource.
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	count := 0
 	for rows.Next() {
 		var body []byte
 		if err := rows.Scan(&body); err != nil {
 			return nil, err
 		}
-		var r model.Resource
-		if err := model.DecodeJSON(body, &r); err != nil {
-			return nil, fmt.Errorf("%w: resource body: %w", store.ErrCorrupt, err)
+		if count > 0 {
+			buf.WriteByte(',')
 		}
-		out = append(out, r)
+		buf.Write(body)
+		count++
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	buf.WriteByte(']')
+	out := make([]model.Resource, 0, count)
+	if err := model.DecodeJSON(buf.Bytes(), &out); err != nil {
+		return nil, fmt.Errorf("%w: resource bodies: %w", store.ErrCorrupt, err)
 	}
 	model.SortResources(out)
 	return out, nil

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/tetherhq/tether"
+
+// rule is one row of DESIGN.md §3: what a package may import from this
+// module and from third parties. Standard-library imports are always fine.
+type rule struct {
+	internal []string // module packages ("model", "agent/handler/*" = any child)
+	external []string // third-party module path prefixes
+}
+
+// Loggers and ids cross every layer by design (STYLE.md rule 4).
+var everywhere = []string{"github.com/rs/zerolog", "github.com/google/uuid"}
+
+// rules maps a package (relative to the module; "x/*" = every child of x not
+// listed itself) to its allowances. A package missing here fails the test:
+// add it with the DESIGN.md §3 row it follows.
+var rules = map[string]rule{
+	"model":                     {},
+	"model/graph":               {internal: []string{"model"}},
+	"model/lang":                {internal: []string{"model", "model/graph"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty"}},
+	"schema":                    {},
+	"bus":                       {internal: []string{"model"}},
+	"bus/bustest":               {internal: []string{"bus", "model"}},
+	"bus/amqp":                  {internal: []string{"bus", "model"}, external: []string{"github.com/rabbitmq/amqp091-go"}},
+	"agent/handler":             {internal: []string{"model"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler/handlertest": {internal: []string{"agent/handler", "model"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler/builtin":     {internal: []string{"agent/handler", "agent/handler/*"}},
+	"agent/handler/*":           {internal: []string{"agent/handler", "model"}, external: []string{"golang.org/x/sys"}},
+	"agent/engine":              {internal: []string{"model", "model/graph", "agent/handler"}},
+	"agent/journal":             {internal: []string{"model"}},
+	"agent/facts":               {internal: []string{"model"}},
+	"agent":                     {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model"}},
+	"server/store":              {internal: []string{"model", "schema"}},
+	"server/store/storetest":    {internal: []string{"server/store", "model"}},
+	"server/store/sqlite":       {internal: []string{"server/store", "model", "schema"}, external: []string{"modernc.org/sqlite"}},
+	"server/store/postgres":     {internal: []string{"server/store", "model", "schema"}, external: []string{"github.com/jackc/pgx/v5"}},
+	"server/scheduler":          {internal: []string{"model", "model/graph", "bus"}},
+	"server/api":                {internal: []string{"model"}, external: []string{"github.com/labstack/echo/v4"}},
+	"server":                    {internal: []string{"server/*", "server/store/*", "bus", "model", "schema"}},
+	"cli":                       {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
+	"":                          {internal: []string{"cli"}}, // main.go
+}
+
+// exclusive lists third-party modules confined to one package: their types
+// never cross a package boundary (DESIGN.md §3).
+var exclusive = map[string]string{
+	"github.com/jackc/pgx/v5":        "server/store/postgres",
+	"github.com/labstack/echo/v4":    "server/api",
+	"github.com/rabbitmq/amqp091-go": "bus/amqp",
+	"github.com/urfave/cli/v2":       "cli",
+	"github.com/hashicorp/hcl/v2":    "model/lang",
+	"github.com/zclconf/go-cty":      "model/lang",
+	"modernc.org/sqlite":             "server/store/sqlite",
+}
+
+// pkg is what go list says of one package.
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func rel(path string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+}
+
+func isStdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// ruleFor finds the rule of a package: its own row, else the nearest "x/*".
+func ruleFor(p string) (rule, bool) {
+	if r, ok := rules[p]; ok {
+		return r, true
+	}
+	for parent := p; parent != ""; {
+		i := strings.LastIndex(parent, "/")
+		if i < 0 {
+			break
+		}
+		parent = parent[:i]
+		if r, ok := rules[parent+"/*"]; ok {
+			return r, true
+		}
+	}
+	return rule{}, false
+}
+
+func matches(pattern, p string) bool {
+	switch {
+	case pattern == "*":
+		return true
+	case strings.HasSuffix(pattern, "/*"):
+		return strings.HasPrefix(p, strings.TrimSuffix(pattern, "*"))
+	default:
+		return pattern == p
+	}
+}
+
+// violations checks packages against the rules and returns what breaks them.
+func violations(pkgs []pkg) []string {
+	var out []string
+	for _, p := range pkgs {
+		name := rel(p.ImportPath)
+		r, ok := ruleFor(name)
+		if !ok {
+			out = append(out, fmt.Sprintf("%s: no dependency rule; add it to deps_test.go following DESIGN.md §3", p.ImportPath))
+			continue
+		}
+		for _, imp := range p.Imports {
+			switch {
+			case isStdlib(imp):
+			case strings.HasPrefix(imp, module):
+				if !slices.ContainsFunc(r.internal, func(pat string) bool { return matches(pat, rel(imp)) }) {
+					out = append(out, fmt.Sprintf("%s imports %s, which DESIGN.md §3 does not allow", name, rel(imp)))
+				}
+			default:
+				allowed := append(append([]string{}, everywhere...), r.external...)
+				if !slices.ContainsFunc(allowed, func(m string) bool { return strings.HasPrefix(imp, m) }) {
+					out = append(out, fmt.Sprintf("%s imports third-party %s, which is not allowed there", name, imp))
+				}
+			}
+			for m, owner := range exclusive {
+				if strings.HasPrefix(imp, m) && name != owner {
+					out = append(out, fmt.Sprintf("%s imports %s, which only %s may use", name, m, owner))
+				}
+			}
+		}
+		// server and agent never depend on each other, even indirectly;
+		// nothing but main depends on cli.
+		for _, dep := range p.Deps {
+			d := rel(dep)
+			if !strings.HasPrefix(dep, module) {
+				continue
+			}
+			switch {
+			case isUnder(name, "server") && isUnder(d, "agent"):
+				out = append(out, fmt.Sprintf("%s depends on %s: server and agent never import each other", name, d))
+			case isUnder(name, "agent") && isUnder(d, "server"):
+				out = append(out, fmt.Sprintf("%s depends on %s: agent and server never import each other", name, d))
+			case d == "cli" && name != "":
+				out = append(out, fmt.Sprintf("%s depends on cli: nothing imports cli", name))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func isUnder(p, top string) bool { return p == top || strings.HasPrefix(p, top+"/") }
+
+// TestDependencyRules enforces DESIGN.md §3 on the real packages.
+func TestDependencyRules(t *testing.T) {
+	pkgs := listPackages(t)
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+}
+
+// TestDependencyRulesCatchViolations feeds the checker packages that break
+// each kind of rule.
+func TestDependencyRulesCatchViolations(t *testing.T) {
+	m := func(p string) string { return module + "/" + p }
+	tests := []struct {
+		pkg  pkg
+		want string
+	}{
+		{pkg{ImportPath: m("model"), Imports: []string{m("bus")}}, "model imports bus"},
+		{pkg{ImportPath: m("bus"), Imports: []string{"github.com/jackc/pgx/v5/pgxpool"}}, "only server/store/postgres may use"},
+		{pkg{ImportPath: m("agent/engine"), Imports: []string{"github.com/some/thing"}}, "third-party github.com/some/thing"},
+		{pkg{ImportPath: m("server"), Deps: []string{m("agent/handler")}}, "server and agent never import each other"},
+		{pkg{ImportPath: m("agent"), Deps: []string{m("server/store")}}, "agent and server never import each other"},
+		{pkg{ImportPath: m("server/scheduler"), Deps: []string{m("cli")}}, "nothing imports cli"},
+		{pkg{ImportPath: m("mystery")}, "no dependency rule"},
+		{pkg{ImportPath: m("server/scheduler"), Imports: []string{m("server/store")}}, "server/scheduler imports server/store"},
+	}
+	for _, tt := range tests {
+		got := strings.Join(violations([]pkg{tt.pkg}), "\n")
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("%s: violations %q, want one saying %q", tt.pkg.ImportPath, got, tt.want)
+		}
+	}
+	ok := pkg{ImportPath: m("agent/handler/file"), Imports: []string{m("agent/handler"), m("model"), "os"}}
+	if v := violations([]pkg{ok}); len(v) > 0 {
+		t.Errorf("a conforming package was flagged: %v", v)
+	}
+}
