@@ -1,0 +1,55 @@
+# Tether's one entry point for building, testing and measuring.
+# `make test` is what CI runs (.ci/run); `make demo` is the first thing to try.
+
+GO      ?= go
+BIN     := bin/tether
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/tetherhq/tether/cli.version=$(VERSION)
+
+.PHONY: all build test lint fmt-check vet staticcheck demo bench fuzz clean
+
+all: build
+
+## build: compile the tether binary into bin/tether
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+## test: formatting, vet, staticcheck, then every test with the race detector
+test: lint
+	$(GO) test -race -count=1 ./...
+
+## lint: gofmt, go vet and staticcheck (pinned in go.mod as a tool)
+lint: fmt-check vet staticcheck
+
+fmt-check:
+	@unformatted=$$(gofmt -l .); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) tool staticcheck ./...
+
+## demo: deploy examples/quickstart on this machine (embedded mode)
+demo: build
+	./$(BIN) deploy examples/quickstart
+	@echo
+	@echo "The site is in /tmp/tether-quickstart. Run 'make demo' again: nothing changes."
+	@echo "Edit or delete a file there and run it once more: exactly that file is repaired."
+
+## bench: the benchmarks behind docs/performance.md
+bench: build
+	$(GO) test ./agent/engine -run '^$$' -bench . -benchtime 20x -count 3
+	$(GO) test ./model/lang -run '^$$' -bench Compile1000 -benchmem -benchtime 20x
+	$(GO) test ./server/store/sqlite -run '^$$' -bench . -benchmem -benchtime 20x
+	$(GO) test ./cli -run '^$$' -bench EmbeddedDeploy -benchtime 10x
+	./$(BIN) bench deploy --files 1000 --runs 10
+
+## fuzz: run the fuzz targets for a while each
+fuzz:
+	$(GO) test ./model -run '^$$' -fuzz FuzzParseID -fuzztime 60s
+	$(GO) test ./model/lang -run '^$$' -fuzz FuzzCompile -fuzztime 60s
+
+clean:
+	rm -rf bin examples/*/.tether
