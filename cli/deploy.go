@@ -91,12 +91,19 @@ func deployCommand(term *terminal) *ucli.Command {
 			// model that does not compile leaves no state behind.
 			m := &embeddedModel{}
 			if !c.Bool("recompile") {
-				m.cache = loadCompileCache(opts.stateDir, dir, vars)
+				if cache := loadCompileCache(opts.stateDir, dir, vars); cache != nil {
+					m.cached(cache)
+				}
 			}
 			if m.cache == nil {
-				if m.res, err = compileDir(term, dir, vars); err != nil {
+				res, err := compileDir(term, dir, vars)
+				if err != nil {
 					return err
 				}
+				m.compiled(res)
+				// Parsing leaves ~15 MB of garbage (HCL's token buffers);
+				// give it back now so it does not count towards the
+				// rest of this short-lived process.
 				debug.FreeOSMemory()
 			} else {
 				printWarnings(term, m.cache.Warnings)
@@ -134,20 +141,17 @@ type embeddedOptions struct {
 type embeddedModel struct {
 	res   *lang.Result
 	cache *compileCache
+	// hosts and count describe the model either way.
+	hosts []string
+	count int
 }
 
-func (m *embeddedModel) hosts() []string {
-	if m.res != nil {
-		return m.res.Hosts
-	}
-	return m.cache.Hosts
+func (m *embeddedModel) compiled(res *lang.Result) {
+	m.res, m.hosts, m.count = res, res.Hosts, len(res.Resources)
 }
 
-func (m *embeddedModel) count() int {
-	if m.res != nil {
-		return len(m.res.Resources)
-	}
-	return m.cache.Resources
+func (m *embeddedModel) cached(c *compileCache) {
+	m.cache, m.hosts, m.count = c, c.Hosts, c.Resources
 }
 
 // deployReport is what a deploy prints (and, as JSON, what scripts read).
@@ -215,7 +219,7 @@ func (c *counts) add(r *model.Result) {
 func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o embeddedOptions, m *embeddedModel) (*deployReport, error) {
 	start := time.Now()
 	report := &deployReport{Dir: o.dir, Env: embeddedEnv, DryRun: o.dryRun, Agents: map[string]counts{}}
-	if len(m.hosts()) == 0 {
+	if len(m.hosts) == 0 {
 		fmt.Fprintf(term.stderr, "tether: the model in %s declares no host: nothing to deploy\n", o.dir)
 		return report, nil
 	}
@@ -248,7 +252,14 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 		return nil, err
 	}
 	report.Version, report.NewVersion, report.Compiled = v.Number, !reused, m.res != nil
-	hosts := m.hosts()
+	if m.res != nil {
+		// The compiled resources are in the store now, and storing them
+		// left encoding garbage behind: release both, for the same reason
+		// as after compiling.
+		m.res = nil
+		debug.FreeOSMemory()
+	}
+	hosts := m.hosts
 	sub := srv.Subscribe()
 	defer sub.Close()
 
@@ -284,7 +295,7 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 			}
 		}()
 	}
-	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, m.count())
+	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, m.count)
 	cancel()
 	wg.Wait()
 	if err != nil {
@@ -322,7 +333,7 @@ func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *ser
 		if err != nil {
 			return model.Version{}, false, err
 		}
-		m.res = res
+		m.compiled(res)
 	}
 	abs, _ := filepath.Abs(o.dir)
 	v, reused, err := srv.Export(ctx, embeddedEnv, m.res.Resources, model.VersionMeta{Compiler: readBuildInfo().Version, Source: abs, ExportedBy: "tether deploy"})
