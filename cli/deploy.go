@@ -491,7 +491,8 @@ func (r *deployReport) print(term *terminal) error {
 	}
 	colors := map[string]string{"created": green, "changed": yellow, "removed": yellow, "failed": red, "skipped": yellow}
 	listed := 0
-	var rows [][]string
+	type row struct{ color, label, id, detail string }
+	var rows []row
 	for i := range r.Results {
 		res := &r.Results[i]
 		o := outcome(res)
@@ -510,12 +511,12 @@ func (r *deployReport) print(term *terminal) error {
 		if detail == "" && o == "changed" {
 			detail = strings.Join(changedAttrs(res.Changes), ", ")
 		}
-		rows = append(rows, []string{term.paint(colors[o], label), res.ID.String(), detail})
+		rows = append(rows, row{colors[o], label, res.ID.String(), detail})
 	}
 	if len(rows) > 0 {
 		t := newTable(w, "OUTCOME", "RESOURCE", "DETAIL")
-		for _, row := range rows {
-			t.row(row...)
+		for _, r := range rows {
+			t.paintedRow([]string{term.colour(r.color)}, r.label, r.id, r.detail)
 		}
 		if err := t.flush(); err != nil {
 			return err

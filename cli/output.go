@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 )
@@ -37,18 +37,63 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// table writes aligned columns.
-type table struct{ tw *tabwriter.Writer }
+// table writes aligned columns. Widths are computed from the visible text,
+// so cells can be coloured without throwing the columns off (text/tabwriter
+// would count the escape codes).
+type table struct {
+	w      io.Writer
+	rows   [][]string
+	colors [][]string
+}
 
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t := &table{w: w}
 	t.row(header...)
 	return t
 }
 
-func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+// row adds a row of plain cells.
+func (t *table) row(cells ...string) { t.paintedRow(nil, cells...) }
 
-func (t *table) flush() error { return t.tw.Flush() }
+// paintedRow adds a row whose cells are coloured with colors (by index; ""
+// or missing: no colour).
+func (t *table) paintedRow(colors []string, cells ...string) {
+	t.rows = append(t.rows, cells)
+	t.colors = append(t.colors, colors)
+}
+
+func (t *table) flush() error {
+	var widths []int
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for ri, r := range t.rows {
+		// Trailing empty cells are dropped: lines carry no padding.
+		for len(r) > 1 && r[len(r)-1] == "" {
+			r = r[:len(r)-1]
+		}
+		for i, c := range r {
+			text := c
+			if i < len(t.colors[ri]) && t.colors[ri][i] != "" {
+				text = t.colors[ri][i] + c + reset
+			}
+			b.WriteString(text)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	t.rows, t.colors = nil, nil
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
 
 // colours, used only on a terminal without NO_COLOR.
 const (
@@ -60,10 +105,18 @@ const (
 )
 
 func (term *terminal) paint(color, s string) string {
-	if !term.tty {
+	if !term.tty || color == "" {
 		return s
 	}
 	return color + s + reset
+}
+
+// colour returns color on a terminal, "" elsewhere.
+func (term *terminal) colour(color string) string {
+	if !term.tty {
+		return ""
+	}
+	return color
 }
 
 // version is set at build time (-ldflags "-X github.com/tetherhq/tether/cli.version=v1.2.3");
