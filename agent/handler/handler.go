@@ -77,7 +77,8 @@ func ComputeChanges(res *model.Resource, current model.Attributes, exists bool) 
 
 // ValidateWith is the common part of Validate: the resource is well formed,
 // of the handler's kind, its attributes match the kind's declaration, and a
-// purged resource carries only its identity.
+// purged resource carries only its identity (there is nothing to configure
+// about a thing that must be absent).
 func ValidateWith(spec *model.KindSpec, res *model.Resource) error {
 	if res.ID.Type != spec.Kind {
 		return fmt.Errorf("%w %s: handler for %q got type %q", ErrInvalid, res.ID, spec.Kind, res.ID.Type)
@@ -90,6 +91,9 @@ func ValidateWith(spec *model.KindSpec, res *model.Resource) error {
 	}
 	if err := spec.CheckAttributes(res.Attributes); err != nil {
 		return fmt.Errorf("%w %s: %w", ErrInvalid, res.ID, err)
+	}
+	if res.Purged && len(res.Attributes) > 1 {
+		return fmt.Errorf("%w %s: a purged %s takes no attributes but its %s", ErrInvalid, res.ID, spec.Kind, spec.Identity)
 	}
 	return nil
 }

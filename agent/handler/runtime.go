@@ -1,7 +1,9 @@
 package handler
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -31,6 +33,20 @@ func (rt Runtime) HostPath(p string) (string, error) {
 	}
 	// p is clean and absolute, so Join cannot climb out of Root.
 	return filepath.Join(rt.Root, p), nil
+}
+
+// Lstat maps a resource path to this host (HostPath) and describes what is
+// there without following a final symbolic link; info is nil when nothing is.
+func (rt Runtime) Lstat(p string) (host string, info fs.FileInfo, err error) {
+	host, err = rt.HostPath(p)
+	if err != nil {
+		return "", nil, err
+	}
+	info, err = os.Lstat(host)
+	if errors.Is(err, fs.ErrNotExist) {
+		return host, nil, nil
+	}
+	return host, info, err
 }
 
 // SyncFile makes f's data durable, sharing the flush with concurrent callers

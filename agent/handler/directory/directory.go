@@ -41,26 +41,13 @@ func (h *Handler) Kind() string { return Kind }
 
 // Validate implements handler.Handler.
 func (h *Handler) Validate(res *model.Resource) error {
-	if err := handler.ValidateWith(&h.spec, res); err != nil {
-		return err
-	}
-	if res.Purged && len(res.Attributes) > 1 {
-		return fmt.Errorf("%w %s: a purged directory takes no attributes but its path", handler.ErrInvalid, res.ID)
-	}
-	return nil
+	return handler.ValidateWith(&h.spec, res)
 }
 
 // Read implements handler.Handler.
 func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
-	p, err := h.rt.HostPath(res.ID.Value)
-	if err != nil {
-		return nil, false, err
-	}
-	info, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
+	p, info, err := h.rt.Lstat(res.ID.Value)
+	if err != nil || info == nil {
 		return nil, false, err
 	}
 	if !info.IsDir() {

@@ -46,26 +46,13 @@ func (h *Handler) Kind() string { return Kind }
 
 // Validate implements handler.Handler.
 func (h *Handler) Validate(res *model.Resource) error {
-	if err := handler.ValidateWith(&h.spec, res); err != nil {
-		return err
-	}
-	if res.Purged && len(res.Attributes) > 1 {
-		return fmt.Errorf("%w %s: a purged file takes no attributes but its path", handler.ErrInvalid, res.ID)
-	}
-	return nil
+	return handler.ValidateWith(&h.spec, res)
 }
 
 // Read implements handler.Handler.
 func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
-	p, err := h.rt.HostPath(res.ID.Value)
-	if err != nil {
-		return nil, false, err
-	}
-	info, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
+	p, info, err := h.rt.Lstat(res.ID.Value)
+	if err != nil || info == nil {
 		return nil, false, err
 	}
 	current := model.Attributes{"path": res.ID.Value}
@@ -140,7 +127,7 @@ func sameContent(p, want string) (bool, error) {
 
 // Apply implements handler.Handler.
 func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
-	p, err := h.rt.HostPath(res.ID.Value)
+	p, info, err := h.rt.Lstat(res.ID.Value)
 	if err != nil {
 		return err
 	}
@@ -150,13 +137,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		}
 		return nil
 	}
-	info, err := os.Lstat(p)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		info = nil
-	case err != nil:
-		return err
-	case info.IsDir():
+	if info != nil && info.IsDir() {
 		return fmt.Errorf("%s is a directory, not a file: remove it or manage it as a directory resource", p)
 	}
 	if info == nil || !info.Mode().IsRegular() || changes.Has("content") {
