@@ -146,3 +146,27 @@ func (r *Registry) Kinds() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Declared gives a handler Kind and Validate from its kind's declaration in
+// the model catalogue (model.Kinds). Embed it; a handler with checks of its
+// own overrides Validate and calls Declared.Validate first.
+type Declared struct {
+	spec model.KindSpec
+}
+
+// Declare returns the Declared of a built-in kind. It panics for a kind the
+// catalogue does not declare: that is a programming error, caught by the
+// handler's first test.
+func Declare(kind string) Declared {
+	spec, ok := model.LookupKind(kind)
+	if !ok {
+		panic(fmt.Sprintf("handler.Declare: kind %q is not in the model catalogue", kind))
+	}
+	return Declared{spec: spec}
+}
+
+// Kind implements Handler.
+func (d Declared) Kind() string { return d.spec.Kind }
+
+// Validate implements Handler: ValidateWith the declaration.
+func (d Declared) Validate(res *model.Resource) error { return ValidateWith(&d.spec, res) }

@@ -155,3 +155,24 @@ func TestSyncGroup(t *testing.T) {
 		t.Fatal("Sync of a closed file succeeded")
 	}
 }
+
+func TestDeclared(t *testing.T) {
+	d := Declare("file")
+	if d.Kind() != "file" {
+		t.Fatalf("Kind() = %q", d.Kind())
+	}
+	if err := d.Validate(fileRes(model.Attributes{"content": "x"})); err != nil {
+		t.Fatalf("valid file rejected: %v", err)
+	}
+	purged := fileRes(model.Attributes{"content": "x"})
+	purged.Purged = true
+	if err := d.Validate(purged); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("purged resource with attributes: got %v, want ErrInvalid", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Declare of an undeclared kind did not panic")
+		}
+	}()
+	Declare("no-such-kind")
+}

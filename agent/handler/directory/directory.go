@@ -24,24 +24,15 @@ const defaultMode = 0o755
 
 // Handler enforces directory resources.
 type Handler struct {
-	rt   handler.Runtime
-	spec model.KindSpec
+	handler.Declared
+	rt handler.Runtime
 }
 
 var _ handler.Handler = (*Handler)(nil)
 
 // New returns a directory handler working below rt.Root.
 func New(rt handler.Runtime) *Handler {
-	spec, _ := model.LookupKind(Kind)
-	return &Handler{rt: rt, spec: spec}
-}
-
-// Kind implements handler.Handler.
-func (h *Handler) Kind() string { return Kind }
-
-// Validate implements handler.Handler.
-func (h *Handler) Validate(res *model.Resource) error {
-	return handler.ValidateWith(&h.spec, res)
+	return &Handler{Declared: handler.Declare(Kind), rt: rt}
 }
 
 // Read implements handler.Handler.

@@ -14,11 +14,7 @@ import (
 )
 
 func res(path string, attrs model.Attributes) model.Resource {
-	a := model.Attributes{"path": path}
-	for k, v := range attrs {
-		a[k] = v
-	}
-	return model.Resource{ID: model.ID{Type: Kind, Agent: "test", Key: "path", Value: path}, Attributes: a}
+	return handlertest.PathResource(Kind, path, attrs)
 }
 
 func ptr(r model.Resource) *model.Resource { return &r }

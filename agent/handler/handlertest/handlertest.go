@@ -233,3 +233,13 @@ func assertSame(t *testing.T, step string, before, after map[string]entry) {
 		t.Fatalf("%s changed the file system:\n%v", step, diffs)
 	}
 }
+
+// PathResource builds a resource of a path-based kind (file, directory, …)
+// on agent "test", with attrs besides its path.
+func PathResource(kind, path string, attrs model.Attributes) model.Resource {
+	a := model.Attributes{"path": path}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	return model.Resource{ID: model.ID{Type: kind, Agent: "test", Key: "path", Value: path}, Attributes: a}
+}
