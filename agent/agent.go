@@ -154,27 +154,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.bus.DeclareInbox(ctx, a.cfg.Env, a.cfg.Name); err != nil {
 		return fmt.Errorf("agent %s: declare inbox: %w", a.cfg.Name, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// The consumer and the worker stop together: when either returns, or
+	// the caller's context ends.
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		errs <- a.bus.ConsumeInbox(ctx, a.cfg.Env, a.cfg.Name, a.handle)
+		errs <- a.bus.ConsumeInbox(runCtx, a.cfg.Env, a.cfg.Name, a.handle)
 	}()
 	go func() {
 		defer wg.Done()
-		errs <- a.work(ctx)
+		errs <- a.work(runCtx)
 	}()
-	err := a.hello(ctx)
+	err := a.hello(runCtx)
 	if err == nil {
 		err = <-errs
 	}
 	cancel()
 	wg.Wait()
-	if errors.Is(err, context.Canceled) {
-		return ctx.Err()
+	if ctx.Err() != nil {
+		return ctx.Err() // a clean stop asked for by the caller
 	}
 	return err
 }
