@@ -53,7 +53,7 @@ func Run(args []string) int {
 	return run(context.Background(), args, os.Stdin, os.Stdout, os.Stderr)
 }
 
-// io is the terminal a command talks to; tests substitute buffers.
+// terminal is where a command writes; tests substitute buffers.
 type terminal struct {
 	stdout, stderr io.Writer
 	// tty: stdout is a terminal (tables get colour).

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -359,21 +361,24 @@ func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *ser
 // followDeploy waits for the agents, asks for the deploy and collects its
 // results, drawing progress on a terminal.
 func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *server.Subscription, failed <-chan error, o embeddedOptions, hosts []string, total int) ([]model.Result, error) {
-	next := func(ctx context.Context) (server.Event, error) {
-		type got struct {
-			e   server.Event
-			err error
-		}
-		ch := make(chan got, 1)
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() { e, err := sub.Next(ctx); ch <- got{e, err} }()
+	// A failing server or agent ends the wait with its error as the cause.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
 		select {
-		case g := <-ch:
-			return g.e, g.err
 		case err := <-failed:
-			return server.Event{}, err
+			stop(err)
+		case <-ctx.Done():
 		}
+	}()
+	next := func(ctx context.Context) (server.Event, error) {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+				return e, cause
+			}
+		}
+		return e, err
 	}
 
 	waiting := map[string]bool{}
@@ -386,7 +391,7 @@ func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *
 		if err != nil {
 			cancelOnline()
 			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("agents %s did not come online within %v: run with --log-level debug to see why", strings.Join(keys(waiting), ", "), onlineTimeout)
+				return nil, fmt.Errorf("agents %s did not come online within %v: run with --log-level debug to see why", strings.Join(slices.Sorted(maps.Keys(waiting)), ", "), onlineTimeout)
 			}
 			return nil, err
 		}
@@ -430,17 +435,8 @@ func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *
 	if len(agentErrs) > 0 {
 		return nil, fmt.Errorf("deploy did not complete: %s", strings.Join(agentErrs, "; "))
 	}
-	sort.Slice(results, func(i, j int) bool { return results[i].ID.Compare(results[j].ID) < 0 })
+	slices.SortFunc(results, func(a, b model.Result) int { return a.ID.Compare(b.ID) })
 	return results, nil
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // progress draws one line on stderr while resources deploy.
@@ -528,9 +524,9 @@ func (r *deployReport) print(term *terminal) error {
 	}
 
 	t := newTable(w, "AGENT", "CREATED", "CHANGED", "REMOVED", "UNCHANGED", "FAILED", "SKIPPED")
-	for _, a := range keysOf(r.Agents) {
+	for _, a := range slices.Sorted(maps.Keys(r.Agents)) {
 		c := r.Agents[a]
-		t.row(a, itoa(c.Created), itoa(c.Changed), itoa(c.Removed), itoa(c.Unchanged), itoa(c.Failed), itoa(c.Skipped))
+		t.row(a, strconv.Itoa(c.Created), strconv.Itoa(c.Changed), strconv.Itoa(c.Removed), strconv.Itoa(c.Unchanged), strconv.Itoa(c.Failed), strconv.Itoa(c.Skipped))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -563,22 +559,4 @@ func failColor(n int) string {
 	return ""
 }
 
-func changedAttrs(c model.Changes) []string {
-	out := make([]string, 0, len(c))
-	for k := range c {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func keysOf(m map[string]counts) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func itoa(n int) string { return fmt.Sprint(n) }
+func changedAttrs(c model.Changes) []string { return slices.Sorted(maps.Keys(c)) }

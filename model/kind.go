@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -70,12 +71,7 @@ func (k *KindSpec) AttrNames() []string {
 // CheckAttributes rejects unknown attributes and values of the wrong type or
 // failing their check. Errors name the attribute.
 func (k *KindSpec) CheckAttributes(attrs Attributes) error {
-	names := make([]string, 0, len(attrs))
-	for n := range attrs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(attrs)) {
 		spec, ok := k.Attr(n)
 		if !ok {
 			return fmt.Errorf("%w: %s has no attribute %q (it has %s)", ErrInvalidAttribute, k.Kind, n, strings.Join(k.AttrNames(), ", "))

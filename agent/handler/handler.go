@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -139,12 +140,7 @@ func (r *Registry) Lookup(kind string) (Handler, bool) {
 func (r *Registry) Kinds() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.handlers))
-	for k := range r.handlers {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(r.handlers))
 }
 
 // Declared gives a handler Kind and Validate from its kind's declaration in

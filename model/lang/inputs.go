@@ -3,6 +3,7 @@ package lang
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,12 +45,7 @@ func Fingerprint(inputs []Input, opts Options, salt string) string {
 	for _, in := range sorted {
 		write("input", in.Path, in.SHA256)
 	}
-	names := make([]string, 0, len(opts.Vars))
-	for k := range opts.Vars {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(opts.Vars)) {
 		write("var", k, opts.Vars[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))
