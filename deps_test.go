@@ -29,7 +29,7 @@ var everywhere = []string{"github.com/rs/zerolog", "github.com/google/uuid"}
 var rules = map[string]rule{
 	"model":                     {},
 	"model/graph":               {internal: []string{"model"}},
-	"model/lang":                {internal: []string{"model", "model/graph"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty"}},
+	"model/lang":                {internal: []string{"model", "model/graph"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
 	"schema":                    {},
 	"bus":                       {internal: []string{"model"}},
 	"bus/bustest":               {internal: []string{"bus", "model"}},
@@ -62,6 +62,7 @@ var exclusive = map[string]string{
 	"github.com/urfave/cli/v2":       "cli",
 	"github.com/hashicorp/hcl/v2":    "model/lang",
 	"github.com/zclconf/go-cty":      "model/lang",
+	"github.com/zclconf/go-cty-yaml": "model/lang",
 	"modernc.org/sqlite":             "server/store/sqlite",
 }
 

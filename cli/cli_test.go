@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/handler/handlertest"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
@@ -291,12 +292,12 @@ func TestCompile(t *testing.T) {
 	}
 	var res struct {
 		Resources []model.Resource `json:"resources"`
-		Hosts     []string         `json:"hosts"`
+		Hosts     []lang.Host      `json:"hosts"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Resources) != 7 || len(res.Hosts) != 1 || res.Hosts[0] != "local" {
+	if len(res.Resources) != 7 || len(res.Hosts) != 1 || res.Hosts[0].Name != "local" || res.Hosts[0].Resources != 7 {
 		t.Fatalf("compiled %d resources for %v", len(res.Resources), res.Hosts)
 	}
 	if err := model.ValidateSet(res.Resources); err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
 )
 
@@ -15,7 +17,31 @@ import (
 func modelFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringSliceFlag{Name: "var", Usage: "set a model variable: --var name=value (repeatable; TETHER_VAR_name=value works too)"},
+		&ucli.StringFlag{Name: "inventory", Usage: "compile against the agents, labels and facts in `FILE` (JSON: {\"agents\": [{\"name\", \"labels\", \"facts\"}]})"},
+		&ucli.BoolFlag{Name: "update-modules", Usage: "resolve the refs of git modules again instead of using the cached commits"},
 	}
+}
+
+// compileOptions collects the compile inputs the flags give.
+func compileOptions(c *ucli.Context) (lang.Options, error) {
+	vars, err := modelVars(c)
+	if err != nil {
+		return lang.Options{}, err
+	}
+	opts := lang.Options{Vars: vars, UpdateModules: c.Bool("update-modules")}
+	if p := c.String("inventory"); p != "" {
+		f, err := os.Open(p)
+		if err != nil {
+			return opts, usageError("--inventory: %v", err)
+		}
+		defer f.Close()
+		inv, err := model.ParseInventory(f)
+		if err != nil {
+			return opts, usageError("--inventory %s: %v", p, err)
+		}
+		opts.Inventory = inv
+	}
+	return opts, nil
 }
 
 // modelDir returns the model directory argument (default: the current one).
@@ -58,17 +84,17 @@ func compileModel(c *ucli.Context, term *terminal) (string, *lang.Result, error)
 	if err != nil {
 		return "", nil, err
 	}
-	vars, err := modelVars(c)
+	opts, err := compileOptions(c)
 	if err != nil {
 		return "", nil, err
 	}
-	res, err := compileDir(term, dir, vars)
+	res, err := compileDir(c.Context, term, dir, opts)
 	return dir, res, err
 }
 
 // compileDir compiles the model in dir, showing its diagnostics.
-func compileDir(term *terminal, dir string, vars map[string]string) (*lang.Result, error) {
-	res, err := lang.Compile(dir, lang.Options{Vars: vars})
+func compileDir(ctx context.Context, term *terminal, dir string, opts lang.Options) (*lang.Result, error) {
+	res, err := lang.Compile(ctx, dir, opts)
 	var le *lang.Error
 	switch {
 	case errors.As(err, &le):
@@ -83,6 +109,8 @@ func compileDir(term *terminal, dir string, vars map[string]string) (*lang.Resul
 		return nil, &exitError{code: exitUsage, err: errPrinted}
 	case errors.Is(err, lang.ErrNoModel):
 		return nil, &exitError{code: exitUsage, err: err}
+	case ctx.Err() != nil:
+		return nil, err
 	case err != nil:
 		return nil, &exitError{code: exitUsage, err: err}
 	}
@@ -107,11 +135,17 @@ func compileCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "compile",
 		Usage:     "compile a model and show the resources each agent gets",
-		UsageText: "tether compile [DIR] [--var name=value]... [-o json]",
-		Description: "Reads every *.hcl file in DIR (default: the current directory) and prints the resources\n" +
-			"it compiles to, per agent, or the model's errors with their file:line:column.\n" +
+		UsageText: "tether compile [DIR] [--var name=value]... [--inventory FILE] [-o json]",
+		Description: "Reads every *.hcl file in DIR (default: the current directory) and the modules it uses,\n" +
+			"and prints the resources it compiles to, per agent, or the model's errors with their\n" +
+			"file:line:column. Hostgroups select agents of the inventory (--inventory FILE) by labels\n" +
+			"and facts; a fact the inventory lacks is unknown, and the resources that need it are\n" +
+			"listed as undefined with the facts they wait for.\n" +
 			"With -o json it prints the exact resource set that a deploy or an export uses.\n\n" +
-			"Example:\n   tether compile examples/quickstart --var site_root=/tmp/site",
+			"Examples:\n" +
+			"   tether compile examples/quickstart --var site_root=/tmp/site\n" +
+			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json\n" +
+			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json -o json | jq '.resources | length'",
 		Flags: append(modelFlags(), outputFlag()),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
@@ -131,22 +165,58 @@ func compileCommand(term *terminal) *ucli.Command {
 }
 
 func printResources(term *terminal, res *lang.Result) error {
-	t := newTable(term.stdout, "AGENT", "RESOURCE", "REQUIRES")
+	t := newTable(term.stdout, "AGENT", "RESOURCE", "STATE", "REQUIRES")
+	undefined := 0
 	for _, r := range res.Resources {
 		var reqs []string
 		for _, q := range r.Requires {
 			reqs = append(reqs, q.String())
 		}
 		name := r.ID.Type + "[" + r.ID.Value + "]"
-		if r.Purged {
-			name += " (purged)"
+		state := "defined"
+		switch {
+		case r.Undefined:
+			state = "undefined"
+			undefined++
+		case r.Purged:
+			state = "purged"
 		}
-		t.row(r.ID.Agent, name, strings.Join(reqs, ", "))
+		t.row(r.ID.Agent, name, state, strings.Join(reqs, ", "))
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(term.stdout, "\n%d %s for %d %s\n", len(res.Resources), plural(len(res.Resources), "resource", "resources"),
+	w := term.stdout
+	fmt.Fprintf(w, "\n%d %s for %d %s", len(res.Resources), plural(len(res.Resources), "resource", "resources"),
 		len(res.Hosts), plural(len(res.Hosts), "host", "hosts"))
-	return err
+	if undefined > 0 {
+		fmt.Fprintf(w, ", %d undefined", undefined)
+	}
+	fmt.Fprintln(w)
+	var missing []string
+	for _, h := range res.Hosts {
+		if len(h.MissingFacts) > 0 {
+			missing = append(missing, fmt.Sprintf("  %s: %s", h.Name, strings.Join(h.MissingFacts, ", ")))
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "\nMissing facts (resources needing them are undefined and not deployed until the agents report them):\n%s\n",
+			strings.Join(missing, "\n"))
+	}
+	blocks := 0
+	for _, u := range res.Undefined {
+		if u.ID == "" {
+			blocks++
+		}
+	}
+	if blocks > 0 {
+		fmt.Fprintf(w, "%d %s could not even be expanded (unknown for_each or identity); see -o json .undefined\n",
+			blocks, plural(blocks, "block", "blocks"))
+	}
+	for _, m := range res.Modules {
+		if m.Commit != "" {
+			fmt.Fprintf(w, "module %s: %s at %s (%s)\n", m.Name, m.Source, m.Ref, m.Commit)
+		}
+	}
+	return nil
 }

@@ -41,8 +41,8 @@ func compilerSalt() string {
 }
 
 // loadCompileCache returns the cache of stateDir if it is valid for the
-// model in dir compiled with vars, or nil.
-func loadCompileCache(stateDir, dir string, vars map[string]string) *compileCache {
+// model in dir compiled with opts, or nil.
+func loadCompileCache(stateDir, dir string, opts lang.Options) *compileCache {
 	b, err := os.ReadFile(filepath.Join(stateDir, compileCacheFile))
 	if err != nil {
 		return nil
@@ -51,7 +51,7 @@ func loadCompileCache(stateDir, dir string, vars map[string]string) *compileCach
 	if json.Unmarshal(b, &c) != nil || c.Version <= 0 || len(c.Inputs) == 0 {
 		return nil
 	}
-	if c.Fingerprint != lang.Fingerprint(c.Inputs, lang.Options{Vars: vars}, compilerSalt()) {
+	if opts.UpdateModules || c.Fingerprint != lang.Fingerprint(c.Inputs, opts, compilerSalt()) {
 		return nil
 	}
 	if !lang.Unchanged(dir, c.Inputs) {

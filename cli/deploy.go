@@ -73,13 +73,13 @@ func deployCommand(term *terminal) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			vars, err := modelVars(c)
+			copts, err := compileOptions(c)
 			if err != nil {
 				return err
 			}
 			opts := embeddedOptions{
 				dir:      dir,
-				vars:     vars,
+				compile:  copts,
 				stateDir: c.String("state-dir"),
 				root:     c.String("root"),
 				dryRun:   c.Bool("dry-run"),
@@ -93,12 +93,12 @@ func deployCommand(term *terminal) *ucli.Command {
 			// model that does not compile leaves no state behind.
 			m := &embeddedModel{}
 			if !c.Bool("recompile") {
-				if cache := loadCompileCache(opts.stateDir, dir, vars); cache != nil {
+				if cache := loadCompileCache(opts.stateDir, dir, copts); cache != nil {
 					m.cached(cache)
 				}
 			}
 			if m.cache == nil {
-				res, err := compileDir(term, dir, vars)
+				res, err := compileDir(c.Context, term, dir, copts)
 				if err != nil {
 					return err
 				}
@@ -132,7 +132,7 @@ func deployCommand(term *terminal) *ucli.Command {
 
 type embeddedOptions struct {
 	dir, stateDir, root string
-	vars                map[string]string
+	compile             lang.Options
 	dryRun              bool
 	parallel            int
 	progress            bool
@@ -149,7 +149,7 @@ type embeddedModel struct {
 }
 
 func (m *embeddedModel) compiled(res *lang.Result) {
-	m.res, m.hosts, m.count = res, res.Hosts, len(res.Resources)
+	m.res, m.hosts, m.count = res, res.Agents(), len(res.Resources)
 }
 
 func (m *embeddedModel) cached(c *compileCache) {
@@ -331,7 +331,7 @@ func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *ser
 			return v, true, nil
 		}
 		m.cache = nil
-		res, err := compileDir(term, o.dir, o.vars)
+		res, err := compileDir(ctx, term, o.dir, o.compile)
 		if err != nil {
 			return model.Version{}, false, err
 		}
@@ -343,11 +343,11 @@ func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *ser
 		return v, false, err
 	}
 	cache := &compileCache{
-		Fingerprint: lang.Fingerprint(m.res.Inputs, lang.Options{Vars: o.vars}, compilerSalt()),
+		Fingerprint: lang.Fingerprint(m.res.Inputs, o.compile, compilerSalt()),
 		Inputs:      m.res.Inputs,
 		Version:     v.Number,
 		SetHash:     v.SetHash,
-		Hosts:       m.res.Hosts,
+		Hosts:       m.res.Agents(),
 		Resources:   len(m.res.Resources),
 		Warnings:    m.res.Warnings,
 	}

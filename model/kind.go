@@ -19,6 +19,10 @@ const (
 	TypeString AttrType = "string"
 	TypeNumber AttrType = "number"
 	TypeBool   AttrType = "bool"
+	// TypeStringList is a list of strings (JSON array).
+	TypeStringList AttrType = "list(string)"
+	// TypeStringMap is a map from strings to strings (JSON object).
+	TypeStringMap AttrType = "map(string)"
 )
 
 // AttrSpec declares one attribute of a resource kind. The compiler checks
@@ -28,6 +32,8 @@ type AttrSpec struct {
 	Name string
 	Type AttrType
 	Doc  string
+	// Required attributes must be set unless the resource is purged.
+	Required bool
 	// Check validates a value beyond its type (nil: any value of the type).
 	Check func(v any) error
 }
@@ -83,6 +89,30 @@ func (k *KindSpec) CheckAttributes(attrs Attributes) error {
 	return nil
 }
 
+// CheckResource checks a resource's attributes: CheckAttributes, then that
+// every required attribute is set, unless the resource is purged (a thing
+// that must be absent needs only its identity).
+func (k *KindSpec) CheckResource(attrs Attributes, purged bool) error {
+	if err := k.CheckAttributes(attrs); err != nil {
+		return err
+	}
+	if purged {
+		return nil
+	}
+	return k.CheckRequired(func(name string) bool { _, ok := attrs[name]; return ok })
+}
+
+// CheckRequired reports the first required attribute that set says is not
+// set.
+func (k *KindSpec) CheckRequired(set func(name string) bool) error {
+	for _, a := range k.Attrs {
+		if a.Required && !set(a.Name) {
+			return fmt.Errorf("%w: %s requires %s (%s)", ErrInvalidAttribute, k.Kind, a.Name, a.Doc)
+		}
+	}
+	return nil
+}
+
 // CheckValue checks a value against the attribute's type and check.
 func (a *AttrSpec) CheckValue(v any) error {
 	if !hasType(v, a.Type) {
@@ -109,6 +139,37 @@ func hasType(v any, t AttrType) bool {
 		case json.Number, float64, int, int64:
 			return true
 		}
+	case TypeStringList:
+		switch l := v.(type) {
+		case []string:
+			return true
+		case []any:
+			for _, e := range l {
+				if _, ok := e.(string); !ok {
+					return false
+				}
+			}
+			return true
+		}
+	case TypeStringMap:
+		switch m := v.(type) {
+		case map[string]string:
+			return true
+		case map[string]any:
+			for _, e := range m {
+				if _, ok := e.(string); !ok {
+					return false
+				}
+			}
+			return true
+		case Attributes:
+			for _, e := range m {
+				if _, ok := e.(string); !ok {
+					return false
+				}
+			}
+			return true
+		}
 	}
 	return false
 }
@@ -131,52 +192,6 @@ func describeJSONType(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// Kinds returns the built-in kinds, sorted by name.
-func Kinds() []KindSpec {
-	return []KindSpec{directoryKind, fileKind}
-}
-
-// LookupKind returns the spec of a built-in kind.
-func LookupKind(kind string) (KindSpec, bool) {
-	for _, k := range Kinds() {
-		if k.Kind == kind {
-			return k, true
-		}
-	}
-	return KindSpec{}, false
-}
-
-var (
-	pathAttr  = AttrSpec{Name: "path", Type: TypeString, Doc: "absolute path on the host (below the agent's root prefix)", Check: checkAbsPath}
-	ownerAttr = AttrSpec{Name: "owner", Type: TypeString, Doc: "user name or numeric uid; unmanaged when unset", Check: checkPrincipal}
-	groupAttr = AttrSpec{Name: "group", Type: TypeString, Doc: "group name or numeric gid; unmanaged when unset", Check: checkPrincipal}
-)
-
-var fileKind = KindSpec{
-	Kind:     "file",
-	Identity: "path",
-	Doc:      "a regular file with the given content, written atomically",
-	Attrs: []AttrSpec{
-		pathAttr,
-		{Name: "content", Type: TypeString, Doc: "the file's full content; unmanaged when unset (an absent file is created empty)"},
-		{Name: "mode", Type: TypeString, Doc: `permission bits in octal, e.g. "0644"; new files get 0644 when unset`, Check: checkMode},
-		ownerAttr,
-		groupAttr,
-	},
-}
-
-var directoryKind = KindSpec{
-	Kind:     "directory",
-	Identity: "path",
-	Doc:      "a directory; its parent must exist",
-	Attrs: []AttrSpec{
-		pathAttr,
-		{Name: "mode", Type: TypeString, Doc: `permission bits in octal, e.g. "0755"; new directories get 0755 less the umask when unset`, Check: checkMode},
-		ownerAttr,
-		groupAttr,
-	},
-}
-
 // ParseMode parses an octal permission string ("644", "0644", "2755").
 func ParseMode(s string) (uint32, error) {
 	if len(s) < 3 || len(s) > 4 {
@@ -192,11 +207,6 @@ func ParseMode(s string) (uint32, error) {
 // FormatMode prints permission bits as four octal digits.
 func FormatMode(m uint32) string {
 	return fmt.Sprintf("%04o", m&0o7777)
-}
-
-func checkMode(v any) error {
-	_, err := ParseMode(v.(string))
-	return err
 }
 
 // CheckAbsPath accepts absolute, clean paths without NUL bytes: `/etc/motd`,
@@ -217,12 +227,3 @@ func CheckAbsPath(p string) error {
 	return nil
 }
 
-func checkAbsPath(v any) error { return CheckAbsPath(v.(string)) }
-
-func checkPrincipal(v any) error {
-	s := v.(string)
-	if s == "" || strings.ContainsAny(s, ": \t\n") {
-		return fmt.Errorf("%q: want a user or group name, or a numeric id", s)
-	}
-	return nil
-}

@@ -90,7 +90,7 @@ func ValidateWith(spec *model.KindSpec, res *model.Resource) error {
 	if err := res.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := spec.CheckAttributes(res.Attributes); err != nil {
+	if err := spec.CheckResource(res.Attributes, res.Purged); err != nil {
 		return fmt.Errorf("%w %s: %w", ErrInvalid, res.ID, err)
 	}
 	if res.Purged && len(res.Attributes) > 1 {

@@ -33,7 +33,7 @@ func BenchmarkCompile1000Files(b *testing.B) {
 	dir := writeFilesModel(b, 1000)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		res, err := Compile(dir, Options{})
+		res, err := Compile(b.Context(), dir, Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

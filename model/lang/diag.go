@@ -166,3 +166,55 @@ func errorf(rng *hcl.Range, summary, detail string, args ...any) *hcl.Diagnostic
 func where(rng hcl.Range) string {
 	return fmt.Sprintf("%s:%d:%d", rng.Filename, rng.Start.Line, rng.Start.Column)
 }
+
+// maxDiagnostics bounds the diagnostics of one compile: past it, a model has
+// one mistake repeated, and more lines do not help.
+const maxDiagnostics = 100
+
+// dedupe drops repeated diagnostics: a block applied to many hosts reports
+// one mistake once, saying for how many hosts it occurred.
+func dedupe(diags hcl.Diagnostics) hcl.Diagnostics {
+	type key struct {
+		summary string
+		rng     hcl.Range
+		noPlace string
+	}
+	seen := map[key]*hcl.Diagnostic{}
+	extra := map[*hcl.Diagnostic]int{}
+	var out hcl.Diagnostics
+	for _, d := range diags {
+		k := key{summary: d.Summary}
+		if d.Subject != nil {
+			k.rng = *d.Subject
+		} else {
+			k.noPlace = d.Detail
+		}
+		if first, dup := seen[k]; dup {
+			if first.Detail != d.Detail {
+				extra[first]++
+			}
+			continue
+		}
+		seen[k] = d
+		out = append(out, d)
+	}
+	errs := 0
+	var bounded hcl.Diagnostics
+	for _, d := range out {
+		if n := extra[d]; n > 0 {
+			d.Detail += fmt.Sprintf(" (and %d more like it)", n)
+		}
+		if d.Severity == hcl.DiagError {
+			errs++
+			if errs > maxDiagnostics {
+				continue
+			}
+		}
+		bounded = append(bounded, d)
+	}
+	if errs > maxDiagnostics {
+		bounded = append(bounded, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Too many errors",
+			Detail: fmt.Sprintf("%d more errors are not shown; fix the ones above first", errs-maxDiagnostics)})
+	}
+	return bounded
+}

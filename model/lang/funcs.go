@@ -1,26 +1,38 @@
 package lang
 
 import (
+	"crypto/md5"
+	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/tryfunc"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	ctyyaml "github.com/zclconf/go-cty-yaml"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
 )
 
-// functions returns the functions available in models: cty's standard
-// library (strings, numbers, collections, encoding, regular expressions,
-// dates) plus file, templatefile and sha256. Paths are relative to the model
-// directory and may not leave it.
-func (c *compiler) functions() map[string]function.Function {
+// functions returns the functions available in the models of a unit:
+// cty's standard library (strings, numbers, collections, encoding, regular
+// expressions, dates), hashes and base64, try and can, yamlencode and
+// yamldecode, sensitive, and file and templatefile, whose paths are relative
+// to the unit's directory and may not leave the project. The map is built
+// once per unit.
+func (c *compiler) functions(u *unit) map[string]function.Function {
+	if u.funcs != nil {
+		return u.funcs
+	}
 	fns := map[string]function.Function{
 		// numbers
 		"abs": stdlib.AbsoluteFunc, "ceil": stdlib.CeilFunc, "floor": stdlib.FloorFunc,
@@ -34,6 +46,7 @@ func (c *compiler) functions() map[string]function.Function {
 		"title": stdlib.TitleFunc, "trim": stdlib.TrimFunc, "trimprefix": stdlib.TrimPrefixFunc,
 		"trimsuffix": stdlib.TrimSuffixFunc, "trimspace": stdlib.TrimSpaceFunc,
 		"regex": stdlib.RegexFunc, "regexall": stdlib.RegexAllFunc, "regex_replace": stdlib.RegexReplaceFunc,
+		"startswith": startsWithFunc, "endswith": endsWithFunc, "strcontains": strContainsFunc,
 		// collections
 		"chunklist": stdlib.ChunklistFunc, "coalesce": stdlib.CoalesceFunc, "coalescelist": stdlib.CoalesceListFunc,
 		"compact": stdlib.CompactFunc, "concat": stdlib.ConcatFunc, "contains": stdlib.ContainsFunc,
@@ -41,19 +54,23 @@ func (c *compiler) functions() map[string]function.Function {
 		"index": stdlib.IndexFunc, "keys": stdlib.KeysFunc, "length": stdlib.LengthFunc,
 		"lookup": stdlib.LookupFunc, "merge": stdlib.MergeFunc, "range": stdlib.RangeFunc,
 		"reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc,
-		"setproduct": stdlib.SetProductFunc, "setsubtract": stdlib.SetSubtractFunc,
+		"setproduct": boundedSetProduct, "setsubtract": stdlib.SetSubtractFunc,
 		"setunion": stdlib.SetUnionFunc, "slice": stdlib.SliceFunc, "sort": stdlib.SortFunc,
 		"values": stdlib.ValuesFunc, "zipmap": stdlib.ZipmapFunc,
 		// encoding and time
 		"jsonencode": stdlib.JSONEncodeFunc, "jsondecode": stdlib.JSONDecodeFunc,
+		"yamlencode": ctyyaml.YAMLEncodeFunc, "yamldecode": ctyyaml.YAMLDecodeFunc,
 		"csvdecode": stdlib.CSVDecodeFunc, "formatdate": stdlib.FormatDateFunc, "timeadd": stdlib.TimeAddFunc,
-		// conversion
+		"base64encode": base64EncodeFunc, "base64decode": base64DecodeFunc,
+		// conversion and errors
 		"tostring": stdlib.MakeToFunc(cty.String), "tonumber": stdlib.MakeToFunc(cty.Number),
 		"tobool": stdlib.MakeToFunc(cty.Bool), "tolist": stdlib.MakeToFunc(cty.List(cty.DynamicPseudoType)),
 		"toset": stdlib.MakeToFunc(cty.Set(cty.DynamicPseudoType)), "tomap": stdlib.MakeToFunc(cty.Map(cty.DynamicPseudoType)),
+		"try": tryfunc.TryFunc, "can": tryfunc.CanFunc,
+		"sensitive": sensitiveFunc,
 		// hashing and files
-		"sha256": sha256Func,
-		"file":   c.fileFunc(),
+		"md5": hashFunc(md5.New), "sha1": hashFunc(sha1.New), "sha256": hashFunc(sha256.New), "sha512": hashFunc(sha512.New),
+		"file": c.fileFunc(u),
 	}
 	// templatefile sees every function but itself: a template cannot
 	// render templates (no recursion to bound).
@@ -61,33 +78,117 @@ func (c *compiler) functions() map[string]function.Function {
 	for k, v := range fns {
 		inner[k] = v
 	}
-	fns["templatefile"] = c.templateFileFunc(inner)
+	fns["templatefile"] = c.templateFileFunc(u, inner)
+	u.funcs = fns
 	return fns
 }
 
-var sha256Func = function.New(&function.Spec{
-	Description: "SHA-256 of a string, in lower-case hex",
+func hashFunc(h func() hash.Hash) function.Function {
+	return function.New(&function.Spec{
+		Description: "a hash of a string, in lower-case hex",
+		Params:      []function.Parameter{{Name: "str", Type: cty.String}},
+		Type:        function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			sum := h()
+			sum.Write([]byte(args[0].AsString()))
+			return cty.StringVal(hex.EncodeToString(sum.Sum(nil))), nil
+		},
+	})
+}
+
+var base64EncodeFunc = function.New(&function.Spec{
+	Description: "the standard base64 encoding of a string's UTF-8 bytes",
 	Params:      []function.Parameter{{Name: "str", Type: cty.String}},
 	Type:        function.StaticReturnType(cty.String),
 	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		sum := sha256.Sum256([]byte(args[0].AsString()))
-		return cty.StringVal(hex.EncodeToString(sum[:])), nil
+		return cty.StringVal(base64.StdEncoding.EncodeToString([]byte(args[0].AsString()))), nil
 	},
 })
 
-// readModelFile reads a file named relative to the model directory, refusing
-// paths that leave it.
-func (c *compiler) readModelFile(name string) (string, string, error) {
+var base64DecodeFunc = function.New(&function.Spec{
+	Description: "decodes standard base64 into a UTF-8 string",
+	Params:      []function.Parameter{{Name: "str", Type: cty.String}},
+	Type:        function.StaticReturnType(cty.String),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		b, err := base64.StdEncoding.DecodeString(args[0].AsString())
+		if err != nil {
+			return cty.NilVal, fmt.Errorf("not base64: %w", err)
+		}
+		if !utf8.Valid(b) {
+			return cty.NilVal, fmt.Errorf("the decoded bytes are not UTF-8 text")
+		}
+		return cty.StringVal(string(b)), nil
+	},
+})
+
+func stringPredicate(desc string, f func(s, sub string) bool) function.Function {
+	return function.New(&function.Spec{
+		Description: desc,
+		Params:      []function.Parameter{{Name: "str", Type: cty.String}, {Name: "part", Type: cty.String}},
+		Type:        function.StaticReturnType(cty.Bool),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			return cty.BoolVal(f(args[0].AsString(), args[1].AsString())), nil
+		},
+	})
+}
+
+var (
+	startsWithFunc  = stringPredicate("whether str starts with part", strings.HasPrefix)
+	endsWithFunc    = stringPredicate("whether str ends with part", strings.HasSuffix)
+	strContainsFunc = stringPredicate("whether str contains part", strings.Contains)
+)
+
+// sensitiveFunc marks a value sensitive: attributes holding it are never
+// logged nor shown in clear.
+var sensitiveFunc = function.New(&function.Spec{
+	Description: "marks a value sensitive",
+	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowMarked: true, AllowUnknown: true, AllowNull: true, AllowDynamicType: true}},
+	Type: func(args []cty.Value) (cty.Type, error) {
+		return args[0].Type(), nil
+	},
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		return args[0].Mark(sensitiveMark{}), nil
+	},
+})
+
+// maxProduct bounds setproduct, whose result grows as the product of its
+// arguments' lengths.
+const maxProduct = 100_000
+
+var boundedSetProduct = function.New(&function.Spec{
+	Description: stdlib.SetProductFunc.Description(),
+	VarParam:    &function.Parameter{Name: "sets", Type: cty.DynamicPseudoType, AllowMarked: true},
+	Type: func(args []cty.Value) (cty.Type, error) {
+		n := 1
+		for _, a := range args {
+			a, _ = a.Unmark()
+			if a.IsKnown() && !a.IsNull() && a.CanIterateElements() {
+				n *= max(a.LengthInt(), 1)
+				if n > maxProduct {
+					return cty.NilType, fmt.Errorf("the product has more than %d elements", maxProduct)
+				}
+			}
+		}
+		return stdlib.SetProductFunc.ReturnTypeForValues(args)
+	},
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		return stdlib.SetProductFunc.Call(args)
+	},
+})
+
+// readModelFile reads a file named relative to a unit's directory, refusing
+// paths that leave the project.
+func (c *compiler) readModelFile(u *unit, name string) (string, string, error) {
 	if filepath.IsAbs(name) {
 		return "", "", fmt.Errorf("%q is absolute; name files relative to the model directory", name)
 	}
-	p := filepath.Join(c.dir, name)
-	if !within(c.dir, p) {
+	p := filepath.Join(u.dir, name)
+	if !within(c.root, p) {
 		return "", "", fmt.Errorf("%q is outside the model directory", name)
 	}
 	// A symbolic link may not lead out either.
 	if real, err := filepath.EvalSymlinks(p); err == nil {
-		root, rerr := filepath.EvalSymlinks(c.dir)
+		root, rerr := filepath.EvalSymlinks(c.root)
 		if rerr == nil && !within(root, real) {
 			return "", "", fmt.Errorf("%q leads outside the model directory (to %s)", name, real)
 		}
@@ -116,13 +217,13 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-func (c *compiler) fileFunc() function.Function {
+func (c *compiler) fileFunc(u *unit) function.Function {
 	return function.New(&function.Spec{
 		Description: "the content of a file of the model directory",
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			_, s, err := c.readModelFile(args[0].AsString())
+			_, s, err := c.readModelFile(u, args[0].AsString())
 			if err != nil {
 				return cty.NilVal, err
 			}
@@ -133,7 +234,7 @@ func (c *compiler) fileFunc() function.Function {
 
 // templateFileFunc renders an HCL template file with the given variables.
 // Parsed templates are cached: a model renders one template for many files.
-func (c *compiler) templateFileFunc(fns map[string]function.Function) function.Function {
+func (c *compiler) templateFileFunc(u *unit, fns map[string]function.Function) function.Function {
 	return function.New(&function.Spec{
 		Description: "render a template file (HCL template syntax) with the given variables",
 		Params: []function.Parameter{
@@ -147,7 +248,7 @@ func (c *compiler) templateFileFunc(fns map[string]function.Function) function.F
 			if !vars.Type().IsObjectType() && !vars.Type().IsMapType() {
 				return cty.NilVal, fmt.Errorf("the second argument must be an object of template variables, like { title = var.title }")
 			}
-			tmpl, err := c.template(name)
+			tmpl, err := c.template(u, name)
 			if err != nil {
 				return cty.NilVal, err
 			}
@@ -174,11 +275,12 @@ func (c *compiler) templateFileFunc(fns map[string]function.Function) function.F
 	})
 }
 
-func (c *compiler) template(name string) (hcl.Expression, error) {
-	if t, ok := c.templates[name]; ok {
+func (c *compiler) template(u *unit, name string) (hcl.Expression, error) {
+	key := filepath.Join(u.dir, name)
+	if t, ok := c.templates[key]; ok {
 		return t, nil
 	}
-	p, src, err := c.readModelFile(name)
+	p, src, err := c.readModelFile(u, name)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +288,9 @@ func (c *compiler) template(name string) (hcl.Expression, error) {
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("%s", diagsText(diags))
 	}
-	c.templates[name] = expr
+	// The template may read facts or labels no model file does.
+	c.scanNode(expr.(hclsyntax.Node))
+	c.templates[key] = expr
 	return expr, nil
 }
 

@@ -17,9 +17,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the want section of testdata/*.txtar")
 
-// TestGolden compiles every testdata/*.txtar archive: its files (but `vars`
-// and `want`) form a model directory, `vars` holds name=value lines, and
-// `want` is the compiled resource set or the diagnostics, one per line.
+// TestGolden compiles every testdata/*.txtar archive: its files (but `vars`,
+// `inventory.json` and `want`) form a model directory, `vars` holds
+// name=value lines, `inventory.json` is the inventory, and `want` is the
+// compiled resource set or the diagnostics, one per line.
 // Run with -update to rewrite the want sections after a deliberate change.
 func TestGolden(t *testing.T) {
 	archives, err := filepath.Glob("testdata/*.txtar")
@@ -46,6 +47,12 @@ func TestGolden(t *testing.T) {
 						k, v, _ := strings.Cut(line, "=")
 						opts.Vars[k] = v
 					}
+				case "inventory.json":
+					inv, err := model.ParseInventory(bytes.NewReader(f.Data))
+					if err != nil {
+						t.Fatalf("inventory.json: %v", err)
+					}
+					opts.Inventory = inv
 				default:
 					p := filepath.Join(tmp, "model", f.Name)
 					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -57,7 +64,7 @@ func TestGolden(t *testing.T) {
 				}
 			}
 			t.Chdir(tmp)
-			got := render(Compile("model", opts))
+			got := render(Compile(t.Context(), "model", opts))
 			if *update {
 				if want == nil {
 					ar.Files = append(ar.Files, txtar.File{Name: "want"})
@@ -104,7 +111,29 @@ func render(res *Result, err error) string {
 		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "hosts: %s\n", strings.Join(res.Hosts, " "))
+	var names []string
+	for _, h := range res.Hosts {
+		names = append(names, h.Name)
+	}
+	fmt.Fprintf(&b, "hosts: %s\n", strings.Join(names, " "))
+	for _, h := range res.Hosts {
+		var notes []string
+		if h.Agent != h.Name {
+			notes = append(notes, "agent="+h.Agent)
+		}
+		if !h.Declared {
+			notes = append(notes, "from-inventory")
+		}
+		if len(h.Hostgroups) > 0 {
+			notes = append(notes, "hostgroups="+strings.Join(h.Hostgroups, ","))
+		}
+		if len(h.MissingFacts) > 0 {
+			notes = append(notes, "missing="+strings.Join(h.MissingFacts, ","))
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(&b, "host %s: %s\n", h.Name, strings.Join(notes, " "))
+		}
+	}
 	for _, r := range res.Resources {
 		b.WriteString(r.ID.String())
 		if len(r.Requires) > 0 {
@@ -116,8 +145,28 @@ func render(res *Result, err error) string {
 		if r.Purged {
 			b.WriteString(" purged")
 		}
+		if r.Undefined {
+			b.WriteString(" undefined")
+		}
+		if len(r.Sensitive) > 0 {
+			fmt.Fprintf(&b, " sensitive=%v", r.Sensitive)
+		}
 		attrs, _ := model.Canonical(r.Attributes)
 		fmt.Fprintf(&b, " %s\n", attrs)
+	}
+	for _, u := range res.Undefined {
+		what := u.ID
+		if what == "" {
+			what = "block at " + u.Block + " on " + u.Agent
+		}
+		var missing []string
+		for _, f := range u.Missing {
+			missing = append(missing, f.String())
+		}
+		fmt.Fprintf(&b, "undefined: %s needs %s\n", what, strings.Join(missing, ", "))
+	}
+	for _, m := range res.Modules {
+		fmt.Fprintf(&b, "module %s: %s (%s)\n", m.Name, m.Source, m.Dir)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(&b, "%s\n", w)

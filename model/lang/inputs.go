@@ -3,11 +3,14 @@ package lang
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/tetherhq/tether/model"
 )
 
 // Input is a file a compile read, relative to the model directory.
@@ -18,7 +21,7 @@ type Input struct {
 
 // record notes a file the compile read.
 func (c *compiler) record(abs string, content []byte) {
-	rel, err := filepath.Rel(c.dir, abs)
+	rel, err := filepath.Rel(c.root, abs)
 	if err != nil || c.read[rel] {
 		return
 	}
@@ -28,7 +31,8 @@ func (c *compiler) record(abs string, content []byte) {
 }
 
 // Fingerprint identifies a compile by what went into it: the files it read
-// (Result.Inputs), the variable values, and salt (the compiler's identity).
+// (Result.Inputs), the variable values, the inventory, and salt (the
+// compiler's identity).
 // Two compiles with the same fingerprint produce the same result, so a
 // caller may reuse a result whose inputs are Unchanged.
 func Fingerprint(inputs []Input, opts Options, salt string) string {
@@ -48,43 +52,69 @@ func Fingerprint(inputs []Input, opts Options, salt string) string {
 	for _, k := range slices.Sorted(maps.Keys(opts.Vars)) {
 		write("var", k, opts.Vars[k])
 	}
+	if opts.Inventory != nil {
+		b, err := model.Canonical(opts.Inventory)
+		if err != nil {
+			// Not canonical: never equal to another compile's.
+			b = []byte(fmt.Sprintf("%p", opts.Inventory))
+		}
+		write("inventory", string(b))
+	}
+	if opts.UpdateModules {
+		write("update-modules")
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Unchanged reports whether the model in dir still consists of exactly the
-// recorded inputs with the same content: the same set of *.hcl files, and
-// every file read unchanged.
+// recorded inputs with the same content: the same *.hcl files in every
+// directory a model file was read from (the project's and its modules'),
+// and every file read unchanged.
 func Unchanged(dir string, inputs []Input) bool {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return false
 	}
-	models, err := filepath.Glob(filepath.Join(abs, "*.hcl"))
-	if err != nil {
-		return false
-	}
 	recorded := map[string]string{}
+	dirs := map[string]bool{".": true}
 	for _, in := range inputs {
 		recorded[in.Path] = in.SHA256
-	}
-	for _, m := range models {
-		if _, ok := recorded[filepath.Base(m)]; !ok {
-			return false // a model file was added
+		if strings.HasSuffix(in.Path, ".hcl") {
+			dirs[filepath.Dir(in.Path)] = true
 		}
 	}
+	models := 0
+	for d := range dirs {
+		found, err := filepath.Glob(filepath.Join(abs, d, "*.hcl"))
+		if err != nil {
+			return false
+		}
+		for _, m := range found {
+			rel, err := filepath.Rel(abs, m)
+			if err != nil {
+				return false
+			}
+			if _, ok := recorded[rel]; !ok {
+				return false // a model file was added
+			}
+		}
+		models += len(found)
+	}
+	recordedModels := 0
 	for _, in := range inputs {
-		if !strings.Contains(in.Path, string(filepath.Separator)) && strings.HasSuffix(in.Path, ".hcl") &&
-			!slices.Contains(models, filepath.Join(abs, in.Path)) {
-			return false // a model file was removed
+		if strings.HasSuffix(in.Path, ".hcl") {
+			recordedModels++
 		}
 		b, err := os.ReadFile(filepath.Join(abs, in.Path))
 		if err != nil {
-			return false
+			return false // removed
 		}
 		sum := sha256.Sum256(b)
 		if hex.EncodeToString(sum[:]) != in.SHA256 {
 			return false
 		}
 	}
-	return true
+	// A template named *.hcl is an input but not a model file: counts
+	// differ only if a model file was removed, which ReadFile caught.
+	return models <= recordedModels
 }

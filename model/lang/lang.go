@@ -1,17 +1,30 @@
-// Package lang is Tether's model language: HCL files describing hosts and the
-// resources they must hold, compiled into a resource set (model.Resource).
+// Package lang is Tether's model language: HCL files describing hosts, the
+// applications they run and the resources those need, compiled against an
+// inventory of agents into a resource set (model.Resource).
 //
-// This is the first cut of the language: `variable` and `host` blocks, the
-// resource kinds of the model catalogue inside hosts, `requires` and
-// `subscribes` by reference, implicit edges to managed parent directories,
-// cty's standard functions with `file` and `templatefile`, and diagnostics
-// that name file:line:column. Every *.hcl file of the model directory is
-// loaded, in name order.
+// A compile runs in stages, each on the whole model:
+//
+//  1. load: parse every *.hcl file of the project directory and of the
+//     modules it uses, and decode the static shape of each block (which
+//     happens once, however many hosts a block applies to);
+//  2. values: evaluate variables, module inputs and locals;
+//  3. hosts: build the hosts (declared ones and the inventory's agents) with
+//     their labels and facts, and match hostgroups;
+//  4. expand: for each host, evaluate its resources, applied applications and
+//     the hostgroups it belongs to;
+//  5. link: resolve requires and subscribes, add implicit edges, merge equal
+//     duplicates, reject conflicting ones and cycles.
+//
+// A fact the inventory does not hold is an unknown value (cty's unknowns,
+// marked with the fact it stands for): a resource whose attributes depend on
+// one is exported undefined, and the result says which facts are missing.
 package lang
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +36,6 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/tetherhq/tether/model"
-	"github.com/tetherhq/tether/model/graph"
 )
 
 // Options are the inputs of a compile besides the model files.
@@ -31,226 +43,268 @@ type Options struct {
 	// Vars are variable values given as text (--var name=value); values of
 	// non-string variables are parsed as HCL expressions ("8080", "[1, 2]").
 	Vars map[string]string
+	// Inventory lists the agents known to exist, with their labels and facts.
+	// Nil means none: only declared hosts exist, and their facts are unknown.
+	Inventory *model.Inventory
+	// UpdateModules resolves the refs of git modules again instead of using
+	// the commits recorded in the module cache.
+	UpdateModules bool
+	// MaxResources bounds the number of resources a compile may produce
+	// (0: DefaultMaxResources), so that a runaway for_each ends with a
+	// diagnostic instead of exhausting memory.
+	MaxResources int
 }
+
+// DefaultMaxResources is the default bound of Options.MaxResources.
+const DefaultMaxResources = 2_000_000
 
 // Result is a compiled model.
 type Result struct {
-	// Resources, sorted by ID.
+	// Resources, sorted by ID, including undefined ones. This is exactly the
+	// resource set a deploy or an export uses.
 	Resources []model.Resource `json:"resources"`
-	// Hosts lists the hosts the model declares (the agents it targets),
-	// sorted, including hosts without resources.
-	Hosts []string `json:"hosts"`
+	// Hosts are the hosts the compile targeted, sorted by name: the hosts
+	// the model declares and the agents of the inventory.
+	Hosts []Host `json:"hosts"`
+	// Undefined lists what could not be compiled for want of facts: the
+	// undefined resources, and blocks whose for_each or identity is unknown.
+	Undefined []Undefined `json:"undefined,omitempty"`
 	// Warnings are diagnostics that did not stop the compile.
 	Warnings []Diagnostic `json:"warnings,omitempty"`
 	// Inputs are the files the compile read (model files, templates, files
-	// read by file()), relative to the model directory, with their SHA-256.
+	// read by file()), relative to the project directory, with their SHA-256.
 	Inputs []Input `json:"inputs"`
+	// Modules are the modules the model uses, with the exact revision of
+	// each git module.
+	Modules []Module `json:"modules,omitempty"`
+}
+
+// Host is a host of the compile.
+type Host struct {
+	Name  string `json:"name"`
+	Agent string `json:"agent"`
+	// Declared: a host block names it (otherwise it comes from the
+	// inventory). InInventory: the inventory lists its agent.
+	Declared    bool `json:"declared"`
+	InInventory bool `json:"in_inventory"`
+	// Hostgroups the host belongs to.
+	Hostgroups []string `json:"hostgroups,omitempty"`
+	// Resources is how many resources the host's agent gets.
+	Resources int `json:"resources"`
+	// MissingFacts are the facts of this host the model needs but the
+	// inventory does not hold, sorted.
+	MissingFacts []string `json:"missing_facts,omitempty"`
+}
+
+// Undefined is a resource, or a block of resources, the compile could not
+// define because it depends on facts that are not known.
+type Undefined struct {
+	// ID of the undefined resource; empty when not even its identity is
+	// known (then nothing of the block was exported).
+	ID string `json:"id,omitempty"`
+	// Block is where the resource is declared (file:line:column).
+	Block string `json:"block"`
+	Agent string `json:"agent"`
+	// Missing are the facts it waits for.
+	Missing []FactRef `json:"missing"`
+}
+
+// FactRef names a fact of a host.
+type FactRef struct {
+	Host string `json:"host"`
+	Fact string `json:"fact"`
+}
+
+func (f FactRef) String() string { return f.Host + ":" + f.Fact }
+
+// Agents returns the agents of the hosts, sorted.
+func (r *Result) Agents() []string {
+	out := make([]string, 0, len(r.Hosts))
+	for _, h := range r.Hosts {
+		out = append(out, h.Agent)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ErrNoModel is returned when the directory holds no model files.
 var ErrNoModel = errors.New("no model files")
 
 // Compile compiles the model in dir. A model that does not compile gives an
-// *Error listing every diagnostic; other errors (an unreadable directory)
-// are returned as they are.
-func Compile(dir string, opts Options) (*Result, error) {
+// *Error listing every diagnostic; other errors (an unreadable directory, a
+// cancelled context while fetching a module) are returned as they are.
+func Compile(ctx context.Context, dir string, opts Options) (*Result, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	matches, err := filepath.Glob(filepath.Join(abs, "*.hcl"))
+	files, err := modelFiles(abs)
 	if err != nil {
 		return nil, err
 	}
-	if len(matches) == 0 {
+	if len(files) == 0 {
 		if _, statErr := os.Stat(abs); statErr != nil {
 			return nil, fmt.Errorf("model directory %s: %w", dir, unwrapPathError(statErr))
 		}
 		return nil, fmt.Errorf("%w in %s: write a main.hcl (see examples/quickstart)", ErrNoModel, dir)
 	}
-	sort.Strings(matches)
+	if opts.MaxResources <= 0 {
+		opts.MaxResources = DefaultMaxResources
+	}
 	c := &compiler{
-		dir:       abs,
+		ctx:       ctx,
+		root:      abs,
 		shown:     dir,
 		parser:    hclparse.NewParser(),
 		opts:      opts,
 		templates: map[string]hcl.Expression{},
 		read:      map[string]bool{},
+		apps:      map[string]*application{},
+		factPaths: map[string][]string{},
+		labels:    map[string]bool{},
 	}
-	return c.compile(matches)
+	return c.compile()
+}
+
+// modelFiles lists the *.hcl files of a directory, sorted.
+func modelFiles(dir string) ([]string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.hcl"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(matches)
+	return matches, nil
 }
 
 type compiler struct {
-	dir       string // absolute model directory
-	shown     string // the directory as the user named it, for messages
-	parser    *hclparse.Parser
-	opts      Options
-	templates map[string]hcl.Expression
-	diags     hcl.Diagnostics
-	ctx       *hcl.EvalContext
+	ctx    context.Context // the caller's, for module fetches
+	root   string          // absolute project directory
+	shown  string          // the directory as the user named it, for messages
+	parser *hclparse.Parser
+	opts   Options
+	diags  hcl.Diagnostics
+
 	inputs    []Input
 	read      map[string]bool
+	templates map[string]hcl.Expression
+	modules   []Module
+
+	units  []*unit // root first, then modules depth first
+	apps   map[string]*application
+	hosts  []*hostDecl
+	groups []*groupDecl
+
+	// factPaths are the fact paths the model reads (after any `.facts`),
+	// keyed by their dotted form; labels the label names it reads. Hosts
+	// get an unknown or null for each they lack. A template read during
+	// expansion may add paths: then expansion runs again (grew).
+	factPaths map[string][]string
+	labels    map[string]bool
+	grew      bool
+
+	// groupsValue is hostgroup.* once hostgroups are matched.
+	groupsValue cty.Value
+
+	count int // resources expanded so far
 }
 
-// display names a model file relative to the directory the user gave.
+// display names a file relative to the directory the user gave.
 func (c *compiler) display(p string) string {
-	rel, err := filepath.Rel(c.dir, p)
+	rel, err := filepath.Rel(c.root, p)
 	if err != nil {
 		return p
 	}
 	return filepath.Join(c.shown, rel)
 }
 
-var rootSchema = func() *hcl.BodySchema {
-	s := &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
-		{Type: "variable", LabelNames: []string{"name"}},
-		{Type: "host", LabelNames: []string{"name"}},
-	}}
-	// Resource blocks are recognised at the top level only to say where
-	// they belong.
-	for _, k := range model.Kinds() {
-		s.Blocks = append(s.Blocks, hcl.BlockHeaderSchema{Type: k.Kind, LabelNames: []string{"title"}})
-	}
-	return s
-}()
-
-var hostSchema = func() *hcl.BodySchema {
-	s := &hcl.BodySchema{}
-	for _, k := range model.Kinds() {
-		s.Blocks = append(s.Blocks, hcl.BlockHeaderSchema{Type: k.Kind, LabelNames: []string{"title"}})
-	}
-	return s
-}()
-
-func (c *compiler) compile(files []string) (*Result, error) {
-	var variables, hosts []*hcl.Block
-	for _, p := range files {
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", c.display(p), err)
-		}
-		c.record(p, src)
-		f, diags := c.parser.ParseHCL(src, c.display(p))
-		c.diags = append(c.diags, diags...)
-		if f == nil || diags.HasErrors() {
-			continue
-		}
-		content, diags := f.Body.Content(rootSchema)
-		c.diags = append(c.diags, diags...)
-		for _, b := range content.Blocks {
-			switch b.Type {
-			case "variable":
-				variables = append(variables, b)
-			case "host":
-				hosts = append(hosts, b)
-			default:
-				c.diags = append(c.diags, errorf(b.DefRange.Ptr(), "Resource outside a host",
-					"%s blocks belong inside a host block: host \"NAME\" { %s %q { … } }", b.Type, b.Type, b.Labels[0]))
-			}
-		}
+func (c *compiler) compile() (*Result, error) {
+	root, err := c.load()
+	if err != nil {
+		return nil, err
 	}
 	if c.diags.HasErrors() {
 		return nil, c.fail()
 	}
-
-	vars := c.variables(variables)
+	c.values(root, nil)
 	if c.diags.HasErrors() {
 		return nil, c.fail()
 	}
-	c.ctx = &hcl.EvalContext{Variables: map[string]cty.Value{"var": vars}, Functions: c.functions()}
-
+	marked := len(c.diags)
+	var hosts []*hostInfo
+	for attempt := 0; ; attempt++ {
+		c.grew = false
+		c.count = 0
+		c.groupsValue = cty.NilVal
+		hosts = c.buildHosts()
+		if !c.diags.HasErrors() {
+			c.matchGroups(hosts)
+		}
+		if !c.diags.HasErrors() {
+			c.expand(hosts)
+		}
+		// A template revealed fact or label names the hosts were built
+		// without: build them again (the set only grows, so this ends).
+		if !c.grew || attempt > 8 {
+			break
+		}
+		c.diags = c.diags[:marked]
+	}
+	if c.diags.HasErrors() {
+		return nil, c.fail()
+	}
 	res := &Result{}
-	var decls []*resourceDecl
-	seenHost := map[string]*hcl.Block{}
-	for _, h := range hosts {
-		name := h.Labels[0]
-		if err := model.ValidateAgentName(name); err != nil {
-			c.diags = append(c.diags, errorf(h.LabelRanges[0].Ptr(), "Invalid host name",
-				"%s", strings.TrimPrefix(err.Error(), model.ErrInvalidName.Error()+": ")))
-			continue
-		}
-		if prev, dup := seenHost[name]; dup {
-			c.diags = append(c.diags, errorf(h.LabelRanges[0].Ptr(), "Duplicate host",
-				"host %q is already declared at %s", name, where(prev.DefRange)))
-			continue
-		}
-		seenHost[name] = h
-		res.Hosts = append(res.Hosts, name)
-		decls = append(decls, c.host(name, h)...)
-	}
-	slices.Sort(res.Hosts)
+	res.Resources = c.link(hosts)
 	if c.diags.HasErrors() {
 		return nil, c.fail()
 	}
-
-	res.Resources = c.link(decls)
-	if c.diags.HasErrors() {
-		return nil, c.fail()
-	}
-	res.Warnings = convertDiags(c.diags)
+	res.Hosts, res.Undefined = c.report(hosts, res.Resources)
+	res.Warnings = convertDiags(dedupe(c.diags))
 	res.Inputs = c.inputs
 	slices.SortFunc(res.Inputs, func(a, b Input) int { return strings.Compare(a.Path, b.Path) })
+	res.Modules = c.modules
 	return res, nil
 }
 
 func (c *compiler) fail() error {
-	return &Error{Diagnostics: convertDiags(c.diags), files: c.parser.Files()}
+	return &Error{Diagnostics: convertDiags(dedupe(c.diags)), files: c.parser.Files()}
 }
 
-// link resolves references between resources, adds implicit edges, checks
-// for duplicate IDs and cycles, and returns the resources sorted by ID.
-func (c *compiler) link(decls []*resourceDecl) []model.Resource {
-	byID := map[model.ID]*resourceDecl{}
-	for _, d := range decls {
-		if prev, dup := byID[d.res.ID]; dup {
-			c.diags = append(c.diags, errorf(d.block.DefRange.Ptr(), "Duplicate resource",
-				"%s is already declared at %s", d.res.ID, where(prev.block.DefRange)))
-			continue
+// report summarises the hosts and the undefined resources.
+func (c *compiler) report(hosts []*hostInfo, resources []model.Resource) ([]Host, []Undefined) {
+	count := map[string]int{}
+	for i := range resources {
+		count[resources[i].ID.Agent]++
+	}
+	missing := map[string]map[string]bool{} // host → facts
+	note := func(f FactRef) {
+		if missing[f.Host] == nil {
+			missing[f.Host] = map[string]bool{}
 		}
-		byID[d.res.ID] = d
+		missing[f.Host][f.Fact] = true
 	}
-	for _, d := range decls {
-		d.res.Requires = c.references(d, "requires")
-		d.res.Subscribes = c.references(d, "subscribes")
-		if parent := managedParent(d, byID); parent != nil && !slices.Contains(d.res.Requires, parent.res.ID) {
-			d.res.Requires = append(d.res.Requires, parent.res.ID)
+	var undefined []Undefined
+	for _, h := range hosts {
+		for _, u := range h.undefined {
+			for _, f := range u.Missing {
+				note(f)
+			}
+			undefined = append(undefined, u)
 		}
-	}
-	out := make([]model.Resource, 0, len(byID))
-	for _, d := range decls {
-		if byID[d.res.ID] == d {
-			out = append(out, d.res)
-		}
-	}
-	if c.diags.HasErrors() {
-		return nil
-	}
-	if _, err := graph.FromResources(out).Sort(); err != nil {
-		var ce *graph.CycleError
-		if errors.As(err, &ce) {
-			first := byID[ce.Cycle[0]]
-			c.diags = append(c.diags, errorf(first.block.DefRange.Ptr(), "Requirement cycle",
-				"%s (each resource requires the next)", strings.TrimPrefix(err.Error(), "dependency cycle: ")))
-			return nil
-		}
-		c.diags = append(c.diags, errorf(nil, "Invalid requirements", "%v", err))
-		return nil
-	}
-	model.SortResources(out)
-	return out
-}
-
-// managedParent returns the nearest managed directory above a path-based
-// resource on the same agent: a file requires the directory it lives in.
-func managedParent(d *resourceDecl, byID map[model.ID]*resourceDecl) *resourceDecl {
-	if d.res.ID.Key != "path" || d.res.Purged {
-		return nil
-	}
-	for p := filepath.Dir(d.res.ID.Value); p != "/" && p != "."; p = filepath.Dir(p) {
-		id := model.ID{Type: "directory", Agent: d.res.ID.Agent, Key: "path", Value: p}
-		if parent, ok := byID[id]; ok && !parent.res.Purged {
-			return parent
+		for _, f := range h.unknownGroups {
+			note(f)
 		}
 	}
-	return nil
+	out := make([]Host, 0, len(hosts))
+	for _, h := range hosts {
+		out = append(out, Host{
+			Name: h.name, Agent: h.agent, Declared: h.decl != nil, InInventory: h.inv != nil,
+			Hostgroups: h.groups, Resources: count[h.agent],
+			MissingFacts: slices.Sorted(maps.Keys(missing[h.name])),
+		})
+	}
+	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(undefined, func(a, b Undefined) int {
+		return strings.Compare(a.Agent+"\x00"+a.ID+"\x00"+a.Block, b.Agent+"\x00"+b.ID+"\x00"+b.Block)
+	})
+	return out, undefined
 }

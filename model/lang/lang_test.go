@@ -16,7 +16,7 @@ func TestExamplesCompile(t *testing.T) {
 	}
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			res, err := Compile(dir, Options{})
+			res, err := Compile(t.Context(), dir, Options{})
 			if err != nil {
 				t.Fatalf("%s does not compile:\n%v", dir, err)
 			}
@@ -33,7 +33,7 @@ func TestPrettyShowsSource(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Compile(dir, Options{})
+	_, err := Compile(t.Context(), dir, Options{})
 	var le *Error
 	if !errors.As(err, &le) {
 		t.Fatalf("got %v, want *Error", err)
@@ -47,10 +47,10 @@ func TestPrettyShowsSource(t *testing.T) {
 }
 
 func TestNoModel(t *testing.T) {
-	if _, err := Compile(t.TempDir(), Options{}); !errors.Is(err, ErrNoModel) {
+	if _, err := Compile(t.Context(), t.TempDir(), Options{}); !errors.Is(err, ErrNoModel) {
 		t.Fatalf("empty directory: got %v, want ErrNoModel", err)
 	}
-	if _, err := Compile(filepath.Join(t.TempDir(), "missing"), Options{}); err == nil || !strings.Contains(err.Error(), "no such file") {
+	if _, err := Compile(t.Context(), filepath.Join(t.TempDir(), "missing"), Options{}); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Fatalf("missing directory: got %v", err)
 	}
 }
@@ -68,7 +68,7 @@ func TestSymlinkOutOfModel(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Compile(dir, Options{})
+	_, err := Compile(t.Context(), dir, Options{})
 	if err == nil || !strings.Contains(err.Error(), "leads outside the model directory") {
 		t.Fatalf("got %v, want a refusal to follow the link out", err)
 	}
@@ -89,7 +89,7 @@ func FuzzCompile(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		res, err := Compile(dir, Options{})
+		res, err := Compile(t.Context(), dir, Options{})
 		if err == nil && res == nil {
 			t.Fatal("no result and no error")
 		}
@@ -116,7 +116,7 @@ func TestInputsAndFingerprint(t *testing.T) {
 	write("t/x.tmpl", "template")
 	write("f.txt", "file")
 	write("unused.txt", "never read")
-	res, err := Compile(dir, Options{})
+	res, err := Compile(t.Context(), dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

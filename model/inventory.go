@@ -1,0 +1,117 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Inventory is what is known of an environment's agents: their names, the
+// labels their operators gave them and the facts they reported. The compiler
+// evaluates hostgroups and host.facts against it. Its JSON form is
+//
+//	{"agents": [{"name": "web-7", "labels": {"role": "web"}, "facts": {"ipv4": "10.0.0.7"}}]}
+type Inventory struct {
+	Agents []InventoryAgent `json:"agents"`
+}
+
+// InventoryAgent is one agent of an inventory.
+type InventoryAgent struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Facts are the facts the agent reported, as JSON values. A fact the
+	// agent has not reported is absent (not null): the compiler treats it as
+	// unknown.
+	Facts map[string]any `json:"facts,omitempty"`
+}
+
+// ErrInvalidInventory is wrapped by every error ParseInventory returns.
+var ErrInvalidInventory = errors.New("invalid inventory")
+
+// MaxInventorySize bounds an inventory document (64 MiB: 100,000 agents with
+// a few hundred bytes of facts each).
+const MaxInventorySize = 64 << 20
+
+// ParseInventory reads and checks an inventory document: valid agent names,
+// no agent twice, label names that are identifiers.
+func ParseInventory(r io.Reader) (*Inventory, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxInventorySize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidInventory, err)
+	}
+	if len(b) > MaxInventorySize {
+		return nil, fmt.Errorf("%w: larger than %d MiB", ErrInvalidInventory, MaxInventorySize>>20)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	var inv Inventory
+	if err := dec.Decode(&inv); err != nil {
+		return nil, fmt.Errorf("%w: %w (want {\"agents\": [{\"name\": …, \"labels\": {…}, \"facts\": {…}}]})", ErrInvalidInventory, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidInventory)
+	}
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+// Validate checks agent names, duplicates and label names.
+func (inv *Inventory) Validate() error {
+	seen := make(map[string]bool, len(inv.Agents))
+	for i, a := range inv.Agents {
+		if err := ValidateAgentName(a.Name); err != nil {
+			return fmt.Errorf("%w: agents[%d]: %w", ErrInvalidInventory, i, err)
+		}
+		if seen[a.Name] {
+			return fmt.Errorf("%w: agent %q is listed twice", ErrInvalidInventory, a.Name)
+		}
+		seen[a.Name] = true
+		for k := range a.Labels {
+			if !isLabelName(k) {
+				return fmt.Errorf("%w: agent %q: label %q: want letters, digits, '_' and '-', starting with a letter", ErrInvalidInventory, a.Name, k)
+			}
+		}
+		for k := range a.Facts {
+			if k == "" || strings.ContainsAny(k, "\x00") {
+				return fmt.Errorf("%w: agent %q: empty or invalid fact name %q", ErrInvalidInventory, a.Name, k)
+			}
+		}
+	}
+	return nil
+}
+
+// Agent returns the inventory entry of an agent.
+func (inv *Inventory) Agent(name string) (InventoryAgent, bool) {
+	if inv == nil {
+		return InventoryAgent{}, false
+	}
+	i := slices.IndexFunc(inv.Agents, func(a InventoryAgent) bool { return a.Name == name })
+	if i < 0 {
+		return InventoryAgent{}, false
+	}
+	return inv.Agents[i], true
+}
+
+// isLabelName accepts identifiers of the model language: a letter first,
+// then letters, digits, '_' and '-'.
+func isLabelName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '_' || r == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
