@@ -226,4 +226,3 @@ func CheckAbsPath(p string) error {
 	}
 	return nil
 }
-

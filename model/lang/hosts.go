@@ -29,8 +29,8 @@ type hostInfo struct {
 	// shared > 0 while a hostgroup or application body is expanded for the
 	// host: diagnostics then say which host they were found for.
 	shared int
-	scopes    int            // body instances expanded so far
-	ctxs      map[*unit]*hcl.EvalContext
+	scopes int // body instances expanded so far
+	ctxs   map[*unit]*hcl.EvalContext
 }
 
 // buildHosts makes the host list: declared hosts first (with their agent and
