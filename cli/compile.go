@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -167,7 +168,10 @@ func compileCommand(term *terminal) *ucli.Command {
 func printResources(term *terminal, res *lang.Result) error {
 	t := newTable(term.stdout, "AGENT", "RESOURCE", "STATE", "REQUIRES")
 	undefined := 0
-	for _, r := range res.Resources {
+	// Per agent, then by resource: what each agent gets reads as a block.
+	sorted := slices.Clone(res.Resources)
+	slices.SortStableFunc(sorted, func(a, b model.Resource) int { return strings.Compare(a.ID.Agent, b.ID.Agent) })
+	for _, r := range sorted {
 		var reqs []string
 		for _, q := range r.Requires {
 			reqs = append(reqs, q.String())

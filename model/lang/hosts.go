@@ -232,14 +232,14 @@ func (c *compiler) matchGroups(hosts []*hostInfo) {
 			}
 			v, marks := v.UnmarkDeep()
 			if !v.IsKnown() {
-				for m := range marks {
-					if mf, ok := m.(missingFact); ok {
-						h.unknownGroups = append(h.unknownGroups, FactRef{Host: mf.host, Fact: mf.fact})
-					}
+				facts := factsOf(marks, cty.NilVal)
+				h.unknownGroups = append(h.unknownGroups, facts...)
+				why := "its match reads a value that is not known yet"
+				if len(facts) > 0 {
+					why = "its match needs facts the inventory lacks (" + factList(facts) + ")"
 				}
 				c.diags = append(c.diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Unknown hostgroup membership",
-					Detail: "host " + h.name + " may belong to hostgroup " + g.name + ": its match needs facts the inventory lacks (" +
-						factList(h.unknownGroups) + ")", Subject: g.match.Expr.Range().Ptr()})
+					Detail: "host " + h.name + " may belong to hostgroup " + g.name + ": " + why, Subject: g.match.Expr.Range().Ptr()})
 				h.maybeGroups = append(h.maybeGroups, g.name)
 				continue
 			}

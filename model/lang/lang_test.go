@@ -6,13 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/model"
 )
 
-// TestExamplesCompile compiles every model under examples/.
+// TestExamplesCompile compiles every model under examples/, against its
+// inventory.json when it has one (and without it too).
 func TestExamplesCompile(t *testing.T) {
 	dirs, err := filepath.Glob("../../examples/*")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no examples found: %v", err)
+	if err != nil || len(dirs) < 4 {
+		t.Fatalf("want at least 4 examples, found %v (%v)", dirs, err)
 	}
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
@@ -22,6 +25,28 @@ func TestExamplesCompile(t *testing.T) {
 			}
 			if len(res.Resources) == 0 {
 				t.Fatalf("%s compiles to no resources", dir)
+			}
+			if err := model.ValidateSet(res.Resources); err != nil {
+				t.Fatalf("%s: not a valid resource set: %v", dir, err)
+			}
+			f, err := os.Open(filepath.Join(dir, "inventory.json"))
+			if errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			inv, err := model.ParseInventory(f)
+			if err != nil {
+				t.Fatalf("%s/inventory.json: %v", dir, err)
+			}
+			withInv, err := Compile(t.Context(), dir, Options{Inventory: inv})
+			if err != nil {
+				t.Fatalf("%s does not compile against its inventory:\n%v", dir, err)
+			}
+			if len(withInv.Resources) <= len(res.Resources) {
+				t.Fatalf("%s: the inventory selected no more resources (%d, without it %d)", dir, len(withInv.Resources), len(res.Resources))
 			}
 		})
 	}
