@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/tetherhq/tether/model"
 )
 
@@ -195,5 +197,43 @@ func TestInputsAndFingerprint(t *testing.T) {
 	write("unused.txt", "edited")
 	if !Unchanged(dir, res.Inputs) {
 		t.Fatal("a file the model never read invalidated it")
+	}
+}
+
+// docs/model-language.md documents every attribute of every kind and every
+// function: a kind or function added without its documentation fails here.
+func TestReferenceDocumentsEverything(t *testing.T) {
+	b, err := os.ReadFile("../../docs/model-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, k := range model.Kinds() {
+		start := strings.Index(doc, "\n### "+k.Kind+"\n")
+		if start < 0 {
+			t.Errorf("no section ### %s", k.Kind)
+			continue
+		}
+		section := doc[start+1:]
+		if end := strings.Index(section[4:], "\n## "); end >= 0 {
+			section = section[:end+4]
+		}
+		if end := strings.Index(section[4:], "\n### "); end >= 0 {
+			section = section[:end+4]
+		}
+		for _, a := range k.Attrs {
+			if !strings.Contains(section, "| `"+a.Name+"` |") {
+				t.Errorf("section %s does not document attribute %s", k.Kind, a.Name)
+			}
+			if a.Required && !strings.Contains(section, "| `"+a.Name+"` | "+string(a.Type)+", required |") {
+				t.Errorf("section %s does not say %s is required", k.Kind, a.Name)
+			}
+		}
+	}
+	c := &compiler{templates: map[string]hcl.Expression{}}
+	for name := range c.functions(&unit{}) {
+		if !strings.Contains(doc, "`"+name+"`") {
+			t.Errorf("function %s is not documented", name)
+		}
 	}
 }
