@@ -42,6 +42,7 @@ demo: build
 bench: build
 	$(GO) test ./agent/engine -run '^$$' -bench . -benchtime 20x -count 3
 	$(GO) test ./model/lang -run '^$$' -bench Compile1000 -benchmem -benchtime 20x
+	$(GO) test ./model/lang -run '^$$' -bench CompileFleet -benchmem -benchtime 3x
 	$(GO) test ./server/store/sqlite -run '^$$' -bench . -benchmem -benchtime 20x
 	$(GO) test ./cli -run '^$$' -bench EmbeddedDeploy -benchtime 10x
 	./$(BIN) bench deploy --files 1000 --runs 10

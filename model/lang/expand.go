@@ -440,7 +440,7 @@ func (c *compiler) dynamicRefs(h *hostInfo, ctx *hcl.EvalContext, e hcl.Expressi
 // they do not exist, and resources used as values.
 func (c *compiler) checkRefs(ctx *hcl.EvalContext, expr hcl.Expression) bool {
 	ok := true
-	for _, tr := range expr.Variables() {
+	for _, tr := range c.variablesOf(expr) {
 		root := tr.RootName()
 		val, found := lookupVar(ctx, root)
 		if !found {
@@ -524,4 +524,18 @@ func (c *compiler) evalString(ctx *hcl.EvalContext, e hcl.Expression, what strin
 		return "", false
 	}
 	return s.AsString(), true
+}
+
+// variablesOf returns expr.Variables(), computed once per expression: the
+// same expression is evaluated for every host a block applies to.
+func (c *compiler) variablesOf(expr hcl.Expression) []hcl.Traversal {
+	if trs, ok := c.traversals[expr]; ok {
+		return trs
+	}
+	trs := expr.Variables()
+	if c.traversals == nil {
+		c.traversals = map[hcl.Expression][]hcl.Traversal{}
+	}
+	c.traversals[expr] = trs
+	return trs
 }

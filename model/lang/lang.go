@@ -206,6 +206,8 @@ type compiler struct {
 	groupsValue cty.Value
 
 	count int // resources expanded so far
+
+	traversals map[hcl.Expression][]hcl.Traversal // see variablesOf
 }
 
 // display names a file relative to the directory the user gave.
@@ -252,6 +254,7 @@ func (c *compiler) compile() (*Result, error) {
 	if c.diags.HasErrors() {
 		return nil, c.fail()
 	}
+	c.traversals = nil // expansion is over
 	res := &Result{}
 	res.Resources = c.link(hosts)
 	if c.diags.HasErrors() {

@@ -104,9 +104,24 @@ func verb(attr string) string {
 // linkHost links the resources of one host and returns them by ID (the
 // first declaration of each).
 func (c *compiler) linkHost(h *hostInfo) map[model.ID]*decl {
-	idx := make(map[nameKey][]*decl, 2*len(h.decls))
+	// The name index is needed only by static references and ID strings
+	// naming this host.
+	needed := false
+	for _, d := range h.decls {
+		if len(d.rb.refs[0].static)+len(d.rb.refs[1].static)+len(d.dynamic[0])+len(d.dynamic[1]) > 0 {
+			needed = true
+			break
+		}
+	}
+	var idx map[nameKey][]*decl
+	if needed {
+		idx = make(map[nameKey][]*decl, 2*len(h.decls))
+	}
 	add := func(k nameKey, d *decl) { idx[k] = append(idx[k], d) }
 	for _, d := range h.decls {
+		if !needed {
+			break
+		}
 		kind := d.rb.kind.Kind
 		add(nameKey{d.scope, kind, d.rb.name}, d)
 		add(nameKey{-1, kind, d.rb.name}, d)

@@ -220,13 +220,20 @@ var moduleSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 
 var metaAttrs = []hcl.AttributeSchema{{Name: "for_each"}, {Name: "requires"}, {Name: "subscribes"}, {Name: "purged"}}
 
-func resourceSchema(k *model.KindSpec) *hcl.BodySchema {
-	s := &hcl.BodySchema{Attributes: slices.Clone(metaAttrs)}
-	for _, a := range k.Attrs {
-		s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: a.Name})
+// resourceSchemas holds the body schema of each kind's resource blocks.
+var resourceSchemas = func() map[string]*hcl.BodySchema {
+	out := map[string]*hcl.BodySchema{}
+	for _, k := range model.Kinds() {
+		s := &hcl.BodySchema{Attributes: slices.Clone(metaAttrs)}
+		for _, a := range k.Attrs {
+			s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: a.Name})
+		}
+		out[k.Kind] = s
 	}
-	return s
-}
+	return out
+}()
+
+func resourceSchema(k *model.KindSpec) *hcl.BodySchema { return resourceSchemas[k.Kind] }
 
 // load parses the project and its modules and decodes their static shape.
 func (c *compiler) load() (*unit, error) {
