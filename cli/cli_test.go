@@ -418,3 +418,38 @@ func TestCompileCache(t *testing.T) {
 		t.Fatalf("store gone: compiled %v version %d, want a fresh compile as version 1", r.Compiled, r.Version)
 	}
 }
+
+// compile --inventory selects agents by label and names the facts a
+// resource waits for; a broken inventory is a usage error.
+func TestCompileWithInventory(t *testing.T) {
+	code, out, errs := invoke(t, "compile", "../examples/webfarm", "--inventory", "../examples/webfarm/inventory.json", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res lang.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	missing := map[string][]string{}
+	for _, h := range res.Hosts {
+		missing[h.Name] = h.MissingFacts
+	}
+	if strings.Join(missing["web-3"], ",") != "ipv4" || len(missing["web-1"]) != 0 {
+		t.Fatalf("missing facts %v, want web-3 lacking ipv4 only", missing)
+	}
+	if len(res.Undefined) != 1 || res.Undefined[0].ID != "file[lb-1,path=/etc/haproxy/haproxy.cfg]" {
+		t.Fatalf("undefined %+v", res.Undefined)
+	}
+	code, out, _ = invoke(t, "compile", "../examples/webfarm", "--inventory", "../examples/webfarm/inventory.json")
+	if code != 0 || !strings.Contains(out, "web-3: ipv4") || !strings.Contains(out, "1 undefined") {
+		t.Fatalf("table output lacks the missing facts (exit %d):\n%s", code, out)
+	}
+	bad := filepath.Join(t.TempDir(), "inv.json")
+	if err := os.WriteFile(bad, []byte(`{"agents": [{"name": "a"}, {"name": "a"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = invoke(t, "compile", "../examples/webfarm", "--inventory", bad)
+	if code != exitUsage || !strings.Contains(errs, `agent "a" is listed twice`) {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+}
