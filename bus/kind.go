@@ -1,6 +1,10 @@
 package bus
 
-import "github.com/tetherhq/tether/model"
+import (
+	"slices"
+
+	"github.com/tetherhq/tether/model"
+)
 
 // Kind names what an envelope's body holds.
 type Kind string
@@ -50,6 +54,16 @@ func (k Kind) Command() bool { return toAgent[k] }
 
 // Event reports whether k travels agent → server.
 func (k Kind) Event() bool { return toServer[k] }
+
+// EventKinds lists the agent → server kinds, sorted.
+func EventKinds() []Kind {
+	out := make([]Kind, 0, len(toServer))
+	for k := range toServer {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // DeployMode says which resources a deploy covers.
 type DeployMode string

@@ -1,0 +1,389 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/bus"
+)
+
+// Bus is the RabbitMQ transport. Its zero value is not usable: make one
+// with New and Close it.
+type Bus struct {
+	cfg Config
+	log zerolog.Logger
+
+	mu         sync.Mutex
+	current    *session      // nil while disconnected
+	changed    chan struct{} // closed when current changes
+	dialErr    error
+	generation int
+
+	pubSlots chan struct{} // bounds publishing channels
+	closing  chan struct{}
+	done     chan struct{} // closed when the supervisor returned
+	closeMu  sync.Once
+
+	deadLettered atomic.Int64
+}
+
+var _ bus.Bus = (*Bus)(nil)
+
+// New validates cfg and starts connecting in the background; operations
+// wait for the connection (bounded by their context). Call Ready to wait for
+// it, and Close to stop.
+func New(cfg Config, log zerolog.Logger) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.tlsConfig(); err != nil {
+		return nil, err
+	}
+	b := &Bus{
+		cfg:      cfg,
+		log:      log.With().Str("component", "bus").Str("broker", redactURL(cfg.URL)).Logger(),
+		changed:  make(chan struct{}),
+		pubSlots: make(chan struct{}, cfg.PublisherChannels),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go b.supervise()
+	return b, nil
+}
+
+// Close stops the bus: consumers return, operations fail with ErrClosed,
+// and the connection is closed. It waits for the supervisor.
+func (b *Bus) Close() {
+	b.closeMu.Do(func() { close(b.closing) })
+	<-b.done
+}
+
+// DeadLettered counts the messages this bus moved to the dead-letter queue.
+func (b *Bus) DeadLettered() int64 { return b.deadLettered.Load() }
+
+// Names of the topology.
+func (b *Bus) cmdExchange() string    { return b.cfg.Namespace + ".cmd" }
+func (b *Bus) eventsExchange() string { return b.cfg.Namespace + ".events" }
+func (b *Bus) deadExchange() string   { return b.cfg.Namespace + ".dead" }
+
+// DeadQueue is the name of the dead-letter queue.
+func (b *Bus) DeadQueue() string { return b.cfg.Namespace + ".dead" }
+
+// ServerQueue is the name of a server queue in this namespace.
+func (b *Bus) ServerQueue(q bus.Queue) string {
+	switch q {
+	case bus.QueueCompliance:
+		return b.cfg.Namespace + ".server.compliance"
+	default:
+		return b.cfg.Namespace + ".server.events"
+	}
+}
+
+// InboxQueue is the name of an agent's inbox in this namespace.
+func (b *Bus) InboxQueue(env, agent string) string {
+	return b.cfg.Namespace + ".agent." + env + "." + agent
+}
+
+func (b *Bus) queueArgs() amqp.Table {
+	return amqp.Table{"x-queue-type": b.cfg.QueueType}
+}
+
+// declareTopology declares the exchanges, the server queues and their
+// bindings, and the dead-letter queue. It runs after every (re)connect.
+func (b *Bus) declareTopology(s *session) error {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	for _, x := range []struct{ name, kind string }{
+		{b.cmdExchange(), amqp.ExchangeDirect},
+		{b.eventsExchange(), amqp.ExchangeTopic},
+		{b.deadExchange(), amqp.ExchangeFanout},
+	} {
+		if err := ch.ExchangeDeclare(x.name, x.kind, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("exchange %s: %w", x.name, err)
+		}
+	}
+	if _, err := ch.QueueDeclare(b.DeadQueue(), true, false, false, false, b.queueArgs()); err != nil {
+		return fmt.Errorf("queue %s: %w", b.DeadQueue(), err)
+	}
+	if err := ch.QueueBind(b.DeadQueue(), "", b.deadExchange(), false, nil); err != nil {
+		return err
+	}
+	for _, q := range []bus.Queue{bus.QueueEvents, bus.QueueCompliance} {
+		if _, err := ch.QueueDeclare(b.ServerQueue(q), true, false, false, false, b.queueArgs()); err != nil {
+			return fmt.Errorf("queue %s: %w", b.ServerQueue(q), err)
+		}
+	}
+	// Routing keys are <env>.<agent>.<kind>; agent names and kinds may hold
+	// dots, so each event kind is bound by its suffix.
+	for _, k := range bus.EventKinds() {
+		if err := ch.QueueBind(b.ServerQueue(bus.QueueFor(k)), "#."+string(k), b.eventsExchange(), false, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// declareInbox declares an agent's inbox and binds it.
+func (b *Bus) declareInbox(ch *amqp.Channel, env, agent string) error {
+	name := b.InboxQueue(env, agent)
+	args := b.queueArgs()
+	args["x-single-active-consumer"] = true
+	args["x-max-length"] = int64(b.cfg.InboxMaxLength)
+	args["x-overflow"] = "reject-publish"
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		return fmt.Errorf("declare inbox %s: %w", name, err)
+	}
+	if err := ch.QueueBind(name, bus.CommandKey(env, agent), b.cmdExchange(), false, nil); err != nil {
+		return fmt.Errorf("bind inbox %s: %w", name, err)
+	}
+	return nil
+}
+
+// DeclareInbox implements bus.Bus.
+func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
+	return b.withChannel(ctx, func(ch *amqp.Channel) error { return b.declareInbox(ch, env, agent) })
+}
+
+// withChannel runs fn on a fresh channel of the current connection,
+// retrying once on a new connection if the channel broke under it.
+func (b *Bus) withChannel(ctx context.Context, fn func(ch *amqp.Channel) error) error {
+	for attempt := 0; ; attempt++ {
+		s, err := b.session(ctx)
+		if err != nil {
+			return err
+		}
+		ch, err := s.conn.Channel()
+		if err == nil {
+			err = fn(ch)
+			_ = ch.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if attempt > 0 || !isConnectionError(err) {
+			return err
+		}
+		b.waitChange(ctx, s)
+	}
+}
+
+// waitChange waits until the session is no longer s (or ctx ends).
+func (b *Bus) waitChange(ctx context.Context, s *session) {
+	b.mu.Lock()
+	current, changed := b.current, b.changed
+	b.mu.Unlock()
+	if current != s {
+		return
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+	case <-b.closing:
+	}
+}
+
+func isConnectionError(err error) bool {
+	return errors.Is(err, amqp.ErrClosed) || isAMQPError(err, amqp.ChannelError) || isAMQPError(err, amqp.ConnectionForced)
+}
+
+func isAMQPError(err error, code int) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+// Send implements bus.Bus: a mandatory, confirmed publish to the agent's
+// inbox.
+func (b *Bus) Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) error {
+	if !e.Kind.Command() {
+		return fmt.Errorf("send %s: not a command kind", e.Kind)
+	}
+	msg, err := b.message(e)
+	if err != nil {
+		return err
+	}
+	if opts.Expiration > 0 {
+		msg.Expiration = strconv.FormatInt(max(opts.Expiration.Milliseconds(), 1), 10)
+	}
+	err = b.publishConfirmed(ctx, b.cmdExchange(), bus.CommandKey(e.Env, e.Agent), msg)
+	switch {
+	case errors.Is(err, errReturned):
+		return fmt.Errorf("send %s to %s/%s: %w", e.Kind, e.Env, e.Agent, bus.ErrNoInbox)
+	case errors.Is(err, errNacked):
+		return fmt.Errorf("send %s to %s/%s: %w (%d messages)", e.Kind, e.Env, e.Agent, bus.ErrInboxFull, b.cfg.InboxMaxLength)
+	case err != nil:
+		return fmt.Errorf("send %s to %s/%s: %w", e.Kind, e.Env, e.Agent, err)
+	}
+	return nil
+}
+
+// Publish implements bus.Bus: a mandatory, confirmed publish to the events
+// exchange.
+func (b *Bus) Publish(ctx context.Context, e *bus.Envelope) error {
+	if !e.Kind.Event() {
+		return fmt.Errorf("publish %s: not an event kind", e.Kind)
+	}
+	msg, err := b.message(e)
+	if err != nil {
+		return err
+	}
+	err = b.publishConfirmed(ctx, b.eventsExchange(), bus.EventKey(e.Env, e.Agent, e.Kind), msg)
+	switch {
+	case errors.Is(err, errReturned):
+		return fmt.Errorf("publish %s: no server queue is bound for it (is the topology declared?)", e)
+	case errors.Is(err, errNacked):
+		return fmt.Errorf("publish %s: the broker refused the message", e)
+	case err != nil:
+		return fmt.Errorf("publish %s: %w", e, err)
+	}
+	return nil
+}
+
+// ErrTooLarge is returned for an envelope larger than Config.MaxMessageSize.
+var ErrTooLarge = errors.New("message too large")
+
+func (b *Bus) message(e *bus.Envelope) (amqp.Publishing, error) {
+	data, err := bus.Encode(e)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	if len(data) > b.cfg.MaxMessageSize {
+		return amqp.Publishing{}, fmt.Errorf("%w: %s is %d bytes, the bus takes at most %d (a desired state this large must be sent as diffs)",
+			ErrTooLarge, e, len(data), b.cfg.MaxMessageSize)
+	}
+	return amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    e.ID,
+		Type:         string(e.Kind),
+		Body:         data,
+	}, nil
+}
+
+var (
+	errReturned = errors.New("message returned: no queue bound")
+	errNacked   = errors.New("message nacked by the broker")
+)
+
+// publisher is a confirm-mode channel with its returns.
+type publisher struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+func (b *Bus) takePublisher(ctx context.Context) (*session, *publisher, error) {
+	select {
+	case b.pubSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-b.closing:
+		return nil, nil, bus.ErrClosed
+	}
+	s, err := b.session(ctx)
+	if err != nil {
+		<-b.pubSlots
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	if n := len(s.publishers); n > 0 {
+		p := s.publishers[n-1]
+		s.publishers = s.publishers[:n-1]
+		s.mu.Unlock()
+		return s, p, nil
+	}
+	s.mu.Unlock()
+	ch, err := s.conn.Channel()
+	if err != nil {
+		<-b.pubSlots
+		return s, nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		<-b.pubSlots
+		return s, nil, err
+	}
+	// Buffered so the connection's reader never blocks on it; drained
+	// after each confirm.
+	p := &publisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 16))}
+	return s, p, nil
+}
+
+func (b *Bus) givePublisher(s *session, p *publisher, healthy bool) {
+	if healthy {
+		s.mu.Lock()
+		s.publishers = append(s.publishers, p)
+		s.mu.Unlock()
+	} else {
+		_ = p.ch.Close()
+	}
+	<-b.pubSlots
+}
+
+// publishConfirmed publishes msg with mandatory set and waits for the
+// broker's confirm. A message the broker returned (no queue bound) gives
+// errReturned, a nack errNacked. When the connection breaks before the
+// confirm, the message is published again on the next connection: delivery
+// is at least once, and receivers deduplicate by envelope id.
+func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	for {
+		s, p, err := b.takePublisher(ctx)
+		if err != nil {
+			if s != nil && isConnectionError(err) {
+				b.waitChange(ctx, s)
+				continue
+			}
+			return err
+		}
+		msg.Timestamp = time.Now()
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+		if err != nil {
+			b.givePublisher(s, p, false)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.waitChange(ctx, s)
+			continue
+		}
+		acked, err := dc.WaitContext(ctx)
+		if err != nil { // ctx ended: the channel's state is unknown
+			b.givePublisher(s, p, false)
+			return err
+		}
+		if p.ch.IsClosed() {
+			// The confirm was lost with the channel: publish again.
+			b.givePublisher(s, p, false)
+			b.waitChange(ctx, s)
+			continue
+		}
+		returned := false
+	drain:
+		for {
+			select {
+			case r := <-p.returns:
+				if r.MessageId == msg.MessageId {
+					returned = true
+				}
+			default:
+				break drain
+			}
+		}
+		b.givePublisher(s, p, true)
+		switch {
+		case returned:
+			return errReturned
+		case !acked:
+			return errNacked
+		}
+		return nil
+	}
+}

@@ -1,0 +1,201 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/bus/bustest"
+)
+
+// brokerURL is the RabbitMQ the tests use: TETHER_TEST_AMQP, or the local
+// one. Without a reachable broker the tests skip, loudly, unless
+// TETHER_REQUIRE_SERVICES=1 (CI), where they fail.
+func brokerURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("TETHER_TEST_AMQP")
+	if u == "" {
+		u = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	if err != nil {
+		msg := fmt.Sprintf("RabbitMQ at %s is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", redactURL(u), err)
+		if os.Getenv("TETHER_REQUIRE_SERVICES") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+	_ = conn.Close()
+	return u
+}
+
+var namespaces struct {
+	sync.Mutex
+	n int
+}
+
+// testConfig returns a configuration with a namespace of its own, so tests
+// never see each other's messages; the caller deletes its topology.
+func testConfig(t testing.TB) Config {
+	namespaces.Lock()
+	namespaces.n++
+	n := namespaces.n
+	namespaces.Unlock()
+	cfg := Default()
+	cfg.URL = brokerURL(t)
+	cfg.Namespace = fmt.Sprintf("tethertest.%d.%d", os.Getpid(), n)
+	cfg.ReconnectMin = 50 * time.Millisecond
+	cfg.ReconnectMax = 2 * time.Second
+	cfg.Heartbeat = 5 * time.Second
+	return cfg
+}
+
+// tracked records the inboxes a test created, to delete them after.
+type tracked struct {
+	*Bus
+	mu      sync.Mutex
+	inboxes map[string]bool
+}
+
+func (t *tracked) note(env, agent string) {
+	t.mu.Lock()
+	t.inboxes[t.InboxQueue(env, agent)] = true
+	t.mu.Unlock()
+}
+
+func (t *tracked) DeclareInbox(ctx context.Context, env, agent string) error {
+	t.note(env, agent)
+	return t.Bus.DeclareInbox(ctx, env, agent)
+}
+
+func (t *tracked) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error {
+	t.note(env, agent)
+	return t.Bus.ConsumeInbox(ctx, env, agent, h)
+}
+
+// open makes a connected bus for a test and removes its topology after.
+func open(t *testing.T, cfg Config) *tracked {
+	t.Helper()
+	b, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.Ready(ctx); err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	tb := &tracked{Bus: b, inboxes: map[string]bool{}}
+	t.Cleanup(func() {
+		b.Close()
+		deleteTopology(t, cfg, tb)
+	})
+	return tb
+}
+
+func deleteTopology(t *testing.T, cfg Config, tb *tracked) {
+	conn, err := amqp.Dial(cfg.URL)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	queues := []string{tb.DeadQueue(), tb.ServerQueue(bus.QueueEvents), tb.ServerQueue(bus.QueueCompliance)}
+	for q := range tb.inboxes {
+		queues = append(queues, q)
+	}
+	for _, q := range queues {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			t.Logf("cleanup: delete %s: %v", q, err)
+			if ch, err = conn.Channel(); err != nil {
+				return
+			}
+		}
+	}
+	for _, x := range []string{tb.cmdExchange(), tb.eventsExchange(), tb.deadExchange()} {
+		_ = ch.ExchangeDelete(x, false, false)
+	}
+}
+
+// queueLength counts the ready messages of a queue.
+func queueLength(ctx context.Context, cfg Config, name string) (int, error) {
+	conn, err := amqp.Dial(cfg.URL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, amqp.Table{"x-queue-type": cfg.QueueType})
+	if err != nil {
+		return 0, err
+	}
+	return q.Messages, nil
+}
+
+// TestContract runs the bus contract against RabbitMQ, with quorum and with
+// classic queues.
+func TestContract(t *testing.T) {
+	for _, qt := range []string{QueueQuorum, QueueClassic} {
+		t.Run(qt, func(t *testing.T) {
+			bustest.Run(t, func(t *testing.T) bustest.Subject {
+				cfg := testConfig(t)
+				cfg.QueueType = qt
+				b := open(t, cfg)
+				return bustest.Subject{
+					Bus: b,
+					SendRaw: func(ctx context.Context, env, agent string, data []byte) error {
+						return b.publishConfirmed(ctx, b.cmdExchange(), bus.CommandKey(env, agent), amqp.Publishing{Body: data, MessageId: "raw"})
+					},
+					DeadLetters: func(ctx context.Context) (int, error) {
+						return queueLength(ctx, cfg, b.DeadQueue())
+					},
+				}
+			})
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Default()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	for name, mutate := range map[string]func(c *Config){
+		"scheme":     func(c *Config) { c.URL = "http://x" },
+		"queue type": func(c *Config) { c.QueueType = "stream" },
+		"heartbeat":  func(c *Config) { c.Heartbeat = 0 },
+		"backoff":    func(c *Config) { c.ReconnectMax = c.ReconnectMin / 2 },
+		"half cert":  func(c *Config) { c.URL = "amqps://h/"; c.CertFile = "c.pem" },
+		"tls plain":  func(c *Config) { c.CAFile = "ca.pem" },
+	} {
+		c := Default()
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: invalid config accepted", name)
+		}
+	}
+	c := Default()
+	c.URL = "amqp://user:s3cret@host/"
+	c.QueueType = "x"
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error leaks the password or is missing: %v", err)
+	}
+}

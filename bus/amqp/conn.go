@@ -1,0 +1,146 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tetherhq/tether/bus"
+)
+
+// session is one connection and what was made on it; it is replaced as a
+// whole when the connection drops.
+type session struct {
+	conn *amqp.Connection
+	// publishers is the free list of confirm-mode channels of this
+	// connection.
+	mu         sync.Mutex
+	publishers []*publisher
+}
+
+// supervise keeps a connection open until the bus closes: it dials with
+// exponential back-off and full jitter (the first attempt after a loss waits
+// a random delay too, so a restarted broker is not met by every agent at
+// once), declares the topology, publishes the session, and waits for it to
+// close. It is the one goroutine the bus owns; Close waits for it.
+func (b *Bus) supervise() {
+	defer close(b.done)
+	bound := b.cfg.ReconnectMin
+	first := true
+	for {
+		if !first {
+			// Full jitter: anywhere between zero and the bound.
+			delay := time.Duration(rand.Int64N(int64(bound) + 1))
+			select {
+			case <-b.closing:
+				return
+			case <-time.After(delay):
+			}
+			bound = min(2*bound, b.cfg.ReconnectMax)
+		}
+		first = false
+		s, err := b.dial()
+		if err != nil {
+			b.setDialError(err)
+			continue
+		}
+		bound = b.cfg.ReconnectMin
+		closed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
+		b.publish(s)
+		select {
+		case <-b.closing:
+			b.publish(nil)
+			_ = s.conn.Close()
+			return
+		case err := <-closed:
+			b.publish(nil)
+			if err != nil {
+				b.log.Warn().Err(err).Msg("connection to the broker lost; reconnecting")
+			}
+		}
+	}
+}
+
+func (b *Bus) dial() (*session, error) {
+	tlsConf, err := b.cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
+		Heartbeat:       b.cfg.Heartbeat,
+		TLSClientConfig: tlsConf,
+		Locale:          "en_US",
+		Properties:      amqp.Table{"connection_name": b.cfg.ConnectionName, "product": "tether"},
+		Dial:            amqp.DefaultDial(30 * time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(b.cfg.URL), err)
+	}
+	s := &session{conn: conn}
+	if err := b.declareTopology(s); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("declare the topology on %s: %w", redactURL(b.cfg.URL), err)
+	}
+	return s, nil
+}
+
+// publish makes s (nil: none) the current session and wakes waiters.
+func (b *Bus) publish(s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.current = s
+	if s != nil {
+		if b.dialErr != nil {
+			b.log.Info().Msg("connected to the broker")
+		}
+		b.dialErr = nil
+		b.generation++
+	}
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// setDialError records why the last dial failed; it is logged once until a
+// dial succeeds.
+func (b *Bus) setDialError(err error) {
+	b.mu.Lock()
+	first := b.dialErr == nil
+	b.dialErr = err
+	b.mu.Unlock()
+	if first {
+		b.log.Warn().Err(err).Msg("cannot reach the broker; retrying with back-off")
+	}
+}
+
+// session waits for a connected session, until ctx ends or the bus closes.
+func (b *Bus) session(ctx context.Context) (*session, error) {
+	for {
+		b.mu.Lock()
+		s, changed, dialErr := b.current, b.changed, b.dialErr
+		b.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-b.closing:
+			return nil, bus.ErrClosed
+		case <-ctx.Done():
+			if dialErr != nil {
+				return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), dialErr)
+			}
+			return nil, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// Ready waits until the bus is connected: a caller that wants to fail fast
+// on a wrong URL or password calls it with a deadline.
+func (b *Bus) Ready(ctx context.Context) error {
+	_, err := b.session(ctx)
+	return err
+}
