@@ -6,7 +6,7 @@ BIN     := bin/tether
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/tetherhq/tether/cli.version=$(VERSION)
 
-.PHONY: all build test lint fmt-check vet staticcheck demo bench fuzz clean
+.PHONY: all build test test-faults lint fmt-check vet staticcheck demo bench fuzz clean
 
 all: build
 
@@ -17,6 +17,11 @@ build:
 ## test: formatting, vet, staticcheck, then every test with the race detector
 test: lint
 	$(GO) test -race -count=1 ./...
+	$(MAKE) test-faults
+
+## test-faults: the tests that restart the broker, alone (one package at a time)
+test-faults:
+	TETHER_FAULT_TESTS=1 $(GO) test -count=1 -p 1 -run 'Fault' ./...
 
 ## lint: gofmt, go vet and staticcheck (pinned in go.mod as a tool)
 lint: fmt-check vet staticcheck
