@@ -49,6 +49,7 @@ bench: build
 	$(GO) test ./model/lang -run '^$$' -bench Compile1000 -benchmem -benchtime 20x
 	$(GO) test ./model/lang -run '^$$' -bench CompileFleet -benchmem -benchtime 3x
 	$(GO) test ./server/store/sqlite -run '^$$' -bench . -benchmem -benchtime 20x
+	$(GO) test ./bus/amqp -run '^$$' -bench 'BusEvents|BareAMQP' -benchtime 20000x -count 3
 	$(GO) test ./cli -run '^$$' -bench EmbeddedDeploy -benchtime 10x
 	./$(BIN) bench deploy --files 1000 --runs 10
 
