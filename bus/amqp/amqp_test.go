@@ -2,8 +2,17 @@ package amqp
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"math/big"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -197,5 +206,67 @@ func TestConfigValidate(t *testing.T) {
 	c.QueueType = "x"
 	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("error leaks the password or is missing: %v", err)
+	}
+}
+
+// An envelope above the configured size is refused, naming both sizes,
+// and nothing is sent.
+func TestTooLarge(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxMessageSize = 2048
+	b := open(t, cfg)
+	ctx := context.Background()
+	if err := b.DeclareInbox(ctx, "big", "a"); err != nil {
+		t.Fatal(err)
+	}
+	_, k, _ := bus.GenerateKey()
+	e, err := bus.NewSigner(k, 0).Seal(bus.KindEnrolled, "big", "a", bus.Enrolled{ServerKey: make([]byte, 4096)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Send(ctx, e, bus.SendOptions{})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "at most 2048") {
+		t.Fatalf("got %v, want ErrTooLarge naming the limit", err)
+	}
+	if n, err := queueLength(ctx, cfg, b.InboxQueue("big", "a")); err != nil || n != 0 {
+		t.Fatalf("inbox holds %d messages (%v), want 0", n, err)
+	}
+}
+
+// TLS settings are loaded when the bus is made: a missing or empty CA file
+// is a clear configuration error, a good one is accepted.
+func TestTLSConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Default()
+	cfg.URL = "amqps://broker.example:5671/"
+	cfg.CAFile = filepath.Join(dir, "missing.pem")
+	if _, err := New(cfg, zerolog.Nop()); !errors.Is(err, ErrConfig) {
+		t.Fatalf("missing CA file: got %v", err)
+	}
+	empty := filepath.Join(dir, "empty.pem")
+	if err := os.WriteFile(empty, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CAFile = empty
+	if _, err := New(cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("bad CA file: got %v", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CAFile = good
+	tc, err := cfg.tlsConfig()
+	if err != nil || tc == nil || tc.RootCAs == nil || tc.ServerName != "broker.example" {
+		t.Fatalf("good CA: %v %+v", err, tc)
 	}
 }
