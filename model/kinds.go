@@ -101,7 +101,7 @@ var userKind = KindSpec{
 		{Name: "name", Type: TypeString, Doc: "the login name", Check: checkPOSIXName},
 		{Name: "uid", Type: TypeNumber, Doc: "numeric user id; chosen by the system when unset", Check: checkID},
 		{Name: "group", Type: TypeString, Doc: "primary group name or gid; the system default when unset", Check: checkPrincipal},
-		{Name: "groups", Type: TypeStringList, Doc: "supplementary groups, exactly (others are removed); unmanaged when unset", Check: checkPrincipals},
+		{Name: "groups", Type: TypeStringList, Doc: "supplementary groups, exactly (others are removed); unmanaged when unset", Check: eachString(checkPrincipal)},
 		{Name: "home", Type: TypeString, Doc: "home directory (created with the account)", Check: checkAbsPath},
 		{Name: "shell", Type: TypeString, Doc: "login shell", Check: checkAbsPath},
 		{Name: "comment", Type: TypeString, Doc: "the GECOS field", Check: checkNoNewline},
@@ -160,7 +160,7 @@ var repositoryKind = KindSpec{
 		{Name: "name", Type: TypeString, Doc: "the repository's file name: letters, digits, '.', '-' and '_'", Check: checkCronName},
 		{Name: "url", Type: TypeString, Required: true, Doc: "the repository's base URL", Check: checkURL},
 		{Name: "suite", Type: TypeString, Doc: "apt: the distribution (bookworm); dnf: unused", Check: checkNonEmptyWord},
-		{Name: "components", Type: TypeStringList, Doc: `apt: the components (["main"])`, Check: checkWords},
+		{Name: "components", Type: TypeStringList, Doc: `apt: the components (["main"])`, Check: eachString(checkNonEmptyWord)},
 		{Name: "key", Type: TypeString, Doc: "the ASCII-armored signing key; the repository is trusted by that key only", Check: checkNonEmpty},
 		{Name: "enabled", Type: TypeBool, Doc: "whether the repository is used (default true)"},
 		{Name: "provider", Type: TypeString, Doc: "apt or dnf; taken from the host's facts when unset", Check: oneOf("apt", "dnf")},
@@ -182,13 +182,16 @@ func checkPrincipal(v any) error {
 	return nil
 }
 
-func checkPrincipals(v any) error {
-	for _, s := range stringList(v) {
-		if err := checkPrincipal(s); err != nil {
-			return err
+// eachString applies check to every element of a list of strings.
+func eachString(check func(any) error) func(any) error {
+	return func(v any) error {
+		for _, s := range stringList(v) {
+			if err := check(s); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	return nil
 }
 
 func oneOf(values ...string) func(any) error {
@@ -239,15 +242,6 @@ func checkNonEmptyWord(v any) error {
 	s := v.(string)
 	if s == "" || strings.ContainsAny(s, " \t\n\r\x00") {
 		return fmt.Errorf("%q: want one word without spaces", s)
-	}
-	return nil
-}
-
-func checkWords(v any) error {
-	for _, s := range stringList(v) {
-		if err := checkNonEmptyWord(s); err != nil {
-			return err
-		}
 	}
 	return nil
 }

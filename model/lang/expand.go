@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/typeexpr"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
@@ -142,27 +143,18 @@ func (c *compiler) expandApply(h *hostInfo, ab *applyBlock, ctx *hcl.EvalContext
 	if ab.app == nil {
 		return
 	}
-	instances := []*hcl.EvalContext{ctx}
+	instances := []eachInstance{{ctx: ctx}}
 	if ab.forEach != nil {
-		items, missing, ok := c.forEach(h, ctx, ab.forEach)
-		if !ok {
+		var ok bool
+		if instances, ok = c.eachInstances(h, ctx, ab.forEach, ab.block); !ok {
 			return
-		}
-		if missing != nil {
-			h.undefined = append(h.undefined, Undefined{Block: where(ab.block.DefRange), Agent: h.agent, Missing: missing})
-			return
-		}
-		instances = instances[:0]
-		for _, it := range items {
-			ictx := ctx.NewChild()
-			ictx.Variables = map[string]cty.Value{"each": eachValue(it)}
-			instances = append(instances, ictx)
 		}
 	}
 	app := ab.app
 	h.shared++ // parameters' defaults and validations are the application's
 	defer func() { h.shared-- }()
-	for _, ictx := range instances {
+	for _, inst := range instances {
+		ictx := inst.ctx
 		hctx := c.hostCtx(h, app.unit)
 		params := make(map[string]cty.Value, len(app.params))
 		ok := true
@@ -186,7 +178,7 @@ func (c *compiler) expandApply(h *hostInfo, ab *applyBlock, ctx *hcl.EvalContext
 			conv, err := convert.Convert(v, p.typ)
 			if err != nil {
 				c.diags = append(c.diags, errorf(expr.Range().Ptr(), "Invalid value for parameter "+p.name,
-					"application %q takes %s as %s: %v%s", app.name, p.name, typeString(p.typ), err, hostSuffix(h)))
+					"application %q takes %s as %s: %v%s", app.name, p.name, typeexpr.TypeString(p.typ), err, hostSuffix(h)))
 				ok = false
 				continue
 			}
@@ -236,19 +228,38 @@ func (c *compiler) expandResource(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalC
 		c.instance(h, rb, ctx, scope, eachItem{}, false, purged)
 		return
 	}
-	items, missing, ok := c.forEach(h, ctx, rb.forEach)
+	instances, _ := c.eachInstances(h, ctx, rb.forEach, rb.block)
+	for _, inst := range instances {
+		c.instance(h, rb, inst.ctx, scope, inst.item, true, purged)
+	}
+}
+
+// eachInstance is one element of a for_each with the scope that sees it as
+// each.
+type eachInstance struct {
+	item eachItem
+	ctx  *hcl.EvalContext
+}
+
+// eachInstances evaluates a block's for_each and gives a scope per element.
+// An unknown collection expands to nothing and records the block as
+// undefined for the host; ok is false after a diagnostic.
+func (c *compiler) eachInstances(h *hostInfo, ctx *hcl.EvalContext, forEach *hcl.Attribute, block *hcl.Block) ([]eachInstance, bool) {
+	items, missing, ok := c.forEach(h, ctx, forEach)
 	if !ok {
-		return
+		return nil, false
 	}
 	if missing != nil {
-		h.undefined = append(h.undefined, Undefined{Block: where(rb.block.DefRange), Agent: h.agent, Missing: missing})
-		return
+		h.undefined = append(h.undefined, Undefined{Block: where(block.DefRange), Agent: h.agent, Missing: missing})
+		return nil, true
 	}
-	for _, it := range items {
+	out := make([]eachInstance, len(items))
+	for i, it := range items {
 		ictx := ctx.NewChild()
 		ictx.Variables = map[string]cty.Value{"each": eachValue(it)}
-		c.instance(h, rb, ictx, scope, it, true, purged)
+		out[i] = eachInstance{item: it, ctx: ictx}
 	}
+	return out, true
 }
 
 // evalAttr evaluates an attribute to a value of type t.

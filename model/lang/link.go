@@ -8,14 +8,10 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/ext/typeexpr"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/graph"
 )
-
-func typeString(t cty.Type) string { return typeexpr.TypeString(t) }
 
 // nameKey indexes the resources of a host by kind and name (title, block
 // name or identity) within one body instance, or host-wide (scope -1).
