@@ -10,9 +10,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,36 +108,40 @@ func open(t *testing.T, cfg Config) *tracked {
 	tb := &tracked{Bus: b, inboxes: map[string]bool{}}
 	t.Cleanup(func() {
 		b.Close()
-		deleteTopology(t, cfg, tb)
+		tb.mu.Lock()
+		inboxes := slices.Collect(maps.Keys(tb.inboxes))
+		tb.mu.Unlock()
+		deleteTopology(t, cfg, inboxes)
 	})
 	return tb
 }
 
-func deleteTopology(t *testing.T, cfg Config, tb *tracked) {
+// deleteTopology removes what a test's namespace declared: its exchanges,
+// server and dead-letter queues, and the inboxes given.
+func deleteTopology(tb testing.TB, cfg Config, inboxes []string) {
 	conn, err := amqp.Dial(cfg.URL)
 	if err != nil {
-		t.Logf("cleanup: %v", err)
+		tb.Logf("cleanup: %v", err)
 		return
 	}
 	defer conn.Close()
+	names := &Bus{cfg: cfg}
+	queues := append([]string{names.DeadQueue(), names.ServerQueue(bus.QueueEvents), names.ServerQueue(bus.QueueCompliance)}, inboxes...)
 	ch, err := conn.Channel()
+	for _, q := range queues {
+		if err != nil {
+			return
+		}
+		if _, err = ch.QueueDelete(q, false, false, false); err != nil {
+			tb.Logf("cleanup: delete %s: %v", q, err)
+			ch, err = conn.Channel() // a failed delete closes the channel
+		}
+	}
 	if err != nil {
 		return
 	}
 	defer ch.Close()
-	queues := []string{tb.DeadQueue(), tb.ServerQueue(bus.QueueEvents), tb.ServerQueue(bus.QueueCompliance)}
-	for q := range tb.inboxes {
-		queues = append(queues, q)
-	}
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Logf("cleanup: delete %s: %v", q, err)
-			if ch, err = conn.Channel(); err != nil {
-				return
-			}
-		}
-	}
-	for _, x := range []string{tb.cmdExchange(), tb.eventsExchange(), tb.deadExchange()} {
+	for _, x := range []string{names.cmdExchange(), names.eventsExchange(), names.deadExchange()} {
 		_ = ch.ExchangeDelete(x, false, false)
 	}
 }

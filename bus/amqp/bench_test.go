@@ -30,21 +30,13 @@ func BenchmarkBusEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bb.Close()
-	defer cleanupNamespace(b, cfg)
+	defer deleteTopology(b, cfg, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := bb.Ready(ctx); err != nil {
 		b.Fatal(err)
 	}
-	sg := bus.NewSigner(benchKey(b), 0)
-	envelopes := make([]*bus.Envelope, b.N)
-	for i := range envelopes {
-		e, err := sg.Seal(bus.KindHeartbeat, "bench", "agent-1", bus.Empty{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		envelopes[i] = e
-	}
+	envelopes := heartbeats(b, b.N)
 	var got atomic.Int64
 	all := make(chan struct{})
 	n := int64(b.N)
@@ -114,10 +106,8 @@ func BenchmarkBareAMQP(b *testing.B) {
 		_ = setup.ExchangeDelete(exchange, false, false)
 		setup.Close()
 	}()
-	sg := bus.NewSigner(benchKey(b), 0)
 	bodies := make([][]byte, b.N)
-	for i := range bodies {
-		e, _ := sg.Seal(bus.KindHeartbeat, "bench", "agent-1", bus.Empty{})
+	for i, e := range heartbeats(b, b.N) {
 		if bodies[i], err = bus.Encode(e); err != nil {
 			b.Fatal(err)
 		}
@@ -194,31 +184,18 @@ func BenchmarkBareAMQP(b *testing.B) {
 	_ = cons.Close()
 }
 
-func benchKey(b *testing.B) []byte {
+// heartbeats seals n heartbeat envelopes, the messages of both benchmarks.
+func heartbeats(b *testing.B, n int) []*bus.Envelope {
 	_, k, err := bus.GenerateKey()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return k
-}
-
-// cleanupNamespace deletes the topology of a benchmark's namespace.
-func cleanupNamespace(b *testing.B, cfg Config) {
-	conn, err := amqp.Dial(cfg.URL)
-	if err != nil {
-		return
+	sg := bus.NewSigner(k, 0)
+	out := make([]*bus.Envelope, n)
+	for i := range out {
+		if out[i], err = sg.Seal(bus.KindHeartbeat, "bench", "agent-1", bus.Empty{}); err != nil {
+			b.Fatal(err)
+		}
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	defer ch.Close()
-	tb := &Bus{cfg: cfg}
-	for _, q := range []string{tb.DeadQueue(), tb.ServerQueue(bus.QueueEvents), tb.ServerQueue(bus.QueueCompliance)} {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-	for _, x := range []string{tb.cmdExchange(), tb.eventsExchange(), tb.deadExchange()} {
-		_ = ch.ExchangeDelete(x, false, false)
-	}
+	return out
 }
