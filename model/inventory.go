@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 )
 
@@ -85,18 +84,6 @@ func (inv *Inventory) Validate() error {
 		}
 	}
 	return nil
-}
-
-// Agent returns the inventory entry of an agent.
-func (inv *Inventory) Agent(name string) (InventoryAgent, bool) {
-	if inv == nil {
-		return InventoryAgent{}, false
-	}
-	i := slices.IndexFunc(inv.Agents, func(a InventoryAgent) bool { return a.Name == name })
-	if i < 0 {
-		return InventoryAgent{}, false
-	}
-	return inv.Agents[i], true
 }
 
 // isLabelName accepts identifiers of the model language: a letter first,

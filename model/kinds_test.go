@@ -68,8 +68,8 @@ func TestParseInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, ok := inv.Agent("web-7")
-	if !ok || a.Labels["role"] != "web" || a.Facts["cpus"] != json.Number("4") {
+	a := inv.Agents[0]
+	if len(inv.Agents) != 1 || a.Name != "web-7" || a.Labels["role"] != "web" || a.Facts["cpus"] != json.Number("4") {
 		t.Fatalf("agent %+v", a)
 	}
 	for _, bad := range []string{
