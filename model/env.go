@@ -1,7 +1,11 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,11 +17,20 @@ type Environment struct {
 	CreatedAt time.Time   `json:"created_at"`
 }
 
-// EnvSettings tune how the server schedules an environment.
+// EnvSettings tune how the server schedules an environment. Keys and values
+// as operators write them are listed by SettingKeys and set with Set.
 type EnvSettings struct {
 	// AutoDeploy: a release, or an agent coming online behind, deploys
 	// without an operator asking. The embedded mode turns it off and asks.
 	AutoDeploy bool `json:"auto_deploy"`
+	// DeployInterval: how often agents with failed or unfinished resources
+	// are deployed again (0: never).
+	DeployInterval Duration `json:"deploy_interval"`
+	// RepairInterval: how often every agent verifies (and, by DriftPolicy,
+	// repairs) everything it holds (0: never).
+	RepairInterval Duration `json:"repair_interval"`
+	// DriftPolicy: what an agent does when it sees drift.
+	DriftPolicy DriftPolicy `json:"drift_policy"`
 	// PurgeOnDelete removes from hosts what leaves the model.
 	PurgeOnDelete bool `json:"purge_on_delete"`
 	// VersionsToKeep bounds stored versions (0: keep all).
@@ -41,9 +54,150 @@ const (
 	EnrollOpen Enrollment = "open"
 )
 
+// DriftPolicy is what an agent does about drift (DESIGN.md §7).
+type DriftPolicy string
+
+// Drift policies.
+const (
+	// DriftAlert reports drift only.
+	DriftAlert DriftPolicy = "alert"
+	// DriftHeal reports drift, re-applies the intent and reports it restored.
+	DriftHeal DriftPolicy = "heal"
+)
+
 // DefaultEnvSettings are the settings of a new environment.
 func DefaultEnvSettings() EnvSettings {
-	return EnvSettings{AutoDeploy: true, VersionsToKeep: 100, Enrollment: EnrollManual}
+	return EnvSettings{
+		AutoDeploy:     true,
+		DeployInterval: Duration(10 * time.Minute),
+		RepairInterval: Duration(time.Hour),
+		DriftPolicy:    DriftAlert,
+		VersionsToKeep: 100,
+		Enrollment:     EnrollManual,
+	}
+}
+
+// ErrInvalidSetting is returned (wrapped) for an unknown setting or a bad value.
+var ErrInvalidSetting = errors.New("invalid setting")
+
+// settingKeys are the settings operators name, in the order they are shown.
+var settingKeys = []string{
+	"auto_deploy", "deploy_interval", "repair_interval", "drift_policy",
+	"enrollment", "purge_on_delete", "versions_to_keep", "halted",
+}
+
+// SettingKeys lists the names of every environment setting.
+func SettingKeys() []string { return append([]string(nil), settingKeys...) }
+
+// Get returns a setting's value as an operator writes it.
+func (s EnvSettings) Get(key string) (string, error) {
+	switch key {
+	case "auto_deploy":
+		return strconv.FormatBool(s.AutoDeploy), nil
+	case "deploy_interval":
+		return s.DeployInterval.String(), nil
+	case "repair_interval":
+		return s.RepairInterval.String(), nil
+	case "drift_policy":
+		return string(s.DriftPolicy), nil
+	case "enrollment":
+		return string(s.Enrollment), nil
+	case "purge_on_delete":
+		return strconv.FormatBool(s.PurgeOnDelete), nil
+	case "versions_to_keep":
+		return strconv.Itoa(s.VersionsToKeep), nil
+	case "halted":
+		return strconv.FormatBool(s.Halted), nil
+	}
+	return "", fmt.Errorf("%w: no setting %q (settings: %s)", ErrInvalidSetting, key, strings.Join(settingKeys, ", "))
+}
+
+// Set changes one setting from its written form, e.g. ("deploy_interval",
+// "5m"). The settings are left unchanged on error.
+func (s *EnvSettings) Set(key, value string) error {
+	next := *s
+	var err error
+	switch key {
+	case "auto_deploy":
+		next.AutoDeploy, err = strconv.ParseBool(value)
+	case "deploy_interval":
+		next.DeployInterval, err = ParseDuration(value)
+	case "repair_interval":
+		next.RepairInterval, err = ParseDuration(value)
+	case "drift_policy":
+		next.DriftPolicy = DriftPolicy(value)
+	case "enrollment":
+		next.Enrollment = Enrollment(value)
+	case "purge_on_delete":
+		next.PurgeOnDelete, err = strconv.ParseBool(value)
+	case "versions_to_keep":
+		next.VersionsToKeep, err = strconv.Atoi(value)
+	case "halted":
+		next.Halted, err = strconv.ParseBool(value)
+	default:
+		_, err = next.Get(key)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s = %q: %w", ErrInvalidSetting, key, value, err)
+	}
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	*s = next
+	return nil
+}
+
+// Validate checks every setting's value.
+func (s EnvSettings) Validate() error {
+	switch {
+	case s.DeployInterval < 0 || (s.DeployInterval > 0 && s.DeployInterval < Duration(time.Second)):
+		return fmt.Errorf("%w: deploy_interval %s: want 0 (never) or at least 1s", ErrInvalidSetting, s.DeployInterval)
+	case s.RepairInterval < 0 || (s.RepairInterval > 0 && s.RepairInterval < Duration(time.Second)):
+		return fmt.Errorf("%w: repair_interval %s: want 0 (never) or at least 1s", ErrInvalidSetting, s.RepairInterval)
+	case s.DriftPolicy != DriftAlert && s.DriftPolicy != DriftHeal:
+		return fmt.Errorf("%w: drift_policy %q: want alert or heal", ErrInvalidSetting, s.DriftPolicy)
+	case s.Enrollment != EnrollManual && s.Enrollment != EnrollToken && s.Enrollment != EnrollOpen:
+		return fmt.Errorf("%w: enrollment %q: want manual, token or open", ErrInvalidSetting, s.Enrollment)
+	case s.VersionsToKeep < 0:
+		return fmt.Errorf("%w: versions_to_keep %d: want 0 (keep all) or more", ErrInvalidSetting, s.VersionsToKeep)
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as "90s", "10m", "1h" in JSON and
+// settings.
+type Duration time.Duration
+
+// ParseDuration reads a duration as Go writes it ("90s", "1h30m"); "0" is zero.
+func ParseDuration(s string) (Duration, error) {
+	d, err := time.ParseDuration(s)
+	return Duration(d), err
+}
+
+// String writes d as Go does, "0s" for zero.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a string ("10m") or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("duration: want a string such as \"10m\", got %s", b)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
 }
 
 // AgentState is where an agent stands in enrollment.
@@ -65,6 +219,8 @@ type Agent struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Facts     map[string]any    `json:"facts,omitempty"`
 	Kinds     []string          `json:"kinds,omitempty"`
+	// Paused agents are sent no deploy, repair or dry run until resumed.
+	Paused bool `json:"paused"`
 	// Generation is the version the agent's slice was last taken from, as
 	// the agent reported it.
 	Generation int64     `json:"generation"`
@@ -113,3 +269,15 @@ type Action struct {
 // lives in model so that every layer can match it without importing the
 // store that returned it.
 var ErrNotFound = errors.New("not found")
+
+// UnmarshalJSON reads settings over the defaults, so that settings stored
+// before a setting existed read back with its default.
+func (s *EnvSettings) UnmarshalJSON(b []byte) error {
+	type plain EnvSettings
+	v := plain(DefaultEnvSettings())
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = EnvSettings(v)
+	return nil
+}

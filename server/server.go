@@ -246,7 +246,7 @@ func (s *Server) results(ctx context.Context, a model.Agent, dryRun bool, body b
 	for i := range body.Results {
 		body.Results[i].DryRun = dryRun
 	}
-	if err := s.store.RecordResults(ctx, a.Env, a.Name, body.Generation, body.DeployID, body.Results); err != nil {
+	if _, err := s.store.RecordResults(ctx, []store.ResultBatch{{Env: a.Env, Agent: a.Name, Version: body.Generation, DeployID: body.DeployID, Results: body.Results}}); err != nil {
 		if errors.Is(err, store.ErrInvalid) {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}

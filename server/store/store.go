@@ -8,6 +8,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -24,6 +25,13 @@ type Store interface {
 	GetEnv(ctx context.Context, name string) (model.Environment, error)
 	// ListEnvs returns every environment, by name.
 	ListEnvs(ctx context.Context) ([]model.Environment, error)
+	// UpdateEnvSettings changes an environment's settings with fn, in one
+	// transaction: concurrent updates never lose each other's changes.
+	// Settings fn leaves invalid are refused with ErrInvalid.
+	UpdateEnvSettings(ctx context.Context, name string, fn func(*model.EnvSettings) error) (model.Environment, error)
+	// DeleteEnv deletes an environment with its versions, agents, statuses,
+	// action log, alerts and tokens. The audit log keeps its entries.
+	DeleteEnv(ctx context.Context, name string) error
 
 	// PutVersion stores a resource set as the environment's next version
 	// (a candidate) and returns it without its resources. Bodies already
@@ -43,6 +51,18 @@ type Store interface {
 	Release(ctx context.Context, env string, n int64) (model.Version, error)
 	// AgentSlice returns agent's resources of version n, sorted by ID.
 	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
+	// ResourceHashes returns the ID and intent hash of every resource of
+	// version n, sorted by ID, without reading their bodies.
+	ResourceHashes(ctx context.Context, env string, n int64) ([]ResourceHash, error)
+	// Resource returns one resource of version n.
+	Resource(ctx context.Context, env string, n int64, id model.ID) (model.Resource, error)
+	// ResourceHistory returns the versions that hold resource id, with its
+	// hash in each, newest first.
+	ResourceHistory(ctx context.Context, env string, id model.ID) ([]ResourceHash, error)
+	// PruneVersions deletes the oldest versions beyond the newest keep,
+	// never the released one, and the bodies no version uses any more. It
+	// returns how many versions it deleted.
+	PruneVersions(ctx context.Context, env string, keep int) (int, error)
 
 	// UpsertAgent records an agent: first sight, or what it says of itself.
 	UpsertAgent(ctx context.Context, a model.Agent) error
@@ -51,15 +71,85 @@ type Store interface {
 	// ListAgents returns the environment's agents, by name.
 	ListAgents(ctx context.Context, env string) ([]model.Agent, error)
 
-	// RecordResults records a batch of an agent's results in one
-	// transaction: the status of each resource, and an action-log entry
-	// for each result that changed, failed or skipped something. Dry-run
-	// results go to the action log only.
-	RecordResults(ctx context.Context, env, agent string, version int64, deployID string, results []model.Result) error
+	// RecordResults records batches of agents' results in one transaction:
+	// the status of each resource, and an action-log entry for each result
+	// that changed, failed or skipped something. Dry-run results go to the
+	// action log only. A batch whose (env, agent, seq) was recorded before
+	// changes nothing: fresh[i] says whether batch i was recorded now.
+	// An invalid batch fails them all with ErrInvalid.
+	RecordResults(ctx context.Context, batches []ResultBatch) (fresh []bool, err error)
+	// ForgetIngested drops the deduplication marks of batches recorded
+	// before t; redeliveries older than that are not expected.
+	ForgetIngested(ctx context.Context, before time.Time) error
 	// Statuses returns resource statuses matching the filter, by ID.
 	Statuses(ctx context.Context, env string, f StatusFilter) ([]model.ResourceStatus, error)
 	// Actions returns the newest entries of a resource's action log, newest first.
 	Actions(ctx context.Context, env string, id model.ID, limit int) ([]model.Action, error)
+
+	// RecordAlerts stores compliance and security alerts.
+	RecordAlerts(ctx context.Context, alerts []model.Alert) error
+	// Alerts returns the newest alerts matching the filter, newest first.
+	Alerts(ctx context.Context, f AlertFilter) ([]model.Alert, error)
+
+	// CreateToken stores an API token; ErrExists if its ID or hash is taken.
+	CreateToken(ctx context.Context, t model.Token) error
+	// TokenByHash returns the token whose secret hashes to hash.
+	TokenByHash(ctx context.Context, hash []byte) (model.Token, error)
+	// ListTokens returns every token, oldest first.
+	ListTokens(ctx context.Context) ([]model.Token, error)
+	// DeleteToken revokes a token; ErrNotFound if there is none.
+	DeleteToken(ctx context.Context, id string) error
+	// RecordAudit appends to the audit log.
+	RecordAudit(ctx context.Context, e model.AuditEntry) error
+	// Audit returns the newest audit entries matching the filter, newest first.
+	Audit(ctx context.Context, f AuditFilter) ([]model.AuditEntry, error)
+
+	// Lead makes this process the leader of name (one environment's
+	// scheduler) unless another process leads it: then ok is false. The
+	// lease lasts until released or lost (the database connection that
+	// holds it broke).
+	Lead(ctx context.Context, name string) (lease Lease, ok bool, err error)
+}
+
+// ResultBatch is one message's worth of an agent's results.
+type ResultBatch struct {
+	Env, Agent string
+	// Seq is the sender's message counter; 0 is never deduplicated.
+	Seq      uint64
+	Version  int64
+	DeployID string
+	Results  []model.Result
+}
+
+// ResourceHash is a resource's intent hash in one version.
+type ResourceHash struct {
+	ID      model.ID   `json:"id"`
+	Version int64      `json:"version"`
+	Hash    model.Hash `json:"hash"`
+}
+
+// AlertFilter narrows Alerts. Zero fields match everything.
+type AlertFilter struct {
+	Env   string
+	Agent string
+	Kind  model.AlertKind
+	// Limit bounds the answer (0: 100).
+	Limit int
+}
+
+// AuditFilter narrows Audit. Zero fields match everything.
+type AuditFilter struct {
+	Env string
+	// Limit bounds the answer (0: 100).
+	Limit int
+}
+
+// Lease is a held leadership.
+type Lease interface {
+	// Lost is closed when the lease is lost or released.
+	Lost() <-chan struct{}
+	// Release gives the leadership up.
+	Release()
 }
 
 // StatusFilter narrows Statuses. Zero fields match everything.
@@ -84,4 +174,6 @@ var (
 	// ErrInvalid: the input is malformed (a resource that does not
 	// validate, an unknown state …).
 	ErrInvalid = errors.New("invalid input")
+	// ErrUnavailable: the database cannot be reached; retry later.
+	ErrUnavailable = errors.New("store unavailable")
 )

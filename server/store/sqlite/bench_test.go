@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store"
 )
 
 func benchResources(n int) []model.Resource {
@@ -86,7 +87,7 @@ func BenchmarkRecordResults1000(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for start := 0; start < len(results); start += 256 {
-			if err := s.RecordResults(ctx, "local", "local", v.Number, "d", results[start:min(start+256, len(results))]); err != nil {
+			if _, err := s.RecordResults(ctx, []store.ResultBatch{{Env: "local", Agent: "local", Version: v.Number, DeployID: "d", Results: results[start:min(start+256, len(results))]}}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +42,9 @@ type Store struct {
 	path string
 	db   *sql.DB
 	lock *os.File
+
+	leaseMu sync.Mutex
+	leases  map[string]*lease
 }
 
 var _ store.Store = (*Store)(nil)
@@ -541,13 +545,13 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `
-			INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, first_seen, last_seen)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (env, name) DO UPDATE SET
 				state = excluded.state, public_key = excluded.public_key, labels = excluded.labels,
 				facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
-				last_seen = excluded.last_seen`,
-			a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, nanos(a.FirstSeen), nanos(a.LastSeen))
+				paused = excluded.paused, last_seen = excluded.last_seen`,
+			a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, nanos(a.FirstSeen), nanos(a.LastSeen))
 		return err
 	})
 }
@@ -573,13 +577,13 @@ func nonNilSlice(s []string) []string {
 	return s
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, first_seen, last_seen`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen`
 
 func scanAgent(r scanner) (model.Agent, error) {
 	var a model.Agent
 	var labels, facts, kinds []byte
 	var first, last int64
-	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &first, &last); err != nil {
+	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused, &first, &last); err != nil {
 		return a, err
 	}
 	a.FirstSeen, a.LastSeen = fromNanos(first), fromNanos(last)
@@ -619,27 +623,16 @@ func (s *Store) ListAgents(ctx context.Context, env string) ([]model.Agent, erro
 	return out, s.wrap("list agents", rows.Err())
 }
 
-// logged reports whether a result deserves an action-log entry: it changed
-// something, found something to change, or did not succeed.
-func logged(r *model.Result) bool {
-	return len(r.Changes) > 0 || r.State != model.StateDeployed
-}
-
 // RecordResults implements store.Store.
-func (s *Store) RecordResults(ctx context.Context, env, agent string, version int64, deployID string, results []model.Result) error {
-	for i := range results {
-		if err := results[i].ID.Validate(); err != nil {
-			return fmt.Errorf("record results: %w: %w", store.ErrInvalid, err)
-		}
-		if !results[i].State.Valid() {
-			return fmt.Errorf("record results: %w: %s: state %q", store.ErrInvalid, results[i].ID, results[i].State)
-		}
-		if results[i].ID.Agent != agent {
-			return fmt.Errorf("record results: %w: agent %s reported %s, which is not its resource", store.ErrInvalid, agent, results[i].ID)
+func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) ([]bool, error) {
+	for i := range batches {
+		if err := store.CheckBatch(&batches[i]); err != nil {
+			return nil, fmt.Errorf("record results: %w", err)
 		}
 	}
+	fresh := make([]bool, len(batches))
 	now := nanos(time.Now())
-	return s.tx(ctx, "record results of "+agent, func(tx *sql.Tx) error {
+	err := s.tx(ctx, "record results", func(tx *sql.Tx) error {
 		// A result only updates a status row of its version or an older one:
 		// a late result of an old deploy never overwrites a newer state.
 		statusStmt, err := tx.PrepareContext(ctx, `UPDATE resource_status SET
@@ -653,42 +646,60 @@ func (s *Store) RecordResults(ctx context.Context, env, agent string, version in
 		}
 		defer statusStmt.Close()
 		var actionStmt *sql.Stmt
-		for i := range results {
-			r := &results[i]
-			id := r.ID.String()
-			if !r.DryRun {
-				if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, env, id, version); err != nil {
+		for bi := range batches {
+			b := &batches[bi]
+			if b.Seq != 0 {
+				res, err := tx.ExecContext(ctx, `INSERT INTO ingested (env, agent, seq, at) VALUES (?, ?, ?, ?)
+					ON CONFLICT DO NOTHING`, b.Env, b.Agent, int64(b.Seq), now)
+				if err != nil {
 					return err
 				}
+				if n, err := res.RowsAffected(); err != nil || n == 0 {
+					continue // recorded before
+				}
 			}
-			if !logged(r) {
-				continue
-			}
-			if actionStmt == nil {
-				if actionStmt, err = tx.PrepareContext(ctx, `INSERT INTO actions
-					(env, resource_id, agent, kind, deploy_id, version, state, changes, message, at, duration_ns)
-					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+			fresh[bi] = true
+			for i := range b.Results {
+				r := &b.Results[i]
+				id := r.ID.String()
+				if !r.DryRun {
+					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version); err != nil {
+						return err
+					}
+				}
+				if !store.Logged(r) {
+					continue
+				}
+				if actionStmt == nil {
+					if actionStmt, err = tx.PrepareContext(ctx, `INSERT INTO actions
+						(env, resource_id, agent, kind, deploy_id, version, state, changes, message, at, duration_ns)
+						VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+						return err
+					}
+					defer actionStmt.Close()
+				}
+				changes, err := store.EncodeChanges(r)
+				if err != nil {
 					return err
 				}
-				defer actionStmt.Close()
-			}
-			kind := model.ActionDeploy
-			if r.DryRun {
-				kind = model.ActionDryRun
-			}
-			var changes []byte
-			if len(r.Changes) > 0 {
-				if changes, err = json.Marshal(r.Changes); err != nil {
-					return fmt.Errorf("%w: changes of %s: %w", store.ErrInvalid, r.ID, err)
+				if _, err := actionStmt.ExecContext(ctx, b.Env, id, b.Agent, store.ActionKindOf(r), b.DeployID, b.Version, r.State, changes,
+					r.Message, now, int64(r.Duration)); err != nil {
+					return err
 				}
-			}
-			if _, err := actionStmt.ExecContext(ctx, env, id, agent, kind, deployID, version, r.State, changes,
-				r.Message, now, int64(r.Duration)); err != nil {
-				return err
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return fresh, nil
+}
+
+// ForgetIngested implements store.Store.
+func (s *Store) ForgetIngested(ctx context.Context, before time.Time) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM ingested WHERE at < ?`, nanos(before))
+	return s.wrap("forget ingested", err)
 }
 
 // Statuses implements store.Store.

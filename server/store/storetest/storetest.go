@@ -30,6 +30,15 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StaleResults", testStaleResults},
 		{"StatusFilters", testStatusFilters},
 		{"ConcurrentIngest", testConcurrentIngest},
+		{"DuplicateBatches", testDuplicateBatches},
+		{"UpdateSettings", testUpdateSettings},
+		{"DeleteEnv", testDeleteEnv},
+		{"HashesAndHistory", testHashesAndHistory},
+		{"PruneVersions", testPruneVersions},
+		{"Alerts", testAlerts},
+		{"Tokens", testTokens},
+		{"Audit", testAudit},
+		{"Lead", testLead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -86,6 +95,12 @@ func statusOf(t *testing.T, s store.Store, env string) map[string]model.Resource
 		out[st.ID.Value] = st
 	}
 	return out
+}
+
+// record records one batch without a sequence number.
+func record(s store.Store, env, agent string, version int64, deployID string, results []model.Result) error {
+	_, err := s.RecordResults(ctx, []store.ResultBatch{{Env: env, Agent: agent, Version: version, DeployID: deployID, Results: results}})
+	return err
 }
 
 func result(r model.Resource, state model.ResourceState, changes model.Changes) model.Result {
@@ -191,7 +206,7 @@ func testReleaseStates(t *testing.T, s store.Store) {
 			t.Fatalf("%s after first release: %+v", name, st)
 		}
 	}
-	err := s.RecordResults(ctx, "prod", "a", 1, "d1", []model.Result{
+	err := record(s, "prod", "a", 1, "d1", []model.Result{
 		result(same, model.StateDeployed, nil), result(changed, model.StateDeployed, nil), result(removed, model.StateDeployed, nil),
 	})
 	if err != nil {
@@ -267,7 +282,7 @@ func testAgents(t *testing.T, s store.Store) {
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	a.State, a.Generation, a.LastSeen, a.FirstSeen = model.AgentAccepted, 4, time.Now(), time.Now()
+	a.State, a.Generation, a.LastSeen, a.FirstSeen, a.Paused = model.AgentAccepted, 4, time.Now(), time.Now(), true
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +290,7 @@ func testAgents(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != model.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 {
+	if got.State != model.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 || !got.Paused {
 		t.Fatalf("agent %+v", got)
 	}
 	if !got.FirstSeen.Equal(first) {
@@ -305,7 +320,7 @@ func testRecordResults(t *testing.T, s store.Store) {
 	mustPut(t, s, "prod", ok, bad, skipped, quiet)
 	mustRelease(t, s, "prod", 1)
 	created := model.Changes{model.AttrPresent: {Current: false, Desired: true}, "content": {Current: nil, Desired: "x"}}
-	err := s.RecordResults(ctx, "prod", "a", 1, "d1", []model.Result{
+	err := record(s, "prod", "a", 1, "d1", []model.Result{
 		result(ok, model.StateDeployed, created),
 		{ID: bad.ID, State: model.StateFailed, Message: "apply: permission denied"},
 		{ID: skipped.ID, State: model.StateSkipped, Message: "requirement failed"},
@@ -339,7 +354,7 @@ func testRecordResults(t *testing.T, s store.Store) {
 	}
 
 	// A dry run logs what it found and leaves the status alone.
-	err = s.RecordResults(ctx, "prod", "a", 1, "dry1", []model.Result{
+	err = record(s, "prod", "a", 1, "dry1", []model.Result{
 		{ID: ok.ID, State: model.StateDeployed, DryRun: true, Changes: model.Changes{"content": {Current: "y", Desired: "x"}}},
 	})
 	if err != nil {
@@ -366,7 +381,7 @@ func testAllOrNothing(t *testing.T, s store.Store) {
 		"other agent's resource": {result(x, model.StateDeployed, nil), result(file("b", "/y", ""), model.StateDeployed, nil)},
 		"unknown state":          {result(x, model.StateDeployed, nil), {ID: x.ID, State: "exploded"}},
 	} {
-		err := s.RecordResults(ctx, "prod", "a", 1, "d", batch)
+		err := record(s, "prod", "a", 1, "d", batch)
 		if !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("%s: got %v, want ErrInvalid", name, err)
 		}
@@ -384,13 +399,13 @@ func testStaleResults(t *testing.T, s store.Store) {
 	mustRelease(t, s, "prod", 2)
 	// A late result of the deploy of version 1 must not mark version 2's
 	// new content as deployed.
-	if err := s.RecordResults(ctx, "prod", "a", 1, "old", []model.Result{result(file("a", "/x", "1"), model.StateDeployed, nil)}); err != nil {
+	if err := record(s, "prod", "a", 1, "old", []model.Result{result(file("a", "/x", "1"), model.StateDeployed, nil)}); err != nil {
 		t.Fatal(err)
 	}
 	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateAvailable {
 		t.Fatalf("a stale result overwrote the newer state: %+v", st)
 	}
-	if err := s.RecordResults(ctx, "prod", "a", 2, "new", []model.Result{result(file("a", "/x", "2"), model.StateDeployed, nil)}); err != nil {
+	if err := record(s, "prod", "a", 2, "new", []model.Result{result(file("a", "/x", "2"), model.StateDeployed, nil)}); err != nil {
 		t.Fatal(err)
 	}
 	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateDeployed {
@@ -403,7 +418,7 @@ func testStatusFilters(t *testing.T, s store.Store) {
 	rs := []model.Resource{file("a", "/1", ""), dir("a", "/d"), file("b", "/1", ""), file("b", "/2", "")}
 	mustPut(t, s, "prod", rs...)
 	mustRelease(t, s, "prod", 1)
-	if err := s.RecordResults(ctx, "prod", "b", 1, "d", []model.Result{result(rs[2], model.StateDeployed, nil), {ID: rs[3].ID, State: model.StateFailed}}); err != nil {
+	if err := record(s, "prod", "b", 1, "d", []model.Result{result(rs[2], model.StateDeployed, nil), {ID: rs[3].ID, State: model.StateFailed}}); err != nil {
 		t.Fatal(err)
 	}
 	count := func(f store.StatusFilter) int {
@@ -456,7 +471,7 @@ func testConcurrentIngest(t *testing.T, s store.Store) {
 			for _, r := range rs[a*50 : (a+1)*50] {
 				batch = append(batch, result(r, model.StateDeployed, model.Changes{"content": {Desired: "x"}}))
 			}
-			errs <- s.RecordResults(ctx, "prod", fmt.Sprintf("agent-%d", a), 1, "d", batch)
+			errs <- record(s, "prod", fmt.Sprintf("agent-%d", a), 1, "d", batch)
 		}()
 	}
 	wg.Wait()

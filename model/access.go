@@ -1,0 +1,110 @@
+package model
+
+import (
+	"fmt"
+	"time"
+)
+
+// Role is what an API token may do (DESIGN.md §8).
+type Role string
+
+// Roles, from most to least powerful.
+const (
+	// RoleAdmin may do everything, including managing tokens and environments.
+	RoleAdmin Role = "admin"
+	// RoleOperator may export, release, deploy and manage agents.
+	RoleOperator Role = "operator"
+	// RoleViewer may only read.
+	RoleViewer Role = "viewer"
+)
+
+// Allows reports whether role r includes everything role need may do.
+func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.rank() > 0 }
+
+func (r Role) rank() int {
+	switch r {
+	case RoleAdmin:
+		return 3
+	case RoleOperator:
+		return 2
+	case RoleViewer:
+		return 1
+	}
+	return 0
+}
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r.rank() > 0 }
+
+// Token is an API bearer token as the server keeps it: never the secret, only
+// its hash.
+type Token struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Role Role   `json:"role"`
+	// Env scopes the token to one environment; empty: every environment.
+	Env       string     `json:"env,omitempty"`
+	Hash      []byte     `json:"-"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Validate checks a token's fields.
+func (t Token) Validate() error {
+	if t.ID == "" || t.Name == "" || len(t.Hash) == 0 {
+		return fmt.Errorf("token: id, name and hash are required")
+	}
+	if !t.Role.Valid() {
+		return fmt.Errorf("token %s: role %q: want admin, operator or viewer", t.Name, t.Role)
+	}
+	if t.Env != "" {
+		if err := ValidateEnvName(t.Env); err != nil {
+			return fmt.Errorf("token %s: %w", t.Name, err)
+		}
+	}
+	return nil
+}
+
+// Expired reports whether the token has expired at now.
+func (t Token) Expired(now time.Time) bool { return t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) }
+
+// Covers reports whether the token may act on environment env ("" for
+// installation-wide things such as listing environments or tokens).
+func (t Token) Covers(env string) bool { return t.Env == "" || t.Env == env }
+
+// AuditEntry records one change made through the API: who, what, when.
+type AuditEntry struct {
+	Seq    int64     `json:"seq"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Env    string    `json:"env,omitempty"`
+	Target string    `json:"target,omitempty"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// AlertKind says what an alert is about.
+type AlertKind string
+
+// Alert kinds.
+const (
+	// AlertDrift: a resource was seen away from its intent, or restored.
+	AlertDrift AlertKind = "drift"
+	// AlertSecurity: a message was dropped for who signed it.
+	AlertSecurity AlertKind = "security"
+)
+
+// Alert is a compliance or security alert as the server keeps it.
+type Alert struct {
+	Seq     int64     `json:"seq"`
+	At      time.Time `json:"at"`
+	Env     string    `json:"env"`
+	Agent   string    `json:"agent,omitempty"`
+	Kind    AlertKind `json:"kind"`
+	ID      *ID       `json:"id,omitempty"`
+	Message string    `json:"message"`
+	// Expected and Actual are the drifted attributes (sensitive ones
+	// redacted by the agent).
+	Changes Changes `json:"changes,omitempty"`
+}

@@ -1,0 +1,79 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// CheckBatch validates a result batch before any of it is written: every
+// result names a valid resource of the batch's agent and a known state.
+func CheckBatch(b *ResultBatch) error {
+	if err := model.ValidateEnvName(b.Env); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	for i := range b.Results {
+		r := &b.Results[i]
+		if err := r.ID.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if !r.State.Valid() {
+			return fmt.Errorf("%w: %s: state %q", ErrInvalid, r.ID, r.State)
+		}
+		if r.ID.Agent != b.Agent {
+			return fmt.Errorf("%w: agent %s reported %s, which is not its resource", ErrInvalid, b.Agent, r.ID)
+		}
+	}
+	return nil
+}
+
+// Logged reports whether a result deserves an action-log entry: it changed
+// something, found something to change, or did not succeed.
+func Logged(r *model.Result) bool {
+	return len(r.Changes) > 0 || r.State != model.StateDeployed
+}
+
+// ActionKindOf is the action-log kind of a result.
+func ActionKindOf(r *model.Result) model.ActionKind {
+	if r.DryRun {
+		return model.ActionDryRun
+	}
+	return model.ActionDeploy
+}
+
+// EncodeChanges is a result's changes as stored in the action log (nil when
+// there are none).
+func EncodeChanges(r *model.Result) ([]byte, error) {
+	if len(r.Changes) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(r.Changes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: changes of %s: %w", ErrInvalid, r.ID, err)
+	}
+	return b, nil
+}
+
+// SortHashes sorts resource hashes by ID.
+func SortHashes(hs []ResourceHash) {
+	slices.SortFunc(hs, func(a, b ResourceHash) int { return a.ID.Compare(b.ID) })
+}
+
+// DecodeAlert fills an alert's resource ID and changes from their stored form.
+func DecodeAlert(a *model.Alert, id string, changes []byte) error {
+	if id != "" {
+		parsed, err := model.ParseID(id)
+		if err != nil {
+			return fmt.Errorf("%w: alert %d: %w", ErrCorrupt, a.Seq, err)
+		}
+		a.ID = &parsed
+	}
+	if len(changes) > 0 {
+		if err := model.DecodeJSON(changes, &a.Changes); err != nil {
+			return fmt.Errorf("%w: alert %d: %w", ErrCorrupt, a.Seq, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,320 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store"
+)
+
+func testDuplicateBatches(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x := file("a", "/x", "1")
+	v := mustPut(t, s, "prod", x)
+	mustRelease(t, s, "prod", v.Number)
+	changed := result(x, model.StateDeployed, model.Changes{"content": {Current: "0", Desired: "1"}})
+	b := store.ResultBatch{Env: "prod", Agent: "a", Seq: 7, Version: 1, DeployID: "d", Results: []model.Result{changed}}
+	other := b
+	other.Agent, other.Results = "b", nil // same seq, another sender: not a duplicate
+	fresh, err := s.RecordResults(ctx, []store.ResultBatch{b, b, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(fresh) != "[true false true]" {
+		t.Fatalf("fresh = %v, want [true false true] (the second copy in one call is a duplicate)", fresh)
+	}
+	fresh, err = s.RecordResults(ctx, []store.ResultBatch{b})
+	if err != nil || fresh[0] {
+		t.Fatalf("redelivered batch: fresh %v, err %v; want not fresh", fresh, err)
+	}
+	acts, err := s.Actions(ctx, "prod", x.ID, 0)
+	if err != nil || len(acts) != 1 {
+		t.Fatalf("action log after three deliveries of one batch: %d entries (%v), want 1", len(acts), err)
+	}
+	if err := s.ForgetIngested(ctx, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err = s.RecordResults(ctx, []store.ResultBatch{b}); err != nil || !fresh[0] {
+		t.Fatalf("after ForgetIngested the batch is new again: fresh %v, err %v", fresh, err)
+	}
+	bad := b
+	bad.Seq, bad.Results = 8, []model.Result{{ID: file("b", "/y", "").ID, State: model.StateDeployed}}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 9, Results: []model.Result{changed}}, bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("batch with another agent's resource: got %v, want ErrInvalid", err)
+	}
+	if fresh, err = s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 9}}); err != nil || !fresh[0] {
+		t.Fatalf("a refused call must record nothing, not even its good batch: fresh %v, err %v", fresh, err)
+	}
+}
+
+func testUpdateSettings(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	env, err := s.UpdateEnvSettings(ctx, "prod", func(st *model.EnvSettings) error { return st.Set("drift_policy", "heal") })
+	if err != nil || env.Settings.DriftPolicy != model.DriftHeal {
+		t.Fatalf("update: %+v, %v", env.Settings, err)
+	}
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *model.EnvSettings) error { st.VersionsToKeep = -1; return nil }); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("invalid settings: got %v, want ErrInvalid", err)
+	}
+	if _, err := s.UpdateEnvSettings(ctx, "nope", func(*model.EnvSettings) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown env: got %v, want ErrNotFound", err)
+	}
+	// Concurrent updates of different settings lose nothing.
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.UpdateEnvSettings(ctx, "prod", func(st *model.EnvSettings) error {
+				st.VersionsToKeep++
+				return nil
+			})
+			errs <- err
+		}()
+		_ = i
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := s.GetEnv(ctx, "prod")
+	if want := model.DefaultEnvSettings().VersionsToKeep + 20; got.Settings.VersionsToKeep != want || got.Settings.DriftPolicy != model.DriftHeal {
+		t.Fatalf("after 20 concurrent increments: versions_to_keep %d, drift %s; want %d, heal", got.Settings.VersionsToKeep, got.Settings.DriftPolicy, want)
+	}
+}
+
+func testDeleteEnv(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	shared := file("a", "/x", "1")
+	v := mustPut(t, s, "prod", shared, file("a", "/only-prod", "1"))
+	mustPut(t, s, "dev", shared)
+	mustRelease(t, s, "prod", v.Number)
+	if err := s.UpsertAgent(ctx, model.Agent{Env: "prod", Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateToken(ctx, model.Token{ID: "t1", Name: "ci", Role: model.RoleViewer, Env: "prod", Hash: []byte("h1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteEnv(ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetEnv(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted env: got %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteEnv(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleting twice: got %v, want ErrNotFound", err)
+	}
+	if sts, err := s.Statuses(ctx, "prod", store.StatusFilter{}); err != nil || len(sts) != 0 {
+		t.Fatalf("statuses of a deleted env: %v, %v", sts, err)
+	}
+	if _, err := s.TokenByHash(ctx, []byte("h1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("token scoped to a deleted env: got %v, want ErrNotFound", err)
+	}
+	// The other environment still reads its shared body.
+	got, err := s.GetVersion(ctx, "dev", 1, true)
+	if err != nil || len(got.Resources) != 1 {
+		t.Fatalf("dev after deleting prod: %+v, %v", got, err)
+	}
+	// The name is free again.
+	mustEnv(t, s, "prod")
+	if vs, _ := s.ListVersions(ctx, "prod"); len(vs) != 0 {
+		t.Fatalf("a re-created env starts empty, has %d versions", len(vs))
+	}
+}
+
+func testHashesAndHistory(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x1, y := file("a", "/x", "1"), dir("a", "/d")
+	x2 := file("a", "/x", "2")
+	mustPut(t, s, "prod", y, x1)
+	mustPut(t, s, "prod", x2)
+	hs, err := s.ResourceHashes(ctx, "prod", 1)
+	if err != nil || len(hs) != 2 {
+		t.Fatalf("hashes: %v, %v", hs, err)
+	}
+	hx1, _ := x1.Hash()
+	if hs[0].ID != y.ID || hs[1].ID != x1.ID || hs[1].Hash != hx1 || hs[1].Version != 1 {
+		t.Fatalf("hashes %+v: want sorted by ID, with x's hash", hs)
+	}
+	if _, err := s.ResourceHashes(ctx, "prod", 9); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("hashes of a missing version: got %v, want ErrNotFound", err)
+	}
+	r, err := s.Resource(ctx, "prod", 2, x2.ID)
+	if err != nil || r.Attributes["content"] != "2" {
+		t.Fatalf("resource: %+v, %v", r, err)
+	}
+	if _, err := s.Resource(ctx, "prod", 2, y.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("resource not in version: got %v, want ErrNotFound", err)
+	}
+	hist, err := s.ResourceHistory(ctx, "prod", x1.ID)
+	hx2, _ := x2.Hash()
+	if err != nil || len(hist) != 2 || hist[0].Version != 2 || hist[0].Hash != hx2 || hist[1].Version != 1 || hist[1].Hash != hx1 {
+		t.Fatalf("history %+v, %v: want versions 2 then 1 with their hashes", hist, err)
+	}
+}
+
+func testPruneVersions(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	for i := range 5 {
+		mustPut(t, s, "prod", file("a", "/x", fmt.Sprint(i)), file("a", "/same", "s"))
+	}
+	mustRelease(t, s, "prod", 1) // the released version is kept however old
+	n, err := s.PruneVersions(ctx, "prod", 2)
+	if err != nil || n != 2 {
+		t.Fatalf("prune: %d, %v; want 2 deleted", n, err)
+	}
+	vs, _ := s.ListVersions(ctx, "prod")
+	var nums []int64
+	for _, v := range vs {
+		nums = append(nums, v.Number)
+	}
+	if fmt.Sprint(nums) != "[5 4 1]" {
+		t.Fatalf("versions after prune: %v, want [5 4 1]", nums)
+	}
+	for _, n := range nums {
+		if v, err := s.GetVersion(ctx, "prod", n, true); err != nil || len(v.Resources) != 2 {
+			t.Fatalf("version %d after prune: %+v, %v (a shared body must survive)", n, v, err)
+		}
+	}
+	if n, err := s.PruneVersions(ctx, "prod", 0); err != nil || n != 0 {
+		t.Fatalf("keep 0 means keep all: %d, %v", n, err)
+	}
+	// Numbers are never reused after a prune.
+	if v := mustPut(t, s, "prod", file("a", "/x", "new")); v.Number != 6 {
+		t.Fatalf("next version %d, want 6", v.Number)
+	}
+}
+
+func testAlerts(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	id := file("a", "/x", "").ID
+	err := s.RecordAlerts(ctx, []model.Alert{
+		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &id, Message: "content changed",
+			Changes: model.Changes{"content": {Current: "hacked", Desired: "1"}}},
+		{Env: "prod", Agent: "b", Kind: model.AlertSecurity, Message: "signed by another key"},
+		{Env: "dev", Kind: model.AlertSecurity, Message: "unknown agent"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Alerts(ctx, store.AlertFilter{Env: "prod"})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("alerts of prod: %v, %v", all, err)
+	}
+	if all[0].Kind != model.AlertSecurity || all[1].ID == nil || *all[1].ID != id || all[1].Changes["content"].Current != "hacked" || all[1].At.IsZero() {
+		t.Fatalf("alerts %+v: want newest first, with the drifted resource and its changes", all)
+	}
+	drift, _ := s.Alerts(ctx, store.AlertFilter{Kind: model.AlertDrift})
+	one, _ := s.Alerts(ctx, store.AlertFilter{Limit: 1})
+	if len(drift) != 1 || len(one) != 1 || one[0].Env != "dev" {
+		t.Fatalf("filters: drift %d, limit 1 %v", len(drift), one)
+	}
+	if err := s.RecordAlerts(ctx, []model.Alert{{Env: "nope", Kind: model.AlertDrift, Message: "x"}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("alert of an unknown env: got %v, want ErrNotFound", err)
+	}
+}
+
+func testTokens(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	admin := model.Token{ID: "t-admin", Name: "bootstrap", Role: model.RoleAdmin, Hash: []byte("hash-a"), CreatedBy: "server"}
+	viewer := model.Token{ID: "t-view", Name: "dash", Role: model.RoleViewer, Env: "prod", Hash: []byte("hash-v"), CreatedBy: "bootstrap", ExpiresAt: &exp}
+	for _, tok := range []model.Token{admin, viewer} {
+		if err := s.CreateToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateToken(ctx, model.Token{ID: "t-other", Name: "x", Role: model.RoleViewer, Hash: []byte("hash-a")}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("same hash twice: got %v, want ErrExists", err)
+	}
+	if err := s.CreateToken(ctx, model.Token{ID: "t-bad", Name: "x", Role: "root", Hash: []byte("h")}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("bad role: got %v, want ErrInvalid", err)
+	}
+	if err := s.CreateToken(ctx, model.Token{ID: "t-noenv", Name: "x", Role: model.RoleViewer, Env: "nope", Hash: []byte("h2")}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("token for an unknown env: got %v, want ErrNotFound", err)
+	}
+	got, err := s.TokenByHash(ctx, []byte("hash-v"))
+	if err != nil || got.ID != "t-view" || got.Env != "prod" || got.Role != model.RoleViewer || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
+		t.Fatalf("token by hash: %+v, %v", got, err)
+	}
+	if _, err := s.TokenByHash(ctx, []byte("nope")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown hash: got %v, want ErrNotFound", err)
+	}
+	list, err := s.ListTokens(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+	if err := s.DeleteToken(ctx, "t-view"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteToken(ctx, "t-view"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("revoking twice: got %v, want ErrNotFound", err)
+	}
+	if _, err := s.TokenByHash(ctx, []byte("hash-v")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("revoked token still found: %v", err)
+	}
+}
+
+func testAudit(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	for i, a := range []string{"env.create", "version.release", "agent.accept"} {
+		env := "prod"
+		if i == 0 {
+			env = ""
+		}
+		if err := s.RecordAudit(ctx, model.AuditEntry{Actor: "ops", Action: a, Env: env, Target: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.Audit(ctx, store.AuditFilter{})
+	if err != nil || len(all) != 3 || all[0].Action != "agent.accept" || all[2].Action != "env.create" || all[0].At.IsZero() {
+		t.Fatalf("audit %+v, %v: want 3 entries newest first", all, err)
+	}
+	prod, _ := s.Audit(ctx, store.AuditFilter{Env: "prod", Limit: 1})
+	if len(prod) != 1 || prod[0].Action != "agent.accept" {
+		t.Fatalf("audit of prod, limit 1: %+v", prod)
+	}
+	if err := s.DeleteEnv(ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if kept, _ := s.Audit(ctx, store.AuditFilter{Env: "prod"}); len(kept) != 2 {
+		t.Fatalf("audit entries of a deleted env: %d, want 2 kept", len(kept))
+	}
+}
+
+func testLead(t *testing.T, s store.Store) {
+	l, ok, err := s.Lead(ctx, "prod")
+	if err != nil || !ok {
+		t.Fatalf("first lead: %v, %v", ok, err)
+	}
+	if _, ok, err := s.Lead(ctx, "prod"); err != nil || ok {
+		t.Fatalf("second lead of the same name: ok %v, err %v; want refused", ok, err)
+	}
+	other, ok, err := s.Lead(ctx, "dev")
+	if err != nil || !ok {
+		t.Fatalf("another name: %v, %v", ok, err)
+	}
+	defer other.Release()
+	l.Release()
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Lost is not closed after Release")
+	}
+	again, ok, err := s.Lead(ctx, "prod")
+	if err != nil || !ok {
+		t.Fatalf("lead after release: %v, %v", ok, err)
+	}
+	again.Release()
+	again.Release() // twice is harmless
+}
