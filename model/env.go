@@ -265,10 +265,7 @@ type Action struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
-// ErrNotFound is returned (wrapped) when a named thing does not exist. It
-// lives in model so that every layer can match it without importing the
-// store that returned it.
-var ErrNotFound = errors.New("not found")
+
 
 // UnmarshalJSON reads settings over the defaults, so that settings stored
 // before a setting existed read back with its default.

@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-//go:embed sqlite/*.sql
+//go:embed sqlite/*.sql postgres/*.sql
 var files embed.FS
 
 // Migration is one schema change. Versions start at 1 and have no gaps.
@@ -25,6 +25,9 @@ type Migration struct {
 
 // SQLite returns the migrations of the embedded (SQLite) store, in order.
 func SQLite() ([]Migration, error) { return load("sqlite") }
+
+// Postgres returns the migrations of the server (PostgreSQL) store, in order.
+func Postgres() ([]Migration, error) { return load("postgres") }
 
 // load reads dir/NNNN_name.sql files and checks they are numbered 1..n.
 func load(dir string) ([]Migration, error) {

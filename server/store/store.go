@@ -163,17 +163,13 @@ type StatusFilter struct {
 // Errors every implementation returns (wrapped, with context).
 var (
 	ErrNotFound = model.ErrNotFound
-	ErrExists   = errors.New("already exists")
-	// ErrConflict: the change contradicts the stored state (releasing a
-	// retired version, …).
-	ErrConflict = errors.New("conflict")
+	ErrExists   = model.ErrExists
+	ErrConflict = model.ErrConflict
+	ErrInvalid  = model.ErrInvalid
+	// ErrUnavailable: the database cannot be reached; retry later.
+	ErrUnavailable = model.ErrUnavailable
 	// ErrLocked: another process holds the store.
 	ErrLocked = errors.New("store is locked by another process")
 	// ErrCorrupt: the store's files are damaged.
 	ErrCorrupt = errors.New("store is corrupted")
-	// ErrInvalid: the input is malformed (a resource that does not
-	// validate, an unknown state …).
-	ErrInvalid = errors.New("invalid input")
-	// ErrUnavailable: the database cannot be reached; retry later.
-	ErrUnavailable = errors.New("store unavailable")
 )

@@ -1,0 +1,333 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// UpsertAgent implements store.Store.
+func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
+	if err := model.ValidateAgentName(a.Name); err != nil {
+		return fmt.Errorf("upsert agent: %w: %w", store.ErrInvalid, err)
+	}
+	if a.State == "" {
+		a.State = model.AgentPending
+	}
+	now := time.Now()
+	if a.FirstSeen.IsZero() {
+		a.FirstSeen = now
+	}
+	if a.LastSeen.IsZero() {
+		a.LastSeen = now
+	}
+	labels, _ := jsonb(orEmpty(a.Labels))
+	facts, err := jsonb(orEmpty(a.Facts))
+	if err != nil {
+		return fmt.Errorf("upsert agent %s: facts: %w: %w", a.Name, store.ErrInvalid, err)
+	}
+	kinds, _ := jsonb(orEmptySlice(a.Kinds))
+	_, err = s.pool.Exec(ctx, `
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		ON CONFLICT (env, name) DO UPDATE SET
+			state = excluded.state, public_key = excluded.public_key, labels = excluded.labels,
+			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
+			paused = excluded.paused, last_seen = excluded.last_seen`,
+		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen)
+	return s.wrap("upsert agent "+a.Name, err)
+}
+
+func orEmpty[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return map[string]V{}
+	}
+	return m
+}
+
+func orEmptySlice(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen`
+
+func scanAgent(r pgx.Row) (model.Agent, error) {
+	var a model.Agent
+	var labels, facts, kinds []byte
+	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused, &a.FirstSeen, &a.LastSeen); err != nil {
+		return a, err
+	}
+	a.FirstSeen, a.LastSeen = a.FirstSeen.UTC(), a.LastSeen.UTC()
+	if err := json.Unmarshal(labels, &a.Labels); err != nil {
+		return a, fmt.Errorf("%w: labels of agent %s: %w", store.ErrCorrupt, a.Name, err)
+	}
+	if err := model.DecodeJSON(facts, &a.Facts); err != nil {
+		return a, fmt.Errorf("%w: facts of agent %s: %w", store.ErrCorrupt, a.Name, err)
+	}
+	if err := json.Unmarshal(kinds, &a.Kinds); err != nil {
+		return a, fmt.Errorf("%w: kinds of agent %s: %w", store.ErrCorrupt, a.Name, err)
+	}
+	return a, nil
+}
+
+// GetAgent implements store.Store.
+func (s *Store) GetAgent(ctx context.Context, env, name string) (model.Agent, error) {
+	a, err := scanAgent(s.pool.QueryRow(ctx, `SELECT `+agentColumns+` FROM agents WHERE env = $1 AND name = $2`, env, name))
+	return a, s.wrap("agent "+name, err)
+}
+
+// ListAgents implements store.Store.
+func (s *Store) ListAgents(ctx context.Context, env string) ([]model.Agent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+agentColumns+` FROM agents WHERE env = $1 ORDER BY name`, env)
+	if err != nil {
+		return nil, s.wrap("list agents", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Agent, error) { return scanAgent(r) })
+	return out, s.wrap("list agents", err)
+}
+
+// RecordResults implements store.Store. Whatever the number of batches it
+// takes four statements: mark the batches ingested, update the statuses,
+// append the action log, commit.
+func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) ([]bool, error) {
+	for i := range batches {
+		if err := store.CheckBatch(&batches[i]); err != nil {
+			return nil, fmt.Errorf("record results: %w", err)
+		}
+	}
+	fresh := make([]bool, len(batches))
+	err := s.tx(ctx, "record results", func(tx pgx.Tx) error {
+		clear(fresh)
+		if err := markIngested(ctx, tx, batches, fresh); err != nil {
+			return err
+		}
+		type statusRow struct {
+			env, id, state, message string
+			version                 int64
+		}
+		var st []statusRow
+		var act struct {
+			env, id, agent, kind, deploy, state, message []string
+			changes                                      []*string
+			version, dur                                 []int64
+		}
+		for bi := range batches {
+			if !fresh[bi] {
+				continue
+			}
+			b := &batches[bi]
+			for i := range b.Results {
+				r := &b.Results[i]
+				id := r.ID.String()
+				if !r.DryRun {
+					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version})
+				}
+				if !store.Logged(r) {
+					continue
+				}
+				changes, err := store.EncodeChanges(r)
+				if err != nil {
+					return err
+				}
+				var cp *string
+				if changes != nil {
+					c := string(changes)
+					cp = &c
+				}
+				act.env = append(act.env, b.Env)
+				act.id = append(act.id, id)
+				act.agent = append(act.agent, b.Agent)
+				act.kind = append(act.kind, string(store.ActionKindOf(r)))
+				act.deploy = append(act.deploy, b.DeployID)
+				act.state = append(act.state, string(r.State))
+				act.message = append(act.message, r.Message)
+				act.changes = append(act.changes, cp)
+				act.version = append(act.version, b.Version)
+				act.dur = append(act.dur, int64(r.Duration))
+			}
+		}
+		batch := &pgx.Batch{}
+		if len(st) > 0 {
+			// The last result of a resource wins, and rows are locked in
+			// one order so concurrent ingests never deadlock.
+			slices.SortStableFunc(st, func(a, b statusRow) int { return cmp.Or(cmp.Compare(a.env, b.env), cmp.Compare(a.id, b.id)) })
+			var env, id, state, msg []string
+			var ver []int64
+			for i, r := range st {
+				if i+1 < len(st) && st[i+1].env == r.env && st[i+1].id == r.id {
+					continue
+				}
+				env, id, state, msg, ver = append(env, r.env), append(id, r.id), append(state, r.state), append(msg, r.message), append(ver, r.version)
+			}
+			// A result only updates a status row of its version or an
+			// older one: a late result of an old deploy never overwrites
+			// a newer state.
+			batch.Queue(`UPDATE resource_status rs SET
+					state = u.state,
+					compliance = CASE u.state WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE rs.compliance END,
+					last_verified = CASE u.state WHEN 'deployed' THEN now() ELSE rs.last_verified END,
+					message = u.message, updated_at = now()
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS u(env, id, state, message, version)
+				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version <= u.version`, env, id, state, msg, ver)
+		}
+		if len(act.id) > 0 {
+			batch.Queue(`INSERT INTO actions (env, resource_id, agent, kind, deploy_id, version, state, changes, message, at, duration_ns)
+				SELECT env, id, agent, kind, deploy, version, state, changes::jsonb, message, now(), dur
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bigint[])
+					WITH ORDINALITY AS u(env, id, agent, kind, deploy, version, state, changes, message, dur, n)
+				ORDER BY n`,
+				act.env, act.id, act.agent, act.kind, act.deploy, act.version, act.state, act.changes, act.message, act.dur)
+		}
+		if batch.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fresh, nil
+}
+
+// markIngested records the batches' (env, agent, seq) and sets fresh[i] for
+// each batch seen for the first time; batches without a seq are always fresh.
+func markIngested(ctx context.Context, tx pgx.Tx, batches []store.ResultBatch, fresh []bool) error {
+	type key struct {
+		env, agent string
+		seq        int64
+	}
+	first := map[key]int{}
+	var env, agent []string
+	var seq []int64
+	for i := range batches {
+		b := &batches[i]
+		if b.Seq == 0 {
+			fresh[i] = true
+			continue
+		}
+		k := key{b.Env, b.Agent, int64(b.Seq)}
+		if _, dup := first[k]; dup {
+			continue
+		}
+		first[k] = i
+		env, agent, seq = append(env, k.env), append(agent, k.agent), append(seq, k.seq)
+	}
+	if len(seq) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO ingested (env, agent, seq, at)
+		SELECT env, agent, seq, now() FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(env, agent, seq)
+		ON CONFLICT DO NOTHING RETURNING env, agent, seq`, env, agent, seq)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.env, &k.agent, &k.seq); err != nil {
+			return err
+		}
+		fresh[first[k]] = true
+	}
+	return rows.Err()
+}
+
+// ForgetIngested implements store.Store.
+func (s *Store) ForgetIngested(ctx context.Context, before time.Time) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM ingested WHERE at < $1`, before)
+	return s.wrap("forget ingested", err)
+}
+
+// Statuses implements store.Store.
+func (s *Store) Statuses(ctx context.Context, env string, f store.StatusFilter) ([]model.ResourceStatus, error) {
+	q := `SELECT resource_id, version, hash, state, compliance, last_verified, message, updated_at
+		FROM resource_status WHERE env = $1`
+	args := []any{env}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(cond, len(args))
+	}
+	if f.Agent != "" {
+		add(` AND agent = $%d`, f.Agent)
+	}
+	if f.Type != "" {
+		add(` AND starts_with(resource_id, $%d)`, f.Type+"[")
+	}
+	if f.State != "" {
+		add(` AND state = $%d`, string(f.State))
+	}
+	if f.Compliance != "" {
+		add(` AND compliance = $%d`, string(f.Compliance))
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap("statuses", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.ResourceStatus, error) {
+		var st model.ResourceStatus
+		var id string
+		var hash []byte
+		if err := r.Scan(&id, &st.Version, &hash, &st.State, &st.Compliance, &st.LastVerified, &st.Message, &st.UpdatedAt); err != nil {
+			return st, err
+		}
+		var err error
+		if st.ID, err = model.ParseID(id); err != nil {
+			return st, fmt.Errorf("%w: %w", store.ErrCorrupt, err)
+		}
+		copy(st.Hash[:], hash)
+		st.UpdatedAt = st.UpdatedAt.UTC()
+		if st.LastVerified != nil {
+			t := st.LastVerified.UTC()
+			st.LastVerified = &t
+		}
+		return st, nil
+	})
+	if err != nil {
+		return nil, s.wrap("statuses", err)
+	}
+	slices.SortFunc(out, func(a, b model.ResourceStatus) int { return a.ID.Compare(b.ID) })
+	return out, nil
+}
+
+// Actions implements store.Store.
+func (s *Store) Actions(ctx context.Context, env string, id model.ID, limit int) ([]model.Action, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, kind, deploy_id, version, state, changes, message, at, duration_ns
+		FROM actions WHERE env = $1 AND resource_id = $2 ORDER BY seq DESC LIMIT $3`, env, id.String(), limitOf(limit))
+	if err != nil {
+		return nil, s.wrap("actions of "+id.String(), err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Action, error) {
+		a := model.Action{ID: id}
+		var changes []byte
+		var dur int64
+		if err := r.Scan(&a.Seq, &a.Kind, &a.DeployID, &a.Version, &a.State, &changes, &a.Message, &a.At, &dur); err != nil {
+			return a, err
+		}
+		a.At, a.Duration = a.At.UTC(), time.Duration(dur)
+		if len(changes) > 0 {
+			if err := model.DecodeJSON(changes, &a.Changes); err != nil {
+				return a, fmt.Errorf("%w: %w", store.ErrCorrupt, err)
+			}
+		}
+		return a, nil
+	})
+	return out, s.wrap("actions of "+id.String(), err)
+}
+
+func limitOf(n int) int {
+	if n <= 0 {
+		return 100
+	}
+	return n
+}

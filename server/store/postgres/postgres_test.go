@@ -1,0 +1,101 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/schema"
+	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/store/postgres"
+	"github.com/tetherhq/tether/server/store/postgres/pgtest"
+	"github.com/tetherhq/tether/server/store/storetest"
+)
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return pgtest.Open(t) })
+}
+
+// Servers starting at once on an empty database migrate it exactly once.
+func TestConcurrentMigrations(t *testing.T) {
+	u := pgtest.Fresh(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	stores := make([]*postgres.Store, 4)
+	errs := make([]error, 4)
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = postgres.Open(ctx, postgres.Config{URL: u})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("server %d: %v", i, err)
+		}
+		defer stores[i].Close()
+	}
+	want, _ := schema.Postgres()
+	for i, s := range stores {
+		v, err := s.SchemaVersion(ctx)
+		if err != nil || v != len(want) {
+			t.Fatalf("server %d sees schema version %d (%v), want %d", i, v, err, len(want))
+		}
+	}
+	// Reopening applies nothing and keeps data.
+	if err := stores[0].CreateEnv(ctx, model.Environment{Name: "prod", Settings: model.DefaultEnvSettings()}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if _, err := again.GetEnv(ctx, "prod"); err != nil {
+		t.Fatalf("environment lost across reopen: %v", err)
+	}
+}
+
+// A second store on the same schema cannot lead what the first leads.
+func TestLeaseAcrossProcesses(t *testing.T) {
+	u := pgtest.Fresh(t)
+	ctx := context.Background()
+	a, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	la, ok, err := a.Lead(ctx, "scheduler/prod")
+	if err != nil || !ok {
+		t.Fatalf("a leads: %v %v", ok, err)
+	}
+	if _, ok, err := b.Lead(ctx, "scheduler/prod"); err != nil || ok {
+		t.Fatalf("b leads while a does: ok %v, err %v", ok, err)
+	}
+	la.Release()
+	lb, ok, err := b.Lead(ctx, "scheduler/prod")
+	if err != nil || !ok {
+		t.Fatalf("b after a released: %v %v", ok, err)
+	}
+	lb.Release()
+}
+
+func TestBadURL(t *testing.T) {
+	ctx := context.Background()
+	if _, err := postgres.Open(ctx, postgres.Config{}); err == nil {
+		t.Fatal("no URL: want an error")
+	}
+	_, err := postgres.Open(ctx, postgres.Config{URL: "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("closed port: got %v, want ErrUnavailable", err)
+	}
+}
