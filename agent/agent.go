@@ -256,7 +256,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 		return a.applyDiff(ctx, body)
-	case bus.KindDeploy:
+	case bus.KindDeploy, bus.KindRepair:
 		var body bus.Deploy
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)

@@ -25,7 +25,6 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server"
-	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
@@ -401,7 +400,11 @@ func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *
 	}
 	cancelOnline()
 
-	d, err := srv.Deploy(ctx, embeddedEnv, scheduler.DeployRequest{Mode: bus.DeployFull, DryRun: o.dryRun})
+	op := model.OpDeploy
+	if o.dryRun {
+		op = model.OpDryRun
+	}
+	d, err := srv.Deploy(ctx, embeddedEnv, model.DeployRequest{Operation: op, Full: true})
 	if err != nil {
 		return nil, err
 	}

@@ -193,7 +193,7 @@ func TestEmbeddedPipeline(t *testing.T) {
 	r.startAgent("lb", false) // learns the server key from `enrolled`
 	r.waitOnline("web", "lb")
 
-	got := r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull})
+	got := r.deploy(scheduler.DeployRequest{Full: true})
 	for _, res := range []model.Resource{site, index, lb} {
 		g := got[res.ID]
 		if g.State != model.StateDeployed || !g.Changes.Created() {
@@ -212,7 +212,7 @@ func TestEmbeddedPipeline(t *testing.T) {
 	}
 
 	// A second full deploy changes nothing.
-	for id, g := range r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull}) {
+	for id, g := range r.deploy(scheduler.DeployRequest{Full: true}) {
 		if g.Changed() {
 			t.Fatalf("second deploy changed %s: %v", id, g.Changes)
 		}
@@ -223,7 +223,7 @@ func TestEmbeddedPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := 0
-	for id, g := range r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull}) {
+	for id, g := range r.deploy(scheduler.DeployRequest{Full: true}) {
 		if g.Changed() {
 			changed++
 			if id != index.ID || g.Changes["content"].Current != "defaced" {
@@ -262,7 +262,7 @@ func TestCrossAgentFailureSkipsWaitingAgent(t *testing.T) {
 	r.startAgent("web", true)
 	r.startAgent("lb", true)
 	r.waitOnline("web", "lb")
-	got := r.deploy(scheduler.DeployRequest{Mode: bus.DeployFull})
+	got := r.deploy(scheduler.DeployRequest{Full: true})
 	if got[broken.ID].State != model.StateFailed {
 		t.Fatalf("broken: %s", got[broken.ID].State)
 	}
@@ -280,7 +280,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	r.release(f)
 	r.startAgent("web", true)
 	r.waitOnline("web")
-	got := r.deploy(scheduler.DeployRequest{DryRun: true})
+	got := r.deploy(scheduler.DeployRequest{Operation: model.OpDryRun})
 	if g := got[f.ID]; !g.DryRun || !g.Changes.Created() || g.Changed() {
 		t.Fatalf("dry run result %+v", g)
 	}

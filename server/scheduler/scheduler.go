@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
@@ -177,35 +178,33 @@ func (s *Scheduler) Released(ctx context.Context, envName string, n int64) error
 	return errors.Join(errs...)
 }
 
-// DeployRequest is an operator's deploy or dry run.
-type DeployRequest struct {
-	// Agents to act on; empty: every accepted agent.
-	Agents []string
-	Mode   bus.DeployMode
-	DryRun bool
-}
+// DeployRequest is an operator's deploy, repair or dry run.
+type DeployRequest = model.DeployRequest
 
-// Deployment is a deploy or dry run that was sent.
-type Deployment struct {
-	ID         string
-	Generation int64
-	Agents     []string
-}
+// Deployment is a deploy, repair or dry run that was sent.
+type Deployment = model.Deployment
 
-// Deploy sends a deploy (or dry run) of the released version to agents,
-// after the desired state each one misses. Dry runs are allowed on a halted
-// environment; deploys are not.
+// Deploy sends a deploy, repair or dry run of the released version to
+// agents, after the desired state each one misses. Dry runs are allowed on a
+// halted environment; deploys and repairs are not. Paused agents are left
+// out unless named.
 func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployRequest) (Deployment, error) {
+	if req.Operation == "" {
+		req.Operation = model.OpDeploy
+	}
+	if !req.Operation.Valid() {
+		return Deployment{}, fmt.Errorf("%w: operation %q: want deploy, repair or dryrun", model.ErrInvalid, req.Operation)
+	}
 	env, err := s.store.GetEnv(ctx, envName)
 	if err != nil {
 		return Deployment{}, err
 	}
-	if env.Settings.Halted && !req.DryRun {
-		return Deployment{}, fmt.Errorf("deploy %s: %w: resume it first", envName, ErrHalted)
+	if env.Settings.Halted && req.Operation != model.OpDryRun {
+		return Deployment{}, fmt.Errorf("%s %s: %w: resume it first (tether env resume %s)", req.Operation, envName, ErrHalted, envName)
 	}
 	v, err := s.store.ReleasedVersion(ctx, envName)
 	if err != nil {
-		return Deployment{}, fmt.Errorf("deploy %s: %w: %w", envName, ErrNoRelease, err)
+		return Deployment{}, fmt.Errorf("%s %s: %w: %w", req.Operation, envName, ErrNoRelease, err)
 	}
 	if err := s.ensureIndex(ctx, envName, v.Number); err != nil {
 		return Deployment{}, err
@@ -214,17 +213,20 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 	if err != nil {
 		return Deployment{}, err
 	}
-	if req.Mode == "" {
-		req.Mode = bus.DeployIncremental
+	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: v.Number}
+	var opts bus.SendOptions
+	if req.Operation == model.OpRepair {
+		// A repair nobody took within an interval is stale: the next
+		// one is on its way.
+		opts.Expiration = time.Duration(env.Settings.RepairInterval)
 	}
-	d := Deployment{ID: uuid.NewString(), Generation: v.Number}
 	var errs []error
 	for _, a := range targets {
 		if _, err := s.sync(ctx, envName, a.Name, a.Generation, v.Number); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if _, err := s.sendDeploy(ctx, envName, a.Name, v.Number, d.ID, req.Mode, req.DryRun); err != nil {
+		if err := s.sendOperation(ctx, envName, a.Name, v.Number, d.ID, req, opts); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -241,7 +243,7 @@ func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]
 			return nil, err
 		}
 		for _, a := range all {
-			if a.State == model.AgentAccepted {
+			if a.State == model.AgentAccepted && !a.Paused {
 				out = append(out, a)
 			}
 		}
@@ -258,7 +260,7 @@ func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("deploy %s: %w: start an agent (tether agent run) and accept it", env, ErrNoAgents)
+		return nil, fmt.Errorf("deploy %s: %w: start an agent (tether agent run) and accept it, or resume a paused one", env, ErrNoAgents)
 	}
 	return out, nil
 }
@@ -329,10 +331,56 @@ func (s *Scheduler) previousSlice(ctx context.Context, env, agent string, gen in
 }
 
 func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64, id string, mode bus.DeployMode, dryRun bool) (string, error) {
+	op := model.OpDeploy
 	if dryRun {
-		return id, s.sendTo(ctx, bus.KindDryRun, env, agent, bus.DryRun{DeployID: id, Generation: gen}, bus.SendOptions{})
+		op = model.OpDryRun
 	}
-	return id, s.sendTo(ctx, bus.KindDeploy, env, agent, bus.Deploy{DeployID: id, Mode: mode, Generation: gen}, bus.SendOptions{})
+	return id, s.sendOperation(ctx, env, agent, gen, id, DeployRequest{Operation: op, Full: mode == bus.DeployFull}, bus.SendOptions{})
+}
+
+// sendOperation sends one agent the command of an operation.
+func (s *Scheduler) sendOperation(ctx context.Context, env, agent string, gen int64, id string, req DeployRequest, opts bus.SendOptions) error {
+	switch req.Operation {
+	case model.OpDryRun:
+		return s.sendTo(ctx, bus.KindDryRun, env, agent, bus.DryRun{DeployID: id, Generation: gen}, opts)
+	case model.OpRepair:
+		return s.sendTo(ctx, bus.KindRepair, env, agent, bus.Deploy{DeployID: id, Mode: bus.DeployFull, Generation: gen}, opts)
+	}
+	mode := bus.DeployIncremental
+	if req.Full {
+		mode = bus.DeployFull
+	}
+	return s.sendTo(ctx, bus.KindDeploy, env, agent, bus.Deploy{DeployID: id, Mode: mode, Generation: gen}, opts)
+}
+
+// Pause tells an agent to stop (paused) or go on deploying. The agent's
+// record is the caller's to update.
+func (s *Scheduler) Pause(ctx context.Context, env, agent string, paused bool) error {
+	kind := bus.KindResume
+	if paused {
+		kind = bus.KindPause
+	}
+	err := s.sendTo(ctx, kind, env, agent, bus.Empty{}, bus.SendOptions{})
+	if errors.Is(err, bus.ErrNoInbox) {
+		return nil // never connected: its hello is answered per its record
+	}
+	return err
+}
+
+// Halt pauses (or resumes) every accepted agent of env that is not paused
+// on its own.
+func (s *Scheduler) Halt(ctx context.Context, env string, halted bool) error {
+	agents, err := s.store.ListAgents(ctx, env)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range agents {
+		if a.State == model.AgentAccepted && !a.Paused {
+			errs = append(errs, s.Pause(ctx, env, a.Name, halted))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Scheduler) sendTo(ctx context.Context, kind bus.Kind, env, agent string, body any, opts bus.SendOptions) error {

@@ -187,7 +187,7 @@ func TestDeployRequests(t *testing.T) {
 	if err := f.store.UpsertAgent(f.ctx, model.Agent{Env: "prod", Name: "new", State: model.AgentPending}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Mode: bus.DeployFull})
+	d, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Full: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestDeployRequests(t *testing.T) {
 	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrHalted) {
 		t.Fatalf("deploy on a halted env: %v", err)
 	}
-	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{DryRun: true}); err != nil {
+	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{Operation: model.OpDryRun}); err != nil {
 		t.Fatalf("dry run on a halted env: %v", err)
 	}
 	if got := fmt.Sprint(f2.rec.take()); got != "[web:dryrun]" {

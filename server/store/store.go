@@ -121,28 +121,13 @@ type ResultBatch struct {
 	Results  []model.Result
 }
 
-// ResourceHash is a resource's intent hash in one version.
-type ResourceHash struct {
-	ID      model.ID   `json:"id"`
-	Version int64      `json:"version"`
-	Hash    model.Hash `json:"hash"`
-}
-
-// AlertFilter narrows Alerts. Zero fields match everything.
-type AlertFilter struct {
-	Env   string
-	Agent string
-	Kind  model.AlertKind
-	// Limit bounds the answer (0: 100).
-	Limit int
-}
-
-// AuditFilter narrows Audit. Zero fields match everything.
-type AuditFilter struct {
-	Env string
-	// Limit bounds the answer (0: 100).
-	Limit int
-}
+// Query types, shared with the API and the scheduler through model.
+type (
+	ResourceHash = model.ResourceHash
+	AlertFilter  = model.AlertFilter
+	AuditFilter  = model.AuditFilter
+	StatusFilter = model.StatusFilter
+)
 
 // Lease is a held leadership.
 type Lease interface {
@@ -150,14 +135,6 @@ type Lease interface {
 	Lost() <-chan struct{}
 	// Release gives the leadership up.
 	Release()
-}
-
-// StatusFilter narrows Statuses. Zero fields match everything.
-type StatusFilter struct {
-	Agent      string
-	Type       string
-	State      model.ResourceState
-	Compliance model.Compliance
 }
 
 // Errors every implementation returns (wrapped, with context).
