@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/tetherhq/tether/model"
 )
 
 // ErrBadSignature is returned when an envelope's signature does not verify.
@@ -110,7 +111,4 @@ func GenerateKey() (ed25519.PublicKey, ed25519.PrivateKey, error) {
 
 // Fingerprint names a public key for humans, in the form ssh uses:
 // SHA256:<base64 of the key's SHA-256>.
-func Fingerprint(pub ed25519.PublicKey) string {
-	sum := sha256.Sum256(pub)
-	return "SHA256:" + base64.RawStdEncoding.EncodeToString(sum[:])
-}
+func Fingerprint(pub ed25519.PublicKey) string { return model.Fingerprint(pub) }

@@ -1,6 +1,9 @@
 package model
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"time"
 )
@@ -107,4 +110,28 @@ type Alert struct {
 	// Expected and Actual are the drifted attributes (sensitive ones
 	// redacted by the agent).
 	Changes Changes `json:"changes,omitempty"`
+}
+
+// NewSecret returns a fresh API token secret: "tether_" and 32 random bytes
+// in URL-safe base64. Only its hash is stored.
+func NewSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("token secret: %w", err)
+	}
+	return "tether_" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// HashSecret is how a token secret is stored and looked up. Secrets are 256
+// random bits, so a plain SHA-256 cannot be reversed by guessing.
+func HashSecret(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// Fingerprint names a public key in logs and listings: "SHA256:" and the
+// unpadded base64 of its SHA-256, as ssh does.
+func Fingerprint(pub []byte) string {
+	sum := sha256.Sum256(pub)
+	return "SHA256:" + base64.RawStdEncoding.EncodeToString(sum[:])
 }

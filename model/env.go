@@ -278,3 +278,19 @@ func (s *EnvSettings) UnmarshalJSON(b []byte) error {
 	*s = EnvSettings(v)
 	return nil
 }
+
+// AgentAction is what an operator does to an agent.
+type AgentAction string
+
+// Agent actions.
+const (
+	AgentAccept AgentAction = "accept"
+	AgentReject AgentAction = "reject"
+	AgentPause  AgentAction = "pause"
+	AgentResume AgentAction = "resume"
+)
+
+// Valid reports whether a is a known action.
+func (a AgentAction) Valid() bool {
+	return a == AgentAccept || a == AgentReject || a == AgentPause || a == AgentResume
+}

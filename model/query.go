@@ -69,4 +69,7 @@ type Deployment struct {
 	Operation  Operation `json:"operation"`
 	Generation int64     `json:"generation"`
 	Agents     []string  `json:"agents"`
+	// Unreached agents never connected: they get the released version
+	// when they first say hello.
+	Unreached []string `json:"unreached,omitempty"`
 }

@@ -79,7 +79,8 @@ func compareHash(a, b Hash) int {
 	return 0
 }
 
-// ValidateSet checks every resource and that no ID appears twice.
+// ValidateSet checks every resource, that no ID appears twice, and that
+// every resource a requires or subscribes names is in the set.
 func ValidateSet(resources []Resource) error {
 	seen := make(map[ID]struct{}, len(resources))
 	for i := range resources {
@@ -91,6 +92,16 @@ func ValidateSet(resources []Resource) error {
 			return fmt.Errorf("%w: %s appears twice", ErrInvalidResource, r.ID)
 		}
 		seen[r.ID] = struct{}{}
+	}
+	for i := range resources {
+		r := &resources[i]
+		for _, refs := range [][]ID{r.Requires, r.Subscribes} {
+			for _, ref := range refs {
+				if _, ok := seen[ref]; !ok {
+					return fmt.Errorf("%w: %s refers to %s, which is not in the set", ErrInvalidResource, r.ID, ref)
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -23,6 +23,11 @@ const (
 	EventDeployDone EventKind = "deploy.done"
 	// EventSecurity: an event was dropped for its signer.
 	EventSecurity EventKind = "security.alert"
+	// EventAgentChanged: an operator accepted, rejected, paused or resumed
+	// an agent (Error holds the action).
+	EventAgentChanged EventKind = "agent.changed"
+	// EventEnvHalted: an environment was halted or resumed.
+	EventEnvHalted EventKind = "env.halted"
 )
 
 // Event is something that just happened at the server, published after it

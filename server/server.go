@@ -35,6 +35,8 @@ type Server struct {
 	feed   *Feed
 	dedup  *bus.Dedup
 	log    zerolog.Logger
+	// metrics is nil until Metrics is called.
+	metrics *Metrics
 }
 
 // New returns a server over st and b.
@@ -57,6 +59,14 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		dedup:  bus.NewDedup(1 << 16),
 		log:    log,
 	}, nil
+}
+
+// Metrics returns the server's metrics, created on first call.
+func (s *Server) Metrics() *Metrics {
+	if s.metrics == nil {
+		s.metrics = newMetrics()
+	}
+	return s.metrics
 }
 
 // PublicKey returns the key agents verify the server's messages with.
@@ -226,12 +236,23 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
 		return nil
 	}
+	return s.enroll(ctx, a)
+}
+
+// enroll tells an accepted agent so, with the server's key, then hands it
+// to the scheduler, which sends what it misses.
+func (s *Server) enroll(ctx context.Context, a model.Agent) error {
 	enrolled, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: s.PublicKey()})
 	if err != nil {
 		return err
 	}
 	if err := s.bus.Send(ctx, enrolled, bus.SendOptions{}); err != nil {
 		return err
+	}
+	if a.Paused {
+		if err := s.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
+			return err
+		}
 	}
 	if err := s.sched.Online(ctx, a); err != nil {
 		return err

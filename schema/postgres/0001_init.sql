@@ -90,6 +90,7 @@ CREATE TABLE actions (
 );
 
 CREATE INDEX actions_resource ON actions (env, resource_id, seq);
+CREATE INDEX actions_deploy ON actions (env, deploy_id, seq);
 
 -- One row per recorded result batch, to drop redeliveries.
 CREATE TABLE ingested (

@@ -52,3 +52,6 @@ CREATE TABLE audit (
 -- Pruning finds unused bodies; history finds a resource across versions.
 CREATE INDEX version_resources_body ON version_resources (body_key);
 CREATE INDEX version_resources_id ON version_resources (env, resource_id);
+
+-- Dry-run reports read one deploy's entries.
+CREATE INDEX actions_deploy ON actions (env, deploy_id, seq);

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,15 +99,16 @@ func New(store Store, send Sender, signer *bus.Signer, log zerolog.Logger) *Sche
 	}
 }
 
-// ErrHalted is returned for deploys of a halted environment.
-var ErrHalted = errors.New("environment is halted")
-
-// ErrNoAgents is returned for a deploy that targets no agent.
-var ErrNoAgents = errors.New("no accepted agent to deploy to")
-
-// ErrNoRelease is returned for a deploy of an environment without a
-// released version.
-var ErrNoRelease = errors.New("environment has no released version")
+// Errors of operations, from model so the API matches them.
+var (
+	// ErrHalted is returned for deploys of a halted environment.
+	ErrHalted = model.ErrHalted
+	// ErrNoAgents is returned for a deploy that targets no agent.
+	ErrNoAgents = model.ErrNoAgents
+	// ErrNoRelease is returned for a deploy of an environment without a
+	// released version.
+	ErrNoRelease = model.ErrNoRelease
+)
 
 // Online handles an accepted agent that said hello: it holds generation
 // a.Generation. It is sent what it misses, and deployed if the environment
@@ -133,7 +135,7 @@ func (s *Scheduler) Online(ctx context.Context, a model.Agent) error {
 	if err != nil {
 		return err
 	}
-	if behind && env.Settings.AutoDeploy && !env.Settings.Halted {
+	if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
 		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false)
 	}
 	return err
@@ -169,7 +171,7 @@ func (s *Scheduler) Released(ctx context.Context, envName string, n int64) error
 			errs = append(errs, err)
 			continue
 		}
-		if behind && env.Settings.AutoDeploy && !env.Settings.Halted {
+		if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
 			if _, err := s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false); err != nil {
 				errs = append(errs, err)
 			}
@@ -222,15 +224,21 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 	}
 	var errs []error
 	for _, a := range targets {
-		if _, err := s.sync(ctx, envName, a.Name, a.Generation, v.Number); err != nil {
-			errs = append(errs, err)
-			continue
+		_, err := s.sync(ctx, envName, a.Name, a.Generation, v.Number)
+		if err == nil {
+			err = s.sendOperation(ctx, envName, a.Name, v.Number, d.ID, req, opts)
 		}
-		if err := s.sendOperation(ctx, envName, a.Name, v.Number, d.ID, req, opts); err != nil {
+		switch {
+		case errors.Is(err, bus.ErrNoInbox):
+			d.Unreached = append(d.Unreached, a.Name)
+		case err != nil:
 			errs = append(errs, err)
-			continue
+		default:
+			d.Agents = append(d.Agents, a.Name)
 		}
-		d.Agents = append(d.Agents, a.Name)
+	}
+	if len(d.Agents) == 0 && len(errs) == 0 {
+		return d, fmt.Errorf("%s %s: %w: %s never connected: start them (tether agent run)", req.Operation, envName, ErrNoAgents, strings.Join(d.Unreached, ", "))
 	}
 	return d, errors.Join(errs...)
 }

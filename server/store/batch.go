@@ -77,3 +77,18 @@ func DecodeAlert(a *model.Alert, id string, changes []byte) error {
 	}
 	return nil
 }
+
+// DecodeAction fills an action's resource ID and changes from their stored form.
+func DecodeAction(a *model.Action, id string, changes []byte) error {
+	parsed, err := model.ParseID(id)
+	if err != nil {
+		return fmt.Errorf("%w: action %d: %w", ErrCorrupt, a.Seq, err)
+	}
+	a.ID = parsed
+	if len(changes) > 0 {
+		if err := model.DecodeJSON(changes, &a.Changes); err != nil {
+			return fmt.Errorf("%w: action %d: %w", ErrCorrupt, a.Seq, err)
+		}
+	}
+	return nil
+}

@@ -18,6 +18,8 @@ import (
 type Store interface {
 	// Close releases the store.
 	Close() error
+	// Ping checks the store answers; ErrUnavailable when it does not.
+	Ping(ctx context.Context) error
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
 	CreateEnv(ctx context.Context, env model.Environment) error
@@ -85,6 +87,9 @@ type Store interface {
 	Statuses(ctx context.Context, env string, f StatusFilter) ([]model.ResourceStatus, error)
 	// Actions returns the newest entries of a resource's action log, newest first.
 	Actions(ctx context.Context, env string, id model.ID, limit int) ([]model.Action, error)
+	// DeployActions returns the action-log entries of one deploy, repair or
+	// dry run, in the order they were recorded.
+	DeployActions(ctx context.Context, env, deployID string, limit int) ([]model.Action, error)
 
 	// RecordAlerts stores compliance and security alerts.
 	RecordAlerts(ctx context.Context, alerts []model.Alert) error

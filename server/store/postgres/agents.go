@@ -302,27 +302,32 @@ func (s *Store) Statuses(ctx context.Context, env string, f store.StatusFilter) 
 
 // Actions implements store.Store.
 func (s *Store) Actions(ctx context.Context, env string, id model.ID, limit int) ([]model.Action, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, kind, deploy_id, version, state, changes, message, at, duration_ns
-		FROM actions WHERE env = $1 AND resource_id = $2 ORDER BY seq DESC LIMIT $3`, env, id.String(), limitOf(limit))
+	return s.actions(ctx, "actions of "+id.String(), `env = $1 AND resource_id = $2 ORDER BY seq DESC LIMIT $3`, env, id.String(), limitOf(limit))
+}
+
+// DeployActions implements store.Store.
+func (s *Store) DeployActions(ctx context.Context, env, deployID string, limit int) ([]model.Action, error) {
+	return s.actions(ctx, "actions of deploy "+deployID, `env = $1 AND deploy_id = $2 ORDER BY seq LIMIT $3`, env, deployID, limitOf(limit))
+}
+
+func (s *Store) actions(ctx context.Context, op, where string, args ...any) ([]model.Action, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, resource_id, kind, deploy_id, version, state, changes, message, at, duration_ns
+		FROM actions WHERE `+where, args...)
 	if err != nil {
-		return nil, s.wrap("actions of "+id.String(), err)
+		return nil, s.wrap(op, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Action, error) {
-		a := model.Action{ID: id}
+		var a model.Action
+		var id string
 		var changes []byte
 		var dur int64
-		if err := r.Scan(&a.Seq, &a.Kind, &a.DeployID, &a.Version, &a.State, &changes, &a.Message, &a.At, &dur); err != nil {
+		if err := r.Scan(&a.Seq, &id, &a.Kind, &a.DeployID, &a.Version, &a.State, &changes, &a.Message, &a.At, &dur); err != nil {
 			return a, err
 		}
 		a.At, a.Duration = a.At.UTC(), time.Duration(dur)
-		if len(changes) > 0 {
-			if err := model.DecodeJSON(changes, &a.Changes); err != nil {
-				return a, fmt.Errorf("%w: %w", store.ErrCorrupt, err)
-			}
-		}
-		return a, nil
+		return a, store.DecodeAction(&a, id, changes)
 	})
-	return out, s.wrap("actions of "+id.String(), err)
+	return out, s.wrap(op, err)
 }
 
 func limitOf(n int) int {

@@ -111,6 +111,9 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Ping implements store.Store.
+func (s *Store) Ping(ctx context.Context) error { return s.wrap("ping", s.db.PingContext(ctx)) }
+
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
@@ -761,29 +764,37 @@ func (s *Store) Actions(ctx context.Context, env string, id model.ID, limit int)
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, kind, deploy_id, version, state, changes, message, at, duration_ns
-		FROM actions WHERE env = ? AND resource_id = ? ORDER BY seq DESC LIMIT ?`, env, id.String(), limit)
+	return s.actions(ctx, "actions of "+id.String(), `env = ? AND resource_id = ? ORDER BY seq DESC LIMIT ?`, env, id.String(), limit)
+}
+
+// DeployActions implements store.Store.
+func (s *Store) DeployActions(ctx context.Context, env, deployID string, limit int) ([]model.Action, error) {
+	return s.actions(ctx, "actions of deploy "+deployID, `env = ? AND deploy_id = ? ORDER BY seq LIMIT ?`, env, deployID, limitOf(limit))
+}
+
+func (s *Store) actions(ctx context.Context, op, where string, args ...any) ([]model.Action, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, resource_id, kind, deploy_id, version, state, changes, message, at, duration_ns
+		FROM actions WHERE `+where, args...)
 	if err != nil {
-		return nil, s.wrap("actions of "+id.String(), err)
+		return nil, s.wrap(op, err)
 	}
 	defer rows.Close()
 	var out []model.Action
 	for rows.Next() {
-		a := model.Action{ID: id}
+		var a model.Action
+		var id string
 		var changes []byte
 		var at, dur int64
-		if err := rows.Scan(&a.Seq, &a.Kind, &a.DeployID, &a.Version, &a.State, &changes, &a.Message, &at, &dur); err != nil {
-			return nil, s.wrap("actions of "+id.String(), err)
+		if err := rows.Scan(&a.Seq, &id, &a.Kind, &a.DeployID, &a.Version, &a.State, &changes, &a.Message, &at, &dur); err != nil {
+			return nil, s.wrap(op, err)
 		}
 		a.At, a.Duration = fromNanos(at), time.Duration(dur)
-		if len(changes) > 0 {
-			if err := model.DecodeJSON(changes, &a.Changes); err != nil {
-				return nil, s.wrap("actions of "+id.String(), fmt.Errorf("%w: %w", store.ErrCorrupt, err))
-			}
+		if err := store.DecodeAction(&a, id, changes); err != nil {
+			return nil, s.wrap(op, err)
 		}
 		out = append(out, a)
 	}
-	return out, s.wrap("actions of "+id.String(), rows.Err())
+	return out, s.wrap(op, rows.Err())
 }
 
 func sortStatuses(st []model.ResourceStatus) {

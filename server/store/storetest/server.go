@@ -35,6 +35,13 @@ func testDuplicateBatches(t *testing.T, s store.Store) {
 	if err != nil || len(acts) != 1 {
 		t.Fatalf("action log after three deliveries of one batch: %d entries (%v), want 1", len(acts), err)
 	}
+	dacts, err := s.DeployActions(ctx, "prod", "d", 0)
+	if err != nil || len(dacts) != 1 || dacts[0].ID != x.ID || dacts[0].Changes["content"].Desired != "1" {
+		t.Fatalf("actions of deploy d: %+v, %v", dacts, err)
+	}
+	if none, err := s.DeployActions(ctx, "prod", "other", 0); err != nil || len(none) != 0 {
+		t.Fatalf("actions of an unknown deploy: %v, %v", none, err)
+	}
 	if err := s.ForgetIngested(ctx, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}

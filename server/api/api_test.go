@@ -1,0 +1,483 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/store/postgres/pgtest"
+	"github.com/tetherhq/tether/server/store/sqlite"
+)
+
+// rig is a real server (store, scheduler, in-process bus) behind the API.
+type rig struct {
+	t     *testing.T
+	bus   *bus.Local
+	ts    *httptest.Server
+	srv   *server.Server
+	st    store.Store
+	admin string
+}
+
+func openSQLite(t *testing.T) store.Store {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "t.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newRig(t *testing.T, st store.Store) *rig {
+	t.Helper()
+	b := bus.NewLocal(zerolog.Nop())
+	t.Cleanup(func() { b.Close() })
+	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := api.New(api.Config{MaxBody: 1 << 20, KeepAlive: 50 * time.Millisecond}, server.APIServices(srv, nil), zerolog.Nop())
+	ts := httptest.NewServer(a.Handler())
+	t.Cleanup(ts.Close)
+	tok, secret, err := api.IssueToken("root", model.RoleAdmin, "", "test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateToken(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	return &rig{t: t, bus: b, ts: ts, srv: srv, st: st, admin: secret}
+}
+
+// do sends a request and decodes the answer into out (if not nil); it
+// returns the status and, for errors, the error code.
+func (r *rig) do(token, method, path string, body any, out any) (int, string) {
+	r.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, r.ts.URL+path, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 {
+		var e api.Body
+		if err := json.Unmarshal(data, &e); err != nil || e.Error == nil || e.Error.Message == "" {
+			r.t.Fatalf("%s %s: status %d with a body that is not a catalogue error: %s", method, path, resp.StatusCode, data)
+		}
+		if want := api.Codes[e.Error.Code]; want != resp.StatusCode {
+			r.t.Fatalf("%s %s: code %s came with status %d, catalogue says %d", method, path, e.Error.Code, resp.StatusCode, want)
+		}
+		return resp.StatusCode, e.Error.Code
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			r.t.Fatalf("%s %s: decode %s: %v", method, path, data, err)
+		}
+	}
+	return resp.StatusCode, ""
+}
+
+func (r *rig) must(token, method, path string, body, out any, want int) {
+	r.t.Helper()
+	if got, code := r.do(token, method, path, body, out); got != want {
+		r.t.Fatalf("%s %s: status %d (%s), want %d", method, path, got, code, want)
+	}
+}
+
+func (r *rig) token(name string, role model.Role, env string) string {
+	r.t.Helper()
+	var nt api.NewToken
+	r.must(r.admin, "POST", "/api/v1/tokens", api.TokenRequest{Name: name, Role: role, Env: env}, &nt, 201)
+	if nt.Secret == "" || nt.Role != role {
+		r.t.Fatalf("new token %+v", nt)
+	}
+	return nt.Secret
+}
+
+func file(agent, path, content string) model.Resource {
+	return model.Resource{ID: model.ID{Type: "file", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path, "content": content}}
+}
+
+func esc(id model.ID) string { return url.PathEscape(id.String()) }
+
+func TestFlowSQLite(t *testing.T)   { testFlow(t, openSQLite(t)) }
+func TestFlowPostgres(t *testing.T) { testFlow(t, pgtest.Open(t)) }
+
+func testFlow(t *testing.T, st store.Store) {
+	r := newRig(t, st)
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod", Settings: map[string]string{"drift_policy": "heal"}}, nil, 201)
+	var settings map[string]string
+	r.must(r.admin, "GET", "/api/v1/envs/prod/settings", nil, &settings, 200)
+	if settings["drift_policy"] != "heal" || settings["enrollment"] != "manual" {
+		t.Fatalf("settings %v", settings)
+	}
+	secret := file("web-1", "/etc/secret", "hunter2")
+	secret.Sensitive = []string{"content"}
+	motd := file("web-1", "/etc/motd", "hello")
+	motd.Requires = []model.ID{secret.ID}
+	var exp api.ExportResponse
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{secret, motd}, Meta: model.VersionMeta{Source: "test"}}, &exp, 201)
+	if exp.Version.Number != 1 || !exp.Released || exp.Reused || exp.Version.Meta.ExportedBy != "root" {
+		t.Fatalf("export %+v", exp)
+	}
+	// The same set again is reused, not a new version.
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions", api.ExportRequest{Resources: []model.Resource{secret, motd}}, &exp, 200)
+	if !exp.Reused || exp.Version.Number != 1 {
+		t.Fatalf("re-export %+v", exp)
+	}
+	motd2 := file("web-1", "/etc/motd", "changed")
+	extra := file("web-2", "/x", "y")
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions", api.ExportRequest{Resources: []model.Resource{secret, motd2, extra}}, &exp, 201)
+	var diff api.Diff
+	r.must(r.admin, "GET", "/api/v1/envs/prod/versions/2/diff", nil, &diff, 200)
+	if diff.From != 1 || len(diff.Added) != 1 || diff.Added[0] != extra.ID || len(diff.Changed) != 1 || diff.Changed[0] != motd.ID || diff.Unchanged != 1 {
+		t.Fatalf("diff %+v", diff)
+	}
+	var v model.Version
+	r.must(r.admin, "GET", "/api/v1/envs/prod/versions/1?resources=true", nil, &v, 200)
+	for _, res := range v.Resources {
+		if res.ID == secret.ID && res.Attributes["content"] == "hunter2" {
+			t.Fatal("a sensitive value came back in clear")
+		}
+	}
+	var sts []model.ResourceStatus
+	r.must(r.admin, "GET", "/api/v1/envs/prod/resources?agent=web-1", nil, &sts, 200)
+	if len(sts) != 2 || sts[0].State != model.StateAvailable {
+		t.Fatalf("statuses %+v", sts)
+	}
+	var view api.ResourceView
+	r.must(r.admin, "GET", "/api/v1/envs/prod/resources/"+esc(secret.ID), nil, &view, 200)
+	if view.Resource == nil || view.Resource.Attributes["content"] != model.RedactedValue || view.Compliance != model.ComplianceUnknown {
+		t.Fatalf("resource view %+v", view)
+	}
+	var hist []model.ResourceHash
+	r.must(r.admin, "GET", "/api/v1/envs/prod/resources/"+esc(motd.ID)+"/history", nil, &hist, 200)
+	if len(hist) != 2 || hist[0].Version != 2 {
+		t.Fatalf("history %+v", hist)
+	}
+	var log []model.Action
+	r.must(r.admin, "GET", "/api/v1/envs/prod/resources/"+esc(motd.ID)+"/log", nil, &log, 200)
+	if len(log) != 0 {
+		t.Fatalf("log of a never-deployed resource: %+v", log)
+	}
+
+	// Agents: a discovered one is accepted, paused, resumed.
+	if err := st.UpsertAgent(context.Background(), model.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "no_agents" {
+		t.Fatalf("deploy with only a pending agent: %s, want no_agents", code)
+	}
+	var ag api.AgentView
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/accept", nil, &ag, 200)
+	var d model.Deployment
+	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/dryrun", nil, &d); code != "no_agents" {
+		t.Fatalf("dry run to an agent that never connected: %q, want no_agents", code)
+	}
+	// The agent connects (its inbox exists).
+	if err := r.bus.DeclareInbox(context.Background(), "prod", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if ag.State != model.AgentAccepted || !ag.Online || !strings.HasPrefix(ag.Key, "SHA256:") {
+		t.Fatalf("accepted agent %+v", ag)
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/pause", nil, &ag, 200)
+	if !ag.Paused {
+		t.Fatal("pause did not stick")
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/resume", nil, &ag, 200)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/dryrun", map[string]any{"agents": []string{"web-1"}}, &d, 202)
+	if d.Operation != model.OpDryRun || len(d.Agents) != 1 || d.Generation != 1 {
+		t.Fatalf("dry run %+v", d)
+	}
+	var rep api.Report
+	r.must(r.admin, "GET", "/api/v1/envs/prod/deploys/"+d.ID, nil, &rep, 200)
+	if rep.ID != d.ID {
+		t.Fatalf("report %+v", rep)
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/halt", nil, nil, 200)
+	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "halted" {
+		t.Fatalf("deploy of a halted env: %s, want halted", code)
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/resume", nil, nil, 200)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/deploy", map[string]any{"full": true}, &d, 202)
+	if d.Operation != model.OpDeploy {
+		t.Fatalf("deploy %+v", d)
+	}
+	r.must(r.admin, "PATCH", "/api/v1/envs/prod/settings", map[string]string{"deploy_interval": "5m", "purge_on_delete": "true"}, &settings, 200)
+	if settings["deploy_interval"] != "5m0s" || settings["purge_on_delete"] != "true" {
+		t.Fatalf("patched settings %v", settings)
+	}
+
+	// Every change is in the audit log, newest first, with who did it.
+	var audit []model.AuditEntry
+	r.must(r.admin, "GET", "/api/v1/audit?env=prod", nil, &audit, 200)
+	var actions []string
+	for _, e := range audit {
+		actions = append(actions, e.Action)
+		if !strings.HasPrefix(e.Actor, "root (") {
+			t.Fatalf("audit actor %q", e.Actor)
+		}
+	}
+	want := "env.settings env.deploy env.resume env.halt env.dryrun agent.resume agent.pause agent.accept version.export version.export version.export env.create"
+	if got := strings.Join(actions, " "); got != want {
+		t.Fatalf("audit log:\n got %s\nwant %s", got, want)
+	}
+	r.must(r.admin, "DELETE", "/api/v1/envs/prod", nil, nil, 204)
+	r.must(r.admin, "GET", "/api/v1/envs/prod", nil, nil, 404)
+}
+
+func TestAuthorization(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	for _, env := range []string{"a", "b"} {
+		r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: env}, nil, 201)
+		r.must(r.admin, "POST", "/api/v1/envs/"+env+"/versions", api.ExportRequest{Resources: []model.Resource{file("h", "/f", env)}}, nil, 201)
+		if err := r.st.UpsertAgent(context.Background(), model.Agent{Env: env, Name: "h"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viewer := r.token("dash", model.RoleViewer, "")
+	opA := r.token("ci-a", model.RoleOperator, "a")
+	adminA := r.token("admin-a", model.RoleAdmin, "a")
+
+	tests := []struct {
+		name, token, method, path string
+		body                      any
+		want                      string
+	}{
+		{"no token", "", "GET", "/api/v1/envs", nil, "unauthorized"},
+		{"unknown token", "tether_nope", "GET", "/api/v1/envs", nil, "unauthorized"},
+		{"viewer releases", viewer, "POST", "/api/v1/envs/a/versions/1/release", nil, "forbidden"},
+		{"viewer deploys", viewer, "POST", "/api/v1/envs/a/deploy", nil, "forbidden"},
+		{"viewer accepts", viewer, "POST", "/api/v1/envs/a/agents/h/accept", nil, "forbidden"},
+		{"viewer exports", viewer, "POST", "/api/v1/envs/a/versions", api.ExportRequest{Resources: []model.Resource{}}, "forbidden"},
+		{"viewer creates tokens", viewer, "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleAdmin}, "forbidden"},
+		{"A reads B", opA, "GET", "/api/v1/envs/b", nil, "forbidden"},
+		{"A lists B's resources", opA, "GET", "/api/v1/envs/b/resources", nil, "forbidden"},
+		{"A lists B's agents", opA, "GET", "/api/v1/envs/b/agents", nil, "forbidden"},
+		{"A releases in B", opA, "POST", "/api/v1/envs/b/versions/1/release", nil, "forbidden"},
+		{"A follows B", opA, "GET", "/api/v1/events?env=b", nil, "forbidden"},
+		{"scoped admin makes tokens", adminA, "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleAdmin}, "forbidden"},
+		{"scoped admin deletes B", adminA, "DELETE", "/api/v1/envs/b", nil, "forbidden"},
+		{"scoped admin reads audit", adminA, "GET", "/api/v1/audit", nil, "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, code := r.do(tt.token, tt.method, tt.path, tt.body, nil); code != tt.want {
+				t.Fatalf("got %q, want %q", code, tt.want)
+			}
+		})
+	}
+	// What they may do works, and a scoped token sees only its environment.
+	var envs []model.Environment
+	r.must(opA, "GET", "/api/v1/envs", nil, &envs, 200)
+	if len(envs) != 1 || envs[0].Name != "a" {
+		t.Fatalf("envs seen by a token for a: %+v", envs)
+	}
+	r.must(viewer, "GET", "/api/v1/envs", nil, &envs, 200)
+	if len(envs) != 2 {
+		t.Fatalf("envs seen by an unscoped viewer: %+v", envs)
+	}
+	r.must(opA, "POST", "/api/v1/envs/a/versions/1/release", nil, nil, 200)
+	r.must(opA, "POST", "/api/v1/envs/a/agents/h/accept", nil, nil, 200)
+	var who model.Token
+	r.must(opA, "GET", "/api/v1/whoami", nil, &who, 200)
+	if who.Name != "ci-a" || who.Env != "a" {
+		t.Fatalf("whoami %+v", who)
+	}
+	// B is untouched by anything A's token did.
+	if vb, _ := r.st.GetVersion(context.Background(), "b", 1, false); vb.State != model.VersionCandidate {
+		t.Fatalf("B's version is %s", vb.State)
+	}
+	// A revoked token stops working; an expired one never works.
+	var list []model.Token
+	r.must(r.admin, "GET", "/api/v1/tokens", nil, &list, 200)
+	for _, tok := range list {
+		if tok.Name == "ci-a" {
+			r.must(r.admin, "DELETE", "/api/v1/tokens/"+tok.ID, nil, nil, 204)
+		}
+	}
+	if _, code := r.do(opA, "GET", "/api/v1/envs", nil, nil); code != "unauthorized" {
+		t.Fatalf("revoked token: %s", code)
+	}
+	var nt api.NewToken
+	r.must(r.admin, "POST", "/api/v1/tokens", api.TokenRequest{Name: "brief", Role: model.RoleViewer, ExpiresIn: "1ns"}, &nt, 201)
+	time.Sleep(time.Millisecond)
+	if _, code := r.do(nt.Secret, "GET", "/api/v1/envs", nil, nil); code != "unauthorized" {
+		t.Fatalf("expired token: %s", code)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	dangling := file("h", "/f", "x")
+	dangling.Requires = []model.ID{file("h", "/missing", "").ID}
+	big := `{"resources": [` + strings.Repeat(`{"id":"file[h,path=/f]","attributes":{"path":"/f","content":"xxxxxxxxxxxxxxxxxxxxxxxx"}},`, 20000) + `]}`
+	tests := []struct {
+		name, method, path string
+		body               any
+		want               string
+	}{
+		{"malformed JSON", "POST", "/api/v1/envs", `{"name": "x"`, "invalid_json"},
+		{"not JSON", "POST", "/api/v1/envs", `name=x`, "invalid_json"},
+		{"empty body", "POST", "/api/v1/envs", ``, "invalid_json"},
+		{"trailing data", "POST", "/api/v1/envs", `{"name":"x"} {}`, "invalid_json"},
+		{"wrong type", "POST", "/api/v1/envs", `{"name": 7}`, "invalid_json"},
+		{"unknown field", "POST", "/api/v1/envs", `{"name": "x", "colour": "red"}`, "unknown_field"},
+		{"bad env name", "POST", "/api/v1/envs", api.EnvRequest{Name: "Prod'; DROP TABLE environments;--"}, "invalid"},
+		{"bad setting", "POST", "/api/v1/envs", api.EnvRequest{Name: "x", Settings: map[string]string{"drift_policy": "ignore"}}, "invalid"},
+		{"unknown setting", "PATCH", "/api/v1/envs/prod/settings", map[string]string{"colour": "red"}, "invalid"},
+		{"empty patch", "PATCH", "/api/v1/envs/prod/settings", map[string]string{}, "bad_request"},
+		{"oversized upload", "POST", "/api/v1/envs/prod/versions", big, "too_large"},
+		{"dangling requires", "POST", "/api/v1/envs/prod/versions", api.ExportRequest{Resources: []model.Resource{dangling}}, "invalid"},
+		{"no resources", "POST", "/api/v1/envs/prod/versions", `{}`, "invalid"},
+		{"resource that does not validate", "POST", "/api/v1/envs/prod/versions", `{"resources":[{"id":"file[h,path=/f]","attributes":{"path":"/other"}}]}`, "invalid"},
+		{"unparsable resource ID in body", "POST", "/api/v1/envs/prod/versions", `{"resources":[{"id":"not an id","attributes":{}}]}`, "invalid_json"},
+		{"version not a number", "GET", "/api/v1/envs/prod/versions/1;DROP", nil, "bad_request"},
+		{"version zero", "GET", "/api/v1/envs/prod/versions/0", nil, "bad_request"},
+		{"missing version", "GET", "/api/v1/envs/prod/versions/99", nil, "not_found"},
+		{"bad release flag", "POST", "/api/v1/envs/prod/versions?release=maybe", api.ExportRequest{Resources: []model.Resource{}}, "bad_request"},
+		{"unparsable resource ID", "GET", "/api/v1/envs/prod/resources/" + url.PathEscape("file[h"), nil, "bad_request"},
+		{"SQL in a resource ID", "GET", "/api/v1/envs/prod/resources/" + url.PathEscape("file[h,path=/' OR 1=1 --]"), nil, "not_found"},
+		{"SQL in env", "GET", "/api/v1/envs/" + url.PathEscape("x' OR '1'='1") + "/resources", nil, "bad_request"},
+		{"SQL in a filter", "GET", "/api/v1/envs/prod/resources?agent=" + url.QueryEscape("' OR 1=1 --"), nil, ""},
+		{"bad state filter", "GET", "/api/v1/envs/prod/resources?state=evil", nil, "bad_request"},
+		{"bad limit", "GET", "/api/v1/envs/prod/resources/" + esc(dangling.ID) + "/log?limit=-1", nil, "bad_request"},
+		{"bad deploy id", "GET", "/api/v1/envs/prod/deploys/xyz", nil, "bad_request"},
+		{"unknown agent", "POST", "/api/v1/envs/prod/agents/ghost/accept", nil, "not_found"},
+		{"unknown env", "GET", "/api/v1/envs/nope/versions", nil, "not_found"},
+		{"deploy without release", "POST", "/api/v1/envs/prod/deploy", nil, "no_release"},
+		{"bad token role", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: "root"}, "invalid"},
+		{"bad expiry", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleViewer, ExpiresIn: "soon"}, "invalid"},
+		{"token for a missing env", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleViewer, Env: "nope"}, "not_found"},
+		{"unknown route", "GET", "/api/v1/nothing", nil, "no_route"},
+		{"wrong method", "PUT", "/api/v1/envs", nil, "bad_method"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, code := r.do(r.admin, tt.method, tt.path, tt.body, nil)
+			if code != tt.want {
+				t.Fatalf("status %d code %q, want %q", status, code, tt.want)
+			}
+			if status >= 500 {
+				t.Fatalf("status %d for bad input", status)
+			}
+		})
+	}
+	// Nothing was half-written: prod still has no version.
+	var vs []model.Version
+	r.must(r.admin, "GET", "/api/v1/envs/prod/versions", nil, &vs, 200)
+	if len(vs) != 0 {
+		t.Fatalf("bad uploads left %d versions", len(vs))
+	}
+	var envs []model.Environment
+	r.must(r.admin, "GET", "/api/v1/envs", nil, &envs, 200)
+	if len(envs) != 1 {
+		t.Fatalf("bad creates left environments: %+v", envs)
+	}
+}
+
+func TestEventsStream(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "dev"}, nil, 201)
+	for _, env := range []string{"prod", "dev"} {
+		if err := r.st.UpsertAgent(context.Background(), model.Agent{Env: env, Name: "h"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prodViewer := r.token("watch", model.RoleViewer, "prod")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", r.ts.URL+"/api/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+prodViewer)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	rd := bufio.NewReader(resp.Body)
+	if line, _ := rd.ReadString('\n'); !strings.HasPrefix(line, ": following environment prod") {
+		t.Fatalf("first line %q: a scoped token follows its environment", line)
+	}
+	// An event of dev first, then one of prod: only prod's arrives.
+	r.must(r.admin, "POST", "/api/v1/envs/dev/agents/h/reject", nil, nil, 200)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/h/reject", nil, nil, 200)
+	var event, data string
+	for event == "" || data == "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			event = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "data: "); ok {
+			data = v
+		}
+	}
+	var e server.Event
+	if err := json.Unmarshal([]byte(data), &e); err != nil {
+		t.Fatal(err)
+	}
+	if event != string(server.EventAgentChanged) || e.Env != "prod" || e.Agent != "h" {
+		t.Fatalf("event %s %+v, want agent.changed of prod/h", event, e)
+	}
+}
+
+func TestOpenAPIAndProbes(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	var doc map[string]any
+	r.must("", "GET", "/api/v1/openapi.json", nil, &doc, 200)
+	paths := doc["paths"].(map[string]any)
+	for _, p := range []string{"/api/v1/envs/{env}/versions/{n}/release", "/api/v1/events", "/api/v1/tokens/{id}"} {
+		if paths[p] == nil {
+			t.Errorf("openapi lacks %s", p)
+		}
+	}
+	r.must("", "GET", "/healthz", nil, nil, 200)
+	var ready map[string]string
+	r.must("", "GET", "/readyz", nil, &ready, 200)
+	if ready["store"] != "ok" {
+		t.Fatalf("readyz %v", ready)
+	}
+	_ = fmt.Sprint()
+}

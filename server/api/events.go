@@ -1,0 +1,82 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// events streams live events as server-sent events: "event: <kind>" and
+// "data: <json>" per event, a comment every KeepAlive while idle. A token
+// scoped to one environment sees that environment's events only.
+func (a *API) events(r *request) (int, any, error) {
+	env := r.QueryParam("env")
+	if env != "" {
+		if err := model.ValidateEnvName(env); err != nil {
+			return 0, nil, newError("bad_request", "", "env=%q: %v", env, err)
+		}
+		if !r.token.Covers(env) {
+			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", r.token.Name, r.token.Env, env)
+		}
+	} else {
+		env = r.token.Env
+	}
+	w := r.Response()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	ctrl := http.NewResponseController(w.Writer)
+	var mu sync.Mutex
+	write := func(s string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := io.WriteString(w, s); err != nil {
+			return err
+		}
+		return ctrl.Flush()
+	}
+	if err := write(": following " + orAll(env) + "\n\n"); err != nil {
+		return 0, nil, nil // the client left
+	}
+	ctx, cancel := context.WithCancel(r.ctx())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned here: waited for below
+		defer wg.Done()
+		t := time.NewTicker(a.cfg.KeepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if write(": keepalive\n\n") != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := a.svc.Events.Follow(ctx, env, func(kind string, data []byte) error {
+		return write("event: " + kind + "\ndata: " + string(data) + "\n\n")
+	})
+	cancel()
+	wg.Wait()
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn().Err(err).Msg("event stream ended")
+	}
+	return 0, nil, nil
+}
+
+func orAll(env string) string {
+	if env == "" {
+		return "every environment"
+	}
+	return "environment " + env
+}

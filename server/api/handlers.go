@@ -1,0 +1,716 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tetherhq/tether/model"
+)
+
+func (r *request) ctx() context.Context { return r.Request().Context() }
+
+// envName returns the :env parameter, checked.
+func (r *request) envName() (string, error) {
+	env := r.Param("env")
+	if err := model.ValidateEnvName(env); err != nil {
+		return "", newError("bad_request", "", "environment %q: %v", env, err)
+	}
+	return env, nil
+}
+
+// number parses the :name parameter as a version number.
+func (r *request) number(name string) (int64, error) {
+	n, err := strconv.ParseInt(r.Param(name), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, newError("bad_request", "", "version %q: want a positive number", r.Param(name))
+	}
+	return n, nil
+}
+
+// resourceID parses the :id parameter, URL-escaped by the client.
+func (r *request) resourceID() (model.ID, error) {
+	raw, err := url.PathUnescape(r.Param("id"))
+	if err != nil {
+		return model.ID{}, newError("bad_request", "URL-escape the ID", "resource ID %q: %v", r.Param("id"), err)
+	}
+	id, err := model.ParseID(raw)
+	if err != nil {
+		return model.ID{}, newError("bad_request", "IDs look like file[web-1,path=/etc/motd], URL-escaped", "resource ID %q: %v", raw, err)
+	}
+	return id, nil
+}
+
+func (r *request) limit() (int, error) {
+	s := r.QueryParam("limit")
+	if s == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 10000 {
+		return 0, newError("bad_request", "", "limit %q: want 1 to 10000", s)
+	}
+	return n, nil
+}
+
+// --- environments
+
+// EnvRequest creates an environment.
+type EnvRequest struct {
+	Name     string            `json:"name"`
+	Settings map[string]string `json:"settings,omitempty"`
+}
+
+func (a *API) listEnvs(r *request) (int, any, error) {
+	envs, err := a.svc.Envs.ListEnvs(r.ctx())
+	if err != nil {
+		return 0, nil, err
+	}
+	out := []model.Environment{}
+	for _, e := range envs {
+		if r.token.Covers(e.Name) {
+			out = append(out, e)
+		}
+	}
+	return http.StatusOK, out, nil
+}
+
+func (a *API) createEnv(r *request) (int, any, error) {
+	var req EnvRequest
+	if err := a.decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := model.ValidateEnvName(req.Name); err != nil {
+		return 0, nil, newError("invalid", "", "environment name %q: %v", req.Name, err)
+	}
+	env := model.Environment{Name: req.Name, Settings: model.DefaultEnvSettings(), CreatedAt: a.now().UTC()}
+	if err := setAll(&env.Settings, req.Settings); err != nil {
+		return 0, nil, err
+	}
+	if err := a.svc.Envs.CreateEnv(r.ctx(), env); err != nil {
+		return 0, nil, err
+	}
+	r.SetParamNames("env")
+	r.SetParamValues(req.Name)
+	got, err := a.svc.Envs.GetEnv(r.ctx(), req.Name)
+	return http.StatusCreated, got, err
+}
+
+// setAll applies settings in a stable order; none is applied on error.
+func setAll(s *model.EnvSettings, kv map[string]string) error {
+	next := *s
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if err := next.Set(k, kv[k]); err != nil {
+			return newError("invalid", "settings: "+strings.Join(model.SettingKeys(), ", "), "%v", err)
+		}
+	}
+	*s = next
+	return nil
+}
+
+func (a *API) getEnv(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	got, err := a.svc.Envs.GetEnv(r.ctx(), env)
+	return http.StatusOK, got, err
+}
+
+func (a *API) deleteEnv(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, a.svc.Envs.DeleteEnv(r.ctx(), env)
+}
+
+// settingsView is settings as operators write them, key → value.
+func settingsView(s model.EnvSettings) map[string]string {
+	out := map[string]string{}
+	for _, k := range model.SettingKeys() {
+		out[k], _ = s.Get(k)
+	}
+	return out
+}
+
+func (a *API) getSettings(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	got, err := a.svc.Envs.GetEnv(r.ctx(), env)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, settingsView(got.Settings), nil
+}
+
+func (a *API) patchSettings(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	var kv map[string]string
+	if err := a.decode(r, &kv); err != nil {
+		return 0, nil, err
+	}
+	if len(kv) == 0 {
+		return 0, nil, newError("bad_request", "send {\"key\": \"value\"}", "no setting to change")
+	}
+	got, err := a.svc.Settings.UpdateEnvSettings(r.ctx(), env, func(s *model.EnvSettings) error { return setAll(s, kv) })
+	if err != nil {
+		return 0, nil, err
+	}
+	r.detail = fmt.Sprint(kv)
+	return http.StatusOK, settingsView(got.Settings), nil
+}
+
+func (a *API) halt(halted bool) func(*request) (int, any, error) {
+	return func(r *request) (int, any, error) {
+		env, err := r.envName()
+		if err != nil {
+			return 0, nil, err
+		}
+		got, err := a.svc.Settings.UpdateEnvSettings(r.ctx(), env, func(s *model.EnvSettings) error {
+			s.Halted = halted
+			return nil
+		})
+		return http.StatusOK, got, err
+	}
+}
+
+// --- versions
+
+// ExportRequest uploads a compiled resource set.
+type ExportRequest struct {
+	Resources []model.Resource  `json:"resources"`
+	Meta      model.VersionMeta `json:"meta"`
+}
+
+// ExportResponse says what became of an upload.
+type ExportResponse struct {
+	Version model.Version `json:"version"`
+	// Reused: the newest version already held exactly this resource set.
+	Reused   bool `json:"reused"`
+	Released bool `json:"released"`
+}
+
+func (a *API) listVersions(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
+		return 0, nil, err
+	}
+	vs, err := a.svc.Versions.ListVersions(r.ctx(), env)
+	if vs == nil {
+		vs = []model.Version{}
+	}
+	return http.StatusOK, vs, err
+}
+
+func (a *API) putVersion(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	release, err := boolQuery(r, "release")
+	if err != nil {
+		return 0, nil, err
+	}
+	var req ExportRequest
+	if err := a.decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Resources == nil {
+		return 0, nil, newError("invalid", "compile the model with tether compile -o json", "no \"resources\" in the upload")
+	}
+	req.Meta.ExportedBy = r.token.Name
+	v, reused, err := a.svc.Exporter.Export(r.ctx(), env, req.Resources, req.Meta)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := ExportResponse{Version: v, Reused: reused}
+	if release && v.State != model.VersionReleased {
+		if out.Version, err = a.svc.Exporter.Release(r.ctx(), env, v.Number); err != nil {
+			return 0, nil, err
+		}
+	}
+	out.Released = out.Version.State == model.VersionReleased
+	r.SetParamNames("env", "n")
+	r.SetParamValues(env, strconv.FormatInt(v.Number, 10))
+	r.detail = fmt.Sprintf("%d resources, reused %v, released %v", v.Count, reused, out.Released)
+	status := http.StatusCreated
+	if reused {
+		status = http.StatusOK
+	}
+	return status, out, nil
+}
+
+func boolQuery(r *request, name string) (bool, error) {
+	s := r.QueryParam(name)
+	if s == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, newError("bad_request", "", "%s=%q: want true or false", name, s)
+	}
+	return b, nil
+}
+
+func (a *API) getVersion(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := r.number("n")
+	if err != nil {
+		return 0, nil, err
+	}
+	with, err := boolQuery(r, "resources")
+	if err != nil {
+		return 0, nil, err
+	}
+	v, err := a.svc.Versions.GetVersion(r.ctx(), env, n, with)
+	if err != nil {
+		return 0, nil, err
+	}
+	for i := range v.Resources {
+		v.Resources[i] = redacted(v.Resources[i])
+	}
+	return http.StatusOK, v, nil
+}
+
+// redacted returns a copy of res with its sensitive values replaced.
+func redacted(res model.Resource) model.Resource {
+	if len(res.Sensitive) > 0 {
+		res.Attributes = res.Redacted()
+	}
+	return res
+}
+
+// Diff is what changed between two versions.
+type Diff struct {
+	From      int64      `json:"from"`
+	To        int64      `json:"to"`
+	Added     []model.ID `json:"added"`
+	Removed   []model.ID `json:"removed"`
+	Changed   []model.ID `json:"changed"`
+	Unchanged int        `json:"unchanged"`
+}
+
+func (a *API) diffVersions(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	to, err := r.number("n")
+	if err != nil {
+		return 0, nil, err
+	}
+	var from int64
+	if s := r.QueryParam("from"); s != "" {
+		if from, err = strconv.ParseInt(s, 10, 64); err != nil || from < 0 {
+			return 0, nil, newError("bad_request", "", "from=%q: want a version number (0: the empty set)", s)
+		}
+	} else {
+		rel, err := a.svc.Versions.ReleasedVersion(r.ctx(), env)
+		switch {
+		case err == nil && rel.Number != to:
+			from = rel.Number
+		case err == nil || isNotFound(err):
+			from = to - 1
+		default:
+			return 0, nil, err
+		}
+	}
+	next, err := a.svc.Versions.ResourceHashes(r.ctx(), env, to)
+	if err != nil {
+		return 0, nil, err
+	}
+	var prev []model.ResourceHash
+	if from > 0 {
+		if prev, err = a.svc.Versions.ResourceHashes(r.ctx(), env, from); err != nil {
+			return 0, nil, err
+		}
+	}
+	return http.StatusOK, diffHashes(from, to, prev, next), nil
+}
+
+// diffHashes compares two ID-sorted hash lists.
+func diffHashes(from, to int64, prev, next []model.ResourceHash) Diff {
+	d := Diff{From: from, To: to, Added: []model.ID{}, Removed: []model.ID{}, Changed: []model.ID{}}
+	i, j := 0, 0
+	for i < len(prev) || j < len(next) {
+		var c int
+		switch {
+		case i == len(prev):
+			c = 1
+		case j == len(next):
+			c = -1
+		default:
+			c = prev[i].ID.Compare(next[j].ID)
+		}
+		switch {
+		case c < 0:
+			d.Removed = append(d.Removed, prev[i].ID)
+			i++
+		case c > 0:
+			d.Added = append(d.Added, next[j].ID)
+			j++
+		default:
+			if prev[i].Hash != next[j].Hash {
+				d.Changed = append(d.Changed, next[j].ID)
+			} else {
+				d.Unchanged++
+			}
+			i++
+			j++
+		}
+	}
+	return d
+}
+
+func (a *API) release(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := r.number("n")
+	if err != nil {
+		return 0, nil, err
+	}
+	v, err := a.svc.Exporter.Release(r.ctx(), env, n)
+	return http.StatusOK, v, err
+}
+
+// --- resources
+
+// ResourceView is a resource as the API shows it: where it stands and, for
+// one resource, what it is (sensitive values redacted).
+type ResourceView struct {
+	model.ResourceStatus
+	Resource *model.Resource `json:"resource,omitempty"`
+}
+
+func (a *API) listResources(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	f := model.StatusFilter{Agent: r.QueryParam("agent"), Type: r.QueryParam("type"),
+		State: model.ResourceState(r.QueryParam("state")), Compliance: model.Compliance(r.QueryParam("compliance"))}
+	if f.State != "" && !f.State.Valid() {
+		return 0, nil, newError("bad_request", "", "state=%q: not a resource state", f.State)
+	}
+	if f.Compliance != "" && !f.Compliance.Valid() {
+		return 0, nil, newError("bad_request", "", "compliance=%q: want compliant, non_compliant or unknown", f.Compliance)
+	}
+	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
+		return 0, nil, err
+	}
+	sts, err := a.svc.Resources.Statuses(r.ctx(), env, f)
+	if sts == nil {
+		sts = []model.ResourceStatus{}
+	}
+	return http.StatusOK, sts, err
+}
+
+func (a *API) getResource(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	id, err := r.resourceID()
+	if err != nil {
+		return 0, nil, err
+	}
+	sts, err := a.svc.Resources.Statuses(r.ctx(), env, model.StatusFilter{Agent: id.Agent, Type: id.Type})
+	if err != nil {
+		return 0, nil, err
+	}
+	i := slices.IndexFunc(sts, func(s model.ResourceStatus) bool { return s.ID == id })
+	if i < 0 {
+		return 0, nil, newError("not_found", "tether resource list shows what there is", "no resource %s in environment %s", id, env)
+	}
+	view := ResourceView{ResourceStatus: sts[i]}
+	res, err := a.svc.Resources.Resource(r.ctx(), env, sts[i].Version, id)
+	if err == nil {
+		res = redacted(res)
+		view.Resource = &res
+	} else if !isNotFound(err) {
+		return 0, nil, err
+	}
+	return http.StatusOK, view, nil
+}
+
+func (a *API) resourceLog(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	id, err := r.resourceID()
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	acts, err := a.svc.Resources.Actions(r.ctx(), env, id, limit)
+	if acts == nil {
+		acts = []model.Action{}
+	}
+	return http.StatusOK, acts, err
+}
+
+func (a *API) resourceHistory(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	id, err := r.resourceID()
+	if err != nil {
+		return 0, nil, err
+	}
+	h, err := a.svc.Resources.ResourceHistory(r.ctx(), env, id)
+	if h == nil {
+		h = []model.ResourceHash{}
+	}
+	return http.StatusOK, h, err
+}
+
+// --- agents
+
+// AgentView is an agent as the API shows it.
+type AgentView struct {
+	model.Agent
+	Online bool   `json:"online"`
+	Key    string `json:"key_fingerprint,omitempty"`
+}
+
+func (a *API) view(ag model.Agent) AgentView {
+	v := AgentView{Agent: ag, Online: a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
+	if len(ag.PublicKey) > 0 {
+		v.Key = model.Fingerprint(ag.PublicKey)
+	}
+	return v
+}
+
+func (a *API) listAgents(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
+		return 0, nil, err
+	}
+	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	out := make([]AgentView, 0, len(ags))
+	for _, ag := range ags {
+		ag.Facts = nil // listing: facts are shown one agent at a time
+		out = append(out, a.view(ag))
+	}
+	return http.StatusOK, out, err
+}
+
+func (a *API) getAgent(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Agents.GetAgent(r.ctx(), env, r.Param("name"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, a.view(ag), nil
+}
+
+func (a *API) agentAction(action model.AgentAction) func(*request) (int, any, error) {
+	return func(r *request) (int, any, error) {
+		env, err := r.envName()
+		if err != nil {
+			return 0, nil, err
+		}
+		ag, err := a.svc.Control.AgentAction(r.ctx(), env, r.Param("name"), action)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, a.view(ag), nil
+	}
+}
+
+// --- operations
+
+// OperationRequest asks for a deploy, repair or dry run.
+type OperationRequest struct {
+	Agents []string `json:"agents,omitempty"`
+	Full   bool     `json:"full,omitempty"`
+}
+
+func (a *API) operation(op model.Operation) func(*request) (int, any, error) {
+	return func(r *request) (int, any, error) {
+		env, err := r.envName()
+		if err != nil {
+			return 0, nil, err
+		}
+		var req OperationRequest
+		if r.Request().ContentLength != 0 {
+			if err := a.decode(r, &req); err != nil {
+				return 0, nil, err
+			}
+		}
+		d, err := a.svc.Operations.Deploy(r.ctx(), env, model.DeployRequest{Agents: req.Agents, Operation: op, Full: req.Full})
+		if err != nil && len(d.Agents) == 0 {
+			return 0, nil, err
+		}
+		if err != nil {
+			// Some agents got it: say which, and log who did not.
+			a.log.Warn().Err(err).Str("env", env).Str("operation", string(op)).Msg("operation reached only some agents")
+		}
+		r.detail = fmt.Sprintf("%s %s to %s", op, d.ID, strings.Join(d.Agents, ","))
+		return http.StatusAccepted, d, nil
+	}
+}
+
+// Report is what a deploy, repair or dry run reported.
+type Report struct {
+	ID      string         `json:"id"`
+	Actions []model.Action `json:"actions"`
+}
+
+func (a *API) deployReport(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	id := r.Param("id")
+	if _, err := uuid.Parse(id); err != nil {
+		return 0, nil, newError("bad_request", "", "deploy ID %q: want a UUID", id)
+	}
+	acts, err := a.svc.Operations.DeployActions(r.ctx(), env, id, 10000)
+	if acts == nil {
+		acts = []model.Action{}
+	}
+	return http.StatusOK, Report{ID: id, Actions: acts}, err
+}
+
+// --- alerts, tokens, audit
+
+func (a *API) listAlerts(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	kind := model.AlertKind(r.QueryParam("kind"))
+	if kind != "" && kind != model.AlertDrift && kind != model.AlertSecurity {
+		return 0, nil, newError("bad_request", "", "kind=%q: want drift or security", kind)
+	}
+	al, err := a.svc.Records.Alerts(r.ctx(), model.AlertFilter{Env: env, Agent: r.QueryParam("agent"), Kind: kind, Limit: limit})
+	if al == nil {
+		al = []model.Alert{}
+	}
+	return http.StatusOK, al, err
+}
+
+// TokenRequest creates an API token.
+type TokenRequest struct {
+	Name string     `json:"name"`
+	Role model.Role `json:"role"`
+	Env  string     `json:"env,omitempty"`
+	// ExpiresIn: "720h"; empty: never.
+	ExpiresIn string `json:"expires_in,omitempty"`
+}
+
+// NewToken is a created token with its secret, shown this once.
+type NewToken struct {
+	model.Token
+	Secret string `json:"secret"`
+}
+
+func (a *API) listTokens(r *request) (int, any, error) {
+	ts, err := a.svc.Tokens.ListTokens(r.ctx())
+	if ts == nil {
+		ts = []model.Token{}
+	}
+	return http.StatusOK, ts, err
+}
+
+func (a *API) createToken(r *request) (int, any, error) {
+	var req TokenRequest
+	if err := a.decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	t, secret, err := IssueToken(req.Name, req.Role, req.Env, r.token.Name, a.now())
+	if err != nil {
+		return 0, nil, err
+	}
+	if req.ExpiresIn != "" {
+		d, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || d <= 0 {
+			return 0, nil, newError("invalid", "", "expires_in %q: want a duration such as 720h", req.ExpiresIn)
+		}
+		exp := a.now().Add(d).UTC()
+		t.ExpiresAt = &exp
+	}
+	if err := a.svc.Tokens.CreateToken(r.ctx(), t); err != nil {
+		return 0, nil, err
+	}
+	r.SetParamNames("id")
+	r.SetParamValues(t.ID)
+	r.detail = fmt.Sprintf("%s, role %s, env %q", t.Name, t.Role, t.Env)
+	return http.StatusCreated, NewToken{Token: t, Secret: secret}, nil
+}
+
+// IssueToken makes a token and its secret (not stored).
+func IssueToken(name string, role model.Role, env, by string, now time.Time) (model.Token, string, error) {
+	secret, err := model.NewSecret()
+	if err != nil {
+		return model.Token{}, "", err
+	}
+	t := model.Token{ID: uuid.NewString(), Name: name, Role: role, Env: env, Hash: model.HashSecret(secret), CreatedBy: by, CreatedAt: now.UTC()}
+	if err := t.Validate(); err != nil {
+		return model.Token{}, "", newError("invalid", "", "%v", err)
+	}
+	return t, secret, nil
+}
+
+func (a *API) revokeToken(r *request) (int, any, error) {
+	return http.StatusNoContent, nil, a.svc.Tokens.DeleteToken(r.ctx(), r.Param("id"))
+}
+
+func (a *API) listAudit(r *request) (int, any, error) {
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	es, err := a.svc.Records.Audit(r.ctx(), model.AuditFilter{Env: r.QueryParam("env"), Limit: limit})
+	if es == nil {
+		es = []model.AuditEntry{}
+	}
+	return http.StatusOK, es, err
+}
+
+func (a *API) whoami(r *request) (int, any, error) { return http.StatusOK, r.token, nil }
+
+func isNotFound(err error) bool { return errors.Is(err, model.ErrNotFound) }

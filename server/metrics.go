@@ -1,0 +1,54 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the server's Prometheus metrics, on a registry of its own.
+type Metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	events   *prometheus.CounterVec
+	results  prometheus.Counter
+	batches  prometheus.Histogram
+	security prometheus.Counter
+}
+
+func newMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_api_requests_total",
+			Help: "API requests served, by route, method and status."}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tether_api_request_seconds",
+			Help: "API request latency, by route.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"route"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_ingest_events_total",
+			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry)."}, []string{"kind", "outcome"}),
+		results: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_ingest_results_total",
+			Help: "Resource results recorded."}),
+		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_ingest_batch_events",
+			Help: "Events written per ingest transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		security: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_total",
+			Help: "Events dropped for their signer (unknown key, another agent's key)."}),
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.security,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveRequest implements api.Observer.
+func (m *Metrics) ObserveRequest(route, method string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
