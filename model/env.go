@@ -265,8 +265,6 @@ type Action struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
-
-
 // UnmarshalJSON reads settings over the defaults, so that settings stored
 // before a setting existed read back with its default.
 func (s *EnvSettings) UnmarshalJSON(b []byte) error {

@@ -57,4 +57,6 @@ func (e envService) CreateEnv(ctx context.Context, env model.Environment) error 
 	return e.s.CreateEnv(ctx, env)
 }
 
-func (e envService) DeleteEnv(ctx context.Context, name string) error { return e.s.store.DeleteEnv(ctx, name) }
+func (e envService) DeleteEnv(ctx context.Context, name string) error {
+	return e.s.store.DeleteEnv(ctx, name)
+}

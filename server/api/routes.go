@@ -27,7 +27,7 @@ type route struct {
 	// query lists the query parameters it reads (for the OpenAPI document).
 	query []string
 	// body describes the request body, if any.
-	body string
+	body  string
 	serve func(r *request) (int, any, error)
 }
 
