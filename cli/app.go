@@ -117,6 +117,13 @@ func newApp(term *terminal) *ucli.App {
 		Commands: withUsageErrors(
 			deployCommand(term),
 			compileCommand(term),
+			serverCommand(term),
+			exportCommand(term),
+			envCommand(term),
+			resourceCommand(term),
+			agentCommand(term),
+			tokenCommand(term),
+			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
 		),

@@ -155,10 +155,11 @@ func readBuildInfo() buildInfo {
 
 func versionCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
-		Name:      "version",
-		Usage:     "print the version of this tether binary",
-		UsageText: "tether version [-o json]",
-		Flags:     []ucli.Flag{outputFlag()},
+		Name:        "version",
+		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, release)",
+		UsageText:   "tether version [-o json]\n   tether version list|show|diff|release …",
+		Flags:       []ucli.Flag{outputFlag()},
+		Subcommands: versionSubcommands(term),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {

@@ -137,3 +137,9 @@ CREATE TABLE audit (
     target TEXT NOT NULL DEFAULT '',
     detail TEXT NOT NULL DEFAULT ''
 );
+
+-- Installation-wide secrets (the server's signing key), shared by replicas.
+CREATE TABLE secrets (
+    name  TEXT PRIMARY KEY,
+    value BYTEA NOT NULL
+);

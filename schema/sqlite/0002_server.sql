@@ -55,3 +55,9 @@ CREATE INDEX version_resources_id ON version_resources (env, resource_id);
 
 -- Dry-run reports read one deploy's entries.
 CREATE INDEX actions_deploy ON actions (env, deploy_id, seq);
+
+-- Installation-wide secrets (the server's signing key).
+CREATE TABLE secrets (
+    name  TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -479,5 +478,4 @@ func TestOpenAPIAndProbes(t *testing.T) {
 	if ready["store"] != "ok" {
 		t.Fatalf("readyz %v", ready)
 	}
-	_ = fmt.Sprint()
 }

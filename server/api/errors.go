@@ -67,11 +67,11 @@ func classify(err error) *Error {
 	case errors.As(err, &tooLarge):
 		return newError("too_large", "split the upload or raise the server's limit", "request body is larger than %d bytes", tooLarge.Limit)
 	case errors.Is(err, model.ErrHalted):
-		return newError("halted", "resume the environment first (tether env resume)", "%v", err)
+		return newError("halted", "", "%v", err)
 	case errors.Is(err, model.ErrNoRelease):
 		return newError("no_release", "release a version first (tether export --release)", "%v", err)
 	case errors.Is(err, model.ErrNoAgents):
-		return newError("no_agents", "start an agent (tether agent run) and accept it", "%v", err)
+		return newError("no_agents", "", "%v", err)
 	case errors.Is(err, model.ErrNotFound):
 		return newError("not_found", "", "%v", err)
 	case errors.Is(err, model.ErrExists):

@@ -129,6 +129,10 @@ func (a *API) handler(rt route) echo.HandlerFunc {
 		if a.svc.Observer != nil {
 			a.svc.Observer.ObserveRequest(rt.path, rt.method, status, time.Since(start))
 		}
+		if err != nil && c.Response().Committed {
+			// The client went away mid-answer; nothing more to tell it.
+			a.log.Debug().Err(err).Str("path", c.Request().URL.Path).Msg("response not fully written")
+		}
 		return nil
 	}
 }

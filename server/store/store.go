@@ -109,6 +109,11 @@ type Store interface {
 	// Audit returns the newest audit entries matching the filter, newest first.
 	Audit(ctx context.Context, f AuditFilter) ([]model.AuditEntry, error)
 
+	// Secret returns the installation-wide secret called name, creating it
+	// with create when there is none; concurrent callers all get the one
+	// that was stored first (the server's signing key).
+	Secret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error)
+
 	// Lead makes this process the leader of name (one environment's
 	// scheduler) unless another process leads it: then ok is false. The
 	// lease lasts until released or lost (the database connection that

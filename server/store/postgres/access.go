@@ -238,3 +238,23 @@ func (l *lease) Release() {
 		l.markLost()
 	})
 }
+
+// Secret implements store.Store.
+func (s *Store) Secret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error) {
+	var v []byte
+	err := s.pool.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v)
+	if err == nil {
+		return v, nil
+	}
+	if err != pgx.ErrNoRows {
+		return nil, s.wrap("secret "+name, err)
+	}
+	if v, err = create(); err != nil {
+		return nil, err
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING`, name, v); err != nil {
+		return nil, s.wrap("secret "+name, err)
+	}
+	err = s.pool.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v)
+	return v, s.wrap("secret "+name, err)
+}

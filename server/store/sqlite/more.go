@@ -389,3 +389,23 @@ func (l *lease) Release() {
 		close(l.lost)
 	})
 }
+
+// Secret implements store.Store.
+func (s *Store) Secret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error) {
+	var v []byte
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = ?`, name).Scan(&v)
+	if err == nil {
+		return v, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, s.wrap("secret "+name, err)
+	}
+	if v, err = create(); err != nil {
+		return nil, err
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING`, name, v); err != nil {
+		return nil, s.wrap("secret "+name, err)
+	}
+	err = s.db.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = ?`, name).Scan(&v)
+	return v, s.wrap("secret "+name, err)
+}

@@ -325,3 +325,21 @@ func testLead(t *testing.T, s store.Store) {
 	again.Release()
 	again.Release() // twice is harmless
 }
+
+func testSecret(t *testing.T, s store.Store) {
+	calls := 0
+	mk := func(v string) func() ([]byte, error) {
+		return func() ([]byte, error) { calls++; return []byte(v), nil }
+	}
+	first, err := s.Secret(ctx, "server-key", mk("one"))
+	if err != nil || string(first) != "one" {
+		t.Fatalf("first: %q, %v", first, err)
+	}
+	again, err := s.Secret(ctx, "server-key", mk("two"))
+	if err != nil || string(again) != "one" || calls != 1 {
+		t.Fatalf("second call: %q, %v (create called %d times); want the stored one", again, err, calls)
+	}
+	if _, err := s.Secret(ctx, "other", func() ([]byte, error) { return nil, errors.New("no entropy") }); err == nil {
+		t.Fatal("a failing create must fail the call")
+	}
+}

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/server/api"
+)
+
+// remoteFlags name the server, environment and token of operator commands.
+// Precedence: flag > TETHER_* variable > .tether file (in the current
+// directory or a parent) > default.
+func remoteFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "server", EnvVars: []string{"TETHER_SERVER"}, Usage: "server `URL` (default http://127.0.0.1:8420)"},
+		&ucli.StringFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"TETHER_ENV"}, Usage: "`ENVIRONMENT` to act on"},
+		&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_TOKEN"}, Usage: "API `TOKEN` (prefer TETHER_TOKEN or .tether: flags show in ps)"},
+		outputFlag(),
+	}
+}
+
+// projectConfig is the .tether file of a project.
+type projectConfig struct {
+	Server string `toml:"server"`
+	Env    string `toml:"env"`
+	Token  string `toml:"token"`
+}
+
+// findProjectConfig reads the nearest .tether from dir upwards.
+func findProjectConfig(dir string) (projectConfig, string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		p := filepath.Join(d, ".tether")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			var pc projectConfig
+			md, err := toml.DecodeFile(p, &pc)
+			if err != nil {
+				return pc, p, usageError("%s: %v (want lines such as server = \"https://tether.example:8420\")", p, err)
+			}
+			if und := md.Undecoded(); len(und) > 0 {
+				return pc, p, usageError("%s: unknown key %q (keys: server, env, token)", p, und[0].String())
+			}
+			return pc, p, nil
+		}
+		if filepath.Dir(d) == d {
+			return projectConfig{}, "", nil
+		}
+	}
+}
+
+// client talks to the server's REST API.
+type client struct {
+	base, env, token string
+	http             *http.Client
+}
+
+func newClient(c *ucli.Context) (*client, error) {
+	wd, _ := os.Getwd()
+	pc, _, err := findProjectConfig(wd)
+	if err != nil {
+		return nil, err
+	}
+	pick := func(name, file, def string) string {
+		if v := c.String(name); v != "" {
+			return v
+		}
+		if file != "" {
+			return file
+		}
+		return def
+	}
+	cl := &client{
+		base:  strings.TrimSuffix(pick("server", pc.Server, "http://127.0.0.1:8420"), "/"),
+		env:   pick("env", pc.Env, ""),
+		token: pick("token", pc.Token, ""),
+		http:  &http.Client{Timeout: 10 * time.Minute},
+	}
+	if cl.token == "" {
+		return nil, usageError("no API token: set TETHER_TOKEN, put token = \"...\" in .tether, or pass --token (the server printed a bootstrap token on first start)")
+	}
+	return cl, nil
+}
+
+// needEnv returns the environment, or a usage error saying how to name one.
+func (cl *client) needEnv() (string, error) {
+	if cl.env == "" {
+		return "", usageError("no environment: pass --env NAME, set TETHER_ENV, or put env = \"NAME\" in .tether")
+	}
+	return cl.env, nil
+}
+
+// apiError is an error the server answered with.
+type apiError struct {
+	status int
+	body   api.Error
+}
+
+func (e *apiError) Error() string {
+	msg := e.body.Message
+	if e.body.Hint != "" {
+		msg += " (" + e.body.Hint + ")"
+	}
+	return msg
+}
+
+// call sends a request to /api/v1/path and decodes the answer into out.
+func (cl *client) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, cl.base+"/api/v1"+path, rd)
+	if err != nil {
+		return usageError("server URL %q: %v", cl.base, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+cl.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("cannot reach the server at %s: %v (is `tether server` running? check --server / TETHER_SERVER)", cl.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		var eb api.Body
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &eb) != nil || eb.Error == nil {
+			return fmt.Errorf("server at %s answered %s: %s", cl.base, resp.Status, strings.TrimSpace(string(data)))
+		}
+		return &apiError{status: resp.StatusCode, body: *eb.Error}
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("decode the server's answer: %w", err)
+	}
+	return nil
+}

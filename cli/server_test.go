@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store/postgres/pgtest"
+)
+
+// syncBuffer is a buffer the server goroutine writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServerAndOperatorCommands runs `tether server` on the real
+// PostgreSQL and RabbitMQ, then drives it with the operator commands.
+func TestServerAndOperatorCommands(t *testing.T) {
+	pg := pgtest.Fresh(t)
+	amqpURL := os.Getenv("TETHER_TEST_AMQP")
+	if amqpURL == "" {
+		amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	ns := "clitest" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	go func() {
+		done <- run(ctx, []string{"tether", "server", "--listen", addr, "--postgres", pg, "--amqp", amqpURL, "--amqp-namespace", ns, "--queue-type", "classic"},
+			strings.NewReader(""), &out, &errb)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("server exited %d: %s", code, errb.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("server did not stop within 30s of cancel")
+		}
+	})
+	tokenRE := regexp.MustCompile(`tether_[A-Za-z0-9_-]{20,}`)
+	var token string
+	for deadline := time.Now().Add(30 * time.Second); token == ""; {
+		token = tokenRE.FindString(out.String())
+		select {
+		case code := <-done:
+			t.Fatalf("server exited %d before printing a token: %s", code, errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no bootstrap token within 30s; stdout %q stderr %q", out.String(), errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Setenv("TETHER_SERVER", "http://"+addr)
+	t.Setenv("TETHER_TOKEN", token)
+	t.Setenv("TETHER_ENV", "prod")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if code, _, _ := invoke(t, "env", "list"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("API not answering within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	dir, _ := quickstart(t)
+	steps := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"env", "create", "prod", "--set", "drift_policy=heal"}, 0, "heal"},
+		{[]string{"env", "create", "prod"}, 1, "already exists"},
+		{[]string{"export", "--release", dir}, 0, "new version 1"},
+		{[]string{"export", dir}, 0, "unchanged; version 1"},
+		{[]string{"version", "list"}, 0, "released"},
+		{[]string{"version", "diff", "0", "1"}, 0, "added"},
+		{[]string{"resource", "list", "--type", "file"}, 0, "available"},
+		{[]string{"resource", "show", "not-an-id"}, 1, "invalid resource id"},
+		{[]string{"env", "settings", "set", "deploy_interval", "5m"}, 0, "5m0s"},
+		{[]string{"env", "settings", "set", "drift_policy", "ignore"}, 1, "drift_policy"},
+		{[]string{"env", "deploy"}, 1, "no accepted agent"},
+		{[]string{"env", "halt"}, 0, "halted=true"},
+		{[]string{"env", "resume"}, 0, "halted=false"},
+		{[]string{"agent", "accept", "ghost"}, 1, "not found"},
+		{[]string{"token", "create", "ci", "--role", "viewer", "--for-env", "prod"}, 0, "shown once"},
+		{[]string{"token", "list"}, 0, "bootstrap"},
+		{[]string{"version"}, 0, "tether "},
+	}
+	for _, s := range steps {
+		code, stdout, stderr := invoke(t, s.args...)
+		if code != s.code || !strings.Contains(stdout+stderr, s.want) {
+			t.Fatalf("tether %s: exit %d (want %d), output %q / %q, want it to contain %q", strings.Join(s.args, " "), code, s.code, stdout, stderr, s.want)
+		}
+	}
+	code, stdout, _ := invoke(t, "resource", "list", "-o", "json")
+	var sts []model.ResourceStatus
+	if code != 0 || json.Unmarshal([]byte(stdout), &sts) != nil || len(sts) == 0 {
+		t.Fatalf("resource list -o json: exit %d, %q", code, stdout)
+	}
+	// A viewer token cannot release.
+	code, stdout, _ = invoke(t, "token", "create", "dash", "--role", "viewer", "-o", "json")
+	var nt struct{ Secret string }
+	if code != 0 || json.Unmarshal([]byte(stdout), &nt) != nil {
+		t.Fatalf("token create -o json: %d %q", code, stdout)
+	}
+	t.Setenv("TETHER_TOKEN", nt.Secret)
+	if code, _, stderr := invoke(t, "version", "release", "1"); code != 1 || !strings.Contains(stderr, "needs operator") {
+		t.Fatalf("viewer release: exit %d, %q", code, stderr)
+	}
+}
