@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -91,4 +92,73 @@ func DecodeAction(a *model.Action, id string, changes []byte) error {
 		}
 	}
 	return nil
+}
+
+// Bodies gathers stored resource bodies and decodes them at once, as one
+// JSON array: one decoder and one buffer for a whole set instead of one per
+// resource.
+type Bodies struct {
+	buf bytes.Buffer
+	n   int
+}
+
+// Add appends one stored body.
+func (b *Bodies) Add(body []byte) {
+	if b.n == 0 {
+		b.buf.WriteByte('[')
+	} else {
+		b.buf.WriteByte(',')
+	}
+	b.buf.Write(body)
+	b.n++
+}
+
+// Resources decodes the bodies added, sorted by ID.
+func (b *Bodies) Resources() ([]model.Resource, error) {
+	out := make([]model.Resource, 0, b.n)
+	if b.n == 0 {
+		return out, nil
+	}
+	b.buf.WriteByte(']')
+	if err := model.DecodeJSON(b.buf.Bytes(), &out); err != nil {
+		return nil, fmt.Errorf("%w: resource bodies: %w", ErrCorrupt, err)
+	}
+	model.SortResources(out)
+	return out, nil
+}
+
+// EncodeAgent returns an agent's labels, facts and kinds as stored (JSON,
+// never null).
+func EncodeAgent(a *model.Agent) (labels, facts, kinds []byte, err error) {
+	labels, _ = json.Marshal(orEmpty(a.Labels))
+	if facts, err = json.Marshal(orEmpty(a.Facts)); err != nil {
+		return nil, nil, nil, fmt.Errorf("agent %s: facts: %w: %w", a.Name, ErrInvalid, err)
+	}
+	if a.Kinds == nil {
+		kinds = []byte("[]")
+	} else {
+		kinds, _ = json.Marshal(a.Kinds)
+	}
+	return labels, facts, kinds, nil
+}
+
+// DecodeAgent fills an agent's labels, facts and kinds from their stored form.
+func DecodeAgent(a *model.Agent, labels, facts, kinds []byte) error {
+	if err := json.Unmarshal(labels, &a.Labels); err != nil {
+		return fmt.Errorf("%w: labels of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	if err := model.DecodeJSON(facts, &a.Facts); err != nil {
+		return fmt.Errorf("%w: facts of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	if err := json.Unmarshal(kinds, &a.Kinds); err != nil {
+		return fmt.Errorf("%w: kinds of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	return nil
+}
+
+func orEmpty[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return map[string]V{}
+	}
+	return m
 }

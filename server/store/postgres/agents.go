@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -29,12 +28,10 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 	if a.LastSeen.IsZero() {
 		a.LastSeen = now
 	}
-	labels, _ := jsonb(orEmpty(a.Labels))
-	facts, err := jsonb(orEmpty(a.Facts))
+	labels, facts, kinds, err := store.EncodeAgent(&a)
 	if err != nil {
-		return fmt.Errorf("upsert agent %s: facts: %w: %w", a.Name, store.ErrInvalid, err)
+		return fmt.Errorf("upsert agent: %w", err)
 	}
-	kinds, _ := jsonb(orEmptySlice(a.Kinds))
 	_, err = s.pool.Exec(ctx, `
 		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
@@ -42,22 +39,8 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 			state = excluded.state, public_key = excluded.public_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
 			paused = excluded.paused, last_seen = excluded.last_seen`,
-		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen)
+		a.Env, a.Name, a.State, a.PublicKey, string(labels), string(facts), string(kinds), a.Generation, a.Paused, a.FirstSeen, a.LastSeen)
 	return s.wrap("upsert agent "+a.Name, err)
-}
-
-func orEmpty[V any](m map[string]V) map[string]V {
-	if m == nil {
-		return map[string]V{}
-	}
-	return m
-}
-
-func orEmptySlice(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen`
@@ -69,16 +52,7 @@ func scanAgent(r pgx.Row) (model.Agent, error) {
 		return a, err
 	}
 	a.FirstSeen, a.LastSeen = a.FirstSeen.UTC(), a.LastSeen.UTC()
-	if err := json.Unmarshal(labels, &a.Labels); err != nil {
-		return a, fmt.Errorf("%w: labels of agent %s: %w", store.ErrCorrupt, a.Name, err)
-	}
-	if err := model.DecodeJSON(facts, &a.Facts); err != nil {
-		return a, fmt.Errorf("%w: facts of agent %s: %w", store.ErrCorrupt, a.Name, err)
-	}
-	if err := json.Unmarshal(kinds, &a.Kinds); err != nil {
-		return a, fmt.Errorf("%w: kinds of agent %s: %w", store.ErrCorrupt, a.Name, err)
-	}
-	return a, nil
+	return a, store.DecodeAgent(&a, labels, facts, kinds)
 }
 
 // GetAgent implements store.Store.

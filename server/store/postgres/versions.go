@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -253,26 +252,14 @@ func (s *Store) resources(ctx context.Context, env string, n int64, agent string
 		return nil, err
 	}
 	defer rows.Close()
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	count := 0
+	var bodies store.Bodies
 	for rows.Next() {
-		if count > 0 {
-			buf.WriteByte(',')
-		}
-		buf.Write(rows.RawValues()[0])
-		count++
+		bodies.Add(rows.RawValues()[0])
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	buf.WriteByte(']')
-	out := make([]model.Resource, 0, count)
-	if err := model.DecodeJSON(buf.Bytes(), &out); err != nil {
-		return nil, fmt.Errorf("%w: resource bodies: %w", store.ErrCorrupt, err)
-	}
-	model.SortResources(out)
-	return out, nil
+	return bodies.Resources()
 }
 
 func (s *Store) oneVersion(ctx context.Context, op, where string, args ...any) (model.Version, error) {

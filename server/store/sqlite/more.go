@@ -72,28 +72,24 @@ func (s *Store) ResourceHashes(ctx context.Context, env string, n int64) ([]stor
 	if _, err := s.GetVersion(ctx, env, n, false); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT resource_id, hash FROM version_resources WHERE env = ? AND number = ?`, env, n)
+	rows, err := s.db.QueryContext(ctx, `SELECT resource_id, hash, number FROM version_resources WHERE env = ? AND number = ?`, env, n)
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
-	out, err := scanHashes(rows, n)
+	out, err := scanHashes(rows)
+	store.SortHashes(out)
 	return out, s.wrap(op, err)
 }
 
-// scanHashes reads (resource_id, hash[, version]) rows, sorted by ID.
-func scanHashes(rows *sql.Rows, n int64) ([]store.ResourceHash, error) {
+// scanHashes reads (resource_id, hash, version) rows.
+func scanHashes(rows *sql.Rows) ([]store.ResourceHash, error) {
 	defer rows.Close()
-	cols, _ := rows.Columns()
 	var out []store.ResourceHash
 	for rows.Next() {
-		rh := store.ResourceHash{Version: n}
+		var rh store.ResourceHash
 		var id string
 		var hash []byte
-		dest := []any{&id, &hash}
-		if len(cols) == 3 {
-			dest = append(dest, &rh.Version)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&id, &hash, &rh.Version); err != nil {
 			return nil, err
 		}
 		var err error
@@ -102,9 +98,6 @@ func scanHashes(rows *sql.Rows, n int64) ([]store.ResourceHash, error) {
 		}
 		copy(rh.Hash[:], hash)
 		out = append(out, rh)
-	}
-	if len(cols) == 2 {
-		store.SortHashes(out)
 	}
 	return out, rows.Err()
 }
@@ -131,7 +124,7 @@ func (s *Store) ResourceHistory(ctx context.Context, env string, id model.ID) ([
 	if err != nil {
 		return nil, s.wrap("history of "+id.String(), err)
 	}
-	out, err := scanHashes(rows, 0)
+	out, err := scanHashes(rows)
 	return out, s.wrap("history of "+id.String(), err)
 }
 

@@ -4,7 +4,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -403,32 +402,18 @@ func (s *Store) resources(ctx context.Context, env string, n int64, agent string
 		return nil, err
 	}
 	defer rows.Close()
-	// The bodies are decoded as one JSON array: one decoder and one
-	// buffer for the whole set instead of one per resource.
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	count := 0
+	var bodies store.Bodies
 	for rows.Next() {
 		var body []byte
 		if err := rows.Scan(&body); err != nil {
 			return nil, err
 		}
-		if count > 0 {
-			buf.WriteByte(',')
-		}
-		buf.Write(body)
-		count++
+		bodies.Add(body)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	buf.WriteByte(']')
-	out := make([]model.Resource, 0, count)
-	if err := model.DecodeJSON(buf.Bytes(), &out); err != nil {
-		return nil, fmt.Errorf("%w: resource bodies: %w", store.ErrCorrupt, err)
-	}
-	model.SortResources(out)
-	return out, nil
+	return bodies.Resources()
 }
 
 // LatestVersion implements store.Store.
@@ -537,12 +522,10 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 	if a.LastSeen.IsZero() {
 		a.LastSeen = now
 	}
-	labels, _ := json.Marshal(nonNilMap(a.Labels))
-	facts, err := json.Marshal(nonNilAny(a.Facts))
+	labels, facts, kinds, err := store.EncodeAgent(&a)
 	if err != nil {
-		return fmt.Errorf("upsert agent %s: facts: %w: %w", a.Name, store.ErrInvalid, err)
+		return fmt.Errorf("upsert agent: %w", err)
 	}
-	kinds, _ := json.Marshal(nonNilSlice(a.Kinds))
 	return s.tx(ctx, "upsert agent "+a.Name, func(tx *sql.Tx) error {
 		if err := s.requireEnv(ctx, tx, a.Env); err != nil {
 			return err
@@ -559,27 +542,6 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 	})
 }
 
-func nonNilMap(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
-func nonNilAny(m map[string]any) map[string]any {
-	if m == nil {
-		return map[string]any{}
-	}
-	return m
-}
-
-func nonNilSlice(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
 const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen`
 
 func scanAgent(r scanner) (model.Agent, error) {
@@ -590,16 +552,7 @@ func scanAgent(r scanner) (model.Agent, error) {
 		return a, err
 	}
 	a.FirstSeen, a.LastSeen = fromNanos(first), fromNanos(last)
-	if err := json.Unmarshal(labels, &a.Labels); err != nil {
-		return a, fmt.Errorf("%w: labels of agent %s: %w", store.ErrCorrupt, a.Name, err)
-	}
-	if err := model.DecodeJSON(facts, &a.Facts); err != nil {
-		return a, fmt.Errorf("%w: facts of agent %s: %w", store.ErrCorrupt, a.Name, err)
-	}
-	if err := json.Unmarshal(kinds, &a.Kinds); err != nil {
-		return a, fmt.Errorf("%w: kinds of agent %s: %w", store.ErrCorrupt, a.Name, err)
-	}
-	return a, nil
+	return a, store.DecodeAgent(&a, labels, facts, kinds)
 }
 
 // GetAgent implements store.Store.

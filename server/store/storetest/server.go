@@ -73,7 +73,7 @@ func testUpdateSettings(t *testing.T, s store.Store) {
 	// Concurrent updates of different settings lose nothing.
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
-	for i := range 20 {
+	for range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -83,7 +83,6 @@ func testUpdateSettings(t *testing.T, s store.Store) {
 			})
 			errs <- err
 		}()
-		_ = i
 	}
 	wg.Wait()
 	close(errs)
