@@ -17,7 +17,7 @@ import (
 )
 
 // remoteAction runs fn with a client and the output format.
-func remoteAction(term *terminal, args string, fn func(c *ucli.Context, cl *client, json bool) error) ucli.ActionFunc {
+func remoteAction(args string, fn func(c *ucli.Context, cl *client, json bool) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		format, err := outputFormat(c)
 		if err != nil {
@@ -38,7 +38,7 @@ func remoteCommand(term *terminal, name, usage, args string, flags []ucli.Flag, 
 	return &ucli.Command{
 		Name: name, Usage: usage, ArgsUsage: args,
 		Flags:  append(remoteFlags(), flags...),
-		Action: remoteAction(term, args, fn),
+		Action: remoteAction(args, fn),
 	}
 }
 
@@ -77,7 +77,7 @@ func envCommand(term *terminal) *ucli.Command {
 			return nil
 		})
 	}
-	showEnv := func(c *ucli.Context, cl *client, asJSON bool, env model.Environment) error {
+	showEnv := func(asJSON bool, env model.Environment) error {
 		if asJSON {
 			return writeJSON(term.stdout, env)
 		}
@@ -107,7 +107,7 @@ func envCommand(term *terminal) *ucli.Command {
 				if err := cl.call(c.Context, "POST", "/envs", api.EnvRequest{Name: c.Args().First(), Settings: settings}, &env); err != nil {
 					return err
 				}
-				return showEnv(c, cl, asJSON, env)
+				return showEnv(asJSON, env)
 			}),
 			remoteCommand(term, "list", "list environments", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				var envs []model.Environment
@@ -132,7 +132,7 @@ func envCommand(term *terminal) *ucli.Command {
 				if err := cl.call(c.Context, "GET", p, nil, &env); err != nil {
 					return err
 				}
-				return showEnv(c, cl, asJSON, env)
+				return showEnv(asJSON, env)
 			}),
 			remoteCommand(term, "delete", "delete an environment and everything in it", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				if err := cl.call(c.Context, "DELETE", "/envs/"+url.PathEscape(c.Args().First()), nil, nil); err != nil {
@@ -144,7 +144,7 @@ func envCommand(term *terminal) *ucli.Command {
 			{
 				Name: "settings", Usage: "show settings, or change one: tether env settings set KEY VALUE",
 				Flags: remoteFlags(),
-				Action: remoteAction(term, "", func(c *ucli.Context, cl *client, asJSON bool) error {
+				Action: remoteAction("", func(c *ucli.Context, cl *client, asJSON bool) error {
 					return showSettings(c, cl, term, asJSON, "GET", nil)
 				}),
 				Subcommands: []*ucli.Command{remoteCommand(term, "set", "change a setting ("+strings.Join(model.SettingKeys(), ", ")+")", "KEY VALUE", nil,
@@ -595,7 +595,7 @@ func exportCommand(term *terminal) *ucli.Command {
 			"An unchanged model adds no version. --release releases it; --wait then follows the deploy.\n\n" +
 			"   tether export --release --wait examples/quickstart",
 		Flags: flags,
-		Action: remoteAction(term, "DIR", func(c *ucli.Context, cl *client, asJSON bool) error {
+		Action: remoteAction("DIR", func(c *ucli.Context, cl *client, asJSON bool) error {
 			p, err := envPath(cl, "/versions?release="+strconv.FormatBool(c.Bool("release")))
 			if err != nil {
 				return err

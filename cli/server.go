@@ -132,7 +132,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 	}
 	info := readBuildInfo()
 	handler := api.New(api.Config{Version: info.Version}, server.APIServices(srv, srv.Metrics().Handler()), log).Handler()
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"
 	if c.String("tls-cert") != "" {
 		scheme = "https"

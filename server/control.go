@@ -6,11 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tetherhq/tether/model"
-	"github.com/tetherhq/tether/server/store"
 )
-
-// Store returns the server's store, for reads the API serves directly.
-func (s *Server) Store() store.Store { return s.store }
 
 // CreateEnv creates an environment.
 func (s *Server) CreateEnv(ctx context.Context, env model.Environment) error {

@@ -36,6 +36,16 @@ func (r *request) number(name string) (int64, error) {
 	return n, nil
 }
 
+// envResource parses the :env and :id parameters.
+func (r *request) envResource() (string, model.ID, error) {
+	env, err := r.envName()
+	if err != nil {
+		return "", model.ID{}, err
+	}
+	id, err := r.resourceID()
+	return env, id, err
+}
+
 // resourceID parses the :id parameter, URL-escaped by the client.
 func (r *request) resourceID() (model.ID, error) {
 	raw, err := url.PathUnescape(r.Param("id"))
@@ -218,10 +228,7 @@ func (a *API) listVersions(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	vs, err := a.svc.Versions.ListVersions(r.ctx(), env)
-	if vs == nil {
-		vs = []model.Version{}
-	}
-	return http.StatusOK, vs, err
+	return http.StatusOK, nonNil(vs), err
 }
 
 func (a *API) putVersion(r *request) (int, any, error) {
@@ -426,18 +433,11 @@ func (a *API) listResources(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	sts, err := a.svc.Resources.Statuses(r.ctx(), env, f)
-	if sts == nil {
-		sts = []model.ResourceStatus{}
-	}
-	return http.StatusOK, sts, err
+	return http.StatusOK, nonNil(sts), err
 }
 
 func (a *API) getResource(r *request) (int, any, error) {
-	env, err := r.envName()
-	if err != nil {
-		return 0, nil, err
-	}
-	id, err := r.resourceID()
+	env, id, err := r.envResource()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -461,11 +461,7 @@ func (a *API) getResource(r *request) (int, any, error) {
 }
 
 func (a *API) resourceLog(r *request) (int, any, error) {
-	env, err := r.envName()
-	if err != nil {
-		return 0, nil, err
-	}
-	id, err := r.resourceID()
+	env, id, err := r.envResource()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -474,26 +470,16 @@ func (a *API) resourceLog(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	acts, err := a.svc.Resources.Actions(r.ctx(), env, id, limit)
-	if acts == nil {
-		acts = []model.Action{}
-	}
-	return http.StatusOK, acts, err
+	return http.StatusOK, nonNil(acts), err
 }
 
 func (a *API) resourceHistory(r *request) (int, any, error) {
-	env, err := r.envName()
-	if err != nil {
-		return 0, nil, err
-	}
-	id, err := r.resourceID()
+	env, id, err := r.envResource()
 	if err != nil {
 		return 0, nil, err
 	}
 	h, err := a.svc.Resources.ResourceHistory(r.ctx(), env, id)
-	if h == nil {
-		h = []model.ResourceHash{}
-	}
-	return http.StatusOK, h, err
+	return http.StatusOK, nonNil(h), err
 }
 
 // --- agents
@@ -605,10 +591,7 @@ func (a *API) deployReport(r *request) (int, any, error) {
 		return 0, nil, newError("bad_request", "", "deploy ID %q: want a UUID", id)
 	}
 	acts, err := a.svc.Operations.DeployActions(r.ctx(), env, id, 10000)
-	if acts == nil {
-		acts = []model.Action{}
-	}
-	return http.StatusOK, Report{ID: id, Actions: acts}, err
+	return http.StatusOK, Report{ID: id, Actions: nonNil(acts)}, err
 }
 
 // --- alerts, tokens, audit
@@ -627,10 +610,7 @@ func (a *API) listAlerts(r *request) (int, any, error) {
 		return 0, nil, newError("bad_request", "", "kind=%q: want drift or security", kind)
 	}
 	al, err := a.svc.Records.Alerts(r.ctx(), model.AlertFilter{Env: env, Agent: r.QueryParam("agent"), Kind: kind, Limit: limit})
-	if al == nil {
-		al = []model.Alert{}
-	}
-	return http.StatusOK, al, err
+	return http.StatusOK, nonNil(al), err
 }
 
 // TokenRequest creates an API token.
@@ -650,10 +630,7 @@ type NewToken struct {
 
 func (a *API) listTokens(r *request) (int, any, error) {
 	ts, err := a.svc.Tokens.ListTokens(r.ctx())
-	if ts == nil {
-		ts = []model.Token{}
-	}
-	return http.StatusOK, ts, err
+	return http.StatusOK, nonNil(ts), err
 }
 
 func (a *API) createToken(r *request) (int, any, error) {
@@ -705,12 +682,17 @@ func (a *API) listAudit(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	es, err := a.svc.Records.Audit(r.ctx(), model.AuditFilter{Env: r.QueryParam("env"), Limit: limit})
-	if es == nil {
-		es = []model.AuditEntry{}
-	}
-	return http.StatusOK, es, err
+	return http.StatusOK, nonNil(es), err
 }
 
 func (a *API) whoami(r *request) (int, any, error) { return http.StatusOK, r.token, nil }
+
+// nonNil makes an empty listing [] rather than null in JSON.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
 
 func isNotFound(err error) bool { return errors.Is(err, model.ErrNotFound) }

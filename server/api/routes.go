@@ -114,24 +114,23 @@ func (a *API) handler(rt route) echo.HandlerFunc {
 		start := a.now()
 		r := &request{Context: c, api: a}
 		status, body, err := a.call(rt, r)
-		if err != nil {
-			e := classify(err)
-			status = e.Status
+		var werr error
+		switch {
+		case err != nil:
 			a.errorHandler(err, c)
-		} else if status == 0 {
+		case status == 0:
 			// the route wrote its own response (the event stream)
-			status = c.Response().Status
-		} else if body == nil {
-			err = c.NoContent(status)
-		} else {
-			err = c.JSON(status, body)
+		case body == nil:
+			werr = c.NoContent(status)
+		default:
+			werr = c.JSON(status, body)
 		}
 		if a.svc.Observer != nil {
-			a.svc.Observer.ObserveRequest(rt.path, rt.method, status, time.Since(start))
+			a.svc.Observer.ObserveRequest(rt.path, rt.method, c.Response().Status, time.Since(start))
 		}
-		if err != nil && c.Response().Committed {
+		if werr != nil {
 			// The client went away mid-answer; nothing more to tell it.
-			a.log.Debug().Err(err).Str("path", c.Request().URL.Path).Msg("response not fully written")
+			a.log.Debug().Err(werr).Str("path", c.Request().URL.Path).Msg("response not fully written")
 		}
 		return nil
 	}
