@@ -148,3 +148,25 @@ type StateRequest struct {
 
 // Empty is the body of kinds that carry nothing but themselves.
 type Empty struct{}
+
+// Compliance reports resources an agent found away from their intent
+// (drift), or back to it (restored by a heal or by hand), between deploys.
+type Compliance struct {
+	// Generation is the desired state the agent compared against.
+	Generation int64         `json:"generation"`
+	Reports    []DriftReport `json:"reports"`
+}
+
+// DriftReport is one resource's compliance as an agent saw it.
+type DriftReport struct {
+	ID model.ID `json:"id"`
+	// Compliance is non_compliant (drifted) or compliant (restored).
+	Compliance model.Compliance `json:"compliance"`
+	// Changes are the drifted attributes, {current, desired}, sensitive
+	// values redacted.
+	Changes model.Changes `json:"changes,omitempty"`
+	// Healed is set on a report of a resource the agent re-applied by
+	// drift policy.
+	Healed  bool   `json:"healed,omitempty"`
+	Message string `json:"message,omitempty"`
+}

@@ -107,9 +107,15 @@ type Alert struct {
 	Kind    AlertKind `json:"kind"`
 	ID      *ID       `json:"id,omitempty"`
 	Message string    `json:"message"`
-	// Expected and Actual are the drifted attributes (sensitive ones
-	// redacted by the agent).
+	// Changes are the drifted attributes, {current, desired} (sensitive
+	// ones redacted by the agent).
 	Changes Changes `json:"changes,omitempty"`
+	// Compliance is what a drift alert says of its resource: non_compliant
+	// (drifted) or compliant (restored); Version is the generation the
+	// agent compared against. A drift alert with both sets the resource's
+	// compliance when its status is of that version.
+	Compliance Compliance `json:"compliance,omitempty"`
+	Version    int64      `json:"version,omitempty"`
 }
 
 // NewSecret returns a fresh API token secret: "tether_" and 32 random bytes

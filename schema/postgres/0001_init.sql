@@ -69,6 +69,9 @@ CREATE TABLE resource_status (
     last_verified TIMESTAMPTZ,
     message       TEXT NOT NULL DEFAULT '',
     updated_at    TIMESTAMPTZ NOT NULL,
+    -- The agent's message counter of the newest result applied: an older
+    -- result arriving late (several ingest consumers) is not applied over it.
+    seq           BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (env, resource_id)
 );
 
@@ -111,6 +114,8 @@ CREATE TABLE alerts (
     resource_id TEXT,
     message     TEXT NOT NULL,
     changes     JSONB,
+    compliance  TEXT NOT NULL DEFAULT '',
+    version     BIGINT NOT NULL DEFAULT 0,
     at          TIMESTAMPTZ NOT NULL
 );
 

@@ -3,6 +3,11 @@
 
 ALTER TABLE agents ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 
+-- The agent's message counter of the newest result applied to a status: a
+-- result that arrives after a newer one (several ingest consumers) is not
+-- applied over it.
+ALTER TABLE resource_status ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+
 -- One row per recorded result batch (agent message), to drop redeliveries.
 CREATE TABLE ingested (
     env   TEXT NOT NULL,
@@ -22,6 +27,8 @@ CREATE TABLE alerts (
     resource_id TEXT,
     message     TEXT NOT NULL,
     changes     TEXT,
+    compliance  TEXT NOT NULL DEFAULT '',
+    version     INTEGER NOT NULL DEFAULT 0,
     at          INTEGER NOT NULL
 );
 

@@ -27,7 +27,46 @@ func CheckBatch(b *ResultBatch) error {
 			return fmt.Errorf("%w: agent %s reported %s, which is not its resource", ErrInvalid, b.Agent, r.ID)
 		}
 	}
+	for i := range b.Alerts {
+		a := &b.Alerts[i]
+		if a.Env != b.Env || a.Agent != b.Agent || (a.ID != nil && a.ID.Agent != b.Agent) {
+			return fmt.Errorf("%w: agent %s of %s sent an alert about another agent or environment", ErrInvalid, b.Agent, b.Env)
+		}
+		if err := CheckAlert(a); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// CheckAlert refuses an alert that could not be stored or read back.
+func CheckAlert(a *model.Alert) error {
+	if a.Kind != model.AlertDrift && a.Kind != model.AlertSecurity {
+		return fmt.Errorf("%w: alert kind %q", ErrInvalid, a.Kind)
+	}
+	if a.ID != nil {
+		if err := a.ID.Validate(); err != nil {
+			return fmt.Errorf("%w: alert: %w", ErrInvalid, err)
+		}
+	}
+	if a.Compliance != "" && !a.Compliance.Valid() {
+		return fmt.Errorf("%w: alert: compliance %q", ErrInvalid, a.Compliance)
+	}
+	return nil
+}
+
+// SetsCompliance reports whether an alert sets its resource's compliance:
+// a drift alert naming a resource, a version and a compliance.
+func SetsCompliance(a *model.Alert) bool {
+	return a.Kind == model.AlertDrift && a.ID != nil && a.Version > 0 && a.Compliance != ""
+}
+
+// Verified is the compliance a successful dry run of a resource found.
+func Verified(r *model.Result) model.Compliance {
+	if len(r.Changes) > 0 {
+		return model.NonCompliant
+	}
+	return model.Compliant
 }
 
 // Logged reports whether a result deserves an action-log entry: it changed

@@ -75,10 +75,14 @@ type Store interface {
 
 	// RecordResults records batches of agents' results in one transaction:
 	// the status of each resource, and an action-log entry for each result
-	// that changed, failed or skipped something. Dry-run results go to the
-	// action log only. A batch whose (env, agent, seq) was recorded before
-	// changes nothing: fresh[i] says whether batch i was recorded now.
-	// An invalid batch fails them all with ErrInvalid.
+	// that changed, failed or skipped something. A result applies to a
+	// status of its version or older, and never over one applied from a
+	// later message of the agent (higher seq). Dry-run results set only the
+	// compliance of deployed resources of their version (changes found:
+	// non_compliant). A batch's alerts are stored, and drift alerts set the
+	// compliance they report the same way. A batch whose (env, agent, seq)
+	// was recorded before changes nothing: fresh[i] says whether batch i
+	// was recorded now. An invalid batch fails them all with ErrInvalid.
 	RecordResults(ctx context.Context, batches []ResultBatch) (fresh []bool, err error)
 	// ForgetIngested drops the deduplication marks of batches recorded
 	// before t; redeliveries older than that are not expected.
@@ -129,6 +133,8 @@ type ResultBatch struct {
 	Version  int64
 	DeployID string
 	Results  []model.Result
+	// Alerts are the batch's drift alerts (a compliance message).
+	Alerts []model.Alert
 }
 
 // Query types, shared with the API and the scheduler through model.

@@ -14,38 +14,52 @@ import (
 
 // RecordAlerts implements store.Store.
 func (s *Store) RecordAlerts(ctx context.Context, alerts []model.Alert) error {
+	for i := range alerts {
+		if err := store.CheckAlert(&alerts[i]); err != nil {
+			return fmt.Errorf("record alerts: %w", err)
+		}
+	}
 	if len(alerts) == 0 {
 		return nil
 	}
 	return s.tx(ctx, "record alerts", func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		for _, a := range alerts {
-			var id *string
-			if a.ID != nil {
-				v := a.ID.String()
-				id = &v
-			}
-			var changes *string
-			if len(a.Changes) > 0 {
-				c, err := jsonb(a.Changes)
-				if err != nil {
-					return fmt.Errorf("%w: %w", store.ErrInvalid, err)
-				}
-				changes = &c
-			}
-			if a.At.IsZero() {
-				a.At = time.Now()
-			}
-			batch.Queue(`INSERT INTO alerts (env, agent, kind, resource_id, message, changes, at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-				a.Env, a.Agent, string(a.Kind), id, a.Message, changes, a.At)
+		if err := queueAlerts(batch, alerts); err != nil {
+			return err
 		}
 		return tx.SendBatch(ctx, batch).Close()
 	})
 }
 
+// queueAlerts queues the inserts of alerts.
+func queueAlerts(batch *pgx.Batch, alerts []model.Alert) error {
+	for _, a := range alerts {
+		var id *string
+		if a.ID != nil {
+			v := a.ID.String()
+			id = &v
+		}
+		var changes *string
+		if len(a.Changes) > 0 {
+			c, err := jsonb(a.Changes)
+			if err != nil {
+				return fmt.Errorf("%w: %w", store.ErrInvalid, err)
+			}
+			changes = &c
+		}
+		if a.At.IsZero() {
+			a.At = time.Now()
+		}
+		batch.Queue(`INSERT INTO alerts (env, agent, kind, resource_id, message, changes, compliance, version, at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			a.Env, a.Agent, string(a.Kind), id, a.Message, changes, string(a.Compliance), a.Version, a.At)
+	}
+	return nil
+}
+
 // Alerts implements store.Store.
 func (s *Store) Alerts(ctx context.Context, f store.AlertFilter) ([]model.Alert, error) {
-	q := `SELECT seq, env, agent, kind, resource_id, message, changes, at FROM alerts WHERE true`
+	q := `SELECT seq, env, agent, kind, resource_id, message, changes, compliance, version, at FROM alerts WHERE true`
 	var args []any
 	for _, c := range []struct{ col, v string }{{"env", f.Env}, {"agent", f.Agent}, {"kind", string(f.Kind)}} {
 		if c.v != "" {
@@ -63,7 +77,7 @@ func (s *Store) Alerts(ctx context.Context, f store.AlertFilter) ([]model.Alert,
 		var a model.Alert
 		var id *string
 		var changes []byte
-		if err := r.Scan(&a.Seq, &a.Env, &a.Agent, &a.Kind, &id, &a.Message, &changes, &a.At); err != nil {
+		if err := r.Scan(&a.Seq, &a.Env, &a.Agent, &a.Kind, &id, &a.Message, &changes, &a.Compliance, &a.Version, &a.At); err != nil {
 			return a, err
 		}
 		a.At = a.At.UTC()

@@ -86,26 +86,27 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 		if err := markIngested(ctx, tx, batches, fresh); err != nil {
 			return err
 		}
-		type statusRow struct {
-			env, id, state, message string
-			version                 int64
-		}
-		var st []statusRow
+		var st, verified statusRows
 		var act struct {
 			env, id, agent, kind, deploy, state, message []string
 			changes                                      []*string
 			version, dur                                 []int64
 		}
+		batch := &pgx.Batch{}
 		for bi := range batches {
 			if !fresh[bi] {
 				continue
 			}
 			b := &batches[bi]
+			seq := int64(b.Seq)
 			for i := range b.Results {
 				r := &b.Results[i]
 				id := r.ID.String()
-				if !r.DryRun {
-					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version})
+				switch {
+				case !r.DryRun:
+					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq})
+				case r.State == model.StateDeployed:
+					verified = append(verified, statusRow{b.Env, id, string(store.Verified(r)), "", b.Version, seq})
 				}
 				if !store.Logged(r) {
 					continue
@@ -130,30 +131,39 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				act.version = append(act.version, b.Version)
 				act.dur = append(act.dur, int64(r.Duration))
 			}
-		}
-		batch := &pgx.Batch{}
-		if len(st) > 0 {
-			// The last result of a resource wins, and rows are locked in
-			// one order so concurrent ingests never deadlock.
-			slices.SortStableFunc(st, func(a, b statusRow) int { return cmp.Or(cmp.Compare(a.env, b.env), cmp.Compare(a.id, b.id)) })
-			var env, id, state, msg []string
-			var ver []int64
-			for i, r := range st {
-				if i+1 < len(st) && st[i+1].env == r.env && st[i+1].id == r.id {
-					continue
-				}
-				env, id, state, msg, ver = append(env, r.env), append(id, r.id), append(state, r.state), append(msg, r.message), append(ver, r.version)
+			if err := queueAlerts(batch, b.Alerts); err != nil {
+				return err
 			}
+			for _, a := range b.Alerts {
+				if store.SetsCompliance(&a) {
+					verified = append(verified, statusRow{b.Env, a.ID.String(), string(a.Compliance), "", a.Version, seq})
+				}
+			}
+		}
+		if len(st) > 0 {
 			// A result only updates a status row of its version or an
 			// older one: a late result of an old deploy never overwrites
-			// a newer state.
+			// a newer state, nor one from a later message of the agent.
+			env, id, state, msg, ver, seq := st.columns()
 			batch.Queue(`UPDATE resource_status rs SET
 					state = u.state,
 					compliance = CASE u.state WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE rs.compliance END,
 					last_verified = CASE u.state WHEN 'deployed' THEN now() ELSE rs.last_verified END,
-					message = u.message, updated_at = now()
-				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS u(env, id, state, message, version)
-				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version <= u.version`, env, id, state, msg, ver)
+					message = u.message, updated_at = now(), seq = GREATEST(rs.seq, u.seq)
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS u(env, id, state, message, version, seq)
+				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version <= u.version AND (u.seq = 0 OR rs.seq <= u.seq)`,
+				env, id, state, msg, ver, seq)
+		}
+		if len(verified) > 0 {
+			// A verification of the version a deployed resource holds sets
+			// its compliance only.
+			env, id, compliance, _, ver, seq := verified.columns()
+			batch.Queue(`UPDATE resource_status rs SET
+					compliance = u.compliance, last_verified = now(), seq = GREATEST(rs.seq, u.seq)
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(env, id, compliance, version, seq)
+				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version = u.version AND rs.state = 'deployed'
+					AND (u.seq = 0 OR rs.seq <= u.seq)`,
+				env, id, compliance, ver, seq)
 		}
 		if len(act.id) > 0 {
 			batch.Queue(`INSERT INTO actions (env, resource_id, agent, kind, deploy_id, version, state, changes, message, at, duration_ns)
@@ -172,6 +182,33 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 		return nil, err
 	}
 	return fresh, nil
+}
+
+// statusRow is one resource's status update: a result's state, or a
+// verification's compliance (in state).
+type statusRow struct {
+	env, id, state, message string
+	version, seq            int64
+}
+
+type statusRows []statusRow
+
+// columns returns the rows as unnest arrays, one row per resource: of
+// several updates of one resource the one from the agent's latest message
+// wins (the latest in the list among equals). Rows come sorted, so
+// concurrent ingests lock rows in one order and never deadlock.
+func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64) {
+	slices.SortStableFunc(rows, func(a, b statusRow) int {
+		return cmp.Or(cmp.Compare(a.env, b.env), cmp.Compare(a.id, b.id), cmp.Compare(a.seq, b.seq))
+	})
+	for i, r := range rows {
+		if i+1 < len(rows) && rows[i+1].env == r.env && rows[i+1].id == r.id {
+			continue
+		}
+		env, id, state, msg = append(env, r.env), append(id, r.id), append(state, r.state), append(msg, r.message)
+		ver, seq = append(ver, r.version), append(seq, r.seq)
+	}
+	return env, id, state, msg, ver, seq
 }
 
 // markIngested records the batches' (env, agent, seq) and sets fresh[i] for

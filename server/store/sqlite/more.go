@@ -150,32 +150,39 @@ func (s *Store) PruneVersions(ctx context.Context, env string, keep int) (int, e
 
 // RecordAlerts implements store.Store.
 func (s *Store) RecordAlerts(ctx context.Context, alerts []model.Alert) error {
-	return s.tx(ctx, "record alerts", func(tx *sql.Tx) error {
-		for _, a := range alerts {
-			var id sql.NullString
-			if a.ID != nil {
-				id = sql.NullString{String: a.ID.String(), Valid: true}
-			}
-			var changes []byte
-			if len(a.Changes) > 0 {
-				var err error
-				if changes, err = json.Marshal(a.Changes); err != nil {
-					return fmt.Errorf("%w: %w", store.ErrInvalid, err)
-				}
-			}
-			if a.At.IsZero() {
-				a.At = time.Now()
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO alerts (env, agent, kind, resource_id, message, changes, at)
-				VALUES (?, ?, ?, ?, ?, ?, ?)`, a.Env, a.Agent, a.Kind, id, a.Message, changes, nanos(a.At)); err != nil {
-				if isConstraint(err) {
-					return fmt.Errorf("alert for environment %q: %w", a.Env, store.ErrNotFound)
-				}
-				return err
+	for i := range alerts {
+		if err := store.CheckAlert(&alerts[i]); err != nil {
+			return fmt.Errorf("record alerts: %w", err)
+		}
+	}
+	return s.tx(ctx, "record alerts", func(tx *sql.Tx) error { return insertAlerts(ctx, tx, alerts) })
+}
+
+func insertAlerts(ctx context.Context, tx *sql.Tx, alerts []model.Alert) error {
+	for _, a := range alerts {
+		var id sql.NullString
+		if a.ID != nil {
+			id = sql.NullString{String: a.ID.String(), Valid: true}
+		}
+		var changes []byte
+		if len(a.Changes) > 0 {
+			var err error
+			if changes, err = json.Marshal(a.Changes); err != nil {
+				return fmt.Errorf("%w: %w", store.ErrInvalid, err)
 			}
 		}
-		return nil
-	})
+		if a.At.IsZero() {
+			a.At = time.Now()
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO alerts (env, agent, kind, resource_id, message, changes, compliance, version, at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.Env, a.Agent, a.Kind, id, a.Message, changes, a.Compliance, a.Version, nanos(a.At)); err != nil {
+			if isConstraint(err) {
+				return fmt.Errorf("alert for environment %q: %w", a.Env, store.ErrNotFound)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 func isConstraint(err error) bool {
@@ -185,7 +192,7 @@ func isConstraint(err error) bool {
 
 // Alerts implements store.Store.
 func (s *Store) Alerts(ctx context.Context, f store.AlertFilter) ([]model.Alert, error) {
-	q := `SELECT seq, env, agent, kind, resource_id, message, changes, at FROM alerts WHERE 1 = 1`
+	q := `SELECT seq, env, agent, kind, resource_id, message, changes, compliance, version, at FROM alerts WHERE 1 = 1`
 	var args []any
 	for _, c := range []struct{ col, v string }{{"env", f.Env}, {"agent", f.Agent}, {"kind", string(f.Kind)}} {
 		if c.v != "" {
@@ -206,7 +213,7 @@ func (s *Store) Alerts(ctx context.Context, f store.AlertFilter) ([]model.Alert,
 		var id sql.NullString
 		var changes []byte
 		var at int64
-		if err := rows.Scan(&a.Seq, &a.Env, &a.Agent, &a.Kind, &id, &a.Message, &changes, &at); err != nil {
+		if err := rows.Scan(&a.Seq, &a.Env, &a.Agent, &a.Kind, &id, &a.Message, &changes, &a.Compliance, &a.Version, &at); err != nil {
 			return nil, s.wrap("alerts", err)
 		}
 		a.At = fromNanos(at)

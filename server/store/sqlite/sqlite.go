@@ -590,23 +590,35 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 	now := nanos(time.Now())
 	err := s.tx(ctx, "record results", func(tx *sql.Tx) error {
 		// A result only updates a status row of its version or an older one:
-		// a late result of an old deploy never overwrites a newer state.
+		// a late result of an old deploy never overwrites a newer state,
+		// nor does a result older (by the agent's counter) than the one
+		// applied last.
 		statusStmt, err := tx.PrepareContext(ctx, `UPDATE resource_status SET
 				state = ?1,
 				compliance = CASE ?1 WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE compliance END,
 				last_verified = CASE ?1 WHEN 'deployed' THEN ?2 ELSE last_verified END,
-				message = ?3, updated_at = ?2
-			WHERE env = ?4 AND resource_id = ?5 AND version <= ?6`)
+				message = ?3, updated_at = ?2, seq = MAX(seq, ?7)
+			WHERE env = ?4 AND resource_id = ?5 AND version <= ?6 AND (?7 = 0 OR seq <= ?7)`)
 		if err != nil {
 			return err
 		}
 		defer statusStmt.Close()
+		// A verification (a dry run, or a drift report) of the version a
+		// deployed resource holds sets its compliance only.
+		verifyStmt, err := tx.PrepareContext(ctx, `UPDATE resource_status SET
+				compliance = ?1, last_verified = ?2, seq = MAX(seq, ?6)
+			WHERE env = ?3 AND resource_id = ?4 AND version = ?5 AND state = 'deployed' AND (?6 = 0 OR seq <= ?6)`)
+		if err != nil {
+			return err
+		}
+		defer verifyStmt.Close()
 		var actionStmt *sql.Stmt
 		for bi := range batches {
 			b := &batches[bi]
+			seq := int64(b.Seq)
 			if b.Seq != 0 {
 				res, err := tx.ExecContext(ctx, `INSERT INTO ingested (env, agent, seq, at) VALUES (?, ?, ?, ?)
-					ON CONFLICT DO NOTHING`, b.Env, b.Agent, int64(b.Seq), now)
+					ON CONFLICT DO NOTHING`, b.Env, b.Agent, seq, now)
 				if err != nil {
 					return err
 				}
@@ -618,8 +630,13 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 			for i := range b.Results {
 				r := &b.Results[i]
 				id := r.ID.String()
-				if !r.DryRun {
-					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version); err != nil {
+				switch {
+				case !r.DryRun:
+					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version, seq); err != nil {
+						return err
+					}
+				case r.State == model.StateDeployed:
+					if _, err := verifyStmt.ExecContext(ctx, store.Verified(r), now, b.Env, id, b.Version, seq); err != nil {
 						return err
 					}
 				}
@@ -641,6 +658,16 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				if _, err := actionStmt.ExecContext(ctx, b.Env, id, b.Agent, store.ActionKindOf(r), b.DeployID, b.Version, r.State, changes,
 					r.Message, now, int64(r.Duration)); err != nil {
 					return err
+				}
+			}
+			if err := insertAlerts(ctx, tx, b.Alerts); err != nil {
+				return err
+			}
+			for _, a := range b.Alerts {
+				if store.SetsCompliance(&a) {
+					if _, err := verifyStmt.ExecContext(ctx, a.Compliance, now, b.Env, a.ID.String(), a.Version, seq); err != nil {
+						return err
+					}
 				}
 			}
 		}

@@ -342,3 +342,101 @@ func testSecret(t *testing.T, s store.Store) {
 		t.Fatal("a failing create must fail the call")
 	}
 }
+
+// testOutOfOrderBatches: batches of one agent recorded out of order (by
+// concurrent ingest consumers) leave each status at the latest message's.
+func testOutOfOrderBatches(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x, y := file("a", "/x", "1"), file("a", "/y", "1")
+	v := mustPut(t, s, "prod", x, y)
+	mustRelease(t, s, "prod", v.Number)
+	batch := func(seq uint64, state model.ResourceState, rs ...model.Resource) store.ResultBatch {
+		b := store.ResultBatch{Env: "prod", Agent: "a", Seq: seq, Version: v.Number, DeployID: "d"}
+		for _, r := range rs {
+			b.Results = append(b.Results, result(r, state, nil))
+		}
+		return b
+	}
+	// Message 11 (x failed) is recorded before message 10 (x and y
+	// deployed), in another call and within one call.
+	for _, calls := range [][][]store.ResultBatch{
+		{{batch(11, model.StateFailed, x)}, {batch(10, model.StateDeployed, x, y)}},
+		{{batch(21, model.StateFailed, x), batch(20, model.StateDeployed, x, y)}},
+	} {
+		for _, c := range calls {
+			if _, err := s.RecordResults(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := statusOf(t, s, "prod")
+		if st["/x"].State != model.StateFailed || st["/y"].State != model.StateDeployed {
+			t.Fatalf("x %s, y %s: want x failed (latest message), y deployed", st["/x"].State, st["/y"].State)
+		}
+	}
+	// Messages without a counter (seq 0) always apply.
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{batch(0, model.StateDeployed, x)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateDeployed {
+		t.Fatalf("x %s after a result without seq, want deployed", st.State)
+	}
+}
+
+// testCompliance: dry runs and drift alerts set the compliance of deployed
+// resources of their version, and nothing else.
+func testCompliance(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x, y, z := file("a", "/x", "1"), file("a", "/y", "1"), file("a", "/z", "1")
+	v := mustPut(t, s, "prod", x, y, z)
+	mustRelease(t, s, "prod", v.Number)
+	if err := record(s, "prod", "a", v.Number, "d", []model.Result{result(x, model.StateDeployed, nil), result(y, model.StateDeployed, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	// A dry run finds x drifted, y fine, z (never deployed) would change.
+	drifted := model.Changes{"content": {Current: "hacked", Desired: "1"}}
+	dry := []model.Result{result(x, model.StateDeployed, drifted), result(y, model.StateDeployed, nil), result(z, model.StateDeployed, drifted)}
+	for i := range dry {
+		dry[i].DryRun = true
+	}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 5, Version: v.Number, DeployID: "dry", Results: dry}}); err != nil {
+		t.Fatal(err)
+	}
+	st := statusOf(t, s, "prod")
+	if st["/x"].Compliance != model.NonCompliant || st["/x"].State != model.StateDeployed {
+		t.Fatalf("x after a dry run found drift: %+v, want deployed and non_compliant", st["/x"])
+	}
+	if st["/y"].Compliance != model.Compliant || st["/y"].LastVerified == nil {
+		t.Fatalf("y after a clean dry run: %+v, want compliant and verified", st["/y"])
+	}
+	if st["/z"].State != model.StateAvailable || st["/z"].Compliance != model.ComplianceUnknown {
+		t.Fatalf("z (never deployed) after a dry run: %+v, want available and unknown", st["/z"])
+	}
+	// A compliance message: y drifted, x restored; stored as alerts.
+	yID, xID := y.ID, x.ID
+	msg := store.ResultBatch{Env: "prod", Agent: "a", Seq: 6, Version: v.Number, Alerts: []model.Alert{
+		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &yID, Compliance: model.NonCompliant, Version: v.Number, Message: "drift", Changes: drifted},
+		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &xID, Compliance: model.Compliant, Version: v.Number, Message: "restored"},
+	}}
+	for range 2 { // the redelivery stores nothing more
+		if _, err := s.RecordResults(ctx, []store.ResultBatch{msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = statusOf(t, s, "prod")
+	if st["/y"].Compliance != model.NonCompliant || st["/x"].Compliance != model.Compliant {
+		t.Fatalf("after the compliance message: x %s, y %s; want x compliant, y non_compliant", st["/x"].Compliance, st["/y"].Compliance)
+	}
+	alerts, err := s.Alerts(ctx, store.AlertFilter{Env: "prod", Kind: model.AlertDrift})
+	if err != nil || len(alerts) != 2 {
+		t.Fatalf("drift alerts: %+v, %v; want 2 (one message, delivered twice)", alerts, err)
+	}
+	if alerts[1].Compliance != model.NonCompliant || alerts[1].Version != v.Number || alerts[1].Changes["content"].Current != "hacked" {
+		t.Fatalf("stored drift alert %+v", alerts[1])
+	}
+	// An agent cannot report on another agent's resource.
+	other := file("b", "/x", "").ID
+	bad := store.ResultBatch{Env: "prod", Agent: "a", Seq: 7, Alerts: []model.Alert{{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &other, Message: "x"}}}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("alert about another agent's resource: got %v, want ErrInvalid", err)
+	}
+}

@@ -31,6 +31,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StatusFilters", testStatusFilters},
 		{"ConcurrentIngest", testConcurrentIngest},
 		{"DuplicateBatches", testDuplicateBatches},
+		{"OutOfOrderBatches", testOutOfOrderBatches},
+		{"Compliance", testCompliance},
 		{"UpdateSettings", testUpdateSettings},
 		{"DeleteEnv", testDeleteEnv},
 		{"HashesAndHistory", testHashesAndHistory},
@@ -354,15 +356,16 @@ func testRecordResults(t *testing.T, s store.Store) {
 		t.Fatalf("failed resource actions: %v", actions)
 	}
 
-	// A dry run logs what it found and leaves the status alone.
+	// A dry run logs what it found and leaves the state alone; what it
+	// found is the resource's compliance (testCompliance).
 	err = record(s, "prod", "a", 1, "dry1", []model.Result{
 		{ID: ok.ID, State: model.StateDeployed, DryRun: true, Changes: model.Changes{"content": {Current: "y", Desired: "x"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := statusOf(t, s, "prod")["/ok"]; st.State != model.StateDeployed || st.Compliance != model.Compliant {
-		t.Fatalf("dry run changed the status: %+v", st)
+	if st := statusOf(t, s, "prod")["/ok"]; st.State != model.StateDeployed || st.Compliance != model.NonCompliant {
+		t.Fatalf("dry run that found a change: %+v, want deployed and non_compliant", st)
 	}
 	actions, _ = s.Actions(ctx, "prod", ok.ID, 10)
 	if len(actions) != 2 || actions[0].Kind != model.ActionDryRun || actions[0].Seq <= actions[1].Seq {
