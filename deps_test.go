@@ -34,6 +34,7 @@ var rules = map[string]rule{
 	"bus":                          {internal: []string{"model"}},
 	"bus/bustest":                  {internal: []string{"bus", "model"}},
 	"bus/amqp":                     {internal: []string{"bus", "model"}, external: []string{"github.com/rabbitmq/amqp091-go"}},
+	"bus/amqp/amqptest":            {internal: []string{"bus", "bus/amqp"}},
 	"agent/handler":                {internal: []string{"model"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/handlertest":    {internal: []string{"agent/handler", "model"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/builtin":        {internal: []string{"agent/handler", "agent/handler/*"}},

@@ -62,6 +62,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action model
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return a, err
 	}
+	s.agents.put(a)
 	switch action {
 	case model.AgentAccept:
 		// Enrolled now; it gets its state at once if connected, else on

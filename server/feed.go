@@ -28,19 +28,28 @@ const (
 	EventAgentChanged EventKind = "agent.changed"
 	// EventEnvHalted: an environment was halted or resumed.
 	EventEnvHalted EventKind = "env.halted"
+	// EventDrift: an agent reported a resource drifted from its intent,
+	// or back to it (Alert says which).
+	EventDrift EventKind = "compliance.drift"
+	// EventScheduled: the environment's scheduler started a periodic
+	// retry or verification.
+	EventScheduled EventKind = "deploy.scheduled"
 )
 
 // Event is something that just happened at the server, published after it
 // was recorded.
 type Event struct {
-	Kind       EventKind     `json:"kind"`
-	At         time.Time     `json:"at"`
-	Env        string        `json:"env"`
-	Agent      string        `json:"agent,omitempty"`
-	DeployID   string        `json:"deploy_id,omitempty"`
-	Generation int64         `json:"generation,omitempty"`
-	Result     *model.Result `json:"result,omitempty"`
-	Error      string        `json:"error,omitempty"`
+	Kind     EventKind `json:"kind"`
+	At       time.Time `json:"at"`
+	Env      string    `json:"env"`
+	Agent    string    `json:"agent,omitempty"`
+	DeployID string    `json:"deploy_id,omitempty"`
+	// Operation is the scheduled operation (deploy, repair, dryrun).
+	Operation  model.Operation `json:"operation,omitempty"`
+	Generation int64           `json:"generation,omitempty"`
+	Result     *model.Result   `json:"result,omitempty"`
+	Alert      *model.Alert    `json:"alert,omitempty"`
+	Error      string          `json:"error,omitempty"`
 }
 
 // Feed fans events out to subscribers. Every subscriber sees every event

@@ -18,7 +18,9 @@ type Metrics struct {
 	events   *prometheus.CounterVec
 	results  prometheus.Counter
 	batches  prometheus.Histogram
+	commit   prometheus.Histogram
 	security prometheus.Counter
+	leading  prometheus.Gauge
 }
 
 func newMetrics() *Metrics {
@@ -34,10 +36,14 @@ func newMetrics() *Metrics {
 			Help: "Resource results recorded."}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_ingest_batch_events",
 			Help: "Events written per ingest transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_ingest_commit_seconds",
+			Help: "Duration of ingest transactions.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
+		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_scheduler_leading_environments",
+			Help: "Environments whose scheduler this server leads."}),
 		security: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_total",
 			Help: "Events dropped for their signer (unknown key, another agent's key)."}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.security,
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.leading,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -5,11 +5,11 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,27 +20,65 @@ import (
 	"github.com/tetherhq/tether/server/store"
 )
 
-// Config configures a server.
+// Config configures a server. Zero values take the defaults.
 type Config struct {
 	// Key signs everything the server sends (generated when nil).
 	Key ed25519.PrivateKey
+	// Consumers is how many consumers take events off the events queue
+	// at once (default 16). Their events are written together, so more
+	// consumers mean larger ingest transactions.
+	Consumers int
+	// MaxBatch bounds the events written per ingest transaction (default 256).
+	MaxBatch int
+	// LeadEvery is how often the server tries to take the lead of
+	// environments whose scheduler nobody leads (default 5s): a standby
+	// replica takes over within this time after a leader dies.
+	LeadEvery time.Duration
+	// AgentCacheTTL is how long the ingest path trusts its copy of an
+	// agent's key and state (default 5s); changes through this server are
+	// seen at once, through another replica within this time.
+	AgentCacheTTL time.Duration
+	// KeepIngested is how long (agent, seq) marks are kept to drop
+	// redeliveries (default 24h).
+	KeepIngested time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Consumers <= 0 {
+		c.Consumers = 16
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 256
+	}
+	if c.LeadEvery <= 0 {
+		c.LeadEvery = 5 * time.Second
+	}
+	if c.AgentCacheTTL <= 0 {
+		c.AgentCacheTTL = 5 * time.Second
+	}
+	if c.KeepIngested <= 0 {
+		c.KeepIngested = 24 * time.Hour
+	}
 }
 
 // Server is one server process's core.
 type Server struct {
-	store  store.Store
-	bus    bus.Bus
-	sched  *scheduler.Scheduler
-	signer *bus.Signer
-	feed   *Feed
-	dedup  *bus.Dedup
-	log    zerolog.Logger
-	// metrics is nil until Metrics is called.
-	metrics *Metrics
+	cfg       Config
+	store     store.Store
+	bus       bus.Bus
+	sched     *scheduler.Scheduler
+	signer    *bus.Signer
+	feed      *Feed
+	dedup     *bus.Dedup
+	agents    *agentCache
+	committer *committer
+	log       zerolog.Logger
+	metrics   *Metrics
 }
 
 // New returns a server over st and b.
 func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, error) {
+	cfg.defaults()
 	if cfg.Key == nil {
 		_, key, err := bus.GenerateKey()
 		if err != nil {
@@ -50,24 +88,24 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	}
 	log = log.With().Str("component", "server").Logger()
 	signer := bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano()))
+	m := newMetrics()
 	return &Server{
-		store:  st,
-		bus:    b,
-		sched:  scheduler.New(st, b, signer, log),
-		signer: signer,
-		feed:   newFeed(),
-		dedup:  bus.NewDedup(1 << 16),
-		log:    log,
+		cfg:       cfg,
+		store:     st,
+		bus:       b,
+		sched:     scheduler.New(st, b, signer, log),
+		signer:    signer,
+		feed:      newFeed(),
+		dedup:     bus.NewDedup(1 << 16),
+		agents:    newAgentCache(st, cfg.AgentCacheTTL),
+		committer: newCommitter(st, cfg.MaxBatch, m),
+		log:       log,
+		metrics:   m,
 	}, nil
 }
 
-// Metrics returns the server's metrics, created on first call.
-func (s *Server) Metrics() *Metrics {
-	if s.metrics == nil {
-		s.metrics = newMetrics()
-	}
-	return s.metrics
-}
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // PublicKey returns the key agents verify the server's messages with.
 func (s *Server) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
@@ -75,17 +113,30 @@ func (s *Server) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
 // Subscribe follows the server's live events.
 func (s *Server) Subscribe() *Subscription { return s.feed.subscribe() }
 
-// Run ingests agents' events until ctx ends.
+// Run ingests agents' events and leads the schedulers of the environments
+// no other replica leads, until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 2)
-	for _, q := range []bus.Queue{bus.QueueEvents, bus.QueueCompliance} {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.committer.run(ctx) }()
+	go func() { defer wg.Done(); s.lead(ctx) }()
+	defer wg.Wait()
+
+	consumers := []bus.Queue{bus.QueueCompliance}
+	for range s.cfg.Consumers {
+		consumers = append(consumers, bus.QueueEvents)
+	}
+	errs := make(chan error, len(consumers))
+	for _, q := range consumers {
 		go func() { errs <- s.bus.ConsumeEvents(ctx, q, s.handle) }()
 	}
 	err := <-errs
 	cancel()
-	<-errs
+	for range len(consumers) - 1 {
+		<-errs
+	}
 	if errors.Is(err, context.Canceled) {
 		return ctx.Err()
 	}
@@ -134,167 +185,31 @@ func (s *Server) Release(ctx context.Context, env string, n int64) (model.Versio
 	if err != nil {
 		return v, err
 	}
-	return v, s.sched.Released(ctx, env, n)
+	if err := s.sched.Released(ctx, env, n); err != nil {
+		return v, err
+	}
+	s.prune(ctx, env)
+	return v, nil
+}
+
+// prune deletes the versions of env beyond its versions_to_keep setting.
+// Failing to is logged, not returned: the release happened, and the next
+// one prunes again.
+func (s *Server) prune(ctx context.Context, env string) {
+	e, err := s.store.GetEnv(ctx, env)
+	if err == nil && e.Settings.VersionsToKeep > 0 {
+		var n int
+		n, err = s.store.PruneVersions(ctx, env, e.Settings.VersionsToKeep)
+		if n > 0 {
+			s.log.Info().Str("env", env).Int("deleted", n).Int("kept", e.Settings.VersionsToKeep).Msg("pruned old versions")
+		}
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Str("env", env).Msg("cannot prune old versions; the next release tries again")
+	}
 }
 
 // Deploy asks agents of env for a deploy or a dry run of the released version.
 func (s *Server) Deploy(ctx context.Context, env string, req scheduler.DeployRequest) (scheduler.Deployment, error) {
 	return s.sched.Deploy(ctx, env, req)
-}
-
-// handle ingests one event. A nil return acknowledges it; ErrReject
-// dead-letters it; any other error returns it to the queue for a retry.
-func (s *Server) handle(ctx context.Context, d bus.Delivery) error {
-	e := d.Envelope
-	if s.dedup.Has(e.ID) {
-		return nil
-	}
-	err := s.ingest(ctx, e)
-	if err == nil || errors.Is(err, bus.ErrReject) {
-		s.dedup.Add(e.ID) // final: a redelivery changes nothing
-	}
-	return err
-}
-
-func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
-	if e.Kind == bus.KindHello {
-		return s.hello(ctx, e)
-	}
-	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	if errors.Is(err, store.ErrNotFound) {
-		s.security(e, "event from an unknown agent")
-		return fmt.Errorf("%w: %s: unknown agent", bus.ErrReject, e)
-	}
-	if err != nil {
-		return err
-	}
-	if err := bus.Verify(e, a.PublicKey); err != nil {
-		s.security(e, "event signed by another key than the agent's")
-		return fmt.Errorf("%w: %w", bus.ErrReject, err)
-	}
-	if a.State != model.AgentAccepted {
-		return fmt.Errorf("%w: %s: agent %s is %s", bus.ErrReject, e, a.Name, a.State)
-	}
-	switch e.Kind {
-	case bus.KindResourceStatus, bus.KindDryRunResult:
-		var body bus.ResourceStatus
-		if err := e.DecodeBody(&body); err != nil {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		return s.results(ctx, a, e.Kind == bus.KindDryRunResult, body)
-	case bus.KindStateRequest:
-		return s.sched.StateRequest(ctx, a.Env, a.Name)
-	case bus.KindHeartbeat, bus.KindGoodbye:
-		a.LastSeen = time.Now().UTC()
-		return s.store.UpsertAgent(ctx, a)
-	default:
-		s.log.Info().Str("kind", string(e.Kind)).Str("agent", a.Name).Msg("event kind not handled by this server version; ignored")
-		return nil
-	}
-}
-
-// hello records a discovered agent and, when the environment's enrollment
-// policy accepts it, enrolls it and hands it to the scheduler.
-func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
-	var body bus.Hello
-	if err := e.DecodeBody(&body); err != nil {
-		return fmt.Errorf("%w: %w", bus.ErrReject, err)
-	}
-	if err := bus.Verify(e, body.PublicKey); err != nil {
-		return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
-	}
-	env, err := s.store.GetEnv(ctx, e.Env)
-	if errors.Is(err, store.ErrNotFound) {
-		s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
-		return fmt.Errorf("%w: %s: no environment %q", bus.ErrReject, e, e.Env)
-	}
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a = model.Agent{Env: e.Env, Name: e.Agent, State: model.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
-	case err != nil:
-		return err
-	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == model.AgentAccepted && env.Settings.Enrollment != model.EnrollOpen:
-		s.security(e, "hello from an accepted agent's name with another key")
-		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
-	}
-	a.PublicKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.Labels, body.Facts, body.Kinds
-	a.Generation, a.LastSeen = body.Generation, now
-	if env.Settings.Enrollment == model.EnrollOpen {
-		a.State = model.AgentAccepted
-	}
-	if err := s.store.UpsertAgent(ctx, a); err != nil {
-		return err
-	}
-	if a.State != model.AgentAccepted {
-		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
-			Msg("agent discovered; waiting for an operator to accept it")
-		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
-		return nil
-	}
-	return s.enroll(ctx, a)
-}
-
-// enroll tells an accepted agent so, with the server's key, then hands it
-// to the scheduler, which sends what it misses.
-func (s *Server) enroll(ctx context.Context, a model.Agent) error {
-	enrolled, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: s.PublicKey()})
-	if err != nil {
-		return err
-	}
-	if err := s.bus.Send(ctx, enrolled, bus.SendOptions{}); err != nil {
-		return err
-	}
-	if a.Paused {
-		if err := s.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
-			return err
-		}
-	}
-	if err := s.sched.Online(ctx, a); err != nil {
-		return err
-	}
-	s.feed.publish(Event{Kind: EventAgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
-	return nil
-}
-
-// results records a batch of results, tells agents waiting on them, and
-// publishes them live.
-func (s *Server) results(ctx context.Context, a model.Agent, dryRun bool, body bus.ResourceStatus) error {
-	for i := range body.Results {
-		body.Results[i].DryRun = dryRun
-	}
-	if _, err := s.store.RecordResults(ctx, []store.ResultBatch{{Env: a.Env, Agent: a.Name, Version: body.Generation, DeployID: body.DeployID, Results: body.Results}}); err != nil {
-		if errors.Is(err, store.ErrInvalid) {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		return err
-	}
-	if body.Generation != a.Generation {
-		a.Generation = body.Generation
-		if err := s.store.UpsertAgent(ctx, a); err != nil {
-			return err
-		}
-	}
-	if err := s.sched.ResultsRecorded(ctx, a.Env, body.Results); err != nil {
-		s.log.Warn().Err(err).Msg("cannot tell waiting agents about results")
-	}
-	for i := range body.Results {
-		s.feed.publish(Event{Kind: EventResult, Env: a.Env, Agent: a.Name, DeployID: body.DeployID,
-			Generation: body.Generation, Result: &body.Results[i]})
-	}
-	if body.Done {
-		s.feed.publish(Event{Kind: EventDeployDone, Env: a.Env, Agent: a.Name, DeployID: body.DeployID,
-			Generation: body.Generation, Error: body.Error})
-	}
-	return nil
-}
-
-// security logs and publishes a security alert about an event.
-func (s *Server) security(e *bus.Envelope, what string) {
-	s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Str("kind", string(e.Kind)).Msg("security: " + what)
-	s.feed.publish(Event{Kind: EventSecurity, Env: e.Env, Agent: e.Agent, Error: what})
 }

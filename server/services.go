@@ -34,9 +34,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Events:     s,
 		Ready:      ready,
 		Metrics:    metrics,
-	}
-	if s.metrics != nil {
-		svc.Observer = s.metrics
+		Observer:   s.metrics,
 	}
 	return svc
 }
@@ -58,5 +56,9 @@ func (e envService) CreateEnv(ctx context.Context, env model.Environment) error 
 }
 
 func (e envService) DeleteEnv(ctx context.Context, name string) error {
-	return e.s.store.DeleteEnv(ctx, name)
+	if err := e.s.store.DeleteEnv(ctx, name); err != nil {
+		return err
+	}
+	e.s.agents.forgetEnv(name)
+	return nil
 }

@@ -387,3 +387,44 @@ func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg am
 		return nil
 	}
 }
+
+// DeleteTopology removes what a namespace declared on the broker: its
+// exchanges, its server and dead-letter queues, and the inboxes given (by
+// queue name, see InboxQueue), with any messages they hold. Tests clean
+// up with it; an operator uninstalling a namespace can too.
+func DeleteTopology(ctx context.Context, cfg Config, inboxes []string) error {
+	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		return fmt.Errorf("delete topology of %s: %w", cfg.Namespace, err)
+	}
+	defer conn.Close()
+	names := &Bus{cfg: cfg}
+	queues := append([]string{names.DeadQueue(), names.ServerQueue(bus.QueueEvents), names.ServerQueue(bus.QueueCompliance)}, inboxes...)
+	var errs []error
+	ch, err := conn.Channel()
+	for _, q := range queues {
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, qerr := ch.QueueDelete(q, false, false, false); qerr != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", q, qerr))
+			ch, err = conn.Channel() // a failed delete closes the channel
+		}
+	}
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer ch.Close()
+	for _, x := range []string{names.cmdExchange(), names.eventsExchange(), names.deadExchange()} {
+		if xerr := ch.ExchangeDelete(x, false, false); xerr != nil {
+			errs = append(errs, fmt.Errorf("delete exchange %s: %w", x, xerr))
+			if ch, err = conn.Channel(); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

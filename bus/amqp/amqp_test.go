@@ -116,33 +116,12 @@ func open(t *testing.T, cfg Config) *tracked {
 	return tb
 }
 
-// deleteTopology removes what a test's namespace declared: its exchanges,
-// server and dead-letter queues, and the inboxes given.
+// deleteTopology removes what a test's namespace declared.
 func deleteTopology(tb testing.TB, cfg Config, inboxes []string) {
-	conn, err := amqp.Dial(cfg.URL)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := DeleteTopology(ctx, cfg, inboxes); err != nil {
 		tb.Logf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	names := &Bus{cfg: cfg}
-	queues := append([]string{names.DeadQueue(), names.ServerQueue(bus.QueueEvents), names.ServerQueue(bus.QueueCompliance)}, inboxes...)
-	ch, err := conn.Channel()
-	for _, q := range queues {
-		if err != nil {
-			return
-		}
-		if _, err = ch.QueueDelete(q, false, false, false); err != nil {
-			tb.Logf("cleanup: delete %s: %v", q, err)
-			ch, err = conn.Channel() // a failed delete closes the channel
-		}
-	}
-	if err != nil {
-		return
-	}
-	defer ch.Close()
-	for _, x := range []string{names.cmdExchange(), names.eventsExchange(), names.deadExchange()} {
-		_ = ch.ExchangeDelete(x, false, false)
 	}
 }
 

@@ -144,3 +144,22 @@ func (b *Bus) Ready(ctx context.Context) error {
 	_, err := b.session(ctx)
 	return err
 }
+
+// Backlog counts the messages of a server queue that wait for a consumer
+// (not those delivered and not yet acknowledged).
+func (b *Bus) Backlog(ctx context.Context, q bus.Queue) (int, error) {
+	s, err := b.session(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	info, err := ch.QueueDeclarePassive(b.ServerQueue(q), true, false, false, false, b.queueArgs())
+	if err != nil {
+		return 0, fmt.Errorf("backlog of %s: %w", q, err)
+	}
+	return info.Messages, nil
+}

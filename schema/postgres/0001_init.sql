@@ -69,9 +69,12 @@ CREATE TABLE resource_status (
     last_verified TIMESTAMPTZ,
     message       TEXT NOT NULL DEFAULT '',
     updated_at    TIMESTAMPTZ NOT NULL,
-    -- The agent's message counter of the newest result applied: an older
-    -- result arriving late (several ingest consumers) is not applied over it.
-    seq           BIGINT NOT NULL DEFAULT 0,
+    -- The agent's message counters of the newest result applied to the
+    -- state, and of the newest report applied to the compliance: a message
+    -- arriving after a newer one (several ingest consumers, results and
+    -- drift reports on separate queues) is not applied over it.
+    seq            BIGINT NOT NULL DEFAULT 0,
+    compliance_seq BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (env, resource_id)
 );
 

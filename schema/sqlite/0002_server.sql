@@ -3,10 +3,12 @@
 
 ALTER TABLE agents ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 
--- The agent's message counter of the newest result applied to a status: a
--- result that arrives after a newer one (several ingest consumers) is not
--- applied over it.
+-- The agent's message counters of the newest result applied to a status's
+-- state, and of the newest report applied to its compliance: a message that
+-- arrives after a newer one (several ingest consumers, results and drift
+-- reports on separate queues) is not applied over it.
 ALTER TABLE resource_status ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE resource_status ADD COLUMN compliance_seq INTEGER NOT NULL DEFAULT 0;
 
 -- One row per recorded result batch (agent message), to drop redeliveries.
 CREATE TABLE ingested (

@@ -44,11 +44,17 @@ type Agents interface {
 	ListAgents(ctx context.Context, env string) ([]model.Agent, error)
 }
 
+// Statuses reads where resources stand.
+type Statuses interface {
+	Statuses(ctx context.Context, env string, f model.StatusFilter) ([]model.ResourceStatus, error)
+}
+
 // Store is everything the scheduler reads.
 type Store interface {
 	Environments
 	Versions
 	Agents
+	Statuses
 }
 
 // Sender delivers commands to agents' inboxes.
@@ -215,18 +221,28 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 	if err != nil {
 		return Deployment{}, err
 	}
-	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: v.Number}
 	var opts bus.SendOptions
 	if req.Operation == model.OpRepair {
 		// A repair nobody took within an interval is stale: the next
 		// one is on its way.
 		opts.Expiration = time.Duration(env.Settings.RepairInterval)
 	}
+	d, err := s.dispatch(ctx, envName, v.Number, targets, req, opts)
+	if len(d.Agents) == 0 && err == nil {
+		return d, fmt.Errorf("%s %s: %w: %s never connected: start them (tether agent run)", req.Operation, envName, ErrNoAgents, strings.Join(d.Unreached, ", "))
+	}
+	return d, err
+}
+
+// dispatch sends each target the desired state it misses of generation gen,
+// then the operation's command.
+func (s *Scheduler) dispatch(ctx context.Context, envName string, gen int64, targets []model.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
+	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: gen}
 	var errs []error
 	for _, a := range targets {
-		_, err := s.sync(ctx, envName, a.Name, a.Generation, v.Number)
+		_, err := s.sync(ctx, envName, a.Name, a.Generation, gen)
 		if err == nil {
-			err = s.sendOperation(ctx, envName, a.Name, v.Number, d.ID, req, opts)
+			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, opts)
 		}
 		switch {
 		case errors.Is(err, bus.ErrNoInbox):
@@ -237,23 +253,101 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 			d.Agents = append(d.Agents, a.Name)
 		}
 	}
-	if len(d.Agents) == 0 && len(errs) == 0 {
-		return d, fmt.Errorf("%s %s: %w: %s never connected: start them (tether agent run)", req.Operation, envName, ErrNoAgents, strings.Join(d.Unreached, ", "))
-	}
 	return d, errors.Join(errs...)
+}
+
+// unfinished are the states a retry deploys again.
+var unfinished = []model.ResourceState{model.StateAvailable, model.StateDeploying, model.StateFailed,
+	model.StateSkipped, model.StateCancelled}
+
+// Retry is the deploy-interval trigger: it deploys the released version
+// again to the active agents (accepted, not paused) that hold failed or
+// unfinished resources. It does nothing when the environment is halted or
+// does not deploy automatically. A retry nobody took within the interval
+// expires: the next one is on its way.
+func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, error) {
+	env, v, ok, err := s.periodic(ctx, envName)
+	if err != nil || !ok || !env.Settings.AutoDeploy || env.Settings.DeployInterval <= 0 {
+		return Deployment{}, err
+	}
+	behind := map[string]bool{}
+	for _, st := range unfinished {
+		rows, err := s.store.Statuses(ctx, envName, model.StatusFilter{State: st})
+		if err != nil {
+			return Deployment{}, err
+		}
+		for _, r := range rows {
+			behind[r.ID.Agent] = true
+		}
+	}
+	targets, err := s.active(ctx, envName, func(a model.Agent) bool { return behind[a.Name] })
+	if err != nil || len(targets) == 0 {
+		return Deployment{}, err
+	}
+	return s.dispatch(ctx, envName, v.Number, targets, DeployRequest{Operation: model.OpDeploy},
+		bus.SendOptions{Expiration: time.Duration(env.Settings.DeployInterval)})
+}
+
+// Verify is the repair-interval trigger: every active agent verifies all
+// it holds. By drift policy it is a repair (heal: drift is re-applied) or a
+// dry run (alert: drift is reported, nothing is changed); either way the
+// results set each resource's compliance. It does nothing when the
+// environment is halted; it expires like Retry.
+func (s *Scheduler) Verify(ctx context.Context, envName string) (Deployment, error) {
+	env, v, ok, err := s.periodic(ctx, envName)
+	if err != nil || !ok || env.Settings.RepairInterval <= 0 {
+		return Deployment{}, err
+	}
+	targets, err := s.active(ctx, envName, func(model.Agent) bool { return true })
+	if err != nil || len(targets) == 0 {
+		return Deployment{}, err
+	}
+	op := model.OpDryRun
+	if env.Settings.DriftPolicy == model.DriftHeal && env.Settings.AutoDeploy {
+		op = model.OpRepair
+	}
+	return s.dispatch(ctx, envName, v.Number, targets, DeployRequest{Operation: op},
+		bus.SendOptions{Expiration: time.Duration(env.Settings.RepairInterval)})
+}
+
+// periodic reads what a periodic trigger needs; ok is false when there is
+// nothing to do (halted, nothing released).
+func (s *Scheduler) periodic(ctx context.Context, envName string) (model.Environment, model.Version, bool, error) {
+	env, err := s.store.GetEnv(ctx, envName)
+	if err != nil || env.Settings.Halted {
+		return env, model.Version{}, false, err
+	}
+	v, err := s.store.ReleasedVersion(ctx, envName)
+	if errors.Is(err, model.ErrNotFound) {
+		return env, v, false, nil
+	}
+	if err != nil {
+		return env, v, false, err
+	}
+	return env, v, true, s.ensureIndex(ctx, envName, v.Number)
+}
+
+// active returns the accepted, unpaused agents of env that keep says to.
+func (s *Scheduler) active(ctx context.Context, env string, keep func(model.Agent) bool) ([]model.Agent, error) {
+	all, err := s.store.ListAgents(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	var out []model.Agent
+	for _, a := range all {
+		if a.State == model.AgentAccepted && !a.Paused && keep(a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]model.Agent, error) {
 	var out []model.Agent
 	if len(names) == 0 {
-		all, err := s.store.ListAgents(ctx, env)
-		if err != nil {
+		var err error
+		if out, err = s.active(ctx, env, func(model.Agent) bool { return true }); err != nil {
 			return nil, err
-		}
-		for _, a := range all {
-			if a.State == model.AgentAccepted && !a.Paused {
-				out = append(out, a)
-			}
 		}
 	} else {
 		for _, n := range names {

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
@@ -20,17 +22,19 @@ import (
 type recorder struct {
 	mu      sync.Mutex
 	sent    []*bus.Envelope
+	opts    []bus.SendOptions
 	taken   int // sent[:taken] were returned by take
 	offline map[string]bool
 }
 
-func (r *recorder) Send(_ context.Context, e *bus.Envelope, _ bus.SendOptions) error {
+func (r *recorder) Send(_ context.Context, e *bus.Envelope, opts bus.SendOptions) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.offline[e.Agent] {
 		return fmt.Errorf("send: %w", bus.ErrNoInbox)
 	}
 	r.sent = append(r.sent, e)
+	r.opts = append(r.opts, opts)
 	return nil
 }
 
@@ -261,5 +265,86 @@ func TestStateRequestSendsFull(t *testing.T) {
 	want, _ := model.SliceOf("web", 1, []model.Resource{file("web", "/a", "1")}).Hash()
 	if full.Generation != 1 || len(full.Resources) != 1 || full.SliceHash != want {
 		t.Fatalf("full state %+v", full)
+	}
+}
+
+func TestPeriodicTriggers(t *testing.T) {
+	settings := model.DefaultEnvSettings()
+	f := newFixture(t, settings)
+	for _, n := range []string{"web", "db", "idle", "paused"} {
+		f.agent(t, n, 0)
+	}
+	if _, err := f.s.Retry(f.ctx, "prod"); err != nil {
+		t.Fatalf("retry before any release: %v, want nothing to do", err)
+	}
+	gen := f.release(t, file("web", "/a", "1"), file("db", "/b", "1"), file("paused", "/c", "1"))
+	a, _ := f.store.GetAgent(f.ctx, "prod", "paused")
+	a.Paused = true
+	if err := f.store.UpsertAgent(f.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	// web deployed its resource; db's failed; paused never ran.
+	fresh, err := f.store.RecordResults(f.ctx, []store.ResultBatch{
+		{Env: "prod", Agent: "web", Version: gen, Results: []model.Result{{ID: file("web", "/a", "").ID, State: model.StateDeployed}}},
+		{Env: "prod", Agent: "db", Version: gen, Results: []model.Result{{ID: file("db", "/b", "").ID, State: model.StateFailed}}},
+	})
+	if err != nil || len(fresh) != 2 {
+		t.Fatal(err)
+	}
+	f.rec.take()
+	d, err := f.s.Retry(f.ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(d.Agents) != "[db]" || d.Operation != model.OpDeploy {
+		t.Fatalf("retry %+v: want a deploy to db only (web is done, idle holds nothing, paused is paused)", d)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[db:deploy]" {
+		t.Fatalf("retry sent %s", got)
+	}
+	if exp := f.rec.opts[len(f.rec.opts)-1].Expiration; exp != time.Duration(settings.DeployInterval) {
+		t.Fatalf("retry expires after %s, want the deploy interval %s", exp, time.Duration(settings.DeployInterval))
+	}
+
+	// Verify: a dry run under drift policy alert, a repair under heal,
+	// to every active agent.
+	d, err = f.s.Verify(f.ctx, "prod")
+	if err != nil || d.Operation != model.OpDryRun || fmt.Sprint(d.Agents) != "[db idle web]" {
+		t.Fatalf("verify under alert: %+v, %v; want a dry run of db, idle and web", d, err)
+	}
+	if exp := f.rec.opts[len(f.rec.opts)-1].Expiration; exp != time.Duration(settings.RepairInterval) {
+		t.Fatalf("verify expires after %s, want the repair interval", exp)
+	}
+	f.rec.take()
+	heal := settings
+	heal.DriftPolicy = model.DriftHeal
+	if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *model.EnvSettings) error { *s = heal; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = f.s.Verify(f.ctx, "prod"); err != nil || d.Operation != model.OpRepair {
+		t.Fatalf("verify under heal: %+v, %v; want a repair", d, err)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[db:repair idle:repair web:repair]" {
+		t.Fatalf("verify under heal sent %s", got)
+	}
+
+	// Halted, or not deploying automatically: retries stop; halted:
+	// verifications stop too.
+	for _, change := range []func(*model.EnvSettings){
+		func(s *model.EnvSettings) { s.AutoDeploy = false },
+		func(s *model.EnvSettings) { s.AutoDeploy, s.Halted = true, true },
+	} {
+		if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *model.EnvSettings) error { change(s); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := f.s.Retry(f.ctx, "prod"); err != nil || len(d.Agents) != 0 {
+			t.Fatalf("retry: %+v, %v; want nothing sent", d, err)
+		}
+	}
+	if d, err := f.s.Verify(f.ctx, "prod"); err != nil || len(d.Agents) != 0 {
+		t.Fatalf("verify of a halted env: %+v, %v; want nothing sent", d, err)
+	}
+	if got := f.rec.take(); len(got) != 0 {
+		t.Fatalf("sent %v, want nothing", got)
 	}
 }

@@ -104,9 +104,9 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				id := r.ID.String()
 				switch {
 				case !r.DryRun:
-					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq})
+					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq, false})
 				case r.State == model.StateDeployed:
-					verified = append(verified, statusRow{b.Env, id, string(store.Verified(r)), "", b.Version, seq})
+					verified = append(verified, statusRow{b.Env, id, string(store.Verified(r)), "", b.Version, seq, true})
 				}
 				if !store.Logged(r) {
 					continue
@@ -136,34 +136,39 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 			}
 			for _, a := range b.Alerts {
 				if store.SetsCompliance(&a) {
-					verified = append(verified, statusRow{b.Env, a.ID.String(), string(a.Compliance), "", a.Version, seq})
+					verified = append(verified, statusRow{b.Env, a.ID.String(), string(a.Compliance), "", a.Version, seq, false})
 				}
 			}
 		}
 		if len(st) > 0 {
 			// A result only updates a status row of its version or an
 			// older one: a late result of an old deploy never overwrites
-			// a newer state, nor one from a later message of the agent.
-			env, id, state, msg, ver, seq := st.columns()
+			// a newer state, nor one from a later message of the agent;
+			// nor does it set a compliance a later report set.
+			env, id, state, msg, ver, seq, _ := st.columns()
 			batch.Queue(`UPDATE resource_status rs SET
 					state = u.state,
-					compliance = CASE u.state WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE rs.compliance END,
-					last_verified = CASE u.state WHEN 'deployed' THEN now() ELSE rs.last_verified END,
+					compliance = CASE WHEN u.seq != 0 AND rs.compliance_seq > u.seq THEN rs.compliance
+						ELSE CASE u.state WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE rs.compliance END END,
+					last_verified = CASE WHEN u.state = 'deployed' AND (u.seq = 0 OR rs.compliance_seq <= u.seq) THEN now() ELSE rs.last_verified END,
+					compliance_seq = CASE WHEN u.state IN ('deployed', 'failed') THEN GREATEST(rs.compliance_seq, u.seq) ELSE rs.compliance_seq END,
 					message = u.message, updated_at = now(), seq = GREATEST(rs.seq, u.seq)
 				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS u(env, id, state, message, version, seq)
 				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version <= u.version AND (u.seq = 0 OR rs.seq <= u.seq)`,
 				env, id, state, msg, ver, seq)
 		}
 		if len(verified) > 0 {
-			// A verification of the version a deployed resource holds sets
-			// its compliance only.
-			env, id, compliance, _, ver, seq := verified.columns()
+			// A verification of the version a resource holds sets its
+			// compliance only: a dry run's only when the resource is
+			// deployed, a drift report's also while its deploy's result
+			// is on the way.
+			env, id, compliance, _, ver, seq, deployedOnly := verified.columns()
 			batch.Queue(`UPDATE resource_status rs SET
-					compliance = u.compliance, last_verified = now(), seq = GREATEST(rs.seq, u.seq)
-				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(env, id, compliance, version, seq)
-				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version = u.version AND rs.state = 'deployed'
-					AND (u.seq = 0 OR rs.seq <= u.seq)`,
-				env, id, compliance, ver, seq)
+					compliance = u.compliance, last_verified = now(), compliance_seq = GREATEST(rs.compliance_seq, u.seq)
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bool[]) AS u(env, id, compliance, version, seq, deployed_only)
+				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version = u.version
+					AND (NOT u.deployed_only OR rs.state = 'deployed') AND (u.seq = 0 OR rs.compliance_seq <= u.seq)`,
+				env, id, compliance, ver, seq, deployedOnly)
 		}
 		if len(act.id) > 0 {
 			batch.Queue(`INSERT INTO actions (env, resource_id, agent, kind, deploy_id, version, state, changes, message, at, duration_ns)
@@ -185,10 +190,12 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 }
 
 // statusRow is one resource's status update: a result's state, or a
-// verification's compliance (in state).
+// verification's compliance (in state; deployedOnly: applies to deployed
+// resources only).
 type statusRow struct {
 	env, id, state, message string
 	version, seq            int64
+	deployedOnly            bool
 }
 
 type statusRows []statusRow
@@ -197,7 +204,7 @@ type statusRows []statusRow
 // several updates of one resource the one from the agent's latest message
 // wins (the latest in the list among equals). Rows come sorted, so
 // concurrent ingests lock rows in one order and never deadlock.
-func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64) {
+func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64, deployedOnly []bool) {
 	slices.SortStableFunc(rows, func(a, b statusRow) int {
 		return cmp.Or(cmp.Compare(a.env, b.env), cmp.Compare(a.id, b.id), cmp.Compare(a.seq, b.seq))
 	})
@@ -206,9 +213,9 @@ func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64
 			continue
 		}
 		env, id, state, msg = append(env, r.env), append(id, r.id), append(state, r.state), append(msg, r.message)
-		ver, seq = append(ver, r.version), append(seq, r.seq)
+		ver, seq, deployedOnly = append(ver, r.version), append(seq, r.seq), append(deployedOnly, r.deployedOnly)
 	}
-	return env, id, state, msg, ver, seq
+	return env, id, state, msg, ver, seq, deployedOnly
 }
 
 // markIngested records the batches' (env, agent, seq) and sets fresh[i] for

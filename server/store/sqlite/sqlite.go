@@ -595,19 +595,24 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 		// applied last.
 		statusStmt, err := tx.PrepareContext(ctx, `UPDATE resource_status SET
 				state = ?1,
-				compliance = CASE ?1 WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE compliance END,
-				last_verified = CASE ?1 WHEN 'deployed' THEN ?2 ELSE last_verified END,
+				compliance = CASE WHEN ?7 != 0 AND compliance_seq > ?7 THEN compliance
+					ELSE CASE ?1 WHEN 'deployed' THEN 'compliant' WHEN 'failed' THEN 'non_compliant' ELSE compliance END END,
+				last_verified = CASE WHEN ?1 = 'deployed' AND (?7 = 0 OR compliance_seq <= ?7) THEN ?2 ELSE last_verified END,
+				compliance_seq = CASE WHEN ?1 IN ('deployed', 'failed') THEN MAX(compliance_seq, ?7) ELSE compliance_seq END,
 				message = ?3, updated_at = ?2, seq = MAX(seq, ?7)
 			WHERE env = ?4 AND resource_id = ?5 AND version <= ?6 AND (?7 = 0 OR seq <= ?7)`)
 		if err != nil {
 			return err
 		}
 		defer statusStmt.Close()
-		// A verification (a dry run, or a drift report) of the version a
-		// deployed resource holds sets its compliance only.
+		// A verification of the version a resource holds sets its
+		// compliance only: a dry run's only when the resource is deployed
+		// (?7), a drift report's also while its deploy's result is on the
+		// way.
 		verifyStmt, err := tx.PrepareContext(ctx, `UPDATE resource_status SET
-				compliance = ?1, last_verified = ?2, seq = MAX(seq, ?6)
-			WHERE env = ?3 AND resource_id = ?4 AND version = ?5 AND state = 'deployed' AND (?6 = 0 OR seq <= ?6)`)
+				compliance = ?1, last_verified = ?2, compliance_seq = MAX(compliance_seq, ?6)
+			WHERE env = ?3 AND resource_id = ?4 AND version = ?5 AND (?7 = 0 OR state = 'deployed')
+				AND (?6 = 0 OR compliance_seq <= ?6)`)
 		if err != nil {
 			return err
 		}
@@ -636,7 +641,7 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 						return err
 					}
 				case r.State == model.StateDeployed:
-					if _, err := verifyStmt.ExecContext(ctx, store.Verified(r), now, b.Env, id, b.Version, seq); err != nil {
+					if _, err := verifyStmt.ExecContext(ctx, store.Verified(r), now, b.Env, id, b.Version, seq, 1); err != nil {
 						return err
 					}
 				}
@@ -665,7 +670,7 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 			}
 			for _, a := range b.Alerts {
 				if store.SetsCompliance(&a) {
-					if _, err := verifyStmt.ExecContext(ctx, a.Compliance, now, b.Env, a.ID.String(), a.Version, seq); err != nil {
+					if _, err := verifyStmt.ExecContext(ctx, a.Compliance, now, b.Env, a.ID.String(), a.Version, seq, 0); err != nil {
 						return err
 					}
 				}

@@ -433,6 +433,25 @@ func testCompliance(t *testing.T, s store.Store) {
 	if alerts[1].Compliance != model.NonCompliant || alerts[1].Version != v.Number || alerts[1].Changes["content"].Current != "hacked" {
 		t.Fatalf("stored drift alert %+v", alerts[1])
 	}
+	// A drift report that overtakes its deploy's result (they travel on
+	// separate queues): the older result sets the state, not the
+	// compliance.
+	w := file("a", "/w", "1")
+	v2 := mustPut(t, s, "prod", x, y, z, w)
+	mustRelease(t, s, "prod", v2.Number)
+	wID := w.ID
+	early := store.ResultBatch{Env: "prod", Agent: "a", Seq: 20, Version: v2.Number, Alerts: []model.Alert{
+		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &wID, Compliance: model.NonCompliant, Version: v2.Number, Message: "drift"}}}
+	late := store.ResultBatch{Env: "prod", Agent: "a", Seq: 19, Version: v2.Number, DeployID: "d2", Results: []model.Result{result(w, model.StateDeployed, nil)}}
+	for _, b := range []store.ResultBatch{early, late} {
+		if _, err := s.RecordResults(ctx, []store.ResultBatch{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := statusOf(t, s, "prod")["/w"]; st.State != model.StateDeployed || st.Compliance != model.NonCompliant {
+		t.Fatalf("w after its drift report, then its older deploy result: %s and %s, want deployed and non_compliant", st.State, st.Compliance)
+	}
+
 	// An agent cannot report on another agent's resource.
 	other := file("b", "/x", "").ID
 	bad := store.ResultBatch{Env: "prod", Agent: "a", Seq: 7, Alerts: []model.Alert{{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &other, Message: "x"}}}

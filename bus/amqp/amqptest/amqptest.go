@@ -1,0 +1,110 @@
+// Package amqptest gives tests a RabbitMQ namespace of their own on the
+// broker named by TETHER_TEST_AMQP (default: the local one), deleted with
+// the inboxes the test used when it ends.
+package amqptest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/bus/amqp"
+)
+
+// DefaultURL is the local RabbitMQ of a development machine and CI.
+const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// URL returns the broker tests use.
+func URL() string {
+	if u := os.Getenv("TETHER_TEST_AMQP"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Config returns a bus configuration with a namespace of its own (classic
+// queues, quick reconnects). Its topology is deleted when the test ends,
+// with the inboxes of every bus Open made on it.
+func Config(t testing.TB) amqp.Config {
+	t.Helper()
+	cfg := amqp.Default()
+	cfg.URL = URL()
+	cfg.Namespace = "tethertest." + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	cfg.QueueType = "classic"
+	cfg.ReconnectMin = 50 * time.Millisecond
+	cfg.ReconnectMax = 2 * time.Second
+	cfg.Heartbeat = 5 * time.Second
+	return cfg
+}
+
+// Bus is a connected bus that remembers the inboxes it touched.
+type Bus struct {
+	*amqp.Bus
+	mu      sync.Mutex
+	inboxes map[string]bool
+}
+
+func (b *Bus) note(env, agent string) {
+	b.mu.Lock()
+	b.inboxes[b.InboxQueue(env, agent)] = true
+	b.mu.Unlock()
+}
+
+// DeclareInbox implements bus.Bus.
+func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
+	b.note(env, agent)
+	return b.Bus.DeclareInbox(ctx, env, agent)
+}
+
+// ConsumeInbox implements bus.Bus.
+func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error {
+	b.note(env, agent)
+	return b.Bus.ConsumeInbox(ctx, env, agent, h)
+}
+
+// Open connects a bus on cfg; it is closed, and the namespace's topology
+// deleted, when the test ends. When the broker cannot be reached the test
+// is skipped with the reason, or fails under TETHER_REQUIRE_SERVICES=1 (CI).
+func Open(t testing.TB, cfg amqp.Config) *Bus {
+	t.Helper()
+	b, err := amqp.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.Ready(ctx); err != nil {
+		b.Close()
+		// When the broker is away the test is skipped with the reason,
+		// or fails under TETHER_REQUIRE_SERVICES=1 (CI).
+		msg := fmt.Sprintf("RabbitMQ is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", err)
+		if os.Getenv("TETHER_REQUIRE_SERVICES") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+	tb := &Bus{Bus: b, inboxes: map[string]bool{}}
+	t.Cleanup(func() {
+		b.Close()
+		tb.mu.Lock()
+		var inboxes []string
+		for q := range tb.inboxes {
+			inboxes = append(inboxes, q)
+		}
+		tb.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := amqp.DeleteTopology(ctx, cfg, inboxes); err != nil {
+			t.Logf("cleanup of namespace %s: %v", cfg.Namespace, err)
+		}
+	})
+	return tb
+}

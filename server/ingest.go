@@ -1,0 +1,420 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// Ingest: several consumers take agents' events off the server queues at
+// once; each event is verified against its agent's key, and the results and
+// drift reports of all events in hand are written in one transaction (group
+// commit), deduplicated on (agent, seq). A delivery is acknowledged only
+// after the transaction that holds it committed.
+
+// handle ingests one event. A nil return acknowledges it; ErrReject
+// dead-letters it; any other error returns it to the queue for a retry.
+func (s *Server) handle(ctx context.Context, d bus.Delivery) error {
+	e := d.Envelope
+	if s.dedup.Has(e.ID) {
+		s.count(e.Kind, "duplicate")
+		return nil
+	}
+	err := s.ingest(ctx, e)
+	switch {
+	case err == nil:
+		s.count(e.Kind, "ok")
+	case errors.Is(err, bus.ErrReject):
+		s.count(e.Kind, "rejected")
+	default:
+		s.count(e.Kind, "retry")
+	}
+	if err == nil || errors.Is(err, bus.ErrReject) {
+		s.dedup.Add(e.ID) // final: a redelivery changes nothing
+	}
+	return err
+}
+
+func (s *Server) count(k bus.Kind, outcome string) {
+	s.metrics.events.WithLabelValues(string(k), outcome).Inc()
+}
+
+func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
+	if e.Kind == bus.KindHello {
+		return s.hello(ctx, e)
+	}
+	a, err := s.agents.get(ctx, e.Env, e.Agent)
+	if errors.Is(err, store.ErrNotFound) {
+		s.security(ctx, e, "event from an unknown agent")
+		return fmt.Errorf("%w: %s: unknown agent", bus.ErrReject, e)
+	}
+	if err != nil {
+		return err
+	}
+	if err := bus.Verify(e, a.PublicKey); err != nil {
+		s.security(ctx, e, "event signed by another key than the agent's")
+		return fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	if a.State != model.AgentAccepted {
+		return fmt.Errorf("%w: %s: agent %s is %s", bus.ErrReject, e, a.Name, a.State)
+	}
+	switch e.Kind {
+	case bus.KindResourceStatus, bus.KindDryRunResult:
+		var body bus.ResourceStatus
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return s.results(ctx, a, e, body)
+	case bus.KindCompliance:
+		var body bus.Compliance
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return s.compliance(ctx, a, e, body)
+	case bus.KindStateRequest:
+		return s.sched.StateRequest(ctx, a.Env, a.Name)
+	case bus.KindHeartbeat, bus.KindGoodbye:
+		return s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool { return true })
+	default:
+		s.log.Info().Str("kind", string(e.Kind)).Str("agent", a.Name).Msg("event kind not handled by this server version; ignored")
+		return nil
+	}
+}
+
+// touch updates an agent's record, read fresh from the store, with fn (when
+// it returns true) and its last-seen time: several replicas write agents,
+// so a cached copy is never written back.
+func (s *Server) touch(ctx context.Context, env, name string, fn func(*model.Agent) bool) error {
+	a, err := s.store.GetAgent(ctx, env, name)
+	if err != nil {
+		return err
+	}
+	if !fn(&a) {
+		return nil
+	}
+	a.LastSeen = time.Now().UTC()
+	if err := s.store.UpsertAgent(ctx, a); err != nil {
+		return err
+	}
+	s.agents.put(a)
+	return nil
+}
+
+// hello records a discovered agent and, when the environment's enrollment
+// policy accepts it, enrolls it and hands it to the scheduler.
+func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
+	var body bus.Hello
+	if err := e.DecodeBody(&body); err != nil {
+		return fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	if err := bus.Verify(e, body.PublicKey); err != nil {
+		return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
+	}
+	env, err := s.store.GetEnv(ctx, e.Env)
+	if errors.Is(err, store.ErrNotFound) {
+		s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
+		return fmt.Errorf("%w: %s: no environment %q", bus.ErrReject, e, e.Env)
+	}
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a = model.Agent{Env: e.Env, Name: e.Agent, State: model.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
+	case err != nil:
+		return err
+	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == model.AgentAccepted && env.Settings.Enrollment != model.EnrollOpen:
+		s.security(ctx, e, "hello from an accepted agent's name with another key")
+		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
+	}
+	a.PublicKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.Labels, body.Facts, body.Kinds
+	a.Generation, a.LastSeen = body.Generation, now
+	if env.Settings.Enrollment == model.EnrollOpen {
+		a.State = model.AgentAccepted
+	}
+	if err := s.store.UpsertAgent(ctx, a); err != nil {
+		return err
+	}
+	s.agents.put(a)
+	if a.State != model.AgentAccepted {
+		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
+			Msg("agent discovered; waiting for an operator to accept it")
+		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
+		return nil
+	}
+	return s.enroll(ctx, a)
+}
+
+// enroll tells an accepted agent so, with the server's key, then hands it
+// to the scheduler, which sends what it misses.
+func (s *Server) enroll(ctx context.Context, a model.Agent) error {
+	enrolled, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: s.PublicKey()})
+	if err != nil {
+		return err
+	}
+	if err := s.bus.Send(ctx, enrolled, bus.SendOptions{}); err != nil {
+		return err
+	}
+	if a.Paused {
+		if err := s.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
+			return err
+		}
+	}
+	if err := s.sched.Online(ctx, a); err != nil {
+		return err
+	}
+	s.feed.publish(Event{Kind: EventAgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
+	return nil
+}
+
+// results records a batch of results, tells agents waiting on them, and
+// publishes them live.
+func (s *Server) results(ctx context.Context, a model.Agent, e *bus.Envelope, body bus.ResourceStatus) error {
+	for i := range body.Results {
+		body.Results[i].DryRun = e.Kind == bus.KindDryRunResult
+	}
+	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
+		DeployID: body.DeployID, Results: body.Results})
+	if err != nil || !fresh {
+		return err
+	}
+	s.metrics.results.Add(float64(len(body.Results)))
+	if body.Generation != a.Generation && e.Kind == bus.KindResourceStatus {
+		err := s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+			changed := a.Generation != body.Generation
+			a.Generation = body.Generation
+			return changed
+		})
+		if err != nil {
+			s.log.Warn().Err(err).Str("agent", a.Name).Msg("cannot record the generation the agent holds; its next hello will")
+		}
+	}
+	if err := s.sched.ResultsRecorded(ctx, a.Env, body.Results); err != nil {
+		s.log.Warn().Err(err).Msg("cannot tell waiting agents about results")
+	}
+	for i := range body.Results {
+		s.feed.publish(Event{Kind: EventResult, Env: a.Env, Agent: a.Name, DeployID: body.DeployID,
+			Generation: body.Generation, Result: &body.Results[i]})
+	}
+	if body.Done {
+		s.feed.publish(Event{Kind: EventDeployDone, Env: a.Env, Agent: a.Name, DeployID: body.DeployID,
+			Generation: body.Generation, Error: body.Error})
+	}
+	return nil
+}
+
+// compliance records an agent's drift reports as alerts, which set the
+// resources' compliance, and publishes them live.
+func (s *Server) compliance(ctx context.Context, a model.Agent, e *bus.Envelope, body bus.Compliance) error {
+	alerts := make([]model.Alert, 0, len(body.Reports))
+	for _, r := range body.Reports {
+		if !r.Compliance.Valid() || r.Compliance == model.ComplianceUnknown {
+			return fmt.Errorf("%w: %s: compliance %q of %s: want compliant or non_compliant", bus.ErrReject, e, r.Compliance, r.ID)
+		}
+		id := r.ID
+		alerts = append(alerts, model.Alert{At: e.TS.UTC(), Env: a.Env, Agent: a.Name, Kind: model.AlertDrift, ID: &id,
+			Message: driftMessage(r), Changes: r.Changes, Compliance: r.Compliance, Version: body.Generation})
+	}
+	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts})
+	if err != nil || !fresh {
+		return err
+	}
+	for i := range alerts {
+		s.feed.publish(Event{Kind: EventDrift, Env: a.Env, Agent: a.Name, Generation: body.Generation, Alert: &alerts[i]})
+	}
+	return nil
+}
+
+func driftMessage(r bus.DriftReport) string {
+	what := "drifted from its intent"
+	switch {
+	case r.Compliance == model.Compliant && r.Healed:
+		what = "healed: re-applied by drift policy"
+	case r.Compliance == model.Compliant:
+		what = "back to its intent"
+	}
+	if r.Message != "" {
+		what += ": " + r.Message
+	}
+	return what
+}
+
+// commit writes one batch with whatever other batches are waiting (group
+// commit) and reports whether it was new.
+func (s *Server) commit(ctx context.Context, b store.ResultBatch) (bool, error) {
+	if err := store.CheckBatch(&b); err != nil {
+		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	fresh, err := s.committer.commit(ctx, b)
+	if errors.Is(err, store.ErrInvalid) {
+		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	return fresh, err
+}
+
+// security logs, stores and publishes a security alert about an event.
+func (s *Server) security(ctx context.Context, e *bus.Envelope, what string) {
+	s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Str("kind", string(e.Kind)).Msg("security: " + what)
+	s.metrics.security.Inc()
+	alert := model.Alert{At: time.Now().UTC(), Env: e.Env, Agent: e.Agent, Kind: model.AlertSecurity,
+		Message: fmt.Sprintf("%s (%s message %s)", what, e.Kind, e.ID)}
+	if err := s.store.RecordAlerts(ctx, []model.Alert{alert}); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn().Err(err).Msg("cannot store the security alert; it was logged above")
+	}
+	s.feed.publish(Event{Kind: EventSecurity, Env: e.Env, Agent: e.Agent, Error: what, Alert: &alert})
+}
+
+// committer writes result batches in groups: one goroutine takes every
+// batch waiting, up to max, into one RecordResults transaction, while the
+// next ones queue up behind it.
+type committer struct {
+	store   store.Store
+	max     int
+	in      chan *pendingBatch
+	metrics *Metrics
+}
+
+type pendingBatch struct {
+	batch store.ResultBatch
+	fresh bool
+	done  chan error
+}
+
+func newCommitter(st store.Store, max int, metrics *Metrics) *committer {
+	return &committer{store: st, max: max, in: make(chan *pendingBatch, max), metrics: metrics}
+}
+
+// commit hands b to the running committer and waits until it is written.
+func (c *committer) commit(ctx context.Context, b store.ResultBatch) (bool, error) {
+	p := &pendingBatch{batch: b, done: make(chan error, 1)}
+	select {
+	case c.in <- p:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	select {
+	case err := <-p.done:
+		return p.fresh, err
+	case <-ctx.Done():
+		// Unacknowledged, it comes back and is deduplicated if it
+		// was written after all.
+		return false, ctx.Err()
+	}
+}
+
+// run writes groups until ctx ends.
+func (c *committer) run(ctx context.Context) {
+	group := make([]*pendingBatch, 0, c.max)
+	for {
+		group = group[:0]
+		select {
+		case p := <-c.in:
+			group = append(group, p)
+		case <-ctx.Done():
+			return
+		}
+	fill:
+		for len(group) < c.max {
+			select {
+			case p := <-c.in:
+				group = append(group, p)
+			default:
+				break fill
+			}
+		}
+		c.write(ctx, group)
+	}
+}
+
+func (c *committer) write(ctx context.Context, group []*pendingBatch) {
+	batches := make([]store.ResultBatch, len(group))
+	for i, p := range group {
+		batches[i] = p.batch
+	}
+	start := time.Now()
+	fresh, err := c.store.RecordResults(ctx, batches)
+	if errors.Is(err, store.ErrInvalid) && len(group) > 1 {
+		// One bad batch fails the transaction: write them one by one
+		// so only it is refused.
+		for _, p := range group {
+			c.write(ctx, []*pendingBatch{p})
+		}
+		return
+	}
+	if err == nil {
+		c.metrics.batches.Observe(float64(len(group)))
+		c.metrics.commit.Observe(time.Since(start).Seconds())
+	}
+	for i, p := range group {
+		if err == nil {
+			p.fresh = fresh[i]
+		}
+		p.done <- err
+	}
+}
+
+// agentCache holds agents' keys and states for the ingest path, so an
+// event costs no read of its agent. Entries live for ttl: an agent rejected
+// or re-keyed through another replica is seen here within ttl; changes made
+// through this server are seen at once.
+type agentCache struct {
+	store store.Store
+	ttl   time.Duration
+	mu    sync.Mutex
+	m     map[agentKey]cachedAgent
+}
+
+type agentKey struct{ env, name string }
+
+type cachedAgent struct {
+	agent model.Agent
+	at    time.Time
+}
+
+func newAgentCache(st store.Store, ttl time.Duration) *agentCache {
+	return &agentCache{store: st, ttl: ttl, m: map[agentKey]cachedAgent{}}
+}
+
+func (c *agentCache) get(ctx context.Context, env, name string) (model.Agent, error) {
+	k := agentKey{env, name}
+	c.mu.Lock()
+	e, ok := c.m[k]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < c.ttl {
+		return e.agent, nil
+	}
+	a, err := c.store.GetAgent(ctx, env, name)
+	if err != nil {
+		return a, err
+	}
+	c.put(a)
+	return a, nil
+}
+
+func (c *agentCache) put(a model.Agent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > 1<<16 { // bounded: start over rather than grow without end
+		clear(c.m)
+	}
+	c.m[agentKey{a.Env, a.Name}] = cachedAgent{agent: a, at: time.Now()}
+}
+
+func (c *agentCache) forgetEnv(env string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if k.env == env {
+			delete(c.m, k)
+		}
+	}
+}
