@@ -115,8 +115,8 @@ func (s *Server) Subscribe() *Subscription { return s.feed.subscribe() }
 
 // Run ingests agents' events and leads the schedulers of the environments
 // no other replica leads, until ctx ends.
-func (s *Server) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+func (s *Server) Run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -137,8 +137,10 @@ func (s *Server) Run(ctx context.Context) error {
 	for range len(consumers) - 1 {
 		<-errs
 	}
-	if errors.Is(err, context.Canceled) {
-		return ctx.Err()
+	if parent.Err() != nil || errors.Is(err, context.Canceled) {
+		// Stopped: what consumers said while stopping (a closed bus)
+		// is not an error.
+		return context.Canceled
 	}
 	return err
 }
