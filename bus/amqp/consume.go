@@ -122,6 +122,9 @@ func (b *Bus) handle(ctx context.Context, queue string, d amqp.Delivery, h bus.H
 	herr := h(ctx, bus.Delivery{Envelope: e, Redelivered: d.Redelivered})
 	switch {
 	case herr == nil:
+		if *pause != 0 {
+			b.log.Info().Str("queue", queue).Msg("handler succeeds again; redeliveries resume at full speed")
+		}
 		*pause = 0
 		return d.Ack(false)
 	case ctx.Err() != nil:
@@ -129,8 +132,14 @@ func (b *Bus) handle(ctx context.Context, queue string, d amqp.Delivery, h bus.H
 	case errors.Is(herr, bus.ErrReject):
 		return b.reject(ctx, queue, d, herr)
 	}
+	// A failing handler (its database away) is logged once per streak,
+	// then at debug level, while redeliveries slow down.
+	ev := b.log.Debug()
+	if *pause == 0 {
+		ev = b.log.Warn()
+	}
 	*pause = min(max(2**pause, redeliveryPause), maxRedeliveryPause)
-	b.log.Warn().Err(herr).Str("queue", queue).Str("envelope", e.String()).Dur("pause", *pause).Msg("handler failed; the message goes back to the queue")
+	ev.Err(herr).Str("queue", queue).Str("envelope", e.String()).Dur("pause", *pause).Msg("handler failed; the message goes back to the queue and is retried")
 	select {
 	case <-time.After(*pause):
 	case <-ctx.Done():
