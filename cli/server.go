@@ -40,6 +40,8 @@ func serverFlags() []ucli.Flag {
 			Usage: "`PREFIX` of every exchange and queue on the broker"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "queue-type", Value: amqp.QueueQuorum, EnvVars: []string{"TETHER_QUEUE_TYPE"},
 			Usage: "agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: 16, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
+			Usage: "how many consumers take agents' events off the broker at once; their events are written together, in one transaction"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
 			Usage: "use this `SECRET` as an admin token (created if missing) instead of generating a bootstrap token; for automation"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
@@ -95,6 +97,9 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if (c.String("tls-cert") == "") != (c.String("tls-key") == "") {
 		return usageError("--tls-cert and --tls-key go together")
 	}
+	if c.Int("ingest-consumers") < 1 {
+		return usageError("--ingest-consumers must be at least 1")
+	}
 	ctx := c.Context
 	st, err := postgres.Open(ctx, postgres.Config{URL: c.String("postgres")})
 	if err != nil {
@@ -119,7 +124,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	defer b.Close()
-	srv, err := server.New(server.Config{Key: ed25519.PrivateKey(key)}, st, b, log)
+	srv, err := server.New(server.Config{Key: ed25519.PrivateKey(key), Consumers: c.Int("ingest-consumers")}, st, b, log)
 	if err != nil {
 		return err
 	}
