@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/bus"
@@ -25,6 +26,7 @@ func (s *Server) handle(ctx context.Context, d bus.Delivery) error {
 	e := d.Envelope
 	if s.dedup.Has(e.ID) {
 		s.count(e.Kind, "duplicate")
+		s.handled.Add(1)
 		return nil
 	}
 	err := s.ingest(ctx, e)
@@ -38,6 +40,7 @@ func (s *Server) handle(ctx context.Context, d bus.Delivery) error {
 	}
 	if err == nil || errors.Is(err, bus.ErrReject) {
 		s.dedup.Add(e.ID) // final: a redelivery changes nothing
+		s.handled.Add(1)
 	}
 	return err
 }
@@ -281,6 +284,8 @@ type committer struct {
 	max     int
 	in      chan *pendingBatch
 	metrics *Metrics
+	// commits and written count transactions and the batches they wrote.
+	commits, written atomic.Uint64
 }
 
 type pendingBatch struct {
@@ -351,6 +356,8 @@ func (c *committer) write(ctx context.Context, group []*pendingBatch) {
 		return
 	}
 	if err == nil {
+		c.commits.Add(1)
+		c.written.Add(uint64(len(group)))
 		c.metrics.batches.Observe(float64(len(group)))
 		c.metrics.commit.Observe(time.Since(start).Seconds())
 	}

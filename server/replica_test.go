@@ -164,10 +164,12 @@ func TestIngestOnPostgresAndRabbitMQ(t *testing.T) {
 	if e := next(t, sub, server.EventDrift); e.Alert == nil || *e.Alert.ID != drifted || e.Alert.Changes["content"].Current != "hacked" {
 		t.Fatalf("drift event %+v", e)
 	}
-	// Group commit: fewer ingest transactions than fresh events.
+	// Group commit: fewer ingest transactions than events. Redeliveries
+	// handled at the same time as their first copy reach the store, which
+	// drops them on (agent, seq); later ones are dropped in memory.
 	commits, written := ingestTransactions(t, srv)
-	if written != n+1 || commits >= written {
-		t.Fatalf("%v events written in %v transactions: want %d events in fewer transactions", written, commits, n+1)
+	if written < n+1 || written > n+1+50 || commits >= written {
+		t.Fatalf("%v events written in %v transactions: want %d to %d events in fewer transactions", written, commits, n+1, n+51)
 	}
 	t.Logf("%v events in %v transactions", written, commits)
 	// Stopped, the server's unacknowledged deliveries would go back to

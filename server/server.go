@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -25,8 +26,9 @@ type Config struct {
 	// Key signs everything the server sends (generated when nil).
 	Key ed25519.PrivateKey
 	// Consumers is how many consumers take events off the events queue
-	// at once (default 16). Their events are written together, so more
-	// consumers mean larger ingest transactions.
+	// (default 8); each hands the server several events at once (the
+	// bus's event concurrency). Events in hand are written together, so
+	// more in flight means larger ingest transactions.
 	Consumers int
 	// MaxBatch bounds the events written per ingest transaction (default 256).
 	MaxBatch int
@@ -45,7 +47,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Consumers <= 0 {
-		c.Consumers = 16
+		c.Consumers = 8
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 256
@@ -74,6 +76,7 @@ type Server struct {
 	committer *committer
 	log       zerolog.Logger
 	metrics   *Metrics
+	handled   atomic.Uint64
 }
 
 // New returns a server over st and b.
@@ -102,6 +105,20 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		log:       log,
 		metrics:   m,
 	}, nil
+}
+
+// IngestStats counts what the ingest path did since the server started.
+type IngestStats struct {
+	// Events handled for good: written, duplicates dropped, rejected.
+	Events uint64 `json:"events"`
+	// Transactions that wrote events, and the events they wrote.
+	Transactions uint64 `json:"transactions"`
+	Written      uint64 `json:"written"`
+}
+
+// IngestStats returns the ingest counters.
+func (s *Server) IngestStats() IngestStats {
+	return IngestStats{Events: s.handled.Load(), Transactions: s.committer.commits.Load(), Written: s.committer.written.Load()}
 }
 
 // Metrics returns the server's metrics.

@@ -49,6 +49,11 @@ type Config struct {
 	Heartbeat time.Duration
 	// Prefetch is how many unacknowledged deliveries a consumer holds.
 	Prefetch int
+	// EventConcurrency is how many events of a server queue one consumer
+	// hands to its handler at once (acknowledged together as they
+	// finish). Agent inboxes are always handled one command at a time,
+	// in order.
+	EventConcurrency int
 	// PublisherChannels bounds the channels publishing at once.
 	PublisherChannels int
 	// ReconnectMin and ReconnectMax bound the back-off between reconnect
@@ -71,6 +76,7 @@ func Default() Config {
 		MaxMessageSize:    bus.MaxEnvelopeSize,
 		Heartbeat:         20 * time.Second,
 		Prefetch:          32,
+		EventConcurrency:  64,
 		PublisherChannels: 8,
 		ReconnectMin:      500 * time.Millisecond,
 		ReconnectMax:      60 * time.Second,
@@ -98,6 +104,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: max message size %d: want at least 1024 bytes", ErrConfig, c.MaxMessageSize)
 	case c.Heartbeat < time.Second || c.Heartbeat > 5*time.Minute:
 		return fmt.Errorf("%w: heartbeat %v: want 1s to 5m (10-30s keeps NAT mappings alive)", ErrConfig, c.Heartbeat)
+	case c.EventConcurrency < 1:
+		return fmt.Errorf("%w: event concurrency %d: want at least 1", ErrConfig, c.EventConcurrency)
 	case c.Prefetch < 1:
 		return fmt.Errorf("%w: prefetch %d: want at least 1", ErrConfig, c.Prefetch)
 	case c.PublisherChannels < 1:
