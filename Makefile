@@ -52,6 +52,9 @@ bench: build
 	$(GO) test ./bus/amqp -run '^$$' -bench 'BusEvents|BareAMQP' -benchtime 20000x -count 3
 	$(GO) test ./cli -run '^$$' -bench EmbeddedDeploy -benchtime 10x
 	./$(BIN) bench deploy --files 1000 --runs 10
+	$(GO) test ./server/store/postgres -run '^$$' -bench . -benchtime 1000x -count 3
+	./$(BIN) bench ingest --events 20000
+	./$(BIN) bench export --resources 100000 --change 1
 
 ## fuzz: run the fuzz targets for a while each
 fuzz:
