@@ -48,6 +48,20 @@ func benchSchema(ctx context.Context, base string) (string, func(), error) {
 	return postgres.WithSchema(base, name), func() { _ = postgres.DropSchema(context.WithoutCancel(ctx), base, name) }, nil
 }
 
+// benchStore opens a store on a fresh schema; closing drops the schema.
+func benchStore(ctx context.Context, base string) (*postgres.Store, string, func(), error) {
+	url, drop, err := benchSchema(ctx, base)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	st, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		drop()
+		return nil, "", nil, err
+	}
+	return st, url, func() { st.Close(); drop() }, nil
+}
+
 func benchIngestCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "ingest",
@@ -158,16 +172,11 @@ func benchSettings() model.EnvSettings {
 }
 
 func benchIngest(ctx context.Context, term *terminal, pgURL, amqpURL string, n, agents, consumers int, cpuprofile string) (*benchIngestResult, error) {
-	url, drop, err := benchSchema(ctx, pgURL)
+	st, _, closeStore, err := benchStore(ctx, pgURL)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	st, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
+	defer closeStore()
 	const env = "bench"
 	signers, rs, err := benchFleet(ctx, st, env, agents)
 	if err != nil {
@@ -257,16 +266,11 @@ func benchIngest(ctx context.Context, term *terminal, pgURL, amqpURL string, n, 
 	}
 
 	// The baseline, on a schema of its own holding the same fleet.
-	burl, bdrop, err := benchSchema(ctx, pgURL)
+	bst, burl, closeBaseline, err := benchStore(ctx, pgURL)
 	if err != nil {
 		return nil, err
 	}
-	defer bdrop()
-	bst, err := postgres.Open(ctx, postgres.Config{URL: burl})
-	if err != nil {
-		return nil, err
-	}
-	defer bst.Close()
+	defer closeBaseline()
 	if _, _, err := benchFleet(ctx, bst, env, agents); err != nil {
 		return nil, err
 	}
@@ -403,16 +407,11 @@ type benchExportResult struct {
 }
 
 func benchExport(ctx context.Context, term *terminal, pgURL string, n int, change float64) (*benchExportResult, error) {
-	url, drop, err := benchSchema(ctx, pgURL)
+	st, _, closeStore, err := benchStore(ctx, pgURL)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	st, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
+	defer closeStore()
 	srv, err := server.New(server.Config{}, st, bus.NewLocal(zerolog.Nop()), zerolog.Nop())
 	if err != nil {
 		return nil, err

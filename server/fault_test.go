@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -63,17 +62,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 50
-	var rs []model.Resource
-	for i := range n {
-		rs = append(rs, file("web", fmt.Sprintf("/f%02d", i), "x"))
-	}
-	v, _, err := srv.Export(ctx, "prod", rs, model.VersionMeta{Compiler: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.Release(ctx, "prod", v.Number); err != nil {
-		t.Fatal(err)
-	}
+	v, rs := releaseFiles(t, srv, n)
 	web := newFakeAgent(t, st, "prod", "web")
 	tok, secret, err := api.IssueToken("root", model.RoleAdmin, "", "test", time.Now())
 	if err != nil {

@@ -92,17 +92,7 @@ func TestIngestOnPostgresAndRabbitMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 300
-	var rs []model.Resource
-	for i := range n {
-		rs = append(rs, file("web", fmt.Sprintf("/f%03d", i), "x"))
-	}
-	v, _, err := srv.Export(ctx, "prod", rs, model.VersionMeta{Compiler: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.Release(ctx, "prod", v.Number); err != nil {
-		t.Fatal(err)
-	}
+	v, rs := releaseFiles(t, srv, n)
 	web := newFakeAgent(t, st, "prod", "web")
 
 	// Everything is on the queue before the server starts: it finds a
@@ -196,6 +186,24 @@ func next(t *testing.T, sub *server.Subscription, kind server.EventKind) server.
 			return e
 		}
 	}
+}
+
+// releaseFiles releases a version of n files of agent web in prod.
+func releaseFiles(t *testing.T, srv *server.Server, n int) (model.Version, []model.Resource) {
+	t.Helper()
+	ctx := context.Background()
+	var rs []model.Resource
+	for i := range n {
+		rs = append(rs, file("web", fmt.Sprintf("/f%03d", i), "x"))
+	}
+	v, _, err := srv.Export(ctx, "prod", rs, model.VersionMeta{Compiler: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Release(ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	return v, rs
 }
 
 func publish(t *testing.T, b bus.Bus, events []*bus.Envelope) {
