@@ -108,8 +108,12 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 	s.metrics.leading.Inc()
 	defer s.metrics.leading.Dec()
 	now := time.Now()
-	lastRetry := now.Add(-jitter(s.interval(ctx, env, deployInterval)))
-	lastVerify := now.Add(-jitter(s.interval(ctx, env, repairInterval)))
+	var first model.EnvSettings // zero intervals when unreadable: the loop retries
+	if e, err := s.store.GetEnv(ctx, env); err == nil {
+		first = e.Settings
+	}
+	lastRetry := now.Add(-jitter(time.Duration(first.DeployInterval)))
+	lastVerify := now.Add(-jitter(time.Duration(first.RepairInterval)))
 	wake := time.NewTimer(0)
 	defer wake.Stop()
 	for {
@@ -159,20 +163,6 @@ func (s *Server) trigger(ctx context.Context, log zerolog.Logger, what string, r
 		log.Info().Str("deploy_id", d.ID).Str("operation", string(d.Operation)).Int("agents", len(d.Agents)).Msg(what)
 		s.feed.publish(Event{Kind: EventScheduled, Env: env, DeployID: d.ID, Generation: d.Generation, Operation: d.Operation})
 	}
-}
-
-type intervalOf func(model.EnvSettings) time.Duration
-
-func deployInterval(st model.EnvSettings) time.Duration { return time.Duration(st.DeployInterval) }
-func repairInterval(st model.EnvSettings) time.Duration { return time.Duration(st.RepairInterval) }
-
-// interval reads one interval of env's settings (0 when unreadable).
-func (s *Server) interval(ctx context.Context, env string, of intervalOf) time.Duration {
-	e, err := s.store.GetEnv(ctx, env)
-	if err != nil {
-		return 0
-	}
-	return of(e.Settings)
 }
 
 // jitter is a random duration in [0, d).
