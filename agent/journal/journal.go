@@ -1,0 +1,539 @@
+// Package journal is an agent's durable local state: its key pair, the
+// server's key once enrolled, the desired slice it holds and its
+// generation, the last result of every resource, the commands it accepted
+// and has not finished, the ids of recent commands (to drop redeliveries),
+// and the outbox of events not yet confirmed by the broker.
+//
+// Changes are made in transactions: a Tx is one record appended to a
+// write-ahead log and synced to disk before Commit returns, so a kill -9 at
+// any point keeps every committed transaction whole and loses only one that
+// had not returned. When the log grows past a threshold the journal writes
+// a snapshot of its state and starts a new log.
+//
+// Files in the state directory:
+//
+//	key            the agent's ed25519 private key (PKCS #8 PEM, mode 0600)
+//	snapshot       the state as of the start of log N (JSON)
+//	wal.N          records after the snapshot: length, CRC-32C, JSON
+//	lock           held (flock) while a process uses the directory
+//
+// A journal opened without a directory keeps the same state in memory only:
+// the embedded mode, whose agents live as long as one command.
+package journal
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// Errors of the journal.
+var (
+	// ErrLocked: another process uses the state directory.
+	ErrLocked = errors.New("state directory is used by another process")
+	// ErrCorrupt: a file of the journal cannot be read back.
+	ErrCorrupt = errors.New("journal is corrupted")
+	// ErrBroken: an earlier write failed half way and could not be undone;
+	// the journal refuses further changes until reopened.
+	ErrBroken = errors.New("journal is broken by an earlier write error")
+)
+
+// Options tune a journal.
+type Options struct {
+	// CompactAt is the log size past which the next commit writes a
+	// snapshot and starts a new log. Default 8 MiB; never less than twice
+	// the last snapshot, so large slices are not rewritten at every commit.
+	CompactAt int64
+	// NoSync skips fsync: for benchmarks that measure everything else. A
+	// crash may then lose recent transactions.
+	NoSync bool
+}
+
+// seenMax is how many command ids the journal remembers. Redeliveries come
+// from commands handled but not acknowledged, so the recent ones suffice.
+const seenMax = 4096
+
+// Applied is the last result of one resource: the intent it was applied
+// for and where it stands.
+type Applied struct {
+	Hash  model.Hash          `json:"hash"`
+	State model.ResourceState `json:"state"`
+}
+
+// Job is a deploy, repair or dry run the agent accepted and has not
+// finished: it is run again after a restart.
+type Job struct {
+	// ID is the deploy id the server gave it.
+	ID string `json:"id"`
+	// Kind is the command: deploy, repair or dryrun.
+	Kind string `json:"kind"`
+	// Full covers every resource, not only those that changed or failed.
+	Full       bool  `json:"full,omitempty"`
+	Generation int64 `json:"generation"`
+}
+
+// Out is an event waiting in the outbox for the broker's confirm.
+type Out struct {
+	Seq  uint64 `json:"seq"`
+	Data []byte `json:"data"`
+}
+
+// state is everything the journal keeps; snapshots hold it whole.
+type state struct {
+	// Wal is the number of the first log that follows this state.
+	Wal       int                      `json:"wal"`
+	ServerKey []byte                   `json:"server_key,omitempty"`
+	Seq       uint64                   `json:"seq"`
+	Paused    bool                     `json:"paused,omitempty"`
+	Slice     model.Slice              `json:"slice"`
+	Applied   map[model.ID]Applied     `json:"applied,omitempty"`
+	Jobs      []Job                    `json:"jobs,omitempty"`
+	Seen      []string                 `json:"seen,omitempty"`
+	Outbox    []Out                    `json:"outbox,omitempty"`
+	seen      map[string]bool
+	outbox    map[uint64][]byte
+}
+
+// Journal is an agent's durable state. Its methods are safe for concurrent
+// use.
+type Journal struct {
+	dir  string
+	opts Options
+	key  ed25519.PrivateKey
+	lock *os.File
+
+	mu      sync.Mutex
+	st      state
+	wal     *os.File
+	walSize int64
+	// snapSize is the size of the last snapshot written or read.
+	snapSize int64
+	broken   error
+}
+
+// Open opens (creating it if needed) the journal in dir, replays it and
+// takes the directory's lock. dir "" keeps the journal in memory. A
+// directory is one agent's: opening another agent's fails.
+func Open(dir, agent string, opts Options) (*Journal, error) {
+	if opts.CompactAt <= 0 {
+		opts.CompactAt = 8 << 20
+	}
+	j := &Journal{dir: dir, opts: opts, st: emptyState()}
+	j.st.Slice.Agent = agent
+	if dir == "" {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		j.key = key
+		return j, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("journal: create %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	j.lock = lock
+	if err := j.load(); err != nil {
+		j.unlock()
+		return nil, err
+	}
+	if j.st.Slice.Agent != agent {
+		j.Close()
+		return nil, fmt.Errorf("journal: %s holds the state of agent %q, not %q: give each agent its own state directory", dir, j.st.Slice.Agent, agent)
+	}
+	return j, nil
+}
+
+func emptyState() state {
+	return state{Wal: 1, Applied: map[model.ID]Applied{}, seen: map[string]bool{}, outbox: map[uint64][]byte{}}
+}
+
+func (j *Journal) unlock() {
+	if j.lock != nil {
+		_ = j.lock.Close() // closing the file releases the flock
+		j.lock = nil
+	}
+}
+
+// Close closes the journal's files and releases the directory.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var err error
+	if j.wal != nil {
+		err = j.wal.Close()
+		j.wal = nil
+	}
+	j.unlock()
+	if j.broken == nil {
+		j.broken = errors.New("journal is closed")
+	}
+	return err
+}
+
+// Dir returns the state directory ("" in memory).
+func (j *Journal) Dir() string { return j.dir }
+
+// Key returns the agent's private key, created on first open.
+func (j *Journal) Key() ed25519.PrivateKey { return j.key }
+
+// ServerKey returns the server's public key, nil before enrollment.
+func (j *Journal) ServerKey() ed25519.PublicKey {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return ed25519.PublicKey(j.st.ServerKey)
+}
+
+// Seq returns the highest event sequence number the journal recorded.
+func (j *Journal) Seq() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st.Seq
+}
+
+// Paused reports whether the server paused the agent.
+func (j *Journal) Paused() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st.Paused
+}
+
+// Slice returns the desired slice held. Its resources must not be changed.
+func (j *Journal) Slice() model.Slice {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st.Slice
+}
+
+// Applied returns the last result of a resource.
+func (j *Journal) Applied(id model.ID) (Applied, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	a, ok := j.st.Applied[id]
+	return a, ok
+}
+
+// Jobs returns the accepted, unfinished jobs in the order they came.
+func (j *Journal) Jobs() []Job {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.st.Jobs)
+}
+
+// Seen reports whether a command with this envelope id was handled.
+func (j *Journal) Seen(id string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st.seen[id]
+}
+
+// Outbox returns the events not yet confirmed, oldest first.
+func (j *Journal) Outbox() []Out {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]Out, 0, len(j.st.outbox))
+	for _, seq := range slices.Sorted(maps.Keys(j.st.outbox)) {
+		out = append(out, Out{Seq: seq, Data: j.st.outbox[seq]})
+	}
+	return out
+}
+
+// OutboxLen returns how many events wait for a confirm.
+func (j *Journal) OutboxLen() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.st.outbox)
+}
+
+// Result pairs a resource with its last result, for Tx.Record.
+type Result struct {
+	ID model.ID `json:"id"`
+	Applied
+}
+
+// op is one change of a transaction; a log record is a list of ops.
+type op struct {
+	Op        string       `json:"op"`
+	ServerKey []byte       `json:"server_key,omitempty"`
+	Slice     *model.Slice `json:"slice,omitempty"`
+	Diff      *model.Diff  `json:"diff,omitempty"`
+	Results   []Result     `json:"results,omitempty"`
+	Job       *Job         `json:"job,omitempty"`
+	ID        string       `json:"id,omitempty"`
+	Seq       uint64       `json:"seq,omitempty"`
+	Data      []byte       `json:"data,omitempty"`
+	Seqs      []uint64     `json:"seqs,omitempty"`
+	Paused    bool         `json:"paused,omitempty"`
+}
+
+// Operation names.
+const (
+	opServerKey = "server_key"
+	opSlice     = "slice"
+	opDiff      = "diff"
+	opRecord    = "record"
+	opJob       = "job"
+	opJobDone   = "job_done"
+	opSeen      = "seen"
+	opOut       = "out"
+	opSent      = "sent"
+	opPaused    = "paused"
+)
+
+// Tx collects changes that are committed together or not at all.
+type Tx struct {
+	j   *Journal
+	ops []op
+}
+
+// Begin starts a transaction.
+func (j *Journal) Begin() *Tx { return &Tx{j: j} }
+
+// Seen records that the command with this envelope id was handled.
+func (t *Tx) Seen(id string) *Tx { return t.add(op{Op: opSeen, ID: id}) }
+
+// Enroll records the server's public key.
+func (t *Tx) Enroll(serverKey ed25519.PublicKey) *Tx {
+	return t.add(op{Op: opServerKey, ServerKey: serverKey})
+}
+
+// SetSlice replaces the desired slice.
+func (t *Tx) SetSlice(s model.Slice) *Tx { return t.add(op{Op: opSlice, Slice: &s}) }
+
+// ApplyDiff moves the desired slice by a diff; Commit fails with
+// model.ErrGenerationMismatch when it does not start at the slice held.
+func (t *Tx) ApplyDiff(d model.Diff) *Tx { return t.add(op{Op: opDiff, Diff: &d}) }
+
+// Record sets resources' last results.
+func (t *Tx) Record(rs []Result) *Tx { return t.add(op{Op: opRecord, Results: rs}) }
+
+// AddJob queues a job.
+func (t *Tx) AddJob(job Job) *Tx { return t.add(op{Op: opJob, Job: &job}) }
+
+// JobDone drops a finished job.
+func (t *Tx) JobDone(id string) *Tx { return t.add(op{Op: opJobDone, ID: id}) }
+
+// Out puts an event in the outbox.
+func (t *Tx) Out(seq uint64, data []byte) *Tx { return t.add(op{Op: opOut, Seq: seq, Data: data}) }
+
+// Pause records whether the server paused the agent.
+func (t *Tx) Pause(paused bool) *Tx { return t.add(op{Op: opPaused, Paused: paused}) }
+
+func (t *Tx) add(o op) *Tx {
+	t.ops = append(t.ops, o)
+	return t
+}
+
+// Commit writes the transaction and returns once it is on disk.
+func (t *Tx) Commit() error {
+	if len(t.ops) == 0 {
+		return nil
+	}
+	return t.j.commit(t.ops, !t.j.opts.NoSync)
+}
+
+// Sent drops confirmed events from the outbox. It is not synced on its own:
+// after a crash an event may be published again, and the server drops the
+// duplicate by its sequence number.
+func (j *Journal) Sent(seqs ...uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	return j.commit([]op{{Op: opSent, Seqs: seqs}}, false)
+}
+
+func (j *Journal) commit(ops []op, sync bool) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.broken != nil {
+		return fmt.Errorf("journal: %w", j.broken)
+	}
+	// Work out the diffs' results first: an op that cannot apply fails
+	// the transaction before anything is written.
+	next := j.st.Slice
+	for i := range ops {
+		switch ops[i].Op {
+		case opSlice:
+			next = *ops[i].Slice
+		case opDiff:
+			s, err := next.Apply(*ops[i].Diff)
+			if err != nil {
+				return fmt.Errorf("journal: %w", err)
+			}
+			next = s
+		}
+	}
+	if j.dir != "" {
+		if err := j.append(ops, sync); err != nil {
+			return err
+		}
+	}
+	for i := range ops {
+		_ = j.st.apply(&ops[i], true) // cannot fail: the ops were built here
+	}
+	j.st.Slice = next
+	if j.dir != "" && j.walSize > max(j.opts.CompactAt, 2*j.snapSize) {
+		if err := j.compact(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply changes the state by one op. Slice and diff ops change the slice
+// only when sliceDone is false (replay): commit computed the slice already.
+func (s *state) apply(o *op, sliceDone bool) error {
+	switch o.Op {
+	case opServerKey:
+		s.ServerKey = o.ServerKey
+	case opSlice:
+		if !sliceDone {
+			s.Slice = *o.Slice
+		}
+	case opDiff:
+		if !sliceDone {
+			next, err := s.Slice.Apply(*o.Diff)
+			if err != nil {
+				return err
+			}
+			s.Slice = next
+		}
+	case opRecord:
+		for _, r := range o.Results {
+			if r.State == "" {
+				delete(s.Applied, r.ID) // Forget
+				continue
+			}
+			s.Applied[r.ID] = r.Applied
+		}
+	case opJob:
+		if !slices.ContainsFunc(s.Jobs, func(j Job) bool { return j.ID == o.Job.ID && j.Kind == o.Job.Kind }) {
+			s.Jobs = append(s.Jobs, *o.Job)
+		}
+	case opJobDone:
+		s.Jobs = slices.DeleteFunc(s.Jobs, func(j Job) bool { return j.ID == o.ID })
+	case opSeen:
+		if !s.seen[o.ID] {
+			s.seen[o.ID] = true
+			s.Seen = append(s.Seen, o.ID)
+			if len(s.Seen) > seenMax {
+				drop := len(s.Seen) - seenMax
+				for _, id := range s.Seen[:drop] {
+					delete(s.seen, id)
+				}
+				s.Seen = slices.Delete(s.Seen, 0, drop)
+			}
+		}
+	case opOut:
+		s.outbox[o.Seq] = o.Data
+		s.Seq = max(s.Seq, o.Seq)
+	case opSent:
+		for _, seq := range o.Seqs {
+			delete(s.outbox, seq)
+		}
+	case opPaused:
+		s.Paused = o.Paused
+	default:
+		return fmt.Errorf("unknown operation %q", o.Op)
+	}
+	return nil
+}
+
+// Forget drops the results of resources that left the slice, so the
+// journal does not grow with every resource ever held. It returns how many
+// it dropped.
+func (j *Journal) Forget() (int, error) {
+	j.mu.Lock()
+	held := make(map[model.ID]bool, len(j.st.Slice.Resources))
+	for i := range j.st.Slice.Resources {
+		held[j.st.Slice.Resources[i].ID] = true
+	}
+	var gone []Result
+	for id := range j.st.Applied {
+		if !held[id] {
+			gone = append(gone, Result{ID: id})
+		}
+	}
+	j.mu.Unlock()
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	// A record with an empty state deletes: see state.apply.
+	return len(gone), j.commit([]op{{Op: opRecord, Results: gone}}, false)
+}
+
+// snapshotFile is the snapshot's name in the state directory.
+const snapshotFile = "snapshot"
+
+func walName(n int) string { return fmt.Sprintf("wal.%d", n) }
+
+func privateKeyPEM(key ed25519.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+func parseKey(path string, b []byte) (ed25519.PrivateKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("%w: %s is not a PEM private key", ErrCorrupt, path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s holds a %T, not an ed25519 key", ErrCorrupt, path, k)
+	}
+	return key, nil
+}
+
+// loadKey reads the key file, creating it on first start. A key others can
+// read is refused, as ssh does: it is the agent's identity.
+func (j *Journal) loadKey() error {
+	path := filepath.Join(j.dir, "key")
+	info, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return err
+		}
+		b, err := privateKeyPEM(key)
+		if err != nil {
+			return err
+		}
+		if err := writeFileSync(j.dir, "key", b, 0o600); err != nil {
+			return fmt.Errorf("journal: write key: %w", err)
+		}
+		j.key = key
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("journal: key file %s is accessible by others (mode %04o): run chmod 600 %s", path, info.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.key, err = parseKey(path, b)
+	return err
+}
