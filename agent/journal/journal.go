@@ -91,15 +91,15 @@ type Out struct {
 // state is everything the journal keeps; snapshots hold it whole.
 type state struct {
 	// Wal is the number of the first log that follows this state.
-	Wal       int                      `json:"wal"`
-	ServerKey []byte                   `json:"server_key,omitempty"`
-	Seq       uint64                   `json:"seq"`
-	Paused    bool                     `json:"paused,omitempty"`
-	Slice     model.Slice              `json:"slice"`
-	Applied   map[model.ID]Applied     `json:"applied,omitempty"`
-	Jobs      []Job                    `json:"jobs,omitempty"`
-	Seen      []string                 `json:"seen,omitempty"`
-	Outbox    []Out                    `json:"outbox,omitempty"`
+	Wal       int                  `json:"wal"`
+	ServerKey []byte               `json:"server_key,omitempty"`
+	Seq       uint64               `json:"seq"`
+	Paused    bool                 `json:"paused,omitempty"`
+	Slice     model.Slice          `json:"slice"`
+	Applied   map[model.ID]Applied `json:"applied,omitempty"`
+	Jobs      []Job                `json:"jobs,omitempty"`
+	Seen      []string             `json:"seen,omitempty"`
+	Outbox    []Out                `json:"outbox,omitempty"`
 	seen      map[string]bool
 	outbox    map[uint64][]byte
 }
