@@ -34,6 +34,20 @@ type Bus interface {
 	// ConsumeEvents delivers the events of one server queue to h until ctx
 	// ends.
 	ConsumeEvents(ctx context.Context, q Queue, h Handler) error
+	// Claim makes this process the primary of agent in env: of several
+	// processes hosting one agent, only the one holding the claim acts. It
+	// fails with ErrClaimed while another process holds it. The claim ends
+	// when released, or when this process loses the bus (then another may
+	// take it): Lost says so.
+	Claim(ctx context.Context, env, agent string) (Claim, error)
+}
+
+// Claim is a held primacy over one agent name.
+type Claim interface {
+	// Lost is closed when the claim ended.
+	Lost() <-chan struct{}
+	// Release gives the claim up; another process may take it at once.
+	Release()
 }
 
 // Handler handles one delivery. Returning nil acknowledges it (it is gone);
@@ -66,6 +80,8 @@ var (
 	ErrReject = errors.New("message rejected")
 	// ErrClosed: the bus was closed.
 	ErrClosed = errors.New("bus closed")
+	// ErrClaimed: another process is the primary of that agent.
+	ErrClaimed = errors.New("another process is primary for this agent")
 )
 
 // Queue names a server queue.

@@ -25,6 +25,7 @@ type Local struct {
 	mu     sync.Mutex
 	queues map[string]*queue
 	dead   []DeadLetter
+	claims map[string]*localClaim
 	closed bool
 }
 
@@ -72,6 +73,7 @@ func NewLocal(log zerolog.Logger) *Local {
 		log:    log.With().Str("component", "bus").Logger(),
 		maxLen: DefaultInboxLength,
 		queues: map[string]*queue{},
+		claims: map[string]*localClaim{},
 	}
 	for _, q := range []Queue{QueueEvents, QueueCompliance} {
 		b.queues[string(q)] = newQueue(string(q))
@@ -95,6 +97,47 @@ func (b *Local) Close() {
 	b.closed = true
 	for _, q := range b.queues {
 		q.notify()
+	}
+	for name, c := range b.claims {
+		close(c.lost)
+		delete(b.claims, name)
+	}
+}
+
+// localClaim is a claim on the in-process bus.
+type localClaim struct {
+	b    *Local
+	name string
+	lost chan struct{}
+}
+
+// Claim implements Bus.
+func (b *Local) Claim(ctx context.Context, env, agent string) (Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	name := InboxName(env, agent)
+	if _, held := b.claims[name]; held {
+		return nil, fmt.Errorf("claim %s: %w", name, ErrClaimed)
+	}
+	c := &localClaim{b: b, name: name, lost: make(chan struct{})}
+	b.claims[name] = c
+	return c, nil
+}
+
+func (c *localClaim) Lost() <-chan struct{} { return c.lost }
+
+func (c *localClaim) Release() {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	if c.b.claims[c.name] == c {
+		delete(c.b.claims, c.name)
+		close(c.lost)
 	}
 }
 

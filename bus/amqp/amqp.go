@@ -33,6 +33,12 @@ type Bus struct {
 	closeMu  sync.Once
 
 	deadLettered atomic.Int64
+
+	// claims are the claims this bus holds: the broker's exclusive queue
+	// keeps other connections out, this keeps out a second claim of the
+	// same connection.
+	claimMu sync.Mutex
+	claims  map[string]bool
 }
 
 var _ bus.Bus = (*Bus)(nil)

@@ -47,6 +47,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"MalformedIsDeadLettered", testMalformed},
 		{"RejectedIsDeadLettered", testRejected},
 		{"DedupOnReceive", testDedup},
+		{"Claim", testClaim},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newSubject(t)) })
@@ -482,5 +483,45 @@ func waitDeadLetters(t *testing.T, s Subject, want int) {
 			t.Fatalf("dead letters: %d, want %d", n, want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func testClaim(t *testing.T, s Subject) {
+	ctx := context.Background()
+	c1, err := s.Bus.Claim(ctx, "test", "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Bus.Claim(ctx, "test", "a1"); !errors.Is(err, bus.ErrClaimed) {
+		t.Fatalf("second claim of a1: got %v, want ErrClaimed", err)
+	}
+	c2, err := s.Bus.Claim(ctx, "test", "a2")
+	if err != nil {
+		t.Fatalf("claim of another agent: %v", err)
+	}
+	defer c2.Release()
+	select {
+	case <-c1.Lost():
+		t.Fatal("a held claim says it is lost")
+	default:
+	}
+	c1.Release()
+	select {
+	case <-c1.Lost():
+	case <-time.After(patience):
+		t.Fatal("a released claim is not lost")
+	}
+	// The broker may take a moment to drop the released claim.
+	deadline := time.Now().Add(patience)
+	for {
+		c3, err := s.Bus.Claim(ctx, "test", "a1")
+		if err == nil {
+			c3.Release()
+			return
+		}
+		if !errors.Is(err, bus.ErrClaimed) || time.Now().After(deadline) {
+			t.Fatalf("claim after release: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
