@@ -36,6 +36,11 @@ type Options struct {
 	// (other agents). Nil: such requirements are never met and their
 	// dependants are skipped.
 	Dependencies Dependencies
+	// BeforeApply, when set, is called with a resource's changes just
+	// before its handler applies them; an error fails the resource
+	// without applying it. The agent journals its intent here, so a
+	// change made just before a crash is still reported after it.
+	BeforeApply func(res *model.Resource, changes model.Changes) error
 }
 
 // Dependencies reports the outcome of resources outside the slice.
@@ -292,12 +297,13 @@ func (r *run) waitExternal(ctx context.Context, i int, ext []model.ID) {
 
 func (r *run) worker(work <-chan int) {
 	for i := range work {
-		r.done <- r.engine.apply(r.ctx, &r.resources[i], r.opts.DryRun)
+		r.done <- r.engine.apply(r.ctx, &r.resources[i], r.opts)
 	}
 }
 
 // apply runs one resource through its handler: validate, read, diff, apply.
-func (e *Engine) apply(ctx context.Context, res *model.Resource, dryRun bool) (out Result) {
+func (e *Engine) apply(ctx context.Context, res *model.Resource, opts Options) (out Result) {
+	dryRun := opts.DryRun
 	start := time.Now()
 	out = Result{ID: res.ID, DryRun: dryRun}
 	defer func() {
@@ -327,6 +333,12 @@ func (e *Engine) apply(ctx context.Context, res *model.Resource, dryRun bool) (o
 	if dryRun || len(changes) == 0 {
 		out.State = model.StateDeployed
 		return out
+	}
+	if opts.BeforeApply != nil {
+		if err := opts.BeforeApply(res, out.Changes); err != nil {
+			out.State, out.Message = model.StateFailed, "not applied: "+err.Error()
+			return out
+		}
 	}
 	if err := h.Apply(ctx, res, current, changes); err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -412,3 +412,38 @@ func TestCycleIsAnError(t *testing.T) {
 		t.Fatalf("got %v, want a cycle error naming the cycle", err)
 	}
 }
+
+func TestBeforeApply(t *testing.T) {
+	f := newFake()
+	f.applied["done"] = true // converged already: no changes, no call
+	e := newEngine(t, f)
+	var mu sync.Mutex
+	var called []string
+	results, err := e.Run(context.Background(), []model.Resource{fr("a"), fr("refused"), fr("done")}, Options{
+		BeforeApply: func(res *model.Resource, changes model.Changes) error {
+			mu.Lock()
+			called = append(called, res.ID.Value)
+			mu.Unlock()
+			if len(changes) == 0 {
+				t.Errorf("%s: called without changes", res.ID)
+			}
+			if res.ID.Value == "refused" {
+				return errors.New("journal full")
+			}
+			return nil
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byName(results)
+	if got["a"].State != model.StateDeployed || !f.applied["a"] {
+		t.Fatalf("a: %+v applied=%v", got["a"], f.applied["a"])
+	}
+	if got["refused"].State != model.StateFailed || f.applied["refused"] || !strings.Contains(got["refused"].Message, "journal full") {
+		t.Fatalf("refused: %+v applied=%v, want failed and not applied", got["refused"], f.applied["refused"])
+	}
+	if len(called) != 2 {
+		t.Fatalf("BeforeApply called for %v, want a and refused", called)
+	}
+}

@@ -82,6 +82,14 @@ type Job struct {
 	Generation int64 `json:"generation"`
 }
 
+// Intent is a change about to be applied: recorded before the handler
+// runs, dropped when the resource's result is recorded. One found after a
+// restart is a change that may have been made without being reported.
+type Intent struct {
+	Hash    model.Hash    `json:"hash"`
+	Changes model.Changes `json:"changes"`
+}
+
 // Out is an event waiting in the outbox for the broker's confirm.
 type Out struct {
 	Seq  uint64 `json:"seq"`
@@ -100,6 +108,7 @@ type state struct {
 	Jobs      []Job                `json:"jobs,omitempty"`
 	Seen      []string             `json:"seen,omitempty"`
 	Outbox    []Out                `json:"outbox,omitempty"`
+	Intents   map[model.ID]Intent  `json:"intents,omitempty"`
 	seen      map[string]bool
 	outbox    map[uint64][]byte
 }
@@ -112,10 +121,16 @@ type Journal struct {
 	key  ed25519.PrivateKey
 	lock *os.File
 
+	// syncMu is held while syncing the log; lock order: syncMu, then mu.
+	syncMu sync.Mutex
+
 	mu      sync.Mutex
 	st      state
 	wal     *os.File
 	walSize int64
+	// written and synced count records appended and records known to be
+	// on disk: committers share one fsync (group commit).
+	written, synced uint64
 	// snapSize is the size of the last snapshot written or read.
 	snapSize int64
 	broken   error
@@ -158,7 +173,7 @@ func Open(dir, agent string, opts Options) (*Journal, error) {
 }
 
 func emptyState() state {
-	return state{Wal: 1, Applied: map[model.ID]Applied{}, seen: map[string]bool{}, outbox: map[uint64][]byte{}}
+	return state{Wal: 1, Applied: map[model.ID]Applied{}, Intents: map[model.ID]Intent{}, seen: map[string]bool{}, outbox: map[uint64][]byte{}}
 }
 
 func (j *Journal) unlock() {
@@ -226,6 +241,15 @@ func (j *Journal) Applied(id model.ID) (Applied, bool) {
 	return a, ok
 }
 
+// Intent returns the change recorded as about to be applied to a
+// resource whose result was not recorded since.
+func (j *Journal) Intent(id model.ID) (Intent, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	in, ok := j.st.Intents[id]
+	return in, ok
+}
+
 // Jobs returns the accepted, unfinished jobs in the order they came.
 func (j *Journal) Jobs() []Job {
 	j.mu.Lock()
@@ -277,6 +301,7 @@ type op struct {
 	Data      []byte       `json:"data,omitempty"`
 	Seqs      []uint64     `json:"seqs,omitempty"`
 	Paused    bool         `json:"paused,omitempty"`
+	Intent    *Intent      `json:"intent,omitempty"`
 }
 
 // Operation names.
@@ -291,6 +316,7 @@ const (
 	opOut       = "out"
 	opSent      = "sent"
 	opPaused    = "paused"
+	opIntent    = "intent"
 )
 
 // Tx collects changes that are committed together or not at all.
@@ -329,6 +355,11 @@ func (t *Tx) JobDone(id string) *Tx { return t.add(op{Op: opJobDone, ID: id}) }
 // Out puts an event in the outbox.
 func (t *Tx) Out(seq uint64, data []byte) *Tx { return t.add(op{Op: opOut, Seq: seq, Data: data}) }
 
+// Intend records that changes are about to be applied to a resource.
+func (t *Tx) Intend(id model.ID, hash model.Hash, changes model.Changes) *Tx {
+	return t.add(op{Op: opIntent, ID: id.String(), Intent: &Intent{Hash: hash, Changes: changes}})
+}
+
 // Pause records whether the server paused the agent.
 func (t *Tx) Pause(paused bool) *Tx { return t.add(op{Op: opPaused, Paused: paused}) }
 
@@ -356,10 +387,52 @@ func (j *Journal) Sent(seqs ...uint64) error {
 }
 
 func (j *Journal) commit(ops []op, sync bool) error {
+	n, err := j.write(ops)
+	if err != nil || !sync || j.dir == "" || j.opts.NoSync {
+		return err
+	}
+	return j.syncTo(n)
+}
+
+// syncTo returns once record n is on disk. Whoever syncs first syncs every
+// record written so far; those waiting behind find theirs synced.
+func (j *Journal) syncTo(n uint64) error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	j.mu.Lock()
+	if j.synced >= n {
+		j.mu.Unlock()
+		return nil
+	}
+	if j.broken != nil {
+		defer j.mu.Unlock()
+		return fmt.Errorf("journal: %w", j.broken)
+	}
+	f, target := j.wal, j.written
+	j.mu.Unlock()
+	err := f.Sync()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err != nil {
+		if j.synced >= n {
+			return nil // a compaction's snapshot holds it, and closed f
+		}
+		// After a failed fsync the kernel may have dropped the dirty
+		// pages: nothing since the last good sync can be trusted.
+		j.broken = fmt.Errorf("sync %s: %w", f.Name(), err)
+		return fmt.Errorf("journal: %w", j.broken)
+	}
+	j.synced = max(j.synced, target)
+	return nil
+}
+
+// write appends ops as one record and applies them to the state; it
+// returns the record's number for syncTo.
+func (j *Journal) write(ops []op) (uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.broken != nil {
-		return fmt.Errorf("journal: %w", j.broken)
+		return 0, fmt.Errorf("journal: %w", j.broken)
 	}
 	// Work out the diffs' results first: an op that cannot apply fails
 	// the transaction before anything is written.
@@ -371,26 +444,27 @@ func (j *Journal) commit(ops []op, sync bool) error {
 		case opDiff:
 			s, err := next.Apply(*ops[i].Diff)
 			if err != nil {
-				return fmt.Errorf("journal: %w", err)
+				return 0, fmt.Errorf("journal: %w", err)
 			}
 			next = s
 		}
 	}
 	if j.dir != "" {
-		if err := j.append(ops, sync); err != nil {
-			return err
+		if err := j.append(ops); err != nil {
+			return 0, err
 		}
 	}
+	j.written++
 	for i := range ops {
 		_ = j.st.apply(&ops[i], true) // cannot fail: the ops were built here
 	}
 	j.st.Slice = next
 	if j.dir != "" && j.walSize > max(j.opts.CompactAt, 2*j.snapSize) {
 		if err := j.compact(); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return j.written, nil
 }
 
 // apply changes the state by one op. Slice and diff ops change the slice
@@ -411,8 +485,15 @@ func (s *state) apply(o *op, sliceDone bool) error {
 			}
 			s.Slice = next
 		}
+	case opIntent:
+		id, err := model.ParseID(o.ID)
+		if err != nil {
+			return err
+		}
+		s.Intents[id] = *o.Intent
 	case opRecord:
 		for _, r := range o.Results {
+			delete(s.Intents, r.ID)
 			if r.State == "" {
 				delete(s.Applied, r.ID) // Forget
 				continue

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -93,6 +94,20 @@ func TestContract(t *testing.T) {
 			}
 			if n, err := j.Forget(); err != nil || n != 1 {
 				t.Fatalf("forget: got %d %v, want 1", n, err)
+			}
+			// An intent lasts until the resource's result is recorded.
+			in := Intent{Hash: h, Changes: model.Changes{"content": {Current: "1", Desired: "2"}}}
+			if err := j.Begin().Intend(d.Upserts[0].ID, in.Hash, in.Changes).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := j.Intent(d.Upserts[0].ID); !ok || got.Hash != h || len(got.Changes) != 1 {
+				t.Fatalf("intent: %+v %v", got, ok)
+			}
+			if err := j.Begin().Record([]Result{{ID: d.Upserts[0].ID, Applied: Applied{Hash: h, State: model.StateDeployed}}}).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := j.Intent(d.Upserts[0].ID); ok {
+				t.Fatal("intent kept after the result was recorded")
 			}
 			if err := j.Begin().Pause(true).Enroll(j.Key().Public().(ed25519.PublicKey)).Commit(); err != nil {
 				t.Fatal(err)
@@ -397,5 +412,45 @@ func childCommits(dir, round string) error {
 			return err
 		}
 		fmt.Println(id)
+	}
+}
+
+// TestConcurrentCommitsShareSyncs: many goroutines commit at once (the
+// engine's workers journal intents in parallel); every commit is there
+// after a reopen, across compactions.
+func TestConcurrentCommits(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, "a", Options{CompactAt: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				id := model.ID{Type: "file", Agent: "a", Key: "path", Value: fmt.Sprintf("/g%d/%d", g, i)}
+				if err := j.Begin().Intend(id, model.Hash{}, model.Changes{"x": {Desired: 1}}).Seen(id.String()).Commit(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	j.Close()
+	j, err = Open(dir, "a", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for g := range 8 {
+		for i := range 50 {
+			id := model.ID{Type: "file", Agent: "a", Key: "path", Value: fmt.Sprintf("/g%d/%d", g, i)}
+			if _, ok := j.Intent(id); !ok || !j.Seen(id.String()) {
+				t.Fatalf("%s lost", id)
+			}
+		}
 	}
 }

@@ -30,9 +30,9 @@ const maxRecord = 1 << 30
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// append writes one record to the current log, syncing it when asked. A
-// failed write is cut off again so later records never follow garbage.
-func (j *Journal) append(ops []op, sync bool) error {
+// append writes one record to the current log (syncTo syncs it). A failed
+// write is cut off again so later records never follow garbage.
+func (j *Journal) append(ops []op) error {
 	payload, err := json.Marshal(ops)
 	if err != nil {
 		return fmt.Errorf("journal: encode: %w", err)
@@ -47,15 +47,6 @@ func (j *Journal) append(ops []op, sync bool) error {
 	if _, err := j.wal.Write(buf); err != nil {
 		j.undo(err)
 		return fmt.Errorf("journal: write: %w", err)
-	}
-	if sync && !j.opts.NoSync {
-		if err := j.wal.Sync(); err != nil {
-			// After a failed fsync the kernel may have dropped the dirty
-			// pages: nothing written since the last good sync can be
-			// trusted, so stop here rather than guess.
-			j.broken = fmt.Errorf("sync %s: %w", j.wal.Name(), err)
-			return fmt.Errorf("journal: %w", j.broken)
-		}
 	}
 	j.walSize += int64(len(buf))
 	return nil
@@ -91,6 +82,9 @@ func (j *Journal) load() error {
 		j.snapSize = int64(len(b))
 		if j.st.Applied == nil {
 			j.st.Applied = map[model.ID]Applied{}
+		}
+		if j.st.Intents == nil {
+			j.st.Intents = map[model.ID]Intent{}
 		}
 		for _, id := range j.st.Seen {
 			j.st.seen[id] = true
@@ -232,7 +226,10 @@ func (j *Journal) compact() error {
 		f.Close()
 		return fmt.Errorf("journal: compact: %w", err)
 	}
-	_ = j.wal.Close() // synced already; the snapshot holds its records
+	// The snapshot holds every record written: they are durable now, and
+	// a sync still running on the old log may fail harmlessly.
+	j.synced = j.written
+	_ = j.wal.Close()
 	j.wal, j.walSize, j.snapSize, j.st.Wal = f, 0, int64(len(b)), next
 	for _, n := range mustLogs(j) {
 		if n < next {
