@@ -1,10 +1,16 @@
 // Package agent is the process that enforces intent on a host. It connects
 // outward to the bus, introduces itself (hello), keeps its slice of the
-// released version up to date from the server's diffs, runs deploys and dry
-// runs with the engine, and streams every result back in signed batches.
+// released version up to date from the server's diffs, runs deploys,
+// repairs and dry runs with the engine, and streams every result back.
 //
-// This is the first cut: state lives in memory (the durable journal comes
-// with the agent daemon), which is all the embedded mode needs.
+// Everything it must not forget lives in its journal (package journal):
+// a command is journaled before it is acknowledged, an event before it is
+// published, a change before it is applied. So the agent survives a kill -9,
+// a broker outage or a server restart without losing or repeating anything,
+// and keeps enforcing its cached intent while the broker is away.
+//
+// Of several processes hosting one agent name, one is primary (it holds the
+// bus's claim on the name); the others stand by and take over when it ends.
 package agent
 
 import (
@@ -12,8 +18,8 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
+	"maps"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,6 +27,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/engine"
 	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 )
@@ -29,12 +36,17 @@ import (
 type Config struct {
 	Env  string
 	Name string
+	// StateDir holds the agent's journal; "" keeps it in memory (the
+	// embedded mode, whose agents live as long as one command).
+	StateDir string
 	// Labels are announced in hello; hostgroups select agents by them.
 	Labels map[string]string
+	// Facts are announced in hello (nil: the basic facts of this host).
+	Facts map[string]any
+	// Token is an enrollment token, sent in hello until enrolled.
+	Token string
 	// Parallelism bounds concurrent resources in a deploy.
 	Parallelism int
-	// Key is the agent's signing key (generated when nil).
-	Key ed25519.PrivateKey
 	// ServerKey pins the server's public key. When nil the agent trusts the
 	// key the server presents in its first `enrolled` message.
 	ServerKey ed25519.PublicKey
@@ -42,6 +54,22 @@ type Config struct {
 	StatusBatch int
 	// StatusLinger is how long a partial batch waits for more results.
 	StatusLinger time.Duration
+	// Heartbeat is how often an enrolled agent says it is alive.
+	Heartbeat time.Duration
+	// HelloRetry is the first pause before saying hello again while not
+	// enrolled; it doubles up to HelloRetryMax, which is also the pause
+	// after the server rejected the agent.
+	HelloRetry, HelloRetryMax time.Duration
+	// ClaimRetry is how often a standby tries to become primary.
+	ClaimRetry time.Duration
+	// ClaimWait is how long the agent waits for the bus before it enforces
+	// its journaled intent on its own (the broker is unreachable).
+	ClaimWait time.Duration
+	// Grace bounds the clean shutdown: flushing the outbox and saying
+	// goodbye.
+	Grace time.Duration
+	// Journal tunes the journal; NoSync is for benchmarks only.
+	Journal journal.Options
 }
 
 // Default fills zero fields with defaults.
@@ -54,6 +82,24 @@ func (c *Config) Default() {
 	}
 	if c.StatusLinger <= 0 {
 		c.StatusLinger = 20 * time.Millisecond
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 10 * time.Second
+	}
+	if c.HelloRetry <= 0 {
+		c.HelloRetry = 30 * time.Second
+	}
+	if c.HelloRetryMax <= 0 {
+		c.HelloRetryMax = 30 * time.Minute
+	}
+	if c.ClaimRetry <= 0 {
+		c.ClaimRetry = time.Second
+	}
+	if c.ClaimWait <= 0 {
+		c.ClaimWait = 10 * time.Second
+	}
+	if c.Grace <= 0 {
+		c.Grace = 5 * time.Second
 	}
 }
 
@@ -68,6 +114,9 @@ func (c *Config) Validate() error {
 	if c.ServerKey != nil && len(c.ServerKey) != ed25519.PublicKeySize {
 		return errors.New("agent config: server key is not an ed25519 public key")
 	}
+	if c.HelloRetryMax < c.HelloRetry {
+		return errors.New("agent config: the hello retry cap is below the first retry")
+	}
 	return nil
 }
 
@@ -76,137 +125,340 @@ type Transport interface {
 	DeclareInbox(ctx context.Context, env, agent string) error
 	ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error
 	Publish(ctx context.Context, e *bus.Envelope) error
+	Claim(ctx context.Context, env, agent string) (bus.Claim, error)
 }
 
 // Agent enforces one agent's slice.
 type Agent struct {
-	cfg    Config
-	bus    Transport
-	reg    *handler.Registry
-	engine *engine.Engine
-	signer *bus.Signer
-	dedup  *bus.Dedup
-	deps   *dependencies
-	log    zerolog.Logger
+	cfg     Config
+	bus     Transport
+	reg     *handler.Registry
+	engine  *engine.Engine
+	journal *journal.Journal
+	signer  *bus.Signer
+	deps    *dependencies
+	log     zerolog.Logger
 
-	mu        sync.Mutex
-	serverKey ed25519.PublicKey
-	slice     model.Slice
-	// hashes are the resource hashes of slice.
+	// wake pokes the worker: a job, a slice or pause changed.
+	wake chan struct{}
+	// flush pokes the outbox's publisher.
+	flush chan struct{}
+	// enrolled is closed once the server's key is known.
+	enrolledOnce sync.Once
+	enrolled     chan struct{}
+	// rejected pokes the hello loop: slow down.
+	rejected chan struct{}
+
+	mu sync.Mutex
+	// hashes are the resource hashes of the journal's slice.
 	hashes map[model.ID]model.Hash
-	// last is each resource's state after the latest deploy.
-	last map[model.ID]model.ResourceState
-	// dirty holds resources changed by desired state since they last
-	// deployed successfully.
-	dirty  map[model.ID]bool
-	paused bool
-	jobs   []job
-	wake   chan struct{}
+	// running is the job in progress, nil between jobs.
+	running *runningJob
 }
 
-// job is a deploy or dry run waiting to run.
-type job struct {
-	id     string
-	mode   bus.DeployMode
-	dryRun bool
-	gen    int64
+type runningJob struct {
+	job    journal.Job
+	cancel context.CancelCauseFunc
 }
 
-// New returns an agent for cfg that talks over t and enforces with the
-// handlers of reg.
+// errSuperseded ends a repair that a deploy replaced.
+var errSuperseded = errors.New("superseded by a deploy")
+
+// New opens the agent's journal and returns an agent for cfg that talks
+// over t and enforces with the handlers of reg. Close releases it.
 func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*Agent, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Key == nil {
-		_, key, err := bus.GenerateKey()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Key = key
+	j, err := journal.Open(cfg.StateDir, cfg.Name, cfg.Journal)
+	if err != nil {
+		return nil, err
 	}
 	log = log.With().Str("component", "agent").Str("agent", cfg.Name).Logger()
-	return &Agent{
-		cfg:       cfg,
-		bus:       t,
-		reg:       reg,
-		engine:    engine.New(reg, log),
-		signer:    bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano())),
-		dedup:     bus.NewDedup(4096),
-		deps:      newDependencies(),
-		log:       log,
-		serverKey: cfg.ServerKey,
-		slice:     model.Slice{Agent: cfg.Name},
-		hashes:    map[model.ID]model.Hash{},
-		last:      map[model.ID]model.ResourceState{},
-		dirty:     map[model.ID]bool{},
-		wake:      make(chan struct{}, 1),
-	}, nil
+	a := &Agent{
+		cfg:     cfg,
+		bus:     t,
+		reg:     reg,
+		engine:  engine.New(reg, log),
+		journal: j,
+		// Sequence numbers only grow: past every one journaled, and past
+		// the clock, for events never journaled (heartbeats) before a
+		// restart.
+		signer:   bus.NewSigner(j.Key(), max(j.Seq(), uint64(time.Now().UnixNano()))),
+		deps:     newDependencies(),
+		log:      log,
+		wake:     make(chan struct{}, 1),
+		flush:    make(chan struct{}, 1),
+		enrolled: make(chan struct{}),
+		rejected: make(chan struct{}, 1),
+	}
+	if cfg.ServerKey != nil {
+		if held := j.ServerKey(); held != nil && !held.Equal(cfg.ServerKey) {
+			j.Close()
+			return nil, fmt.Errorf("agent %s: the journal in %s trusts another server key than the one configured; remove the journal to enroll again", cfg.Name, cfg.StateDir)
+		}
+	}
+	if j.ServerKey() != nil {
+		a.markEnrolled()
+	}
+	if err := a.rehash(j.Slice()); err != nil {
+		j.Close()
+		return nil, err
+	}
+	return a, nil
 }
+
+// Close releases the agent's journal. Call it after Run returned.
+func (a *Agent) Close() error { return a.journal.Close() }
 
 // PublicKey returns the agent's public key.
 func (a *Agent) PublicKey() ed25519.PublicKey { return a.signer.PublicKey() }
 
-// Run connects, says hello and serves commands until ctx ends. It returns
-// ctx's error on a clean stop, or the first error that stops it.
-func (a *Agent) Run(ctx context.Context) error {
-	if err := a.bus.DeclareInbox(ctx, a.cfg.Env, a.cfg.Name); err != nil {
-		return fmt.Errorf("agent %s: declare inbox: %w", a.cfg.Name, err)
+// Journal returns the agent's journal, for inspection.
+func (a *Agent) Journal() *journal.Journal { return a.journal }
+
+func (a *Agent) markEnrolled() { a.enrolledOnce.Do(func() { close(a.enrolled) }) }
+
+func (a *Agent) isEnrolled() bool {
+	select {
+	case <-a.enrolled:
+		return true
+	default:
+		return false
 	}
-	// The consumer and the worker stop together: when either returns, or
-	// the caller's context ends.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+}
+
+// serverKey is the key commands must be signed with: the configured one,
+// else the one pinned at enrollment.
+func (a *Agent) serverKey() ed25519.PublicKey {
+	if a.cfg.ServerKey != nil {
+		return a.cfg.ServerKey
+	}
+	return a.journal.ServerKey()
+}
+
+// Run serves until ctx ends, then shuts down cleanly: the running handler
+// is cancelled, the outbox flushed and goodbye said (within Grace). It
+// returns ctx's error on a clean stop, or the first error that stops it.
+//
+// Run becomes primary when it can claim the agent's name on the bus and
+// stands by while another process holds it. While the bus cannot be
+// reached it still runs the jobs it journaled.
+func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	defer wg.Wait()
+	// The outbox publisher runs for the whole Run, primary or not: events
+	// journaled are delivered whatever happens to the claim.
+	outCtx, stopOut := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOut()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.publishOutbox(outCtx)
+	}()
+
+	var work *worker
+	stopWork := func() {
+		if work != nil {
+			work.stop()
+			work = nil
+		}
+	}
+	startWork := func() {
+		if work == nil {
+			work = a.startWorker(ctx)
+		}
+	}
+	defer stopWork()
+
+	standingBy := false
+	waitingSince := time.Now()
+	retry := a.cfg.ClaimRetry
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.ClaimWait)
+		claim, err := a.bus.Claim(cctx, a.cfg.Env, a.cfg.Name)
+		cancel()
+		switch {
+		case err == nil:
+			if standingBy {
+				a.log.Info().Msg("now primary for this agent name")
+			}
+			standingBy, retry = false, a.cfg.ClaimRetry
+			startWork()
+			err := a.connected(ctx, claim)
+			claim.Release()
+			if err != nil {
+				stopWork()
+				a.finish(ctx, &wg, stopOut)
+				return err
+			}
+			if ctx.Err() == nil {
+				a.log.Warn().Msg("lost the bus; claiming the agent name again (work goes on meanwhile)")
+			}
+			waitingSince = time.Now()
+			continue
+		case errors.Is(err, bus.ErrClaimed):
+			if !standingBy {
+				a.log.Warn().Msg("another process is primary for this agent name; standing by")
+			}
+			standingBy, retry = true, a.cfg.ClaimRetry
+			stopWork()
+		case ctx.Err() != nil:
+		default:
+			// The bus is away. Work goes on from the journal once it has
+			// been away a while, unless another process was primary.
+			if !standingBy && work == nil && time.Since(waitingSince) >= a.cfg.ClaimWait {
+				a.log.Warn().Err(err).Msg("cannot reach the bus; enforcing the journaled intent until it is back")
+				startWork()
+			}
+			retry = min(2*retry, 30*time.Second)
+		}
+		sleep(ctx, jitter(retry))
+	}
+	stopWork()
+	a.finish(ctx, &wg, stopOut)
+	return ctx.Err()
+}
+
+// finish flushes the outbox and says goodbye, both bounded by Grace, then
+// stops the publisher.
+func (a *Agent) finish(ctx context.Context, wg *sync.WaitGroup, stopOut context.CancelFunc) {
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Grace)
+	defer cancel()
+	for a.journal.OutboxLen() > 0 && grace.Err() == nil {
+		a.poke(a.flush)
+		sleep(grace, 10*time.Millisecond)
+	}
+	if n := a.journal.OutboxLen(); n > 0 {
+		a.log.Warn().Int("events", n).Msg("events left in the outbox; they are sent on the next start")
+	}
+	stopOut()
+	wg.Wait()
+	if a.isEnrolled() {
+		if err := a.publishNow(grace, bus.KindGoodbye, bus.Empty{}); err != nil {
+			a.log.Info().Err(err).Msg("could not say goodbye")
+		}
+	}
+}
+
+// connected serves while the claim holds: the inbox, hello until enrolled,
+// heartbeats after. It returns nil when the claim is lost or ctx ends.
+func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-claim.Lost():
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	if err := a.bus.DeclareInbox(cctx, a.cfg.Env, a.cfg.Name); err != nil {
+		if cctx.Err() != nil {
+			return nil
+		}
+		a.log.Warn().Err(err).Msg("cannot declare the inbox")
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		errs <- a.bus.ConsumeInbox(runCtx, a.cfg.Env, a.cfg.Name, a.handle)
+		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle); err != nil && cctx.Err() == nil {
+			errs <- fmt.Errorf("agent %s: inbox: %w", a.cfg.Name, err)
+		}
+		cancel()
 	}()
 	go func() {
 		defer wg.Done()
-		errs <- a.work(runCtx)
+		a.introduce(cctx)
 	}()
-	err := a.hello(runCtx)
-	if err == nil {
-		err = <-errs
-	}
-	cancel()
 	wg.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err() // a clean stop asked for by the caller
+	select {
+	case err := <-errs:
+		if errors.Is(err, bus.ErrClosed) {
+			return err
+		}
+		a.log.Warn().Err(err).Msg("inbox consumer stopped")
+	default:
 	}
-	return err
+	return nil
+}
+
+// introduce says hello, again with back-off until enrolled (slowest after
+// a rejection), then heartbeats.
+func (a *Agent) introduce(ctx context.Context) {
+	pause := a.cfg.HelloRetry
+	for {
+		if err := a.hello(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("cannot say hello")
+		}
+		if a.isEnrolled() {
+			break
+		}
+		select {
+		case <-a.enrolled:
+		case <-a.rejected:
+			pause = a.cfg.HelloRetryMax
+			if !sleep(ctx, jitter(pause)) {
+				return
+			}
+			continue
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter(pause)):
+			pause = min(2*pause, a.cfg.HelloRetryMax)
+			continue
+		}
+		break
+	}
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen()}
+			if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
+				a.log.Debug().Err(err).Msg("heartbeat not sent")
+			}
+		}
+	}
 }
 
 func (a *Agent) hello(ctx context.Context) error {
-	a.mu.Lock()
-	s := a.slice
-	a.mu.Unlock()
+	s := a.journal.Slice()
 	hash, err := s.Hash()
 	if err != nil {
 		return err
 	}
-	return a.publish(ctx, bus.KindHello, bus.Hello{
+	h := bus.Hello{
 		PublicKey:  a.PublicKey(),
 		Labels:     a.cfg.Labels,
-		Facts:      basicFacts(),
+		Facts:      a.facts(),
 		Kinds:      a.reg.Kinds(),
 		Generation: s.Generation,
 		SliceHash:  hash,
-	})
+	}
+	if !a.isEnrolled() {
+		h.Token = a.cfg.Token
+	}
+	return a.publishNow(ctx, bus.KindHello, h)
 }
 
-// basicFacts are the facts the first cut reports; the facts provider comes
-// with the agent daemon.
-func basicFacts() map[string]any {
-	host, _ := os.Hostname()
-	return map[string]any{"hostname": host, "os": runtime.GOOS, "arch": runtime.GOARCH, "cpus": runtime.NumCPU()}
+func (a *Agent) facts() map[string]any {
+	if a.cfg.Facts != nil {
+		return maps.Clone(a.cfg.Facts)
+	}
+	return basicFacts()
 }
 
-func (a *Agent) publish(ctx context.Context, kind bus.Kind, body any) error {
+// publishNow seals and publishes an event that is not worth journaling:
+// hello, heartbeat, goodbye are said again when it matters.
+func (a *Agent) publishNow(ctx context.Context, kind bus.Kind, body any) error {
 	e, err := a.signer.Seal(kind, a.cfg.Env, a.cfg.Name, body)
 	if err != nil {
 		return err
@@ -217,266 +469,29 @@ func (a *Agent) publish(ctx context.Context, kind bus.Kind, body any) error {
 	return nil
 }
 
-// handle processes one command from the inbox. Commands are handled in
-// order; deploys are queued for the worker so the inbox keeps flowing
-// (dependency.status must reach a deploy that waits for it).
-func (a *Agent) handle(ctx context.Context, d bus.Delivery) error {
-	e := d.Envelope
-	if e.Env != a.cfg.Env || e.Agent != a.cfg.Name {
-		return fmt.Errorf("%w: %s is addressed to %s/%s", bus.ErrReject, e, e.Env, e.Agent)
-	}
-	if err := a.verify(e); err != nil {
-		a.log.Warn().Err(err).Str("message", e.String()).Msg("dropping a command that does not verify")
-		return fmt.Errorf("%w: %w", bus.ErrReject, err)
-	}
-	if a.dedup.Has(e.ID) {
-		return nil
-	}
-	err := a.command(ctx, e)
-	if err == nil || errors.Is(err, bus.ErrReject) {
-		a.dedup.Add(e.ID) // final: a redelivery changes nothing
-	}
-	return err
-}
-
-// command carries out one verified command.
-func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
-	switch e.Kind {
-	case bus.KindEnrolled:
-		return nil // verify pinned the key
-	case bus.KindDesiredFull:
-		var body bus.DesiredFull
-		if err := e.DecodeBody(&body); err != nil {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		return a.setSlice(ctx, model.Slice{Agent: a.cfg.Name, Generation: body.Generation, Resources: body.Resources}, body.SliceHash)
-	case bus.KindDesiredDiff:
-		var body bus.DesiredDiff
-		if err := e.DecodeBody(&body); err != nil {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		return a.applyDiff(ctx, body)
-	case bus.KindDeploy, bus.KindRepair:
-		var body bus.Deploy
-		if err := e.DecodeBody(&body); err != nil {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		a.enqueue(job{id: body.DeployID, mode: body.Mode, gen: body.Generation})
-	case bus.KindDryRun:
-		var body bus.DryRun
-		if err := e.DecodeBody(&body); err != nil {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		a.enqueue(job{id: body.DeployID, mode: bus.DeployFull, dryRun: true, gen: body.Generation})
-	case bus.KindDependencyStatus:
-		var body bus.DependencyStatus
-		if err := e.DecodeBody(&body); err != nil {
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		a.deps.set(body.ID, body.State)
-	case bus.KindPause, bus.KindResume:
-		a.mu.Lock()
-		a.paused = e.Kind == bus.KindPause
-		a.mu.Unlock()
-		a.poke()
-	default:
-		a.log.Info().Str("kind", string(e.Kind)).Msg("command not handled by this agent version; ignored")
-	}
-	return nil
-}
-
-// verify checks a command's signature against the server key, pinning the
-// key of the first `enrolled` message when none is configured.
-func (a *Agent) verify(e *bus.Envelope) error {
-	a.mu.Lock()
-	key := a.serverKey
-	a.mu.Unlock()
-	if key == nil {
-		if e.Kind != bus.KindEnrolled {
-			return fmt.Errorf("%s arrived before enrollment: no server key to verify it with", e.Kind)
-		}
-		var body bus.Enrolled
-		if err := e.DecodeBody(&body); err != nil {
-			return err
-		}
-		if err := bus.Verify(e, body.ServerKey); err != nil {
-			return err
-		}
-		a.mu.Lock()
-		a.serverKey = ed25519.PublicKey(body.ServerKey)
-		a.mu.Unlock()
-		a.log.Info().Str("server_key", bus.Fingerprint(body.ServerKey)).Msg("enrolled; server key pinned")
-		return nil
-	}
-	return bus.Verify(e, key)
-}
-
-func (a *Agent) setSlice(ctx context.Context, s model.Slice, want model.Hash) error {
-	hashes := make(map[model.ID]model.Hash, len(s.Resources))
-	list := make([]model.Hash, 0, len(s.Resources))
-	for i := range s.Resources {
-		r := &s.Resources[i]
-		if r.ID.Agent != a.cfg.Name {
-			return fmt.Errorf("%w: desired state holds %s of another agent", bus.ErrReject, r.ID)
-		}
-		h, err := r.Hash()
-		if err != nil {
-			return fmt.Errorf("%w: desired state: %w", bus.ErrReject, err)
-		}
-		hashes[r.ID] = h
-		list = append(list, h)
-	}
-	if model.SetHashOf(list) != want {
-		a.log.Error().Int64("generation", s.Generation).Msg("desired state does not match its hash; asking for the full state")
-		return a.publish(ctx, bus.KindStateRequest, bus.StateRequest{Generation: a.generation()})
-	}
-	a.mu.Lock()
-	for id, h := range hashes {
-		if prev, ok := a.hashes[id]; !ok || prev != h {
-			a.dirty[id] = true
-		}
-	}
-	a.slice, a.hashes = s, hashes
-	a.mu.Unlock()
-	a.log.Debug().Int64("generation", s.Generation).Int("resources", len(s.Resources)).Msg("desired state updated")
-	a.poke()
-	return nil
-}
-
-func (a *Agent) applyDiff(ctx context.Context, d bus.DesiredDiff) error {
-	a.mu.Lock()
-	cur := a.slice
-	a.mu.Unlock()
-	next, err := cur.Apply(d.Diff)
-	if errors.Is(err, model.ErrGenerationMismatch) {
-		a.log.Info().Int64("held", cur.Generation).Int64("diff_from", d.From).Msg("diff from another generation; asking for the full state")
-		return a.publish(ctx, bus.KindStateRequest, bus.StateRequest{Generation: cur.Generation})
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", bus.ErrReject, err)
-	}
-	return a.setSlice(ctx, next, d.SliceHash)
-}
-
-func (a *Agent) generation() int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.slice.Generation
-}
-
-func (a *Agent) enqueue(j job) {
-	a.mu.Lock()
-	a.jobs = append(a.jobs, j)
-	a.mu.Unlock()
-	a.poke()
-}
-
-func (a *Agent) poke() {
+func (a *Agent) poke(ch chan struct{}) {
 	select {
-	case a.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
 
-// work runs queued jobs, in order, once the slice they were sent for is held.
-func (a *Agent) work(ctx context.Context) error {
-	for {
-		j, resources, ok := a.nextJob()
-		if !ok {
-			select {
-			case <-a.wake:
-				continue
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if err := a.run(ctx, j, resources); err != nil {
-			return err
-		}
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
-// nextJob takes the first job if it can run: not paused, and the slice is
-// at (or past) the job's generation.
-func (a *Agent) nextJob() (job, []model.Resource, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.jobs) == 0 || a.paused || a.slice.Generation < a.jobs[0].gen {
-		return job{}, nil, false
+// jitter spreads a pause over [d/2, d], so a fleet does not act in step.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
 	}
-	j := a.jobs[0]
-	a.jobs = a.jobs[1:]
-	var rs []model.Resource
-	for _, r := range a.slice.Resources {
-		if j.mode == bus.DeployFull || a.dirty[r.ID] || a.last[r.ID] != model.StateDeployed {
-			rs = append(rs, r)
-		}
-	}
-	if j.gen < a.slice.Generation {
-		j.gen = a.slice.Generation
-	}
-	return j, rs, true
-}
-
-// run deploys (or dry-runs) resources and reports every result.
-func (a *Agent) run(ctx context.Context, j job, resources []model.Resource) error {
-	kind := bus.KindResourceStatus
-	if j.dryRun {
-		kind = bus.KindDryRunResult
-	}
-	rep := newReporter(a, kind, j.id, j.gen)
-	go rep.loop(ctx)
-	start := time.Now()
-	results, runErr := a.engine.Run(ctx, resources, engine.Options{
-		Parallelism:  a.cfg.Parallelism,
-		DryRun:       j.dryRun,
-		Dependencies: a.dependencyView(),
-	}, rep.add)
-	if !j.dryRun {
-		a.mu.Lock()
-		for _, r := range results {
-			a.last[r.ID] = r.State
-			if r.State == model.StateDeployed {
-				delete(a.dirty, r.ID)
-			}
-		}
-		a.mu.Unlock()
-	}
-	errText := ""
-	if runErr != nil {
-		errText = runErr.Error()
-	}
-	if err := rep.finish(ctx, errText); err != nil {
-		return err
-	}
-	a.log.Info().Str("deploy", j.id).Bool("dry_run", j.dryRun).Int("resources", len(resources)).
-		Dur("took", time.Since(start)).Msg("deploy finished")
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return nil
-}
-
-// dependencyView answers the engine's questions about requirements outside
-// the resources of a run: this agent's own resources by their last state,
-// other agents' by what the server reported.
-func (a *Agent) dependencyView() engine.Dependencies {
-	return depFunc(func(ctx context.Context, id model.ID) (model.ResourceState, error) {
-		if id.Agent == a.cfg.Name {
-			a.mu.Lock()
-			st, ok := a.last[id]
-			a.mu.Unlock()
-			if !ok {
-				return model.StateSkipped, nil
-			}
-			return st, nil
-		}
-		return a.deps.wait(ctx, id)
-	})
-}
-
-type depFunc func(ctx context.Context, id model.ID) (model.ResourceState, error)
-
-func (f depFunc) Wait(ctx context.Context, id model.ID) (model.ResourceState, error) {
-	return f(ctx, id)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }

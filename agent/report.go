@@ -1,37 +1,46 @@
 package agent
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 )
 
-// reporter streams a run's results to the server in batches: a batch leaves
-// when it holds StatusBatch results or StatusLinger after its first result,
-// whichever comes first, so results arrive within milliseconds without one
-// signed message per resource.
+// reporter streams a job's results to the server in batches: a batch
+// leaves when it holds StatusBatch results or StatusLinger after its first
+// result, whichever comes first, so results arrive within milliseconds
+// without one signed message per resource. Each batch is journaled with
+// the results it carries (the resources' last results) and, for the last,
+// the job's end, in one transaction.
 type reporter struct {
-	a        *Agent
-	kind     bus.Kind
-	deployID string
-	gen      int64
+	a      *Agent
+	kind   bus.Kind
+	job    journal.Job
+	gen    int64
+	hashes map[model.ID]model.Hash
+	// interrupted says the job is being cut short from outside: results
+	// it cancelled are not reported, the resources run again later.
+	interrupted func() bool
 
 	results chan model.Result
-	// final carries the run's error text; finish fills it before closing
+	// final carries how the job ended; finish fills it before closing
 	// results, so loop finds it when results ends.
-	final   chan string
+	final   chan ending
 	stopped chan error
 }
 
-func newReporter(a *Agent, kind bus.Kind, deployID string, gen int64) *reporter {
+type ending struct {
+	done    bool
+	errText string
+}
+
+func newReporter(a *Agent, kind bus.Kind, job journal.Job, gen int64, hashes map[model.ID]model.Hash, interrupted func() bool) *reporter {
 	return &reporter{
-		a: a, kind: kind, deployID: deployID, gen: gen,
+		a: a, kind: kind, job: job, gen: gen, hashes: hashes, interrupted: interrupted,
 		results: make(chan model.Result, a.cfg.StatusBatch),
-		final:   make(chan string, 1),
+		final:   make(chan ending, 1),
 		stopped: make(chan error, 1),
 	}
 }
@@ -40,13 +49,13 @@ func newReporter(a *Agent, kind bus.Kind, deployID string, gen int64) *reporter 
 func (r *reporter) add(res model.Result) { r.results <- res }
 
 // loop batches results until finish closes the channel.
-func (r *reporter) loop(ctx context.Context) {
+func (r *reporter) loop() {
 	var batch []model.Result
 	var linger <-chan time.Time
 	var err error
-	send := func(done bool, errText string) {
-		if err == nil {
-			err = r.send(ctx, batch, done, errText)
+	send := func(end ending, last bool) {
+		if err == nil && (len(batch) > 0 || last) {
+			err = r.send(batch, end, last)
 		}
 		batch, linger = nil, nil
 	}
@@ -54,7 +63,8 @@ func (r *reporter) loop(ctx context.Context) {
 		select {
 		case res, ok := <-r.results:
 			if !ok {
-				send(true, <-r.final)
+				end := <-r.final
+				send(end, end.done)
 				r.stopped <- err
 				return
 			}
@@ -63,77 +73,51 @@ func (r *reporter) loop(ctx context.Context) {
 				linger = time.After(r.a.cfg.StatusLinger)
 			}
 			if len(batch) >= r.a.cfg.StatusBatch {
-				send(false, "")
+				send(ending{}, false)
 			}
 		case <-linger:
-			send(false, "")
+			send(ending{}, false)
 		}
 	}
 }
 
-// finish sends what is left as the run's last batch.
-func (r *reporter) finish(ctx context.Context, errText string) error {
-	r.final <- errText
+// finish sends what is left. done says the job finished (else it was
+// interrupted and stays journaled, and results it cancelled are dropped:
+// the resources run again on the next start).
+func (r *reporter) finish(done bool, errText string) error {
+	r.final <- ending{done: done, errText: errText}
 	close(r.results)
-	select {
-	case err := <-r.stopped:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	return <-r.stopped
+}
+
+func (r *reporter) send(batch []model.Result, end ending, last bool) error {
+	dryRun := r.kind == bus.KindDryRunResult
+	kept := batch[:0]
+	var record []journal.Result
+	for _, res := range batch {
+		if res.State == model.StateCancelled && r.interrupted() {
+			continue
+		}
+		if !dryRun {
+			if in, ok := r.a.journal.Intent(res.ID); ok && len(res.Changes) == 0 && res.State == model.StateDeployed && in.Hash == r.hashes[res.ID] {
+				// Applied before a crash, reported now: the change is
+				// logged once, not lost.
+				res.Changes, res.Message = in.Changes, "applied before the agent restarted"
+			}
+			record = append(record, journal.Result{ID: res.ID, Applied: journal.Applied{Hash: r.hashes[res.ID], State: res.State}})
+		}
+		kept = append(kept, res)
 	}
-}
-
-func (r *reporter) send(ctx context.Context, batch []model.Result, done bool, errText string) error {
-	body := bus.ResourceStatus{DeployID: r.deployID, Generation: r.gen, Results: batch, Done: done, Error: errText}
-	// Until the journal's outbox exists, a failed publish is retried here
-	// while the agent runs.
-	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
-		err := r.a.publish(ctx, r.kind, body)
-		if err == nil {
-			return nil
-		}
-		r.a.log.Warn().Err(err).Dur("retry_in", pause).Msg("cannot report results")
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return fmt.Errorf("report %d results: %w", len(batch), ctx.Err())
-		}
+	if len(kept) == 0 && !end.done {
+		return nil
 	}
-}
-
-// dependencies holds what the server said about other agents' resources.
-type dependencies struct {
-	mu      sync.Mutex
-	states  map[model.ID]model.ResourceState
-	changed chan struct{}
-}
-
-func newDependencies() *dependencies {
-	return &dependencies{states: map[model.ID]model.ResourceState{}, changed: make(chan struct{})}
-}
-
-func (d *dependencies) set(id model.ID, st model.ResourceState) {
-	d.mu.Lock()
-	d.states[id] = st
-	close(d.changed)
-	d.changed = make(chan struct{})
-	d.mu.Unlock()
-}
-
-// wait blocks until the server reported a final state for id.
-func (d *dependencies) wait(ctx context.Context, id model.ID) (model.ResourceState, error) {
-	for {
-		d.mu.Lock()
-		st, ok := d.states[id]
-		ch := d.changed
-		d.mu.Unlock()
-		if ok && st.Done() {
-			return st, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
+	tx := r.a.journal.Begin()
+	if len(record) > 0 {
+		tx.Record(record)
 	}
+	if end.done {
+		tx.JobDone(r.job.ID)
+	}
+	body := bus.ResourceStatus{DeployID: r.job.ID, Generation: r.gen, Results: kept, Done: end.done, Error: end.errText}
+	return r.a.emit(tx, r.kind, body)
 }

@@ -21,6 +21,11 @@ const (
 	KindEnrolled         Kind = "enrolled"
 	KindDependencyStatus Kind = "dependency.status"
 	KindFactsRefresh     Kind = "facts.refresh"
+	// KindRejected tells an agent the server will not enroll it (rejected
+	// by an operator, or a bad enrollment token), so it stops saying hello
+	// at full speed. It arrives before any server key is pinned, so an
+	// agent only slows down on it, never trusts it further.
+	KindRejected Kind = "rejected"
 )
 
 // Agent → server kinds.
@@ -38,7 +43,7 @@ const (
 var toAgent = map[Kind]bool{
 	KindDesiredDiff: true, KindDesiredFull: true, KindDeploy: true, KindRepair: true,
 	KindDryRun: true, KindPause: true, KindResume: true, KindEnrolled: true,
-	KindDependencyStatus: true, KindFactsRefresh: true,
+	KindDependencyStatus: true, KindFactsRefresh: true, KindRejected: true,
 }
 
 var toServer = map[Kind]bool{
@@ -108,6 +113,24 @@ type DryRun struct {
 // Enrolled tells an agent it was accepted and how to verify the server.
 type Enrolled struct {
 	ServerKey []byte `json:"server_key"`
+}
+
+// Rejected says why the server does not enroll an agent.
+type Rejected struct {
+	Reason string `json:"reason"`
+}
+
+// Facts is an agent's report of its facts and labels when they change.
+type Facts struct {
+	Facts  map[string]any    `json:"facts,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Heartbeat says an agent is alive and what it holds.
+type Heartbeat struct {
+	Generation int64 `json:"generation"`
+	// Outbox counts events waiting for the broker.
+	Outbox int `json:"outbox,omitempty"`
 }
 
 // DependencyStatus tells an agent where a resource of another agent stands.

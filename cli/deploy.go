@@ -291,6 +291,7 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer a.Close()
 			if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				failed <- fmt.Errorf("agent %s: %w", h, err)
 			}

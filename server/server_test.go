@@ -92,6 +92,7 @@ func (r *rig) startAgent(name string, pinServerKey bool) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		defer a.Close()
 		if err := a.Run(r.ctx); err != nil && !errors.Is(err, context.Canceled) {
 			r.t.Errorf("agent %s: %v", name, err)
 		}

@@ -1,0 +1,411 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+)
+
+// patience bounds every wait: a guard against hangs, not a speed assertion.
+const patience = 20 * time.Second
+
+// fakeServer stands in for the server on the in-process bus: it signs
+// commands and collects the agents' events.
+type fakeServer struct {
+	t      *testing.T
+	bus    *bus.Local
+	signer *bus.Signer
+	mu     sync.Mutex
+	events []*bus.Envelope
+	added  chan struct{}
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	_, key, err := bus.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fakeServer{t: t, bus: bus.NewLocal(zerolog.Nop()), signer: bus.NewSigner(key, 0), added: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, q := range []bus.Queue{bus.QueueEvents, bus.QueueCompliance} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.bus.ConsumeEvents(ctx, q, func(_ context.Context, d bus.Delivery) error {
+				s.mu.Lock()
+				s.events = append(s.events, d.Envelope)
+				s.mu.Unlock()
+				select {
+				case s.added <- struct{}{}:
+				default:
+				}
+				return nil
+			})
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		s.bus.Close()
+		wg.Wait()
+	})
+	return s
+}
+
+func (s *fakeServer) send(agent string, kind bus.Kind, body any) {
+	s.t.Helper()
+	e, err := s.signer.Seal(kind, "test", agent, body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.bus.Send(context.Background(), e, bus.SendOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// next returns the next event of kind from agent after the first from
+// events already taken; it fails the test after patience.
+func (s *fakeServer) next(from *int, agent string, kind bus.Kind) *bus.Envelope {
+	s.t.Helper()
+	deadline := time.After(patience)
+	for {
+		s.mu.Lock()
+		for ; *from < len(s.events); *from++ {
+			e := s.events[*from]
+			if e.Kind == kind && e.Agent == agent {
+				*from++
+				s.mu.Unlock()
+				return e
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.added:
+		case <-deadline:
+			s.t.Fatalf("no %s from %s within %s", kind, agent, patience)
+		}
+	}
+}
+
+// enroll answers a hello and sends a slice and a deploy.
+func (s *fakeServer) enroll(agent string) {
+	s.send(agent, bus.KindEnrolled, bus.Enrolled{ServerKey: s.signer.PublicKey()})
+}
+
+func (s *fakeServer) full(agent string, gen int64, rs ...model.Resource) {
+	s.t.Helper()
+	sl := model.SliceOf(agent, gen, rs)
+	h, err := sl.Hash()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.send(agent, bus.KindDesiredFull, bus.DesiredFull{Generation: gen, Resources: sl.Resources, SliceHash: h})
+}
+
+// results gathers the results of one deploy until its last batch.
+func (s *fakeServer) results(from *int, agent, deployID string) (map[model.ID]model.Result, bus.ResourceStatus) {
+	s.t.Helper()
+	got := map[model.ID]model.Result{}
+	for {
+		e := s.next(from, agent, bus.KindResourceStatus)
+		var body bus.ResourceStatus
+		if err := e.DecodeBody(&body); err != nil {
+			s.t.Fatal(err)
+		}
+		if body.DeployID != deployID {
+			continue
+		}
+		for _, r := range body.Results {
+			got[r.ID] = r
+		}
+		if body.Done {
+			return got, body
+		}
+	}
+}
+
+func file(agent, path, content string) model.Resource {
+	return model.Resource{ID: model.ID{Type: "file", Agent: agent, Key: "path", Value: path},
+		Attributes: model.Attributes{"path": path, "content": content}}
+}
+
+// gate is a handler whose resources block in Apply until opened, so a test
+// can act while a deploy is under way.
+type gate struct {
+	mu      sync.Mutex
+	open    chan struct{}
+	entered chan string
+	applied map[string]int
+}
+
+func newGate() *gate {
+	return &gate{open: make(chan struct{}), entered: make(chan string, 100), applied: map[string]int{}}
+}
+
+func (g *gate) Kind() string                     { return "gate" }
+func (g *gate) Validate(r *model.Resource) error { return nil }
+func (g *gate) Read(_ context.Context, r *model.Resource) (model.Attributes, bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return model.Attributes{"name": r.ID.Value}, g.applied[r.ID.Value] > 0, nil
+}
+func (g *gate) Apply(ctx context.Context, r *model.Resource, _ model.Attributes, _ handler.Changes) error {
+	g.entered <- r.ID.Value
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	g.mu.Lock()
+	g.applied[r.ID.Value]++
+	g.mu.Unlock()
+	return nil
+}
+
+func gated(agent, name string) model.Resource {
+	return model.Resource{ID: model.ID{Type: "gate", Agent: agent, Key: "name", Value: name}, Attributes: model.Attributes{"name": name}}
+}
+
+type running struct {
+	a    *Agent
+	stop func()
+}
+
+// start runs an agent named name with state in dir, the file handler below
+// root and the gate handler g (may be nil).
+func start(t *testing.T, s *fakeServer, name, dir, root string, g *gate) *running {
+	t.Helper()
+	reg, err := builtin.Registry(handler.Runtime{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != nil {
+		if err := reg.Register(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := New(Config{Env: "test", Name: name, StateDir: dir, Heartbeat: 50 * time.Millisecond, HelloRetry: 50 * time.Millisecond,
+		HelloRetryMax: time.Hour, ClaimRetry: 20 * time.Millisecond, ClaimWait: 200 * time.Millisecond}, s.bus, reg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent %s: %v", name, err)
+		}
+	}()
+	r := &running{a: a}
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			a.Close()
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func TestDeployAndRestartKeepsState(t *testing.T) {
+	s := newFakeServer(t)
+	dir, root := t.TempDir(), t.TempDir()
+	var seen int
+	r := start(t, s, "web", dir, root, nil)
+	if e := s.next(&seen, "web", bus.KindHello); e == nil {
+		t.Fatal("no hello")
+	}
+	s.enroll("web")
+	s.full("web", 3, file("web", "/a", "A"), file("web", "/b", "B"))
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 3})
+	got, last := s.results(&seen, "web", "d1")
+	if len(got) != 2 || last.Generation != 3 || last.Error != "" {
+		t.Fatalf("results %v, last %+v", got, last)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "A" {
+		t.Fatalf("/a holds %q", b)
+	}
+	// Heartbeats flow once enrolled, and goodbye ends a clean stop.
+	s.next(&seen, "web", bus.KindHeartbeat)
+	r.stop()
+	s.next(&seen, "web", bus.KindGoodbye)
+
+	// Restarted, the agent says it holds generation 3, trusts the same
+	// server, and an incremental deploy changes nothing.
+	start(t, s, "web", dir, root, nil)
+	e := s.next(&seen, "web", bus.KindHello)
+	var h bus.Hello
+	if err := e.DecodeBody(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Generation != 3 || h.Token != "" {
+		t.Fatalf("hello after restart: generation %d token %q, want 3 and none", h.Generation, h.Token)
+	}
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d2", Mode: bus.DeployIncremental, Generation: 3})
+	got, _ = s.results(&seen, "web", "d2")
+	if len(got) != 0 {
+		t.Fatalf("incremental deploy after restart redeployed %d resources", len(got))
+	}
+}
+
+func TestDiffFromAnotherGenerationAsksForState(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	s.full("web", 1, file("web", "/a", "A"))
+	s.send("web", bus.KindDesiredDiff, bus.DesiredDiff{Diff: model.Diff{From: 5, To: 6}})
+	e := s.next(&seen, "web", bus.KindStateRequest)
+	var req bus.StateRequest
+	if err := e.DecodeBody(&req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Generation != 1 {
+		t.Fatalf("state request says generation %d, want 1", req.Generation)
+	}
+}
+
+func TestUnsignedCommandsAreDropped(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	r := start(t, s, "web", t.TempDir(), t.TempDir(), nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	s.next(&seen, "web", bus.KindHeartbeat) // enrolled
+	_, forger, _ := bus.GenerateKey()
+	e, _ := bus.NewSigner(forger, 0).Seal(bus.KindPause, "test", "web", bus.Empty{})
+	if err := s.bus.Send(context.Background(), e, bus.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(patience)
+	for len(s.bus.DeadLetters()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a forged command was not dead-lettered")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r.a.Journal().Paused() {
+		t.Fatal("a forged pause paused the agent")
+	}
+}
+
+func TestDeploySupersedesRepair(t *testing.T) {
+	s := newFakeServer(t)
+	g := newGate()
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), g)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	s.full("web", 1, gated("web", "slow"))
+	s.send("web", bus.KindRepair, bus.Deploy{DeployID: "r1", Mode: bus.DeployFull, Generation: 1})
+	<-g.entered // the repair is applying
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
+	_, last := s.results(&seen, "web", "r1")
+	if last.Error != errSuperseded.Error() {
+		t.Fatalf("repair ended with %q, want %q", last.Error, errSuperseded)
+	}
+	<-g.entered // the deploy runs the resource again
+	close(g.open)
+	got, last := s.results(&seen, "web", "d1")
+	if r := got[gated("web", "slow").ID]; r.State != model.StateDeployed || last.Error != "" {
+		t.Fatalf("deploy after the superseded repair: %+v, %q", r, last.Error)
+	}
+}
+
+// TestInterruptedDeployResumes: the agent stops in the middle of a deploy;
+// started again, it finishes the deploy from its journal, and a change
+// applied just before the stop is reported once.
+func TestInterruptedDeployResumes(t *testing.T) {
+	s := newFakeServer(t)
+	dir, root := t.TempDir(), t.TempDir()
+	g := newGate()
+	var seen int
+	r := start(t, s, "web", dir, root, g)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	// /a is written, then the gate holds the deploy.
+	first := file("web", "/a", "A")
+	hold := gated("web", "hold")
+	hold.Requires = []model.ID{first.ID}
+	s.full("web", 1, first, hold)
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
+	<-g.entered
+	r.stop()
+	if jobs := r.a.Journal().Jobs(); len(jobs) != 1 || jobs[0].ID != "d1" {
+		t.Fatalf("journaled jobs after the stop: %+v, want d1", jobs)
+	}
+	close(g.open)
+	start(t, s, "web", dir, root, g)
+	got, last := s.results(&seen, "web", "d1")
+	if last.Error != "" || got[hold.ID].State != model.StateDeployed {
+		t.Fatalf("resumed deploy: %v, error %q", got, last.Error)
+	}
+}
+
+func TestStandbyTakesOver(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	root := t.TempDir()
+	primary := start(t, s, "api", t.TempDir(), root, nil)
+	s.next(&seen, "api", bus.KindHello)
+	standby := start(t, s, "api", t.TempDir(), root, nil)
+	// While both run, only the primary speaks (it says hello again and
+	// again: nobody enrolls it here).
+	for range 3 {
+		e := s.next(&seen, "api", bus.KindHello)
+		var h bus.Hello
+		if err := e.DecodeBody(&h); err != nil {
+			t.Fatal(err)
+		}
+		if !primary.a.PublicKey().Equal(ed25519.PublicKey(h.PublicKey)) {
+			t.Fatalf("the standby said hello while the primary runs: %s vs %s / %s", bus.Fingerprint(h.PublicKey), bus.Fingerprint(primary.a.PublicKey()), bus.Fingerprint(standby.a.PublicKey()))
+		}
+	}
+	primary.stop()
+	for {
+		e := s.next(&seen, "api", bus.KindHello)
+		var h bus.Hello
+		if err := e.DecodeBody(&h); err != nil {
+			t.Fatal(err)
+		}
+		if standby.a.PublicKey().Equal(ed25519.PublicKey(h.PublicKey)) {
+			return // the standby took over
+		}
+	}
+}
+
+func TestRejectedSlowsHello(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.next(&seen, "web", bus.KindHello) // retried every ~50ms while pending
+	s.send("web", bus.KindRejected, bus.Rejected{Reason: "rejected by an operator"})
+	time.Sleep(300 * time.Millisecond)
+	s.mu.Lock()
+	before := len(s.events)
+	s.mu.Unlock()
+	time.Sleep(300 * time.Millisecond)
+	s.mu.Lock()
+	after := len(s.events)
+	s.mu.Unlock()
+	if after != before {
+		t.Fatalf("%d more events after the rejection settled, want none (HelloRetryMax is an hour)", after-before)
+	}
+}

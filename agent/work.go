@@ -1,0 +1,204 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/agent/engine"
+	"github.com/tetherhq/tether/agent/journal"
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+)
+
+// worker runs the journal's jobs in order while the agent is primary.
+type worker struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (a *Agent) startWorker(ctx context.Context) *worker {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &worker{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		a.work(ctx)
+	}()
+	return w
+}
+
+// stop cancels the running job (its handler sees the cancellation) and
+// waits for the worker to end. The job stays journaled: it runs again.
+func (w *worker) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// work runs queued jobs, in order, once the slice they were sent for is
+// held, until ctx ends.
+func (a *Agent) work(ctx context.Context) {
+	for ctx.Err() == nil {
+		j, ok := a.nextJob()
+		if !ok {
+			select {
+			case <-a.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err := a.run(ctx, j); err != nil && ctx.Err() == nil {
+			a.log.Error().Err(err).Str("deploy", j.ID).Msg("job failed; retrying")
+			sleep(ctx, jitter(5*time.Second))
+		}
+	}
+}
+
+// nextJob returns the first job if it can run: not paused, and the slice
+// is at (or past) the job's generation.
+func (a *Agent) nextJob() (journal.Job, bool) {
+	if a.journal.Paused() {
+		return journal.Job{}, false
+	}
+	jobs := a.journal.Jobs()
+	if len(jobs) == 0 || a.journal.Slice().Generation < jobs[0].Generation {
+		return journal.Job{}, false
+	}
+	return jobs[0], true
+}
+
+// supersedeRepair cancels a running repair: a deploy that arrived during
+// it replaces it (DESIGN.md §8).
+func (a *Agent) supersedeRepair(deployID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running != nil && a.running.job.Kind == string(bus.KindRepair) {
+		a.log.Info().Str("repair", a.running.job.ID).Str("deploy", deployID).Msg("a deploy supersedes the running repair")
+		a.running.cancel(errSuperseded)
+	}
+}
+
+// run deploys (or dry-runs) a job's resources and reports every result.
+// A job cut short by the worker stopping stays journaled and runs again;
+// one superseded or finished is done.
+func (a *Agent) run(parent context.Context, j journal.Job) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	a.mu.Lock()
+	a.running = &runningJob{job: j, cancel: cancel}
+	hashes := a.hashes
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.running = nil
+		a.mu.Unlock()
+	}()
+
+	dryRun := j.Kind == string(bus.KindDryRun)
+	s := a.journal.Slice()
+	var resources []model.Resource
+	for _, r := range s.Resources {
+		last, ok := a.journal.Applied(r.ID)
+		if j.Full || !ok || last.State != model.StateDeployed || last.Hash != hashes[r.ID] {
+			resources = append(resources, r)
+		}
+	}
+	kind := bus.KindResourceStatus
+	if dryRun {
+		kind = bus.KindDryRunResult
+	}
+	rep := newReporter(a, kind, j, s.Generation, hashes, func() bool { return parent.Err() != nil })
+	go rep.loop()
+	opts := engine.Options{
+		Parallelism:  a.cfg.Parallelism,
+		DryRun:       dryRun,
+		Dependencies: a.dependencyView(),
+	}
+	if !dryRun {
+		opts.BeforeApply = func(res *model.Resource, changes model.Changes) error {
+			return a.journal.Begin().Intend(res.ID, hashes[res.ID], changes).Commit()
+		}
+	}
+	start := time.Now()
+	results, runErr := a.engine.Run(ctx, resources, opts, rep.add)
+	// Stopped from outside (shutdown, another process became primary):
+	// not finished; what was not done is done after the restart.
+	interrupted := parent.Err() != nil
+	errText := ""
+	switch {
+	case interrupted:
+	case errors.Is(context.Cause(ctx), errSuperseded):
+		errText = errSuperseded.Error()
+	case runErr != nil:
+		errText = runErr.Error()
+	}
+	if err := rep.finish(!interrupted, errText); err != nil {
+		return err
+	}
+	if interrupted {
+		a.log.Info().Str("deploy", j.ID).Msg("job interrupted; it resumes on the next start")
+		return nil
+	}
+	a.log.Info().Str("deploy", j.ID).Str("kind", j.Kind).Int("resources", len(resources)).Int("results", len(results)).
+		Dur("took", time.Since(start)).Msg("job finished")
+	return nil
+}
+
+// dependencyView answers the engine's questions about requirements outside
+// the resources of a run: this agent's own resources by their last result,
+// other agents' by what the server reported.
+func (a *Agent) dependencyView() engine.Dependencies {
+	return depFunc(func(ctx context.Context, id model.ID) (model.ResourceState, error) {
+		if id.Agent == a.cfg.Name {
+			last, ok := a.journal.Applied(id)
+			if !ok {
+				return model.StateSkipped, nil
+			}
+			return last.State, nil
+		}
+		return a.deps.wait(ctx, id)
+	})
+}
+
+type depFunc func(ctx context.Context, id model.ID) (model.ResourceState, error)
+
+func (f depFunc) Wait(ctx context.Context, id model.ID) (model.ResourceState, error) {
+	return f(ctx, id)
+}
+
+// dependencies holds what the server said about other agents' resources.
+type dependencies struct {
+	mu      sync.Mutex
+	states  map[model.ID]model.ResourceState
+	changed chan struct{}
+}
+
+func newDependencies() *dependencies {
+	return &dependencies{states: map[model.ID]model.ResourceState{}, changed: make(chan struct{})}
+}
+
+func (d *dependencies) set(id model.ID, st model.ResourceState) {
+	d.mu.Lock()
+	d.states[id] = st
+	close(d.changed)
+	d.changed = make(chan struct{})
+	d.mu.Unlock()
+}
+
+// wait blocks until the server reported a final state for id.
+func (d *dependencies) wait(ctx context.Context, id model.ID) (model.ResourceState, error) {
+	for {
+		d.mu.Lock()
+		st, ok := d.states[id]
+		ch := d.changed
+		d.mu.Unlock()
+		if ok && st.Done() {
+			return st, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
