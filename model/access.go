@@ -141,3 +141,44 @@ func Fingerprint(pub []byte) string {
 	sum := sha256.Sum256(pub)
 	return "SHA256:" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
+
+// EnrollmentToken lets agents enroll in one environment on their own: an agent
+// that says hello with a valid one is accepted (enrollment policy
+// `token`). The server keeps only its secret's hash.
+type EnrollmentToken struct {
+	ID   string `json:"id"`
+	Env  string `json:"env"`
+	Name string `json:"name"`
+	Hash []byte `json:"-"`
+	// MaxUses bounds how many agents it enrolls; 0: no bound.
+	MaxUses   int        `json:"max_uses"`
+	Uses      int        `json:"uses"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Validate checks an enrollment token's fields.
+func (t EnrollmentToken) Validate() error {
+	if t.ID == "" || t.Name == "" || len(t.Hash) == 0 {
+		return fmt.Errorf("enrollment token: id, name and hash are required")
+	}
+	if err := ValidateEnvName(t.Env); err != nil {
+		return fmt.Errorf("enrollment token %s: %w", t.Name, err)
+	}
+	if t.MaxUses < 0 {
+		return fmt.Errorf("enrollment token %s: max uses %d: want 0 (no bound) or more", t.Name, t.MaxUses)
+	}
+	return nil
+}
+
+// Unusable says why the token cannot enroll an agent at now ("" when it can).
+func (t EnrollmentToken) Unusable(now time.Time) string {
+	switch {
+	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
+		return "enrollment token " + t.Name + " expired"
+	case t.MaxUses > 0 && t.Uses >= t.MaxUses:
+		return "enrollment token " + t.Name + " is used up"
+	}
+	return ""
+}

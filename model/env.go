@@ -221,6 +221,9 @@ type Agent struct {
 	Kinds     []string          `json:"kinds,omitempty"`
 	// Paused agents are sent no deploy, repair or dry run until resumed.
 	Paused bool `json:"paused"`
+	// Connected is set by hello and heartbeats and cleared by goodbye; an
+	// agent is online when connected and heard from recently.
+	Connected bool `json:"connected"`
 	// Generation is the version the agent's slice was last taken from, as
 	// the agent reported it.
 	Generation int64     `json:"generation"`

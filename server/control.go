@@ -70,6 +70,10 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action model
 		if err := s.enroll(ctx, a); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}
+	case model.AgentReject:
+		if err := s.refuse(ctx, a, "rejected by an operator"); err != nil {
+			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
+		}
 	case model.AgentPause, model.AgentResume:
 		if err := s.sched.Pause(ctx, env, name, a.Paused); err != nil {
 			s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of pause/resume")

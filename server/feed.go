@@ -17,6 +17,8 @@ const (
 	EventAgentDiscovered EventKind = "agent.discovered"
 	// EventAgentOnline: an accepted agent said hello and was sent its state.
 	EventAgentOnline EventKind = "agent.online"
+	// EventAgentOffline: an agent said goodbye (a clean stop).
+	EventAgentOffline EventKind = "agent.offline"
 	// EventResult: one resource result was recorded.
 	EventResult EventKind = "resource.result"
 	// EventDeployDone: an agent finished a deploy or dry run.

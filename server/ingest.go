@@ -83,8 +83,33 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		return s.compliance(ctx, a, e, body)
 	case bus.KindStateRequest:
 		return s.sched.StateRequest(ctx, a.Env, a.Name)
-	case bus.KindHeartbeat, bus.KindGoodbye:
-		return s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool { return true })
+	case bus.KindHeartbeat:
+		return s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+			a.Connected = true
+			return true
+		})
+	case bus.KindGoodbye:
+		if err := s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+			a.Connected = false
+			return true
+		}); err != nil {
+			return err
+		}
+		s.feed.publish(Event{Kind: EventAgentOffline, Env: a.Env, Agent: a.Name})
+		return nil
+	case bus.KindFacts:
+		var body bus.Facts
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if err := s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+			a.Facts, a.Labels, a.Connected = body.Facts, body.Labels, true
+			return true
+		}); err != nil {
+			return err
+		}
+		s.feed.publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
+		return nil
 	default:
 		s.log.Info().Str("kind", string(e.Kind)).Str("agent", a.Name).Msg("event kind not handled by this server version; ignored")
 		return nil
@@ -140,14 +165,38 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
 	}
 	a.PublicKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.Labels, body.Facts, body.Kinds
-	a.Generation, a.LastSeen = body.Generation, now
-	if env.Settings.Enrollment == model.EnrollOpen {
+	a.Generation, a.LastSeen, a.Connected = body.Generation, now, true
+	refusal := ""
+	switch {
+	case a.State == model.AgentAccepted:
+	case env.Settings.Enrollment == model.EnrollOpen:
 		a.State = model.AgentAccepted
+	case a.State == model.AgentRejected:
+		refusal = "rejected by an operator"
+	case env.Settings.Enrollment == model.EnrollToken && body.Token != "":
+		tok, err := s.store.UseEnrollToken(ctx, e.Env, model.HashSecret(body.Token), now)
+		switch {
+		case err == nil:
+			a.State = model.AgentAccepted
+			s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
+		case errors.Is(err, store.ErrNotFound):
+			refusal = "unknown or revoked enrollment token"
+		case errors.Is(err, store.ErrConflict):
+			refusal = tok.Unusable(now)
+		default:
+			return err
+		}
 	}
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return err
 	}
 	s.agents.put(a)
+	if refusal != "" {
+		s.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", refusal).
+			Msg("agent not enrolled")
+		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: refusal})
+		return s.refuse(ctx, a, refusal)
+	}
 	if a.State != model.AgentAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 			Msg("agent discovered; waiting for an operator to accept it")
@@ -155,6 +204,18 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return nil
 	}
 	return s.enroll(ctx, a)
+}
+
+// refuse tells an agent it is not enrolled, so it slows its hellos down.
+func (s *Server) refuse(ctx context.Context, a model.Agent, reason string) error {
+	e, err := s.signer.Seal(bus.KindRejected, a.Env, a.Name, bus.Rejected{Reason: reason})
+	if err != nil {
+		return err
+	}
+	if err := s.bus.Send(ctx, e, bus.SendOptions{Expiration: time.Hour}); err != nil && !errors.Is(err, bus.ErrNoInbox) {
+		return err
+	}
+	return nil
 }
 
 // enroll tells an accepted agent so, with the server's key, then hands it

@@ -75,15 +75,21 @@ func newRig(t *testing.T, enrollment model.Enrollment) *rig {
 // startAgent runs an agent with the built-in handlers below its own root.
 func (r *rig) startAgent(name string, pinServerKey bool) {
 	r.t.Helper()
+	cfg := agent.Config{Env: "test", Name: name}
+	if pinServerKey {
+		cfg.ServerKey = r.srv.PublicKey()
+	}
+	r.startAgentWith(cfg)
+}
+
+func (r *rig) startAgentWith(cfg agent.Config) {
+	r.t.Helper()
+	name := cfg.Name
 	root := r.t.TempDir()
 	r.roots[name] = root
 	reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: handler.NewSyncGroup()})
 	if err != nil {
 		r.t.Fatal(err)
-	}
-	cfg := agent.Config{Env: "test", Name: name}
-	if pinServerKey {
-		cfg.ServerKey = r.srv.PublicKey()
 	}
 	a, err := agent.New(cfg, r.bus, reg, zerolog.Nop())
 	if err != nil {
@@ -355,4 +361,43 @@ func TestForgedEventsAreDropped(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+func TestTokenEnrollment(t *testing.T) {
+	r := newRig(t, model.EnrollToken)
+	r.release(file("web", "/f", "x"))
+	tok := model.EnrollmentToken{ID: "t1", Env: "test", Name: "rack 1", Hash: model.HashSecret("s3cret"), MaxUses: 1, CreatedBy: "test"}
+	if err := r.store.CreateEnrollToken(r.ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	// A valid token enrolls at once: the agent gets its slice and deploys.
+	r.startAgentWith(agent.Config{Env: "test", Name: "web", Token: "s3cret"})
+	r.waitOnline("web")
+	if _, err := r.srv.Deploy(r.ctx, "test", scheduler.DeployRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.next(server.EventDeployDone); e.Agent != "web" || e.Error != "" {
+		t.Fatalf("deploy: %+v", e)
+	}
+	// The token is used up: the next agent stays pending, and is told why.
+	r.startAgentWith(agent.Config{Env: "test", Name: "db", Token: "s3cret"})
+	e := r.next(server.EventAgentDiscovered)
+	if e.Agent != "db" || e.Error != "enrollment token rack 1 is used up" {
+		t.Fatalf("second agent: %+v", e)
+	}
+	r.startAgentWith(agent.Config{Env: "test", Name: "cache", Token: "wrong"})
+	if e := r.next(server.EventAgentDiscovered); e.Agent != "cache" || e.Error != "unknown or revoked enrollment token" {
+		t.Fatalf("agent with a wrong token: %+v", e)
+	}
+	for _, name := range []string{"db", "cache"} {
+		a, err := r.store.GetAgent(r.ctx, "test", name)
+		if err != nil || a.State != model.AgentPending {
+			t.Fatalf("%s: %+v, %v; want pending", name, a, err)
+		}
+	}
+	// An operator still accepts one by hand.
+	if _, err := r.srv.AgentAction(r.ctx, "test", "db", model.AgentAccept); err != nil {
+		t.Fatal(err)
+	}
+	r.waitOnline("db")
 }

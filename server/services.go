@@ -31,6 +31,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Operations: s,
 		Records:    s.store,
 		Tokens:     s.store,
+		Enrollment: s.store,
 		Events:     s,
 		Ready:      ready,
 		Metrics:    metrics,

@@ -105,6 +105,13 @@ type Tokens interface {
 	DeleteToken(ctx context.Context, id string) error
 }
 
+// EnrollmentTokens keeps the tokens agents enroll with.
+type EnrollmentTokens interface {
+	CreateEnrollToken(ctx context.Context, t model.EnrollmentToken) error
+	ListEnrollTokens(ctx context.Context, env string) ([]model.EnrollmentToken, error)
+	DeleteEnrollToken(ctx context.Context, env, id string) error
+}
+
 // Events follows the server's live events of env ("" for all) until ctx
 // ends, calling send for each with its kind and JSON encoding.
 type Events interface {
@@ -128,6 +135,7 @@ type Services struct {
 	Operations Operations
 	Records    Records
 	Tokens     Tokens
+	Enrollment EnrollmentTokens
 	Events     Events
 	// Ready lists what /readyz checks (name → check).
 	Ready map[string]func(context.Context) error

@@ -195,7 +195,7 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 
 	// Agents: a discovered one is accepted, paused, resumed.
-	if err := st.UpsertAgent(context.Background(), model.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now()}); err != nil {
+	if err := st.UpsertAgent(context.Background(), model.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now(), Connected: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "no_agents" {

@@ -492,7 +492,7 @@ type AgentView struct {
 }
 
 func (a *API) view(ag model.Agent) AgentView {
-	v := AgentView{Agent: ag, Online: a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
+	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
 	}
@@ -510,7 +510,6 @@ func (a *API) listAgents(r *request) (int, any, error) {
 	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
 	out := make([]AgentView, 0, len(ags))
 	for _, ag := range ags {
-		ag.Facts = nil // listing: facts are shown one agent at a time
 		out = append(out, a.view(ag))
 	}
 	return http.StatusOK, out, err
@@ -696,3 +695,79 @@ func nonNil[T any](s []T) []T {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, model.ErrNotFound) }
+
+// --- enrollment tokens
+
+// EnrollmentTokenRequest creates an enrollment token.
+type EnrollmentTokenRequest struct {
+	Name string `json:"name"`
+	// MaxUses bounds how many agents it enrolls; 0: no bound.
+	MaxUses int `json:"max_uses,omitempty"`
+	// ExpiresIn: "24h"; empty: never.
+	ExpiresIn string `json:"expires_in,omitempty"`
+}
+
+// NewEnrollmentToken is a created enrollment token with its secret, shown
+// this once: agents pass it as --token.
+type NewEnrollmentToken struct {
+	model.EnrollmentToken
+	Token string `json:"token"`
+}
+
+func (a *API) listEnrollTokens(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
+		return 0, nil, err
+	}
+	ts, err := a.svc.Enrollment.ListEnrollTokens(r.ctx(), env)
+	return http.StatusOK, nonNil(ts), err
+}
+
+func (a *API) createEnrollToken(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	var req EnrollmentTokenRequest
+	if err := a.decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Name == "" {
+		return 0, nil, newError("invalid", "", "name is required: say what the token is for (a rack, a team, an image)")
+	}
+	secret, err := model.NewSecret()
+	if err != nil {
+		return 0, nil, err
+	}
+	t := model.EnrollmentToken{ID: uuid.NewString(), Env: env, Name: req.Name, Hash: model.HashSecret(secret), MaxUses: req.MaxUses,
+		CreatedBy: r.token.Name, CreatedAt: a.now().UTC()}
+	if req.ExpiresIn != "" {
+		d, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || d <= 0 {
+			return 0, nil, newError("invalid", "", "expires_in %q: want a duration such as 24h", req.ExpiresIn)
+		}
+		exp := a.now().Add(d).UTC()
+		t.ExpiresAt = &exp
+	}
+	if err := t.Validate(); err != nil {
+		return 0, nil, newError("invalid", "", "%v", err)
+	}
+	if err := a.svc.Enrollment.CreateEnrollToken(r.ctx(), t); err != nil {
+		return 0, nil, err
+	}
+	r.SetParamNames("env", "id")
+	r.SetParamValues(env, t.ID)
+	r.detail = fmt.Sprintf("%s, max uses %d", t.Name, t.MaxUses)
+	return http.StatusCreated, NewEnrollmentToken{EnrollmentToken: t, Token: secret}, nil
+}
+
+func (a *API) revokeEnrollToken(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, a.svc.Enrollment.DeleteEnrollToken(r.ctx(), env, r.Param("id"))
+}

@@ -74,6 +74,9 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/dryrun", role: model.RoleViewer, action: "env.dryrun", summary: "Ask agents what a deploy would change", body: "{agents?: [name]}", serve: a.operation(model.OpDryRun)},
 		{method: "GET", path: "/envs/:env/deploys/:id", role: model.RoleViewer, summary: "What a deploy, repair or dry run reported (the dry-run report)", serve: a.deployReport},
 
+		{method: "GET", path: "/envs/:env/enrollment-tokens", role: model.RoleOperator, summary: "List the environment's enrollment tokens (never their secrets)", serve: a.listEnrollTokens},
+		{method: "POST", path: "/envs/:env/enrollment-tokens", role: model.RoleOperator, action: "enrollment_token.create", summary: "Create an enrollment token: agents that say hello with it are accepted (enrollment policy token); its secret is shown once", body: "{name, max_uses?, expires_in?}", serve: a.createEnrollToken},
+		{method: "DELETE", path: "/envs/:env/enrollment-tokens/:id", role: model.RoleOperator, action: "enrollment_token.revoke", summary: "Revoke an enrollment token (agents it enrolled stay enrolled)", serve: a.revokeEnrollToken},
 		{method: "GET", path: "/envs/:env/alerts", role: model.RoleViewer, summary: "Compliance and security alerts, newest first", query: []string{"agent", "kind", "limit"}, serve: a.listAlerts},
 
 		{method: "GET", path: "/tokens", role: model.RoleAdmin, global: true, summary: "List API tokens", serve: a.listTokens},

@@ -108,6 +108,19 @@ type Store interface {
 	ListTokens(ctx context.Context) ([]model.Token, error)
 	// DeleteToken revokes a token; ErrNotFound if there is none.
 	DeleteToken(ctx context.Context, id string) error
+	// CreateEnrollToken stores an enrollment token; ErrExists if its ID or
+	// hash is taken, ErrNotFound if its environment does not exist.
+	CreateEnrollToken(ctx context.Context, t model.EnrollmentToken) error
+	// ListEnrollTokens returns an environment's enrollment tokens, oldest first.
+	ListEnrollTokens(ctx context.Context, env string) ([]model.EnrollmentToken, error)
+	// DeleteEnrollToken revokes an enrollment token; ErrNotFound if there is none.
+	DeleteEnrollToken(ctx context.Context, env, id string) error
+	// UseEnrollToken spends one use of the environment's enrollment token
+	// whose secret hashes to hash, atomically: ErrNotFound when there is
+	// none (or it was revoked), ErrConflict when it expired at now or is
+	// used up.
+	UseEnrollToken(ctx context.Context, env string, hash []byte, now time.Time) (model.EnrollmentToken, error)
+
 	// RecordAudit appends to the audit log.
 	RecordAudit(ctx context.Context, e model.AuditEntry) error
 	// Audit returns the newest audit entries matching the filter, newest first.

@@ -33,22 +33,22 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 		return fmt.Errorf("upsert agent: %w", err)
 	}
 	_, err = s.pool.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (env, name) DO UPDATE SET
 			state = excluded.state, public_key = excluded.public_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
-			paused = excluded.paused, last_seen = excluded.last_seen`,
-		a.Env, a.Name, a.State, a.PublicKey, string(labels), string(facts), string(kinds), a.Generation, a.Paused, a.FirstSeen, a.LastSeen)
+			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online`,
+		a.Env, a.Name, a.State, a.PublicKey, string(labels), string(facts), string(kinds), a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected)
 	return s.wrap("upsert agent "+a.Name, err)
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online`
 
 func scanAgent(r pgx.Row) (model.Agent, error) {
 	var a model.Agent
 	var labels, facts, kinds []byte
-	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused, &a.FirstSeen, &a.LastSeen); err != nil {
+	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused, &a.FirstSeen, &a.LastSeen, &a.Connected); err != nil {
 		return a, err
 	}
 	a.FirstSeen, a.LastSeen = a.FirstSeen.UTC(), a.LastSeen.UTC()

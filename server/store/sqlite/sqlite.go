@@ -531,24 +531,24 @@ func (s *Store) UpsertAgent(ctx context.Context, a model.Agent) error {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `
-			INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (env, name) DO UPDATE SET
 				state = excluded.state, public_key = excluded.public_key, labels = excluded.labels,
 				facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
-				paused = excluded.paused, last_seen = excluded.last_seen`,
-			a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, nanos(a.FirstSeen), nanos(a.LastSeen))
+				paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online`,
+			a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, nanos(a.FirstSeen), nanos(a.LastSeen), a.Connected)
 		return err
 	})
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online`
 
 func scanAgent(r scanner) (model.Agent, error) {
 	var a model.Agent
 	var labels, facts, kinds []byte
 	var first, last int64
-	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused, &first, &last); err != nil {
+	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused, &first, &last, &a.Connected); err != nil {
 		return a, err
 	}
 	a.FirstSeen, a.LastSeen = fromNanos(first), fromNanos(last)

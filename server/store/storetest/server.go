@@ -459,3 +459,88 @@ func testCompliance(t *testing.T, s store.Store) {
 		t.Fatalf("alert about another agent's resource: got %v, want ErrInvalid", err)
 	}
 }
+
+func testEnrollmentTokens(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	soon := now.Add(time.Hour)
+	twice := model.EnrollmentToken{ID: "e-1", Env: "prod", Name: "rack 4", Hash: []byte("enroll-1"), MaxUses: 2, CreatedBy: "ops", ExpiresAt: &soon}
+	forever := model.EnrollmentToken{ID: "e-2", Env: "prod", Name: "fleet", Hash: []byte("enroll-2"), CreatedBy: "ops"}
+	for _, tok := range []model.EnrollmentToken{twice, forever} {
+		if err := s.CreateEnrollToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-3", Env: "prod", Name: "x", Hash: []byte("enroll-1"), CreatedBy: "ops"}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("same hash twice: got %v, want ErrExists", err)
+	}
+	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-4", Env: "nope", Name: "x", Hash: []byte("h"), CreatedBy: "ops"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("token of an unknown env: got %v, want ErrNotFound", err)
+	}
+	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-5", Env: "prod", Name: "x", Hash: []byte("h5"), MaxUses: -1, CreatedBy: "ops"}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("negative max uses: got %v, want ErrInvalid", err)
+	}
+	// Two uses, then it is used up; a token works only in its environment.
+	for i := 1; i <= 2; i++ {
+		got, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), now)
+		if err != nil || got.Uses != i || got.ID != "e-1" {
+			t.Fatalf("use %d: %+v, %v", i, got, err)
+		}
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), now); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("third use of a two-use token: got %v, want ErrConflict", err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "dev", []byte("enroll-2"), now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("token of prod used in dev: got %v, want ErrNotFound", err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); err != nil {
+		t.Fatalf("unbounded token: %v", err)
+	}
+	// Expired.
+	past := now.Add(-time.Minute)
+	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-6", Env: "prod", Name: "old", Hash: []byte("enroll-6"), CreatedBy: "ops", ExpiresAt: &past}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-6"), now); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("expired token: got %v, want ErrConflict", err)
+	}
+	list, err := s.ListEnrollTokens(ctx, "prod")
+	if err != nil || len(list) != 3 || list[0].ID != "e-1" || list[0].Uses != 2 || list[0].ExpiresAt == nil || !list[0].ExpiresAt.Equal(soon) {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if err := s.DeleteEnrollToken(ctx, "prod", "e-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteEnrollToken(ctx, "prod", "e-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("revoking twice: got %v, want ErrNotFound", err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("revoked token: got %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteEnv(ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.ListEnrollTokens(ctx, "prod"); len(list) != 0 {
+		t.Fatalf("tokens of a deleted env: %d", len(list))
+	}
+}
+
+func testAgentConnected(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	a := model.Agent{Env: "prod", Name: "web-1", State: model.AgentAccepted, Connected: true}
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil || !got.Connected {
+		t.Fatalf("connected agent: %+v, %v", got, err)
+	}
+	got.Connected = false
+	if err := s.UpsertAgent(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetAgent(ctx, "prod", "web-1"); got.Connected {
+		t.Fatal("goodbye did not stick")
+	}
+}

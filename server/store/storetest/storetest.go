@@ -39,6 +39,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneVersions", testPruneVersions},
 		{"Alerts", testAlerts},
 		{"Tokens", testTokens},
+		{"EnrollmentTokens", testEnrollmentTokens},
+		{"AgentConnected", testAgentConnected},
 		{"Audit", testAudit},
 		{"Lead", testLead},
 		{"Secret", testSecret},
