@@ -425,8 +425,10 @@ func agentCommand(term *terminal) *ucli.Command {
 	}
 	return &ucli.Command{
 		Name:  "agent",
-		Usage: "list, inspect, accept and pause the agents of a server environment",
+		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens",
 		Subcommands: []*ucli.Command{
+			agentRunCommand(term),
+			agentTokenCommand(term),
 			remoteCommand(term, "list", "agents with their state, and whether they are online", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/agents")
 				if err != nil {
@@ -439,14 +441,18 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term.stdout, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "LABELS")
+				t := newTable(term.stdout, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS")
 				for _, a := range as {
 					var labels []string
 					for k, v := range a.Labels {
 						labels = append(labels, k+"="+v)
 					}
 					sort.Strings(labels)
-					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), strconv.FormatBool(a.Paused), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), strings.Join(labels, ","))
+					platform := fmt.Sprintf("%v/%v", a.Facts["os"], a.Facts["arch"])
+					if a.Facts == nil {
+						platform = "-"
+					}
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), strconv.FormatBool(a.Paused), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
 				}
 				return t.flush()
 			}),

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -62,14 +63,14 @@ func serverCommand(term *terminal) *ucli.Command {
 			"tokens with `tether token create`. Several servers may share one database and broker.\n\n" +
 			"   tether server --postgres postgres://postgres@127.0.0.1/test --amqp amqp://guest:guest@127.0.0.1:5672/",
 		Flags:  flags,
-		Before: serverConfigSource(flags),
+		Before: configFileSource(flags),
 		Action: func(c *ucli.Context) error { return runServer(c, term) },
 	}
 }
 
-// serverConfigSource reads the TOML config file under the flags: from
+// configFileSource reads the TOML config file under the flags: from
 // --config when given (it must exist), else from the default path if present.
-func serverConfigSource(flags []ucli.Flag) ucli.BeforeFunc {
+func configFileSource(flags []ucli.Flag) ucli.BeforeFunc {
 	return altsrc.InitInputSourceWithContext(flags, func(c *ucli.Context) (altsrc.InputSourceContext, error) {
 		path := c.String("config")
 		if _, err := os.Stat(path); err != nil {
@@ -142,7 +143,8 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if c.String("tls-cert") != "" {
 		scheme = "https"
 	}
-	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("version", info.Version).Msg("tether server listening")
+	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("version", info.Version).
+		Str("server_key", base64.StdEncoding.EncodeToString(srv.PublicKey())).Msg("tether server listening (agents may pin server_key with --server-key)")
 	fmt.Fprintf(term.stderr, "tether server: API on %s://%s, database %s, broker %s\n", scheme, ln.Addr(), redactURL(c.String("postgres")), redactURL(bcfg.URL))
 
 	g, gctx := errgroup.WithContext(ctx)

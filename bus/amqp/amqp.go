@@ -119,6 +119,9 @@ func (b *Bus) declareTopology(s *session) error {
 			return fmt.Errorf("exchange %s: %w", x.name, err)
 		}
 	}
+	if b.cfg.Agent {
+		return nil
+	}
 	if _, err := ch.QueueDeclare(b.DeadQueue(), true, false, false, false, b.queueArgs()); err != nil {
 		return fmt.Errorf("queue %s: %w", b.DeadQueue(), err)
 	}
@@ -147,13 +150,36 @@ func (b *Bus) declareInbox(ch *amqp.Channel, env, agent string) error {
 	args["x-single-active-consumer"] = true
 	args["x-max-length"] = int64(b.cfg.InboxMaxLength)
 	args["x-overflow"] = "reject-publish"
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+	if b.cfg.Agent && b.queueExists(name) {
+		// The inbox is there, of whatever type the server chose: an
+		// agent uses it as it is (declaring it with other arguments
+		// would fail).
+		args = nil
+	} else if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		return fmt.Errorf("declare inbox %s: %w", name, err)
 	}
 	if err := ch.QueueBind(name, bus.CommandKey(env, agent), b.cmdExchange(), false, nil); err != nil {
 		return fmt.Errorf("bind inbox %s: %w", name, err)
 	}
 	return nil
+}
+
+// queueExists looks for a queue with a passive declare on a channel of
+// its own (a failed passive declare closes its channel).
+func (b *Bus) queueExists(name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.session(ctx)
+	if err != nil {
+		return false
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return false
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	return err == nil
 }
 
 // DeclareInbox implements bus.Bus.

@@ -64,6 +64,10 @@ type Config struct {
 	CAFile, CertFile, KeyFile string
 	// ConnectionName is shown in RabbitMQ's management (e.g. agent web-1).
 	ConnectionName string
+	// Agent declares only what an agent needs: the exchanges and its
+	// inbox (the server owns its queues and their type; an inbox the
+	// server made with another queue type is used as it is).
+	Agent bool
 }
 
 // Default returns the configuration for a local broker.
