@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/base64"
 	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
