@@ -28,19 +28,15 @@ import (
 const defaultAgentConfig = "/etc/tether/agent.toml"
 
 func agentRunFlags() []ucli.Flag {
-	return []ucli.Flag{
+	flags := append([]ucli.Flag{
 		&ucli.StringFlag{Name: "config", Value: defaultAgentConfig, EnvVars: []string{"TETHER_AGENT_CONFIG"},
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
-			Usage: "RabbitMQ `URL` the agent connects out to (amqps:// for TLS); the host needs no open port"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-namespace", Value: "tether", EnvVars: []string{"TETHER_AMQP_NAMESPACE"},
-			Usage: "`PREFIX` of every exchange and queue on the broker (the server's --amqp-namespace)"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "queue-type", Value: amqp.QueueQuorum, EnvVars: []string{"TETHER_QUEUE_TYPE"},
-			Usage: "`TYPE` of the inbox when the agent creates it: the server's --queue-type (quorum or classic)"}),
+	}, brokerFlags("`TYPE` of the inbox when the agent creates it: the server's --queue-type (quorum or classic)")...)
+	return append(flags,
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-ca", EnvVars: []string{"TETHER_TLS_CA"}, Usage: "CA certificate `FILE` (PEM) to trust for amqps://"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"}, Usage: "client certificate `FILE` (PEM) for amqps://"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"}, Usage: "private key `FILE` (PEM) of --tls-cert"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "env", EnvVars: []string{"TETHER_ENV"}, Usage: "the server environment this agent belongs to (required)"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "env", EnvVars: []string{"TETHER_ENV"}, Usage: "the server environment `NAME` this agent belongs to (required)"}),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "name", EnvVars: []string{"TETHER_AGENT_NAME"},
 			Usage: "agent `NAME` (default: the hostname); repeat to host several agents in one process (API-facing agents)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "state-dir", Value: "/var/lib/tether", EnvVars: []string{"TETHER_STATE_DIR"},
@@ -57,7 +53,7 @@ func agentRunFlags() []ucli.Flag {
 			Usage: "how many resources a deploy runs at once (0: the default)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, EnvVars: []string{"TETHER_HEARTBEAT"},
 			Usage: "how often the agent tells the server it is alive"}),
-	}
+	)
 }
 
 func agentRunCommand(term *terminal) *ucli.Command {

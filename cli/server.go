@@ -27,20 +27,29 @@ import (
 
 const defaultServerConfig = "/etc/tether/server.toml"
 
-func serverFlags() []ucli.Flag {
+// brokerFlags are the flags naming the broker, shared by the server and
+// the agent; queueTypeUsage says what --queue-type means to each.
+func brokerFlags(queueTypeUsage string) []ucli.Flag {
 	return []ucli.Flag{
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
+			Usage: "RabbitMQ `URL` (amqps:// for TLS)"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-namespace", Value: "tether", EnvVars: []string{"TETHER_AMQP_NAMESPACE"},
+			Usage: "`PREFIX` of every exchange and queue on the broker (the same for the server and its agents)"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "queue-type", Value: amqp.QueueQuorum, EnvVars: []string{"TETHER_QUEUE_TYPE"},
+			Usage: queueTypeUsage}),
+	}
+}
+
+func serverFlags() []ucli.Flag {
+	flags := append([]ucli.Flag{
 		&ucli.StringFlag{Name: "config", Value: defaultServerConfig, EnvVars: []string{"TETHER_SERVER_CONFIG"},
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:8420", EnvVars: []string{"TETHER_LISTEN"},
 			Usage: "`ADDRESS` the REST API listens on"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "postgres", EnvVars: []string{"TETHER_POSTGRES"},
 			Usage: "PostgreSQL connection `URL`, e.g. postgres://tether@db/tether (add ?search_path=SCHEMA to use a schema)"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
-			Usage: "RabbitMQ `URL` (amqps:// for TLS)"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-namespace", Value: "tether", EnvVars: []string{"TETHER_AMQP_NAMESPACE"},
-			Usage: "`PREFIX` of every exchange and queue on the broker"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "queue-type", Value: amqp.QueueQuorum, EnvVars: []string{"TETHER_QUEUE_TYPE"},
-			Usage: "agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)"}),
+	}, brokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
+	return append(flags,
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: 8, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
 			Usage: "how many consumers take agents' events off the broker (each handles 64 at once); events in hand are written together, in one transaction"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
@@ -49,7 +58,7 @@ func serverFlags() []ucli.Flag {
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
 			Usage: "private key `FILE` (PEM) of --tls-cert"}),
-	}
+	)
 }
 
 func serverCommand(term *terminal) *ucli.Command {
