@@ -18,7 +18,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -41,8 +40,6 @@ type Config struct {
 	StateDir string
 	// Labels are announced in hello; hostgroups select agents by them.
 	Labels map[string]string
-	// Facts are announced in hello (nil: the basic facts of this host).
-	Facts map[string]any
 	// Token is an enrollment token, sent in hello until enrolled.
 	Token string
 	// Parallelism bounds concurrent resources in a deploy.
@@ -438,7 +435,7 @@ func (a *Agent) hello(ctx context.Context) error {
 	h := bus.Hello{
 		PublicKey:  a.PublicKey(),
 		Labels:     a.cfg.Labels,
-		Facts:      a.facts(),
+		Facts:      basicFacts(),
 		Kinds:      a.reg.Kinds(),
 		Generation: s.Generation,
 		SliceHash:  hash,
@@ -447,13 +444,6 @@ func (a *Agent) hello(ctx context.Context) error {
 		h.Token = a.cfg.Token
 	}
 	return a.publishNow(ctx, bus.KindHello, h)
-}
-
-func (a *Agent) facts() map[string]any {
-	if a.cfg.Facts != nil {
-		return maps.Clone(a.cfg.Facts)
-	}
-	return basicFacts()
 }
 
 // publishNow seals and publishes an event that is not worth journaling:

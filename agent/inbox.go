@@ -135,7 +135,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		return a.publishNow(ctx, bus.KindFacts, bus.Facts{Facts: a.facts(), Labels: a.cfg.Labels})
+		return a.publishNow(ctx, bus.KindFacts, bus.Facts{Facts: basicFacts(), Labels: a.cfg.Labels})
 	default:
 		a.log.Info().Str("kind", string(e.Kind)).Msg("command not handled by this agent version; ignored")
 		return tx.Commit()

@@ -448,9 +448,9 @@ func agentCommand(term *terminal) *ucli.Command {
 						labels = append(labels, k+"="+v)
 					}
 					sort.Strings(labels)
-					platform := fmt.Sprintf("%v/%v", a.Facts["os"], a.Facts["arch"])
-					if a.Facts == nil {
-						platform = "-"
+					platform := "-"
+					if a.Facts != nil {
+						platform = fmt.Sprintf("%v/%v", a.Facts["os"], a.Facts["arch"])
 					}
 					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), strconv.FormatBool(a.Paused), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
 				}

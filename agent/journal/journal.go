@@ -128,6 +128,8 @@ type Journal struct {
 	st      state
 	wal     *os.File
 	walSize int64
+	// walN is the number of the log in use.
+	walN int
 	// written and synced count records appended and records known to be
 	// on disk: committers share one fsync (group commit).
 	written, synced uint64
@@ -268,9 +270,13 @@ func (j *Journal) Seen(id string) bool {
 func (j *Journal) Outbox() []Out {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make([]Out, 0, len(j.st.outbox))
-	for _, seq := range slices.Sorted(maps.Keys(j.st.outbox)) {
-		out = append(out, Out{Seq: seq, Data: j.st.outbox[seq]})
+	return j.st.sortedOutbox()
+}
+
+func (s *state) sortedOutbox() []Out {
+	out := make([]Out, 0, len(s.outbox))
+	for _, seq := range slices.Sorted(maps.Keys(s.outbox)) {
+		out = append(out, Out{Seq: seq, Data: s.outbox[seq]})
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,7 +121,7 @@ func (j *Journal) load() error {
 		f.Close()
 		return fmt.Errorf("journal: %w", err)
 	}
-	j.wal, j.walSize = f, size
+	j.wal, j.walSize, j.walN = f, size, last
 	return nil
 }
 
@@ -199,10 +198,9 @@ func (j *Journal) replay(path string) error {
 // first the new, empty log; then the snapshot naming it; then the old log
 // goes. A crash between any two steps leaves files load reads correctly.
 func (j *Journal) compact() error {
-	next := j.st.Wal + 1
-	for _, n := range mustLogs(j) {
-		next = max(next, n+1)
-	}
+	// Past the log in use: after a compaction that stopped before its
+	// snapshot, that log is newer than the snapshot says.
+	next := j.walN + 1
 	f, err := os.OpenFile(filepath.Join(j.dir, walName(next)), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: compact: %w", err)
@@ -213,10 +211,7 @@ func (j *Journal) compact() error {
 	}
 	snap := j.st
 	snap.Wal = next
-	snap.Outbox = make([]Out, 0, len(j.st.outbox))
-	for _, seq := range slices.Sorted(maps.Keys(j.st.outbox)) {
-		snap.Outbox = append(snap.Outbox, Out{Seq: seq, Data: j.st.outbox[seq]})
-	}
+	snap.Outbox = j.st.sortedOutbox()
 	b, err := json.Marshal(&snap)
 	if err != nil {
 		f.Close()
@@ -230,18 +225,11 @@ func (j *Journal) compact() error {
 	// a sync still running on the old log may fail harmlessly.
 	j.synced = j.written
 	_ = j.wal.Close()
-	j.wal, j.walSize, j.snapSize, j.st.Wal = f, 0, int64(len(b)), next
-	for _, n := range mustLogs(j) {
-		if n < next {
-			_ = os.Remove(filepath.Join(j.dir, walName(n))) // load removes what is left
-		}
+	for n := j.st.Wal; n <= j.walN; n++ {
+		_ = os.Remove(filepath.Join(j.dir, walName(n))) // load removes what is left
 	}
+	j.wal, j.walSize, j.walN, j.snapSize, j.st.Wal = f, 0, next, int64(len(b)), next
 	return nil
-}
-
-func mustLogs(j *Journal) []int {
-	ns, _ := j.logs()
-	return ns
 }
 
 // writeFile replaces a file of the state directory atomically: a

@@ -641,13 +641,8 @@ func (a *API) createToken(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if req.ExpiresIn != "" {
-		d, err := time.ParseDuration(req.ExpiresIn)
-		if err != nil || d <= 0 {
-			return 0, nil, newError("invalid", "", "expires_in %q: want a duration such as 720h", req.ExpiresIn)
-		}
-		exp := a.now().Add(d).UTC()
-		t.ExpiresAt = &exp
+	if t.ExpiresAt, err = a.expiry(req.ExpiresIn, "720h"); err != nil {
+		return 0, nil, err
 	}
 	if err := a.svc.Tokens.CreateToken(r.ctx(), t); err != nil {
 		return 0, nil, err
@@ -656,6 +651,20 @@ func (a *API) createToken(r *request) (int, any, error) {
 	r.SetParamValues(t.ID)
 	r.detail = fmt.Sprintf("%s, role %s, env %q", t.Name, t.Role, t.Env)
 	return http.StatusCreated, NewToken{Token: t, Secret: secret}, nil
+}
+
+// expiry turns a request's expires_in into an expiry time (nil: never);
+// example is the duration the error suggests.
+func (a *API) expiry(expiresIn, example string) (*time.Time, error) {
+	if expiresIn == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(expiresIn)
+	if err != nil || d <= 0 {
+		return nil, newError("invalid", "", "expires_in %q: want a duration such as %s", expiresIn, example)
+	}
+	exp := a.now().Add(d).UTC()
+	return &exp, nil
 }
 
 // IssueToken makes a token and its secret (not stored).
@@ -744,13 +753,8 @@ func (a *API) createEnrollToken(r *request) (int, any, error) {
 	}
 	t := model.EnrollmentToken{ID: uuid.NewString(), Env: env, Name: req.Name, Hash: model.HashSecret(secret), MaxUses: req.MaxUses,
 		CreatedBy: r.token.Name, CreatedAt: a.now().UTC()}
-	if req.ExpiresIn != "" {
-		d, err := time.ParseDuration(req.ExpiresIn)
-		if err != nil || d <= 0 {
-			return 0, nil, newError("invalid", "", "expires_in %q: want a duration such as 24h", req.ExpiresIn)
-		}
-		exp := a.now().Add(d).UTC()
-		t.ExpiresAt = &exp
+	if t.ExpiresAt, err = a.expiry(req.ExpiresIn, "24h"); err != nil {
+		return 0, nil, err
 	}
 	if err := t.Validate(); err != nil {
 		return 0, nil, newError("invalid", "", "%v", err)
