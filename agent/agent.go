@@ -145,6 +145,10 @@ type Agent struct {
 	enrolled     chan struct{}
 	// rejected pokes the hello loop: slow down.
 	rejected chan struct{}
+	// answered is poked by the server's answer to a hello (enrolled or
+	// rejected): the inbox is FIFO, so every command queued before the
+	// hello has been journaled by then.
+	answered chan struct{}
 
 	mu sync.Mutex
 	// hashes are the resource hashes of the journal's slice.
@@ -189,6 +193,7 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		flush:    make(chan struct{}, 1),
 		enrolled: make(chan struct{}),
 		rejected: make(chan struct{}, 1),
+		answered: make(chan struct{}, 1),
 	}
 	if cfg.ServerKey != nil {
 		if held := j.ServerKey(); held != nil && !held.Equal(cfg.ServerKey) {
@@ -282,8 +287,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Info().Msg("now primary for this agent name")
 			}
 			standingBy, retry = false, a.cfg.ClaimRetry
-			startWork()
-			err := a.connected(ctx, claim)
+			err := a.catchUpAndServe(ctx, claim, work == nil, startWork)
 			claim.Release()
 			if err != nil {
 				stopWork()
@@ -337,6 +341,38 @@ func (a *Agent) finish(ctx context.Context, wg *sync.WaitGroup, stopOut context.
 			a.log.Info().Err(err).Msg("could not say goodbye")
 		}
 	}
+}
+
+// catchUpAndServe serves the inbox while the claim holds (connected). When
+// the worker is not running yet (a start, a takeover) it is started once
+// the commands queued while this process was away are journaled — known
+// by the server's answer to the hello, which queues behind them — or after
+// ClaimWait when no answer comes: an agent back from a long absence goes
+// straight to the latest desired state instead of replaying each version
+// it missed.
+func (a *Agent) catchUpAndServe(ctx context.Context, claim bus.Claim, catchUp bool, startWork func()) error {
+	if !catchUp {
+		startWork()
+		return a.connected(ctx, claim)
+	}
+	select {
+	case <-a.answered: // an answer to an earlier connection's hello
+	default:
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.connected(ctx, claim) }()
+	t := time.NewTimer(a.cfg.ClaimWait)
+	defer t.Stop()
+	select {
+	case <-a.answered:
+	case <-t.C:
+		a.log.Info().Dur("waited", a.cfg.ClaimWait).Msg("no answer to hello yet; enforcing the journaled intent meanwhile")
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	startWork()
+	return <-done
 }
 
 // connected serves while the claim holds: the inbox, hello until enrolled,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -407,5 +408,46 @@ func TestRejectedSlowsHello(t *testing.T) {
 	s.mu.Unlock()
 	if after != before {
 		t.Fatalf("%d more events after the rejection settled, want none (HelloRetryMax is an hour)", after-before)
+	}
+}
+
+// TestBackFromAbsenceDeploysOnlyTheLatest queues, while the agent is
+// stopped, two versions with a deploy each: started again, it journals
+// both before deploying (the answer to its hello comes after them), runs
+// only the last deploy, and reports the first superseded.
+func TestBackFromAbsenceDeploysOnlyTheLatest(t *testing.T) {
+	s := newFakeServer(t)
+	dir, root := t.TempDir(), t.TempDir()
+	var seen int
+	r := start(t, s, "web", dir, root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	s.full("web", 1, file("web", "/a", "1"), file("web", "/b", "1"))
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
+	s.results(&seen, "web", "d1")
+	r.stop()
+
+	// Away: versions 2 (a changes) and 3 (b changes) are queued.
+	s.full("web", 2, file("web", "/a", "2"), file("web", "/b", "1"))
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d2", Mode: bus.DeployIncremental, Generation: 2})
+	s.full("web", 3, file("web", "/a", "2"), file("web", "/b", "3"))
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d3", Mode: bus.DeployIncremental, Generation: 3})
+
+	start(t, s, "web", dir, root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web") // the answer to the hello, behind the backlog
+	from := seen
+	got2, last2 := s.results(&from, "web", "d2")
+	if len(got2) != 0 || !strings.Contains(last2.Error, "superseded") {
+		t.Fatalf("deploy d2: results %v, error %q; want none, superseded", got2, last2.Error)
+	}
+	got3, last3 := s.results(&seen, "web", "d3")
+	if len(got3) != 2 || last3.Generation != 3 || last3.Error != "" {
+		t.Fatalf("deploy d3: %d results, generation %d, error %q; want both resources of generation 3", len(got3), last3.Generation, last3.Error)
+	}
+	for id, res := range got3 {
+		if len(res.Changes) == 0 || res.Hash.IsZero() {
+			t.Fatalf("%s: %+v; want its change, and the hash it was applied at", id, res)
+		}
 	}
 }

@@ -57,6 +57,7 @@ func (a *Agent) onRejected(e *bus.Envelope) error {
 	a.log.Error().Str("reason", body.Reason).Dur("next_hello_in", a.cfg.HelloRetryMax).
 		Msg("the server does not enroll this agent: ask an operator to accept it (tether agent accept), or start it with a valid --token")
 	a.poke(a.rejected)
+	a.poke(a.answered)
 	return nil
 }
 
@@ -77,6 +78,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 			return err
 		}
 		a.markEnrolled()
+		a.poke(a.answered)
 		return nil
 	case bus.KindDesiredFull:
 		var body bus.DesiredFull

@@ -98,6 +98,7 @@ func (r *reporter) send(batch []model.Result, end ending, last bool) error {
 		if res.State == model.StateCancelled && r.interrupted() {
 			continue
 		}
+		res.Hash = r.hashes[res.ID]
 		if !dryRun {
 			if in, ok := r.a.journal.Intent(res.ID); ok && len(res.Changes) == 0 && res.State == model.StateDeployed && in.Hash == r.hashes[res.ID] {
 				// Applied before a crash, reported now: the change is

@@ -78,10 +78,43 @@ func (a *Agent) supersedeRepair(deployID string) {
 	}
 }
 
+// supersededBy returns the job queued after j that makes running j
+// pointless: every deploy runs against the latest desired state, so of
+// several queued (an agent back from an absence finds one per version it
+// missed) only the last needs to run. A full deploy is superseded only by
+// a full one or a repair; a repair, as while it runs, by any deploy; a dry
+// run never.
+func (a *Agent) supersededBy(j journal.Job) (string, bool) {
+	if j.Kind != string(bus.KindDeploy) && j.Kind != string(bus.KindRepair) {
+		return "", false
+	}
+	jobs := a.journal.Jobs()
+	for i := range jobs {
+		if jobs[i].ID != j.ID {
+			continue
+		}
+		for _, k := range jobs[i+1:] {
+			switch {
+			case k.Kind == string(bus.KindDeploy) && (j.Kind == string(bus.KindRepair) || k.Full || !j.Full):
+				return k.ID, true
+			case k.Kind == string(bus.KindRepair): // verifies and repairs everything
+				return k.ID, true
+			}
+		}
+		break
+	}
+	return "", false
+}
+
 // run deploys (or dry-runs) a job's resources and reports every result.
 // A job cut short by the worker stopping stays journaled and runs again;
 // one superseded or finished is done.
 func (a *Agent) run(parent context.Context, j journal.Job) error {
+	if later, ok := a.supersededBy(j); ok {
+		a.log.Info().Str("deploy", j.ID).Str("by", later).Msg("job superseded by a later one before it ran")
+		body := bus.ResourceStatus{DeployID: j.ID, Generation: a.journal.Slice().Generation, Done: true, Error: errSuperseded.Error() + " " + later}
+		return a.emit(a.journal.Begin().JobDone(j.ID), bus.KindResourceStatus, body)
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	a.mu.Lock()

@@ -51,6 +51,10 @@ func (c Changes) Redact(res *Resource) Changes {
 type Result struct {
 	ID    ID            `json:"id"`
 	State ResourceState `json:"state"`
+	// Hash is the hash of the desired state the result is about (zero:
+	// not said). A result of an older version then also stands for a newer
+	// version whose desired state of the resource is the same.
+	Hash Hash `json:"hash,omitzero"`
 	// Changes are the differences found, applied unless DryRun. Sensitive
 	// values are redacted.
 	Changes  Changes       `json:"changes,omitempty"`

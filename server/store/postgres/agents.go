@@ -104,9 +104,13 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				id := r.ID.String()
 				switch {
 				case !r.DryRun:
-					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq, false})
+					var h []byte
+					if !r.Hash.IsZero() {
+						h = r.Hash[:]
+					}
+					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq, false, h})
 				case r.State == model.StateDeployed:
-					verified = append(verified, statusRow{b.Env, id, string(store.Verified(r)), "", b.Version, seq, true})
+					verified = append(verified, statusRow{b.Env, id, string(store.Verified(r)), "", b.Version, seq, true, nil})
 				}
 				if !store.Logged(r) {
 					continue
@@ -136,16 +140,17 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 			}
 			for _, a := range b.Alerts {
 				if store.SetsCompliance(&a) {
-					verified = append(verified, statusRow{b.Env, a.ID.String(), string(a.Compliance), "", a.Version, seq, false})
+					verified = append(verified, statusRow{b.Env, a.ID.String(), string(a.Compliance), "", a.Version, seq, false, nil})
 				}
 			}
 		}
 		if len(st) > 0 {
 			// A result only updates a status row of its version or an
-			// older one: a late result of an old deploy never overwrites
-			// a newer state, nor one from a later message of the agent;
+			// older one, or of a newer version with the same desired
+			// state: a late result of an old deploy never overwrites a
+			// newer state, nor one from a later message of the agent;
 			// nor does it set a compliance a later report set.
-			env, id, state, msg, ver, seq, _ := st.columns()
+			env, id, state, msg, ver, seq, _, hash := st.columns()
 			batch.Queue(`UPDATE resource_status rs SET
 					state = u.state,
 					compliance = CASE WHEN u.seq != 0 AND rs.compliance_seq > u.seq THEN rs.compliance
@@ -153,16 +158,16 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 					last_verified = CASE WHEN u.state = 'deployed' AND (u.seq = 0 OR rs.compliance_seq <= u.seq) THEN now() ELSE rs.last_verified END,
 					compliance_seq = CASE WHEN u.state IN ('deployed', 'failed') THEN GREATEST(rs.compliance_seq, u.seq) ELSE rs.compliance_seq END,
 					message = u.message, updated_at = now(), seq = GREATEST(rs.seq, u.seq)
-				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS u(env, id, state, message, version, seq)
-				WHERE rs.env = u.env AND rs.resource_id = u.id AND rs.version <= u.version AND (u.seq = 0 OR rs.seq <= u.seq)`,
-				env, id, state, msg, ver, seq)
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bytea[]) AS u(env, id, state, message, version, seq, hash)
+				WHERE rs.env = u.env AND rs.resource_id = u.id AND (rs.version <= u.version OR rs.hash = u.hash) AND (u.seq = 0 OR rs.seq <= u.seq)`,
+				env, id, state, msg, ver, seq, hash)
 		}
 		if len(verified) > 0 {
 			// A verification of the version a resource holds sets its
 			// compliance only: a dry run's only when the resource is
 			// deployed, a drift report's also while its deploy's result
 			// is on the way.
-			env, id, compliance, _, ver, seq, deployedOnly := verified.columns()
+			env, id, compliance, _, ver, seq, deployedOnly, _ := verified.columns()
 			batch.Queue(`UPDATE resource_status rs SET
 					compliance = u.compliance, last_verified = now(), compliance_seq = GREATEST(rs.compliance_seq, u.seq)
 				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bool[]) AS u(env, id, compliance, version, seq, deployed_only)
@@ -196,6 +201,8 @@ type statusRow struct {
 	env, id, state, message string
 	version, seq            int64
 	deployedOnly            bool
+	// hash is the desired state a result is about (nil: not said).
+	hash []byte
 }
 
 type statusRows []statusRow
@@ -204,7 +211,7 @@ type statusRows []statusRow
 // several updates of one resource the one from the agent's latest message
 // wins (the latest in the list among equals). Rows come sorted, so
 // concurrent ingests lock rows in one order and never deadlock.
-func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64, deployedOnly []bool) {
+func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64, deployedOnly []bool, hash [][]byte) {
 	slices.SortStableFunc(rows, func(a, b statusRow) int {
 		return cmp.Or(cmp.Compare(a.env, b.env), cmp.Compare(a.id, b.id), cmp.Compare(a.seq, b.seq))
 	})
@@ -214,8 +221,9 @@ func (rows statusRows) columns() (env, id, state, msg []string, ver, seq []int64
 		}
 		env, id, state, msg = append(env, r.env), append(id, r.id), append(state, r.state), append(msg, r.message)
 		ver, seq, deployedOnly = append(ver, r.version), append(seq, r.seq), append(deployedOnly, r.deployedOnly)
+		hash = append(hash, r.hash)
 	}
-	return env, id, state, msg, ver, seq, deployedOnly
+	return env, id, state, msg, ver, seq, deployedOnly, hash
 }
 
 // markIngested records the batches' (env, agent, seq) and sets fresh[i] for

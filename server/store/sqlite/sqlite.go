@@ -589,8 +589,9 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 	fresh := make([]bool, len(batches))
 	now := nanos(time.Now())
 	err := s.tx(ctx, "record results", func(tx *sql.Tx) error {
-		// A result only updates a status row of its version or an older one:
-		// a late result of an old deploy never overwrites a newer state,
+		// A result only updates a status row of its version or an older one,
+		// or of a newer version with the same desired state (?8): a late
+		// result of an old deploy never overwrites a newer state,
 		// nor does a result older (by the agent's counter) than the one
 		// applied last.
 		statusStmt, err := tx.PrepareContext(ctx, `UPDATE resource_status SET
@@ -600,7 +601,7 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				last_verified = CASE WHEN ?1 = 'deployed' AND (?7 = 0 OR compliance_seq <= ?7) THEN ?2 ELSE last_verified END,
 				compliance_seq = CASE WHEN ?1 IN ('deployed', 'failed') THEN MAX(compliance_seq, ?7) ELSE compliance_seq END,
 				message = ?3, updated_at = ?2, seq = MAX(seq, ?7)
-			WHERE env = ?4 AND resource_id = ?5 AND version <= ?6 AND (?7 = 0 OR seq <= ?7)`)
+			WHERE env = ?4 AND resource_id = ?5 AND (version <= ?6 OR hash = ?8) AND (?7 = 0 OR seq <= ?7)`)
 		if err != nil {
 			return err
 		}
@@ -637,7 +638,11 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				id := r.ID.String()
 				switch {
 				case !r.DryRun:
-					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version, seq); err != nil {
+					var hash []byte
+					if !r.Hash.IsZero() {
+						hash = r.Hash[:]
+					}
+					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version, seq, hash); err != nil {
 						return err
 					}
 				case r.State == model.StateDeployed:

@@ -399,17 +399,32 @@ func testAllOrNothing(t *testing.T, s store.Store) {
 
 func testStaleResults(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
-	mustPut(t, s, "prod", file("a", "/x", "1"))
+	same := file("a", "/same", "s")
+	mustPut(t, s, "prod", file("a", "/x", "1"), same)
 	mustRelease(t, s, "prod", 1)
-	mustPut(t, s, "prod", file("a", "/x", "2"))
+	mustPut(t, s, "prod", file("a", "/x", "2"), same)
 	mustRelease(t, s, "prod", 2)
 	// A late result of the deploy of version 1 must not mark version 2's
-	// new content as deployed.
-	if err := record(s, "prod", "a", 1, "old", []model.Result{result(file("a", "/x", "1"), model.StateDeployed, nil)}); err != nil {
+	// new content as deployed, even when it says which content it applied;
+	// it does stand for a resource whose desired state did not change.
+	hashed := func(r model.Resource) model.Result {
+		res := result(r, model.StateDeployed, nil)
+		h, err := r.Hash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Hash = h
+		return res
+	}
+	if err := record(s, "prod", "a", 1, "old", []model.Result{hashed(file("a", "/x", "1")), hashed(same)}); err != nil {
 		t.Fatal(err)
 	}
-	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateAvailable {
-		t.Fatalf("a stale result overwrote the newer state: %+v", st)
+	st := statusOf(t, s, "prod")
+	if st["/x"].State != model.StateAvailable {
+		t.Fatalf("a stale result overwrote the newer state: %+v", st["/x"])
+	}
+	if st["/same"].State != model.StateDeployed || st["/same"].Version != 2 {
+		t.Fatalf("a result of version 1 for a resource version 2 holds unchanged: %+v, want deployed", st["/same"])
 	}
 	if err := record(s, "prod", "a", 2, "new", []model.Result{result(file("a", "/x", "2"), model.StateDeployed, nil)}); err != nil {
 		t.Fatal(err)
