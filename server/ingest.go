@@ -244,6 +244,12 @@ func (s *Server) enroll(ctx context.Context, a model.Agent) error {
 // publishes them live.
 func (s *Server) results(ctx context.Context, a model.Agent, e *bus.Envelope, body bus.ResourceStatus) error {
 	for i := range body.Results {
+		// A well-signed report about another agent's resource is a
+		// compromised or misconfigured agent: nothing of it is recorded.
+		if id := body.Results[i].ID; id.Agent != a.Name {
+			s.security(ctx, e, "results for another agent's resource "+id.String())
+			return fmt.Errorf("%w: %s: agent %s reported %s, which is not its resource", bus.ErrReject, e, a.Name, id)
+		}
 		body.Results[i].DryRun = e.Kind == bus.KindDryRunResult
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
@@ -281,6 +287,10 @@ func (s *Server) results(ctx context.Context, a model.Agent, e *bus.Envelope, bo
 func (s *Server) compliance(ctx context.Context, a model.Agent, e *bus.Envelope, body bus.Compliance) error {
 	alerts := make([]model.Alert, 0, len(body.Reports))
 	for _, r := range body.Reports {
+		if r.ID.Agent != a.Name {
+			s.security(ctx, e, "drift report about another agent's resource "+r.ID.String())
+			return fmt.Errorf("%w: %s: agent %s reported drift of %s, which is not its resource", bus.ErrReject, e, a.Name, r.ID)
+		}
 		if !r.Compliance.Valid() || r.Compliance == model.ComplianceUnknown {
 			return fmt.Errorf("%w: %s: compliance %q of %s: want compliant or non_compliant", bus.ErrReject, e, r.Compliance, r.ID)
 		}
