@@ -122,6 +122,7 @@ func newApp(term *terminal) *ucli.App {
 			envCommand(term),
 			resourceCommand(term),
 			agentCommand(term),
+			alertCommand(term),
 			tokenCommand(term),
 			watchCommand(term),
 			benchCommand(term),
