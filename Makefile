@@ -55,6 +55,7 @@ bench: build
 	$(GO) test ./server/store/postgres -run '^$$' -bench . -benchtime 1000x -count 3
 	./$(BIN) bench ingest --events 20000
 	./$(BIN) bench export --resources 100000 --change 1
+	./$(BIN) bench converge --agents 1000 --resources 20
 
 ## fuzz: run the fuzz targets for a while each
 fuzz:

@@ -141,8 +141,11 @@ func runAgents(c *ucli.Context, term *terminal) error {
 			a.Close()
 		}
 	}()
+	// One flush group for every agent of the process: concurrent deploys
+	// share each flush of the file system instead of one each.
+	syncs := handler.NewSyncGroup()
 	for _, name := range names {
-		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: handler.NewSyncGroup()})
+		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: syncs})
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ func benchCommand(term *terminal) *ucli.Command {
 		Usage: "measure Tether on this machine (benchmark scenarios)",
 		Description: "Each scenario prints its figures and the command that reproduces them;\n" +
 			"docs/performance.md records them.",
-		Subcommands: []*ucli.Command{benchDeployCommand(term), benchIngestCommand(term), benchExportCommand(term)},
+		Subcommands: []*ucli.Command{benchDeployCommand(term), benchIngestCommand(term), benchExportCommand(term), benchConvergeCommand(term)},
 	}
 }
 
