@@ -52,6 +52,7 @@ var rules = map[string]rule{
 	"server/api":                   {internal: []string{"model"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
+	"cli/e2e":                      {},                          // tests only: real processes, checked through the store
 	"":                             {internal: []string{"cli"}}, // main.go
 }
 

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/store/postgres"
 )
 
 func benchConvergeCommand(term *terminal) *ucli.Command {
@@ -226,20 +226,51 @@ func benchConverge(ctx context.Context, term *terminal, o convergeOpts) (*benchC
 				Attributes: model.Attributes{"path": path, "content": name + " " + path + "\n", "mode": "0644"}})
 		}
 	}
-	db, err := pgx.Connect(ctx, pgURL)
+	st, err := postgres.Open(ctx, postgres.Config{URL: pgURL})
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close(context.WithoutCancel(ctx))
+	defer st.Close()
 	start := time.Now()
 	var out api.ExportResponse
 	if err := cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
+	// First the agents' side, cheap to look at: every resource applied
+	// and every result confirmed by the broker; then the server's record.
 	for {
-		var n int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM resource_status WHERE env = 'bench' AND version = $1 AND state = 'deployed'`, out.Version.Number).Scan(&n); err != nil {
+		n := 0
+		for _, a := range agents {
+			j := a.Journal()
+			if j.Slice().Generation != out.Version.Number || j.OutboxLen() > 0 {
+				continue
+			}
+			for _, r := range j.Slice().Resources {
+				if ap, ok := j.Applied(r.ID); ok && ap.State == model.StateDeployed {
+					n++
+				}
+			}
+		}
+		if term.progress {
+			fmt.Fprintf(term.stderr, "\r\033[Kreported by the agents: %d/%d", n, len(rs))
+		}
+		if n == len(rs) {
+			break
+		}
+		if err := benchWait(ctx, srv, 20*time.Millisecond); err != nil {
 			return nil, err
+		}
+	}
+	for {
+		sts, err := st.Statuses(ctx, "bench", model.StatusFilter{State: model.StateDeployed})
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, s := range sts {
+			if s.Version == out.Version.Number {
+				n++
+			}
 		}
 		if term.progress {
 			fmt.Fprintf(term.stderr, "\r\033[Kdeployed: %d/%d", n, len(rs))

@@ -19,10 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/store/postgres"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
 
@@ -173,7 +172,7 @@ type cluster struct {
 	srv     *proc
 	starts  int
 	enroll  string
-	db      *pgx.Conn
+	store   *postgres.Store
 	agentNo int
 }
 
@@ -190,12 +189,12 @@ func newCluster(t *testing.T) *cluster {
 	}
 	c.listen = ln.Addr().String()
 	ln.Close()
-	db, err := pgx.Connect(context.Background(), c.pg)
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: c.pg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close(context.Background()) })
-	c.db = db
+	t.Cleanup(func() { st.Close() })
+	c.store = st
 	c.startServer()
 	c.cli("env", "create", env, "--set", "enrollment=token")
 	var tok struct {
@@ -373,23 +372,29 @@ type action struct {
 	changed           bool
 }
 
-// actions is the environment's deploy action log, oldest first.
+// actions is the environment's deploy action log (of every resource the
+// server knows), oldest first.
 func (c *cluster) actions() []action {
 	c.t.Helper()
-	rows, err := c.db.Query(context.Background(), `SELECT resource_id, deploy_id, state, version, COALESCE(changes::text, '')
-		FROM actions WHERE env = $1 AND kind = 'deploy' ORDER BY seq`, env)
+	ctx := context.Background()
+	sts, err := c.store.Statuses(ctx, env, model.StatusFilter{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (action, error) {
-		var a action
-		var changes string
-		err := r.Scan(&a.id, &a.deploy, &a.state, &a.version, &changes)
-		a.changed = changes != "" && changes != "null" && changes != "{}" && changes != "[]"
-		return a, err
-	})
-	if err != nil {
-		c.t.Fatal(err)
+	var all []model.Action
+	for _, s := range sts {
+		as, err := c.store.Actions(ctx, env, s.ID, 10000)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		all = append(all, as...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Seq < all[j].Seq })
+	var out []action
+	for _, a := range all {
+		if a.Kind == model.ActionDeploy {
+			out = append(out, action{id: a.ID.String(), deploy: a.DeployID, state: string(a.State), version: a.Version, changed: len(a.Changes) > 0})
+		}
 	}
 	return out
 }
