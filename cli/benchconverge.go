@@ -46,8 +46,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			"   tether bench converge --agents 1000 --resources 20\n" +
 			"   tether bench converge --agents 1000 --resources 20 --dir /dev/shm/converge   # tmpfs",
 		Flags: append(benchServiceFlags(),
-			&ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
-				Usage: "RabbitMQ `URL`; the scenario uses a namespace of its own, deleted after"},
+			benchAMQPFlag(),
 			&ucli.IntFlag{Name: "agents", Value: 1000, Usage: "how many agents"},
 			&ucli.IntFlag{Name: "resources", Value: 20, Usage: "how many file resources each agent gets"},
 			&ucli.IntFlag{Name: "per-connection", Value: 50, Usage: "agents sharing one AMQP connection"},

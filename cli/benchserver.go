@@ -39,6 +39,12 @@ func benchServiceFlags() []ucli.Flag {
 	}
 }
 
+// benchAMQPFlag names the broker of a server-mode scenario.
+func benchAMQPFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
+		Usage: "RabbitMQ `URL`; the scenario uses a namespace of its own, deleted after"}
+}
+
 // benchSchema creates a fresh schema and returns its URL and a drop func.
 func benchSchema(ctx context.Context, base string) (string, func(), error) {
 	name := "tether_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
@@ -74,8 +80,7 @@ func benchIngestCommand(term *terminal) *ucli.Command {
 			"and the broker's ceiling: the same events consumed and acknowledged with no work at all.\n\n" +
 			"   tether bench ingest --events 20000",
 		Flags: append(benchServiceFlags(),
-			&ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
-				Usage: "RabbitMQ `URL`; the scenario uses a namespace of its own, deleted after"},
+			benchAMQPFlag(),
 			&ucli.IntFlag{Name: "events", Value: 20000, Usage: "how many status events to ingest"},
 			&ucli.IntFlag{Name: "agents", Value: 100, Usage: "how many agents send them (100 resources each)"},
 			&ucli.IntFlag{Name: "consumers", Value: 8, Usage: "the server's ingest consumers (each handles 64 events at once)"},
