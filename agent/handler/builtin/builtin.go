@@ -5,6 +5,7 @@ import (
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/directory"
 	"github.com/tetherhq/tether/agent/handler/file"
+	"github.com/tetherhq/tether/agent/handler/symlink"
 )
 
 // Register adds every built-in handler, constructed for rt, to reg.
@@ -12,6 +13,7 @@ func Register(reg *handler.Registry, rt handler.Runtime) error {
 	for _, h := range []handler.Handler{
 		directory.New(rt),
 		file.New(rt),
+		symlink.New(rt),
 	} {
 		if err := reg.Register(h); err != nil {
 			return err

@@ -12,7 +12,7 @@ import (
 // agents report their resources unavailable. Issue 7 empties this list.
 var withoutHandler = map[string]bool{
 	"cron": true, "exec": true, "group": true, "package": true, "repository": true,
-	"service": true, "symlink": true, "user": true,
+	"service": true, "user": true,
 }
 
 // Every built-in kind the compiler knows has a handler (but those listed in
