@@ -100,12 +100,12 @@ func (r *reporter) send(batch []model.Result, end ending, last bool) error {
 		}
 		res.Hash = r.hashes[res.ID]
 		if !dryRun {
-			if in, ok := r.a.journal.Intent(res.ID); ok && len(res.Changes) == 0 && res.State == model.StateDeployed && in.Hash == r.hashes[res.ID] {
+			if in, ok := r.a.journal.Intent(res.ID); ok && len(res.Changes) == 0 && res.State == model.StateDeployed && in.Hash == res.Hash {
 				// Applied before a crash, reported now: the change is
 				// logged once, not lost.
 				res.Changes, res.Message = in.Changes, "applied before the agent restarted"
 			}
-			record = append(record, journal.Result{ID: res.ID, Applied: journal.Applied{Hash: r.hashes[res.ID], State: res.State}})
+			record = append(record, journal.Result{ID: res.ID, Applied: journal.Applied{Hash: res.Hash, State: res.State}})
 		}
 		kept = append(kept, res)
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,19 +90,17 @@ func (a *Agent) supersededBy(j journal.Job) (string, bool) {
 		return "", false
 	}
 	jobs := a.journal.Jobs()
-	for i := range jobs {
-		if jobs[i].ID != j.ID {
-			continue
+	i := slices.IndexFunc(jobs, func(k journal.Job) bool { return k.ID == j.ID })
+	if i < 0 {
+		return "", false
+	}
+	for _, k := range jobs[i+1:] {
+		switch {
+		case k.Kind == string(bus.KindDeploy) && (j.Kind == string(bus.KindRepair) || k.Full || !j.Full):
+			return k.ID, true
+		case k.Kind == string(bus.KindRepair): // verifies and repairs everything
+			return k.ID, true
 		}
-		for _, k := range jobs[i+1:] {
-			switch {
-			case k.Kind == string(bus.KindDeploy) && (j.Kind == string(bus.KindRepair) || k.Full || !j.Full):
-				return k.ID, true
-			case k.Kind == string(bus.KindRepair): // verifies and repairs everything
-				return k.ID, true
-			}
-		}
-		break
 	}
 	return "", false
 }

@@ -241,10 +241,11 @@ func benchConverge(ctx context.Context, term *terminal, o convergeOpts) (*benchC
 		n := 0
 		for _, a := range agents {
 			j := a.Journal()
-			if j.Slice().Generation != out.Version.Number || j.OutboxLen() > 0 {
+			s := j.Slice()
+			if s.Generation != out.Version.Number || j.OutboxLen() > 0 {
 				continue
 			}
-			for _, r := range j.Slice().Resources {
+			for _, r := range s.Resources {
 				if ap, ok := j.Applied(r.ID); ok && ap.State == model.StateDeployed {
 					n++
 				}

@@ -128,9 +128,9 @@ func TestServerKilledMidDeploy(t *testing.T) {
 	v := c.release(dir)
 	root := t.TempDir()
 	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root})
-	waitFor(t, 60*time.Second, "the first results recorded", func() bool { return len(c.actions()) > 0 })
+	waitFor(t, 60*time.Second, "the first results recorded", func() bool { return c.deployed() > 0 })
 	c.srv.kill()
-	t.Logf("killed the server with %d results recorded", len(c.actions()))
+	t.Logf("killed the server with %d resources recorded deployed", c.deployed())
 	c.startServer()
 	c.startAgent("gate", agentOpts{stateDir: t.TempDir(), root: t.TempDir()})
 	c.converged(v, total, 90*time.Second)
@@ -155,7 +155,7 @@ func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
 	v := c.release(dir)
 	root := t.TempDir()
 	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root})
-	waitFor(t, 60*time.Second, "the first results recorded", func() bool { return len(c.actions()) > 0 })
+	waitFor(t, 60*time.Second, "the first results recorded", func() bool { return c.deployed() > 0 })
 	run(t, "rabbitmqctl", "-q", "stop_app")
 	restarted := false
 	defer func() {
@@ -163,7 +163,7 @@ func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
 			_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
 		}
 	}()
-	t.Logf("stopped the broker with %d results recorded", len(c.actions()))
+	t.Logf("stopped the broker with %d resources recorded deployed", c.deployed())
 	time.Sleep(30 * time.Second)
 	run(t, "rabbitmqctl", "-q", "start_app")
 	restarted = true

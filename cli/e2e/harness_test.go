@@ -21,6 +21,7 @@ import (
 
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/store/postgres"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
@@ -308,18 +309,23 @@ func (c *cluster) startAgent(name string, o agentOpts) *proc {
 // release compiles and releases the model in dir; it returns the version.
 func (c *cluster) release(dir string) int64 {
 	c.t.Helper()
-	var out struct {
-		Version struct {
-			Number int64 `json:"number"`
-		} `json:"version"`
-		Number int64 `json:"number"`
-	}
+	var out api.ExportResponse
 	c.cliJSON(&out, "export", "--release", dir)
-	if n := max(out.Version.Number, out.Number); n > 0 {
-		return n
+	if !out.Released || out.Version.Number == 0 {
+		c.t.Fatalf("export --release -o json: %+v, want a released version", out)
 	}
-	c.t.Fatalf("export --release -o json: no version number")
-	return 0
+	return out.Version.Number
+}
+
+// deployed counts the resources the server holds deployed (a cheap probe,
+// read from the store).
+func (c *cluster) deployed() int {
+	c.t.Helper()
+	sts, err := c.store.Statuses(context.Background(), env, model.StatusFilter{State: model.StateDeployed})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return len(sts)
 }
 
 // statuses is the resource list of the environment by resource ID.
@@ -529,25 +535,15 @@ func need(t *testing.T, ok bool, why string) {
 	t.Skip("SKIPPED: " + why)
 }
 
-// agentView is what `tether agent list -o json` says of an agent.
-type agentView struct {
-	Name       string            `json:"name"`
-	State      string            `json:"state"`
-	Online     bool              `json:"online"`
-	Labels     map[string]string `json:"labels"`
-	Facts      map[string]any    `json:"facts"`
-	Generation int64             `json:"generation"`
-}
-
 // agent returns the server's view of agent name (zero if not known).
-func (c *cluster) agent(name string) agentView {
+func (c *cluster) agent(name string) api.AgentView {
 	c.t.Helper()
-	var as []agentView
+	var as []api.AgentView
 	c.cliJSON(&as, "agent", "list")
 	for _, a := range as {
 		if a.Name == name {
 			return a
 		}
 	}
-	return agentView{}
+	return api.AgentView{}
 }

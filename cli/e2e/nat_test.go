@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/api"
 )
 
 // natNet is a small network behind NAT: namespace lan (the agent's host)
@@ -40,10 +43,11 @@ func setupNAT(t *testing.T) *natNet {
 		brokerIP: fmt.Sprintf("10.231.%d.1", x), gwOut: fmt.Sprintf("10.231.%d.2", x), lanIP: fmt.Sprintf("10.232.%d.2", x)}
 	gwIn, lanNet := fmt.Sprintf("10.232.%d.1", x), fmt.Sprintf("10.232.%d.0/24", x)
 	gwUp, gwDown, lanIf := "te2eg"+id, "te2ed"+id, "te2el"+id
-	dnat := []string{"-t", "nat", "PREROUTING", "-i", n.hostIf, "-p", "tcp", "-d", n.brokerIP, "--dport", "5672",
+	// iptables -t nat -A|-D <dnat>: the broker's port forwarded to loopback.
+	dnat := []string{"PREROUTING", "-i", n.hostIf, "-p", "tcp", "-d", n.brokerIP, "--dport", "5672",
 		"-j", "DNAT", "--to-destination", "127.0.0.1:5672"}
 	t.Cleanup(func() {
-		_ = exec.Command("iptables", append([]string{dnat[0], dnat[1], "-D"}, dnat[2:]...)...).Run()
+		_ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, dnat...)...).Run()
 		_ = exec.Command("ip", "route", "del", lanNet).Run()
 		_ = exec.Command("ip", "link", "del", n.hostIf).Run()
 		_ = exec.Command("ip", "netns", "del", n.gw).Run()
@@ -80,7 +84,7 @@ func setupNAT(t *testing.T) *natNet {
 		// to it could: only NAT stands in the way.
 		{"ip", "route", "add", lanNet, "via", n.gwOut},
 		// The broker's public address: port 5672 forwarded to loopback.
-		{"iptables", dnat[0], dnat[1], "-A", dnat[2], dnat[3], dnat[4], dnat[5], dnat[6], dnat[7], dnat[8], dnat[9], dnat[10], dnat[11], dnat[12], dnat[13], dnat[14]},
+		append([]string{"iptables", "-t", "nat", "-A"}, dnat...),
 	}
 	for _, s := range steps {
 		run(t, s...)
@@ -145,10 +149,10 @@ func TestAgentBehindNAT(t *testing.T) {
 	ag := c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root, amqpURL: agentURL,
 		wrap: []string{"ip", "netns", "exec", n.lan}, labels: []string{"role=web", "site=branch-office"}})
 
-	var seen agentView
+	var seen api.AgentView
 	waitFor(t, 30*time.Second, "the agent to be discovered and accepted", func() bool {
 		seen = c.agent("web")
-		return seen.State == "accepted" && seen.Online
+		return seen.State == model.AgentAccepted && seen.Online
 	})
 	t.Logf("discovered and accepted %s after starting it", time.Since(start).Round(time.Millisecond))
 	if seen.Labels["role"] != "web" || seen.Labels["site"] != "branch-office" {

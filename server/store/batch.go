@@ -83,6 +83,16 @@ func ActionKindOf(r *model.Result) model.ActionKind {
 	return model.ActionDeploy
 }
 
+// AppliedHash is the desired-state hash a result says it was applied at,
+// as a column value: nil when the result does not say (it then matches no
+// status row's hash).
+func AppliedHash(r *model.Result) []byte {
+	if r.Hash.IsZero() {
+		return nil
+	}
+	return r.Hash[:]
+}
+
 // EncodeChanges is a result's changes as stored in the action log (nil when
 // there are none).
 func EncodeChanges(r *model.Result) ([]byte, error) {

@@ -104,11 +104,7 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				id := r.ID.String()
 				switch {
 				case !r.DryRun:
-					var h []byte
-					if !r.Hash.IsZero() {
-						h = r.Hash[:]
-					}
-					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq, false, h})
+					st = append(st, statusRow{b.Env, id, string(r.State), r.Message, b.Version, seq, false, store.AppliedHash(r)})
 				case r.State == model.StateDeployed:
 					verified = append(verified, statusRow{b.Env, id, string(store.Verified(r)), "", b.Version, seq, true, nil})
 				}

@@ -638,11 +638,7 @@ func (s *Store) RecordResults(ctx context.Context, batches []store.ResultBatch) 
 				id := r.ID.String()
 				switch {
 				case !r.DryRun:
-					var hash []byte
-					if !r.Hash.IsZero() {
-						hash = r.Hash[:]
-					}
-					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version, seq, hash); err != nil {
+					if _, err := statusStmt.ExecContext(ctx, r.State, now, r.Message, b.Env, id, b.Version, seq, store.AppliedHash(r)); err != nil {
 						return err
 					}
 				case r.State == model.StateDeployed:
