@@ -34,6 +34,9 @@ type AttrSpec struct {
 	Doc  string
 	// Required attributes must be set unless the resource is purged.
 	Required bool
+	// Sensitive attributes are always redacted (a password hash), whether
+	// or not the model marks their value sensitive.
+	Sensitive bool
 	// Check validates a value beyond its type (nil: any value of the type).
 	Check func(v any) error
 }
@@ -46,6 +49,10 @@ type KindSpec struct {
 	Identity string
 	Doc      string
 	Attrs    []AttrSpec
+	// OneOf, when set, lists attributes of which at least one must be set
+	// unless the resource is purged; OneOfWhy says why.
+	OneOf    []string
+	OneOfWhy string
 }
 
 // AttrPresent is the pseudo-attribute in which changes report existence
@@ -109,6 +116,9 @@ func (k *KindSpec) CheckRequired(set func(name string) bool) error {
 		if a.Required && !set(a.Name) {
 			return fmt.Errorf("%w: %s requires %s (%s)", ErrInvalidAttribute, k.Kind, a.Name, a.Doc)
 		}
+	}
+	if len(k.OneOf) > 0 && !slices.ContainsFunc(k.OneOf, set) {
+		return fmt.Errorf("%w: %s requires one of %s: %s", ErrInvalidAttribute, k.Kind, strings.Join(k.OneOf, ", "), k.OneOfWhy)
 	}
 	return nil
 }

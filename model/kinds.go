@@ -105,8 +105,8 @@ var userKind = KindSpec{
 		{Name: "home", Type: TypeString, Doc: "home directory (created with the account)", Check: checkAbsPath},
 		{Name: "shell", Type: TypeString, Doc: "login shell", Check: checkAbsPath},
 		{Name: "comment", Type: TypeString, Doc: "the GECOS field", Check: checkNoNewline},
-		{Name: "system", Type: TypeBool, Doc: "create as a system account (uid below 1000)"},
-		{Name: "password", Type: TypeString, Doc: "the password hash (crypt(3) format, never clear text); mark its variable sensitive", Check: checkNoNewline},
+		{Name: "system", Type: TypeBool, Doc: "create as a system account (uid below 1000); only at creation"},
+		{Name: "password", Type: TypeString, Sensitive: true, Doc: "the password hash (crypt(3) format, never clear text); always sensitive", Check: checkPasswordHash},
 	},
 }
 
@@ -117,7 +117,8 @@ var groupKind = KindSpec{
 	Attrs: []AttrSpec{
 		{Name: "name", Type: TypeString, Doc: "the group name", Check: checkPOSIXName},
 		{Name: "gid", Type: TypeNumber, Doc: "numeric group id; chosen by the system when unset", Check: checkID},
-		{Name: "system", Type: TypeBool, Doc: "create as a system group"},
+		{Name: "system", Type: TypeBool, Doc: "create as a system group (gid below 1000); only at creation"},
+		{Name: "members", Type: TypeStringList, Doc: "the group's members, exactly (others are removed); unmanaged when unset", Check: eachString(checkPOSIXName)},
 	},
 }
 
@@ -132,11 +133,13 @@ var execKind = KindSpec{
 		{Name: "unless", Type: TypeString, Doc: "skip the command when this command exits 0", Check: checkNonEmpty},
 		{Name: "onlyif", Type: TypeString, Doc: "run the command only when this command exits 0", Check: checkNonEmpty},
 		{Name: "refreshonly", Type: TypeBool, Doc: "run only when a subscribed resource changed"},
-		{Name: "cwd", Type: TypeString, Doc: "working directory", Check: checkAbsPath},
+		{Name: "cwd", Type: TypeString, Doc: "working directory (may be /)", Check: checkAbsDir},
 		{Name: "user", Type: TypeString, Doc: "run as this user (name or uid)", Check: checkPrincipal},
 		{Name: "env", Type: TypeStringMap, Doc: "environment variables added to the command's", Check: checkEnv},
 		{Name: "timeout", Type: TypeNumber, Doc: "seconds before the command is killed (default 300)", Check: checkPositive},
 	},
+	OneOf:    []string{"creates", "unless", "onlyif", "refreshonly"},
+	OneOfWhy: "without a guard every deploy and every verification would run the command again",
 }
 
 var cronKind = KindSpec{
@@ -173,6 +176,14 @@ func checkMode(v any) error {
 }
 
 func checkAbsPath(v any) error { return CheckAbsPath(v.(string)) }
+
+// checkAbsDir is checkAbsPath that also accepts the root directory.
+func checkAbsDir(v any) error {
+	if v.(string) == "/" {
+		return nil
+	}
+	return CheckAbsPath(v.(string))
+}
 
 func checkPrincipal(v any) error {
 	s := v.(string)
@@ -236,6 +247,22 @@ func checkNonEmptyLine(v any) error {
 		return err
 	}
 	return checkNoNewline(v)
+}
+
+// checkPasswordHash accepts what can stand in /etc/shadow's second field:
+// a crypt(3) hash, or a locked/disabled marker ("!", "*", "!$6$…"). Clear
+// text cannot be told apart from a hash in general, but a value with no '$'
+// that is not a marker is surely not a modern hash.
+func checkPasswordHash(v any) error {
+	s := v.(string)
+	if strings.ContainsAny(s, ":\n\r\x00 ") {
+		return fmt.Errorf("a password hash has no ':', spaces or newlines")
+	}
+	body := strings.TrimLeft(s, "!*")
+	if body == "" || strings.HasPrefix(body, "$") {
+		return nil
+	}
+	return fmt.Errorf("want a crypt(3) hash such as $6$salt$… or $y$…, or \"!\" to lock the account; never the clear-text password (make one with: openssl passwd -6)")
 }
 
 func checkNonEmptyWord(v any) error {

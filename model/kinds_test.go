@@ -26,7 +26,7 @@ func TestKindsCatalogue(t *testing.T) {
 			[]Attributes{{"name": "Root"}, {"name": "x", "uid": n("-1")}, {"name": "x", "uid": n("1.5")}, {"name": "x", "groups": []any{"a", 3}}, {"name": "x", "home": "rel"}}},
 		{"group", Attributes{"name": "docker", "gid": n("999")},
 			[]Attributes{{"name": "a:b"}, {"name": "g", "gid": n("4294967295")}}},
-		{"exec", Attributes{"name": "migrate", "command": "make migrate", "env": map[string]any{"A": "1"}, "timeout": n("30")},
+		{"exec", Attributes{"name": "migrate", "command": "make migrate", "creates": "/var/lib/app/migrated", "env": map[string]any{"A": "1"}, "timeout": n("30")},
 			[]Attributes{{"name": "x", "command": " "}, {"name": "x", "command": "c", "env": map[string]any{"A=B": "1"}}, {"name": "x", "command": "c", "timeout": n("0")}}},
 		{"cron", Attributes{"name": "backup", "command": "/bin/backup", "schedule": "*/5 * * * 1-5"},
 			[]Attributes{{"name": "a/b", "command": "c", "schedule": "@daily"}, {"name": "x", "command": "c", "schedule": "* * *"}, {"name": "x", "command": "c", "schedule": "@sometimes"}}},

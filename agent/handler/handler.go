@@ -166,3 +166,14 @@ func (d Declared) Kind() string { return d.spec.Kind }
 
 // Validate implements Handler: ValidateWith the declaration.
 func (d Declared) Validate(res *model.Resource) error { return ValidateWith(&d.spec, res) }
+
+// Refresher is implemented by handlers whose resources react when a
+// resource they subscribe to changed: a service restarts or reloads, an
+// exec runs again. The engine calls Refresh at most once per deploy, after
+// the resource's own apply, when at least one subscribed resource changed in
+// that deploy. applied is what that apply changed (nil: nothing), so a
+// handler can tell that the refresh is moot (a service just started). It
+// returns what it did ("restarted"), or "" when it did nothing.
+type Refresher interface {
+	Refresh(ctx context.Context, res *model.Resource, applied Changes) (did string, err error)
+}

@@ -20,6 +20,13 @@ type Runtime struct {
 	// Sync makes file data durable before a rename publishes it. Nil means a
 	// plain fsync per file.
 	Sync *SyncGroup
+	// Run runs the commands of command-based handlers (packages, services,
+	// users, exec). Nil means HostRunner.
+	Run Runner
+	// PackageManager and ServiceManager are the host's tools from its facts
+	// ("apt", "dnf", "apk"; "systemd", "openrc", "sysv"); a resource's
+	// provider attribute overrides them. Empty: detected on first use.
+	PackageManager, ServiceManager string
 }
 
 // HostPath maps a resource path (absolute, clean: model.CheckAbsPath) to the

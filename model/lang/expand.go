@@ -305,7 +305,7 @@ func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext
 			ok = false
 			continue
 		}
-		if av.sensitive {
+		if av.sensitive || spec.Sensitive {
 			d.res.Sensitive = append(d.res.Sensitive, a.Name)
 		}
 		if av.unknown {

@@ -3,7 +3,9 @@ package builtin
 
 import (
 	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/agent/handler/account"
 	"github.com/tetherhq/tether/agent/handler/directory"
+	"github.com/tetherhq/tether/agent/handler/exec"
 	"github.com/tetherhq/tether/agent/handler/file"
 	"github.com/tetherhq/tether/agent/handler/symlink"
 )
@@ -12,8 +14,11 @@ import (
 func Register(reg *handler.Registry, rt handler.Runtime) error {
 	for _, h := range []handler.Handler{
 		directory.New(rt),
+		exec.New(rt),
 		file.New(rt),
+		account.NewGroup(rt),
 		symlink.New(rt),
+		account.NewUser(rt),
 	} {
 		if err := reg.Register(h); err != nil {
 			return err

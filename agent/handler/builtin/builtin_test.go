@@ -11,8 +11,7 @@ import (
 // withoutHandler lists the kinds the compiler knows that have no handler yet:
 // agents report their resources unavailable. Issue 7 empties this list.
 var withoutHandler = map[string]bool{
-	"cron": true, "exec": true, "group": true, "package": true, "repository": true,
-	"service": true, "user": true,
+	"cron": true, "package": true, "repository": true, "service": true,
 }
 
 // Every built-in kind the compiler knows has a handler (but those listed in

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -242,4 +243,43 @@ func PathResource(kind, path string, attrs model.Attributes) model.Resource {
 		a[k] = v
 	}
 	return model.Resource{ID: model.ID{Type: kind, Agent: "test", Key: "path", Value: path}, Attributes: a}
+}
+
+// Recorder is a handler.Runner for providers whose tools this machine does
+// not have (dnf, apk, systemd without an init): it records every command and
+// answers from a fake host the test describes, so the test checks which
+// commands a provider issues and how it reads their answers. It does not
+// prove the real tool behaves as the fake says; tests using it say so.
+type Recorder struct {
+	// Respond answers one command: its standard output and exit code.
+	Respond func(args []string) (stdout string, exit int)
+
+	mu    sync.Mutex
+	calls []string
+}
+
+// Run implements handler.Runner.
+func (r *Recorder) Run(ctx context.Context, c handler.Command) (handler.Output, error) {
+	if err := ctx.Err(); err != nil {
+		return handler.Output{}, err
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, c.String())
+	r.mu.Unlock()
+	out, code := r.Respond(c.Args)
+	return handler.Output{Stdout: []byte(out), ExitCode: code}, nil
+}
+
+// Calls returns the commands run so far, each as one line.
+func (r *Recorder) Calls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// Reset forgets the commands recorded so far.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	r.calls = nil
+	r.mu.Unlock()
 }

@@ -1,0 +1,140 @@
+package handler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Command is one program a handler runs: a package manager, a service tool,
+// shadow-utils, or an exec resource's shell.
+type Command struct {
+	// Args is the program and its arguments; Args[0] is looked up in PATH.
+	Args []string
+	// Env is added to the agent's environment ("NAME=value").
+	Env []string
+	// Dir is the working directory ("" for the agent's).
+	Dir string
+	// Timeout kills the command (and its process group) when it runs longer;
+	// 0 means only the context bounds it.
+	Timeout time.Duration
+	// UID and GID, when Credential is set, are the user the command runs as.
+	Credential *syscall.Credential
+}
+
+func (c Command) String() string { return strings.Join(c.Args, " ") }
+
+// Output is what a finished command left behind.
+type Output struct {
+	Stdout, Stderr []byte
+	// ExitCode is the command's exit status; -1 when a signal ended it.
+	ExitCode int
+}
+
+// Runner runs commands. Handlers never call os/exec themselves: the agent
+// passes the host's runner, and tests of providers that cannot run on the
+// test machine (dnf, apk, systemd without an init) pass a recording one.
+type Runner interface {
+	// Run runs cmd to completion. A command that ran and exited non-zero is
+	// not an error (ExitCode says so); failing to start it, a timeout and a
+	// cancelled context are.
+	Run(ctx context.Context, cmd Command) (Output, error)
+}
+
+// ErrTimeout is returned when a command ran longer than its Timeout.
+var ErrTimeout = errors.New("command timed out")
+
+// HostRunner runs commands on this host with os/exec. A command runs in a
+// process group of its own, so a timeout or cancellation kills everything it
+// started, not just the shell.
+type HostRunner struct{}
+
+// Run implements Runner.
+func (HostRunner) Run(ctx context.Context, c Command) (Output, error) {
+	if len(c.Args) == 0 {
+		return Output{}, errors.New("run: empty command")
+	}
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.Timeout, fmt.Errorf("%w after %s: %s", ErrTimeout, c.Timeout, c))
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, c.Args[0], c.Args[1:]...)
+	cmd.Dir = c.Dir
+	if len(c.Env) > 0 {
+		cmd.Env = append(cmd.Environ(), c.Env...)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.Credential}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	out := Output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if ctx.Err() != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
+			return out, cause
+		}
+		return out, fmt.Errorf("%s: %w", c, ctx.Err())
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		out.ExitCode = exit.ExitCode()
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", c, err)
+	}
+	return out, nil
+}
+
+// Runner returns the runtime's command runner (the host's when unset).
+func (rt Runtime) Runner() Runner {
+	if rt.Run == nil {
+		return HostRunner{}
+	}
+	return rt.Run
+}
+
+// Exec runs args and returns the exit code and output; only a failure to run
+// at all is an error.
+func (rt Runtime) Exec(ctx context.Context, args ...string) (Output, error) {
+	return rt.Runner().Run(ctx, Command{Args: args})
+}
+
+// Output runs args and returns its standard output; a non-zero exit is an
+// error quoting the command and the end of its error output.
+func (rt Runtime) Output(ctx context.Context, env []string, args ...string) ([]byte, error) {
+	out, err := rt.Runner().Run(ctx, Command{Args: args, Env: env})
+	if err != nil {
+		return out.Stdout, err
+	}
+	if out.ExitCode != 0 {
+		return out.Stdout, CommandError(Command{Args: args}, out)
+	}
+	return out.Stdout, nil
+}
+
+// CommandError describes a command that exited non-zero, with the last lines
+// it printed (a package manager's reason is at the end).
+func CommandError(c Command, out Output) error {
+	msg := strings.TrimSpace(string(out.Stderr))
+	if msg == "" {
+		msg = strings.TrimSpace(string(out.Stdout))
+	}
+	if lines := strings.Split(msg, "\n"); len(lines) > 6 {
+		msg = strings.Join(lines[len(lines)-6:], "\n")
+	}
+	if len(msg) > 2000 {
+		msg = msg[len(msg)-2000:]
+	}
+	if msg == "" {
+		return fmt.Errorf("%s: exit status %d", c, out.ExitCode)
+	}
+	return fmt.Errorf("%s: exit status %d: %s", c, out.ExitCode, msg)
+}

@@ -1,0 +1,214 @@
+// Package exec is the handler for `exec` resources: a command run by
+// /bin/sh -c when its guard says it is needed: `creates` (a path that does
+// not exist yet), `unless` (a command that fails), `onlyif` (a command that
+// succeeds), or, with `refreshonly`, only when a subscribed resource
+// changed. The command "exists" when its guard says nothing is to do, so a
+// dry run reports it would run, and a second deploy after a run that
+// satisfied the guard is a no-op. Guard commands run in dry runs too: they
+// must only look.
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/model"
+)
+
+// Kind is the resource type this package handles.
+const Kind = "exec"
+
+// DefaultTimeout bounds a command (and each guard) without a timeout.
+const DefaultTimeout = 300 * time.Second
+
+// Handler enforces exec resources.
+type Handler struct {
+	handler.Declared
+	rt handler.Runtime
+}
+
+var (
+	_ handler.Handler   = (*Handler)(nil)
+	_ handler.Refresher = (*Handler)(nil)
+)
+
+// New returns the exec handler for rt.
+func New(rt handler.Runtime) *Handler {
+	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+}
+
+// Read implements handler.Handler: the command exists (needs no run) when
+// its guard says so.
+func (h *Handler) Read(ctx context.Context, res *model.Resource) (model.Attributes, bool, error) {
+	if res.Purged {
+		return nil, false, nil // there is nothing to remove of a command
+	}
+	needed, err := h.needed(ctx, res, false)
+	if err != nil || needed {
+		return nil, false, err
+	}
+	return maps.Clone(res.Attributes), true, nil
+}
+
+// needed evaluates the guards. refresh is set when a subscribed resource
+// changed: refreshonly commands then run too.
+func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool) (bool, error) {
+	a := res.Attributes
+	if a["refreshonly"] == true && !refresh {
+		return false, nil
+	}
+	if p, ok := a["creates"].(string); ok {
+		host, err := h.rt.HostPath(p)
+		if err != nil {
+			return false, err
+		}
+		if _, err := os.Lstat(host); err == nil {
+			return false, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("creates: %w", err)
+		}
+	}
+	if c, ok := a["onlyif"].(string); ok {
+		out, err := h.shell(ctx, res, c)
+		if err != nil {
+			return false, fmt.Errorf("onlyif: %w", err)
+		}
+		if out.ExitCode != 0 {
+			return false, nil
+		}
+	}
+	if c, ok := a["unless"].(string); ok {
+		out, err := h.shell(ctx, res, c)
+		if err != nil {
+			return false, fmt.Errorf("unless: %w", err)
+		}
+		if out.ExitCode == 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// Apply implements handler.Handler: it runs the command.
+func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
+	if changes.Removed() || !changes.Created() {
+		return nil
+	}
+	return h.run(ctx, res)
+}
+
+// Refresh implements handler.Refresher: a subscribed resource changed, so
+// the command runs again if its guards (but refreshonly) allow, unless this
+// deploy just ran it.
+func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied handler.Changes) (string, error) {
+	if applied.Created() {
+		return "", nil
+	}
+	needed, err := h.needed(ctx, res, true)
+	if err != nil || !needed {
+		return "", err
+	}
+	if err := h.run(ctx, res); err != nil {
+		return "", err
+	}
+	return "ran the command", nil
+}
+
+func (h *Handler) run(ctx context.Context, res *model.Resource) error {
+	c := res.Attributes["command"].(string)
+	out, err := h.shell(ctx, res, c)
+	if err != nil {
+		return err
+	}
+	if out.ExitCode != 0 {
+		return handler.CommandError(handler.Command{Args: []string{"sh", "-c", c}}, out)
+	}
+	return nil
+}
+
+// shell runs line with /bin/sh -c as the resource says: user, cwd, env,
+// timeout.
+func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (handler.Output, error) {
+	a := res.Attributes
+	cmd := handler.Command{Args: []string{"/bin/sh", "-c", line}, Timeout: DefaultTimeout}
+	if t, ok := a["timeout"]; ok {
+		if f, err := strconv.ParseFloat(fmt.Sprint(t), 64); err == nil && f > 0 {
+			cmd.Timeout = time.Duration(f * float64(time.Second))
+		}
+	}
+	if d, ok := a["cwd"].(string); ok {
+		cmd.Dir = h.rt.Root
+		if d != "/" {
+			host, err := h.rt.HostPath(d)
+			if err != nil {
+				return handler.Output{}, err
+			}
+			cmd.Dir = host
+		}
+		if cmd.Dir == "" {
+			cmd.Dir = "/"
+		}
+	}
+	env := stringMap(a["env"])
+	if u, ok := a["user"].(string); ok {
+		cred, home, name, err := credential(u)
+		if err != nil {
+			return handler.Output{}, err
+		}
+		cmd.Credential = cred
+		cmd.Env = append(cmd.Env, "HOME="+home, "USER="+name, "LOGNAME="+name)
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		cmd.Env = append(cmd.Env, k+"="+env[k])
+	}
+	return h.rt.Runner().Run(ctx, cmd)
+}
+
+// credential resolves a user name or uid to the process credential of that
+// user: uid, primary gid and supplementary groups.
+func credential(s string) (*syscall.Credential, string, string, error) {
+	var u *user.User
+	var err error
+	if _, nerr := strconv.ParseUint(s, 10, 32); nerr == nil {
+		u, err = user.LookupId(s)
+	} else {
+		u, err = user.Lookup(s)
+	}
+	if err != nil {
+		return nil, "", "", fmt.Errorf("%w: user %q: %w", handler.ErrUnknownPrincipal, s, err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, g := range ids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				cred.Groups = append(cred.Groups, uint32(n))
+			}
+		}
+	}
+	return cred, u.HomeDir, u.Username, nil
+}
+
+func stringMap(v any) map[string]string {
+	out := map[string]string{}
+	switch m := v.(type) {
+	case map[string]string:
+		return m
+	case map[string]any:
+		for k, e := range m {
+			out[k], _ = e.(string)
+		}
+	}
+	return out
+}
