@@ -138,3 +138,35 @@ func CommandError(c Command, out Output) error {
 	}
 	return fmt.Errorf("%s: exit status %d: %s", c, out.ExitCode, msg)
 }
+
+// ErrNoProvider is returned when no provider for a resource can be found on
+// this host.
+var ErrNoProvider = errors.New("no provider on this host")
+
+// PickProvider chooses the platform tool for a resource: its provider
+// attribute, else the host's (from facts), else the first candidate whose
+// program is installed. Candidates are provider names, each with the
+// program that proves it is there, in order of preference; the chosen one
+// must be a candidate.
+func PickProvider(attr any, host string, candidates [][2]string) (string, error) {
+	want, _ := attr.(string)
+	if want == "" {
+		want = host
+	}
+	var names []string
+	for _, c := range candidates {
+		names = append(names, c[0])
+		if want == c[0] {
+			return want, nil
+		}
+	}
+	if want != "" {
+		return "", fmt.Errorf("%w: provider %q is not supported here (want one of %s)", ErrNoProvider, want, strings.Join(names, ", "))
+	}
+	for _, c := range candidates {
+		if _, err := exec.LookPath(c[1]); err == nil {
+			return c[0], nil
+		}
+	}
+	return "", fmt.Errorf("%w: none of %s is installed; set the resource's provider attribute", ErrNoProvider, strings.Join(names, ", "))
+}

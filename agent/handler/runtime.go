@@ -64,3 +64,48 @@ func (rt Runtime) SyncFile(f *os.File) error {
 	}
 	return rt.Sync.Sync(f)
 }
+
+// WriteFile replaces the file at host path p with data atomically: a
+// temporary file beside it, made durable, renamed over it. The new file has
+// mode perm and is owned by the agent's user (root on a host). Handlers that
+// render a whole configuration file (cron, repository) use it.
+func (rt Runtime) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(p)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".tether-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("directory %s does not exist: install what provides it, or create it with a directory resource", dir)
+	}
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		err = rt.SyncFile(tmp)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return os.Rename(tmp.Name(), p)
+}
+
+// ReadFile returns the content of the file at resource path p below the
+// root, and whether there is one. A directory or other non-file at p is an
+// error naming it.
+func (rt Runtime) ReadFile(p string) (host string, data []byte, exists bool, err error) {
+	host, info, err := rt.Lstat(p)
+	if err != nil || info == nil {
+		return host, nil, false, err
+	}
+	if !info.Mode().IsRegular() {
+		return host, nil, false, fmt.Errorf("%s is not a regular file (%s): remove it", host, info.Mode().Type())
+	}
+	data, err = os.ReadFile(host)
+	return host, data, err == nil, err
+}
