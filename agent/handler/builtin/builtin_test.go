@@ -11,7 +11,7 @@ import (
 // withoutHandler lists the kinds the compiler knows that have no handler yet:
 // agents report their resources unavailable. Issue 7 empties this list.
 var withoutHandler = map[string]bool{
-	"cron": true, "package": true, "repository": true, "service": true,
+	"service": true,
 }
 
 // Every built-in kind the compiler knows has a handler (but those listed in
