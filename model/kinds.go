@@ -84,7 +84,7 @@ var packageKind = KindSpec{
 var serviceKind = KindSpec{
 	Kind:     "service",
 	Identity: "name",
-	Doc:      "a system service (systemd unit)",
+	Doc:      "a system service (systemd unit, OpenRC or SysV init script)",
 	Attrs: []AttrSpec{
 		{Name: "name", Type: TypeString, Doc: `the unit name, with or without ".service"`, Check: checkServiceName},
 		{Name: "state", Type: TypeString, Doc: `"running" or "stopped"; unmanaged when unset`, Check: oneOf("running", "stopped")},

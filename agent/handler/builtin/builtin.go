@@ -10,6 +10,7 @@ import (
 	"github.com/tetherhq/tether/agent/handler/file"
 	"github.com/tetherhq/tether/agent/handler/pkg"
 	"github.com/tetherhq/tether/agent/handler/repository"
+	"github.com/tetherhq/tether/agent/handler/service"
 	"github.com/tetherhq/tether/agent/handler/symlink"
 )
 
@@ -23,6 +24,7 @@ func Register(reg *handler.Registry, rt handler.Runtime) error {
 		account.NewGroup(rt),
 		pkg.New(rt),
 		repository.New(rt),
+		service.New(rt),
 		symlink.New(rt),
 		account.NewUser(rt),
 	} {

@@ -8,11 +8,10 @@ import (
 	"github.com/tetherhq/tether/model"
 )
 
-// withoutHandler lists the kinds the compiler knows that have no handler yet:
-// agents report their resources unavailable. Issue 7 empties this list.
-var withoutHandler = map[string]bool{
-	"service": true,
-}
+// withoutHandler lists the kinds the compiler knows that have no handler:
+// agents would report their resources unavailable. It is empty: every
+// built-in kind has its handler.
+var withoutHandler = map[string]bool{}
 
 // Every built-in kind the compiler knows has a handler (but those listed in
 // withoutHandler), and no handler claims a kind the compiler does not know.
