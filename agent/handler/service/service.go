@@ -209,4 +209,3 @@ func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied hand
 	}
 	return action + "ed", nil
 }
-
