@@ -451,3 +451,49 @@ func TestBackFromAbsenceDeploysOnlyTheLatest(t *testing.T) {
 		}
 	}
 }
+
+// An incremental deploy runs the subscribers of what it changes, and they
+// are refreshed once; a deploy that changes something else leaves them be.
+func TestSubscriberRefreshedByIncrementalDeploy(t *testing.T) {
+	s := newFakeServer(t)
+	dir, root := t.TempDir(), t.TempDir()
+	var seen int
+	start(t, s, "web", dir, root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	conf := file("web", "/app.conf", "v1")
+	reload := model.Resource{ID: model.ID{Type: "exec", Agent: "web", Key: "name", Value: "reload"},
+		Attributes: model.Attributes{"name": "reload", "command": "echo reload >> reloads", "cwd": "/", "refreshonly": true},
+		Subscribes: []model.ID{conf.ID}}
+	other := file("web", "/other", "o1")
+	deploy := func(gen int64, id string, rs ...model.Resource) map[model.ID]model.Result {
+		t.Helper()
+		s.full("web", gen, rs...)
+		s.send("web", bus.KindDeploy, bus.Deploy{DeployID: id, Mode: bus.DeployIncremental, Generation: gen})
+		got, last := s.results(&seen, "web", id)
+		if last.Error != "" {
+			t.Fatalf("deploy %s: %s", id, last.Error)
+		}
+		return got
+	}
+	reloads := func() string {
+		b, _ := os.ReadFile(filepath.Join(root, "reloads"))
+		return string(b)
+	}
+	deploy(1, "d1", conf, reload, other)
+	if got := reloads(); got != "reload\n" {
+		t.Fatalf("after creating the config: reloads %q, want one", got)
+	}
+	conf2 := file("web", "/app.conf", "v2")
+	got := deploy(2, "d2", conf2, reload, other)
+	if r := got[reload.ID]; !r.Refreshed || !strings.Contains(r.Message, "file[web,path=/app.conf]") {
+		t.Fatalf("reload result %+v, want refreshed because of the config", r)
+	}
+	if got := reloads(); got != "reload\nreload\n" {
+		t.Fatalf("after changing the config: reloads %q, want two", got)
+	}
+	got = deploy(3, "d3", conf2, reload, file("web", "/other", "o2"))
+	if _, ran := got[reload.ID]; ran || reloads() != "reload\nreload\n" {
+		t.Fatalf("a change elsewhere ran the reload: %v, reloads %q", got, reloads())
+	}
+}

@@ -129,9 +129,18 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	dryRun := j.Kind == string(bus.KindDryRun)
 	s := a.journal.Slice()
 	var resources []model.Resource
+	runs := map[model.ID]bool{}
 	for _, r := range s.Resources {
 		last, ok := a.journal.Applied(r.ID)
 		if j.Full || !ok || last.State != model.StateDeployed || last.Hash != hashes[r.ID] {
+			resources = append(resources, r)
+			runs[r.ID] = true
+		}
+	}
+	// A subscriber of a resource that runs runs too, unchanged or not: it
+	// is refreshed when that resource changes.
+	for _, r := range s.Resources {
+		if !runs[r.ID] && slices.ContainsFunc(r.Subscribes, func(id model.ID) bool { return runs[id] }) {
 			resources = append(resources, r)
 		}
 	}

@@ -61,6 +61,10 @@ type Result struct {
 	DryRun   bool          `json:"dry_run,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 	Message  string        `json:"message,omitempty"`
+	// Refreshed is set when the resource was refreshed (a service
+	// restarted, an exec run again) because a resource it subscribes to
+	// changed; Message says what was done and why.
+	Refreshed bool `json:"refreshed,omitempty"`
 }
 
 // Changed reports whether the run changed the host for this resource.

@@ -90,6 +90,8 @@ func (e *Engine) Run(ctx context.Context, resources []model.Resource, opts Optio
 		report:    report,
 		results:   make([]Result, len(resources)),
 		final:     make([]bool, len(resources)),
+		changed:   make([]bool, len(resources)),
+		triggers:  make([][]model.ID, len(resources)),
 		pending:   make([]int, len(resources)),
 		extWait:   make([]bool, len(resources)),
 		done:      make(chan Result),
@@ -110,6 +112,8 @@ type run struct {
 
 	results  []Result
 	final    []bool
+	changed  []bool       // deployed with changes (in a dry run: would change)
+	triggers [][]model.ID // per node, the subscribed resources that changed
 	pending  []int  // requirements inside the slice not yet deployed
 	extWait  []bool // external requirements still being waited for
 	runnable []int
@@ -184,6 +188,9 @@ func (r *run) execute() ([]Result, error) {
 		if len(r.runnable) > 0 && r.running < r.opts.Parallelism {
 			send, next = work, r.runnable[0]
 		}
+		if next >= 0 {
+			r.triggers[next] = r.changedSubscriptions(next)
+		}
 		select {
 		case send <- next:
 			r.runnable = r.runnable[1:]
@@ -218,6 +225,7 @@ func (r *run) finish(res Result) {
 	r.final[i] = true
 	r.finished++
 	r.results[i] = res
+	r.changed[i] = res.State == model.StateDeployed && len(res.Changes) > 0
 	if r.report != nil {
 		r.report(res)
 	}
@@ -295,14 +303,28 @@ func (r *run) waitExternal(ctx context.Context, i int, ext []model.ID) {
 	r.extDone <- out
 }
 
+// changedSubscriptions lists the resources node i subscribes to that
+// changed in this run. They are final: subscriptions order like
+// requirements.
+func (r *run) changedSubscriptions(i int) []model.ID {
+	var out []model.ID
+	for _, id := range r.resources[i].Subscribes {
+		if j, ok := r.g.Index(id); ok && r.changed[j] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 func (r *run) worker(work <-chan int) {
 	for i := range work {
-		r.done <- r.engine.apply(r.ctx, &r.resources[i], r.opts)
+		r.done <- r.engine.apply(r.ctx, &r.resources[i], r.opts, r.triggers[i])
 	}
 }
 
-// apply runs one resource through its handler: validate, read, diff, apply.
-func (e *Engine) apply(ctx context.Context, res *model.Resource, opts Options) (out Result) {
+// apply runs one resource through its handler: validate, read, diff, apply,
+// and refresh when triggers (subscribed resources that changed) are given.
+func (e *Engine) apply(ctx context.Context, res *model.Resource, opts Options, triggers []model.ID) (out Result) {
 	dryRun := opts.DryRun
 	start := time.Now()
 	out = Result{ID: res.ID, DryRun: dryRun}
@@ -330,6 +352,11 @@ func (e *Engine) apply(ctx context.Context, res *model.Resource, opts Options) (
 	}
 	changes := handler.ComputeChanges(res, current, exists)
 	out.Changes = changes.Redact(res)
+	defer func() {
+		if out.State == model.StateDeployed && len(triggers) > 0 {
+			e.refresh(ctx, h, res, changes, triggers, &out)
+		}
+	}()
 	if dryRun || len(changes) == 0 {
 		out.State = model.StateDeployed
 		return out
@@ -350,4 +377,32 @@ func (e *Engine) apply(ctx context.Context, res *model.Resource, opts Options) (
 	}
 	out.State = model.StateDeployed
 	return out
+}
+
+// refresh runs a deployed resource's Refresher after subscribed resources
+// changed, and says so in its result; a dry run only says it would.
+func (e *Engine) refresh(ctx context.Context, h handler.Handler, res *model.Resource, applied handler.Changes, triggers []model.ID, out *Result) {
+	rf, ok := h.(handler.Refresher)
+	if !ok {
+		return
+	}
+	why := triggers[0].String()
+	if len(triggers) > 1 {
+		why = fmt.Sprintf("%s and %d more", why, len(triggers)-1)
+	}
+	if out.DryRun {
+		out.Message = "would refresh: " + why + " would change"
+		return
+	}
+	if out.Changes == nil || len(applied) == 0 {
+		applied = nil
+	}
+	did, err := rf.Refresh(ctx, res, applied)
+	switch {
+	case err != nil:
+		out.State, out.Message = model.StateFailed, "refresh after "+why+" changed: "+err.Error()
+	case did != "":
+		out.Message = did + " after " + why + " changed"
+		out.Refreshed = true
+	}
 }

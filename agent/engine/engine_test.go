@@ -447,3 +447,72 @@ func TestBeforeApply(t *testing.T) {
 		t.Fatalf("BeforeApply called for %v, want a and refused", called)
 	}
 }
+
+// refresher is the fake with a Refresh, as services and execs have.
+type refresher struct {
+	*fake
+	refreshed []string
+}
+
+func (r *refresher) Refresh(_ context.Context, res *model.Resource, applied handler.Changes) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if applied.Created() {
+		return "", nil // just started
+	}
+	r.refreshed = append(r.refreshed, res.ID.Value)
+	return "restarted", nil
+}
+
+func subscribes(r model.Resource, to ...string) model.Resource {
+	for _, s := range to {
+		r.Subscribes = append(r.Subscribes, model.ID{Type: "fake", Agent: "a", Key: "name", Value: s})
+	}
+	return r
+}
+
+// A subscriber runs after what it subscribes to and is refreshed once when
+// at least one of them changed, not otherwise; a dry run only says so.
+func TestSubscribeRefreshes(t *testing.T) {
+	f := &refresher{fake: newFake()}
+	e := newEngine(t, f)
+	rs := []model.Resource{subscribes(fr("svc"), "conf", "unit"), fr("conf"), fr("unit"), subscribes(fr("quiet"), "other"), fr("other")}
+	run := func(opts Options) map[string]Result {
+		t.Helper()
+		results, err := e.Run(context.Background(), rs, opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byName(results)
+	}
+	run(Options{})
+	pos := map[string]int{}
+	for i, ev := range f.events {
+		pos[ev] = i
+	}
+	if pos["end conf"] > pos["start svc"] || pos["end unit"] > pos["start svc"] {
+		t.Fatalf("svc ran before what it subscribes to: %v", f.events)
+	}
+	if len(f.refreshed) != 0 {
+		t.Fatalf("refreshed %v on the first deploy, where svc itself was just created", f.refreshed)
+	}
+
+	// conf and unit drift; other does not.
+	f.mu.Lock()
+	f.applied["conf"], f.applied["unit"] = false, false
+	f.mu.Unlock()
+	dry := run(Options{DryRun: true})
+	if len(f.refreshed) != 0 || !strings.HasPrefix(dry["svc"].Message, "would refresh: fake[a,name=conf] and 1 more") {
+		t.Fatalf("dry run: refreshed %v, svc says %q", f.refreshed, dry["svc"].Message)
+	}
+	got := run(Options{})
+	if fmt.Sprint(f.refreshed) != "[svc]" {
+		t.Fatalf("refreshed %v, want svc once", f.refreshed)
+	}
+	if svc := got["svc"]; !svc.Refreshed || svc.Message != "restarted after fake[a,name=conf] and 1 more changed" || svc.State != model.StateDeployed {
+		t.Fatalf("svc result %+v", svc)
+	}
+	if got["quiet"].Refreshed {
+		t.Fatal("quiet was refreshed though nothing it subscribes to changed")
+	}
+}

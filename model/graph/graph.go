@@ -29,7 +29,9 @@ func New(n int) *Graph {
 }
 
 // FromResources builds the graph of a resource set from each resource's
-// Requires. Requirements that are not in the set are recorded as external.
+// Requires and Subscribes: a subscriber runs after what it subscribes to,
+// so it knows whether that changed. Requirements that are not in the set
+// are recorded as external.
 func FromResources(resources []model.Resource) *Graph {
 	g := New(len(resources))
 	for i := range resources {
@@ -37,6 +39,9 @@ func FromResources(resources []model.Resource) *Graph {
 	}
 	for i := range resources {
 		for _, req := range resources[i].Requires {
+			g.AddEdge(resources[i].ID, req)
+		}
+		for _, req := range resources[i].Subscribes {
 			g.AddEdge(resources[i].ID, req)
 		}
 	}
