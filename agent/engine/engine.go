@@ -114,8 +114,8 @@ type run struct {
 	final    []bool
 	changed  []bool       // deployed with changes (in a dry run: would change)
 	triggers [][]model.ID // per node, the subscribed resources that changed
-	pending  []int  // requirements inside the slice not yet deployed
-	extWait  []bool // external requirements still being waited for
+	pending  []int        // requirements inside the slice not yet deployed
+	extWait  []bool       // external requirements still being waited for
 	runnable []int
 	finished int
 	running  int
