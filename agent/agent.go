@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/agent/engine"
+	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
@@ -67,6 +68,12 @@ type Config struct {
 	Grace time.Duration
 	// Journal tunes the journal; NoSync is for benchmarks only.
 	Journal journal.Options
+	// Facts gathers the host's facts (nil: facts.Gather). Agents hosted
+	// by one process on one host may share one cached gatherer.
+	Facts func(context.Context) map[string]any
+	// FactsInterval is how often facts are gathered again; changed facts
+	// are reported at once.
+	FactsInterval time.Duration
 }
 
 // Default fills zero fields with defaults.
@@ -97,6 +104,12 @@ func (c *Config) Default() {
 	}
 	if c.Grace <= 0 {
 		c.Grace = 5 * time.Second
+	}
+	if c.Facts == nil {
+		c.Facts = facts.Gather
+	}
+	if c.FactsInterval <= 0 {
+		c.FactsInterval = time.Minute
 	}
 }
 
@@ -155,6 +168,8 @@ type Agent struct {
 	hashes map[model.ID]model.Hash
 	// running is the job in progress, nil between jobs.
 	running *runningJob
+	// facts are the facts the server was last told.
+	facts map[string]any
 }
 
 type runningJob struct {
@@ -449,10 +464,16 @@ func (a *Agent) introduce(ctx context.Context) {
 	}
 	t := time.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
+	ft := time.NewTicker(a.cfg.FactsInterval)
+	defer ft.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-ft.C:
+			if err := a.reportFacts(ctx, false); err != nil && ctx.Err() == nil {
+				a.log.Warn().Err(err).Msg("changed facts not sent; trying again on the next check")
+			}
 		case <-t.C:
 			body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen()}
 			if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
@@ -471,7 +492,7 @@ func (a *Agent) hello(ctx context.Context) error {
 	h := bus.Hello{
 		PublicKey:  a.PublicKey(),
 		Labels:     a.cfg.Labels,
-		Facts:      basicFacts(),
+		Facts:      a.gatherFacts(ctx),
 		Kinds:      a.reg.Kinds(),
 		Generation: s.Generation,
 		SliceHash:  hash,
@@ -480,6 +501,37 @@ func (a *Agent) hello(ctx context.Context) error {
 		h.Token = a.cfg.Token
 	}
 	return a.publishNow(ctx, bus.KindHello, h)
+}
+
+// gatherFacts gathers the host's facts and remembers them as told.
+func (a *Agent) gatherFacts(ctx context.Context) map[string]any {
+	f := a.cfg.Facts(ctx)
+	a.mu.Lock()
+	a.facts = f
+	a.mu.Unlock()
+	return f
+}
+
+// reportFacts sends the host's facts: always when asked (facts.refresh),
+// else only when they changed since they were last told.
+func (a *Agent) reportFacts(ctx context.Context, always bool) error {
+	f := a.cfg.Facts(ctx)
+	a.mu.Lock()
+	same := model.Equal(f, a.facts)
+	a.mu.Unlock()
+	if same && !always {
+		return nil
+	}
+	if err := a.publishNow(ctx, bus.KindFacts, bus.Facts{Facts: f, Labels: a.cfg.Labels}); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.facts = f
+	a.mu.Unlock()
+	if !same {
+		a.log.Info().Msg("host facts changed; reported")
+	}
+	return nil
 }
 
 // publishNow seals and publishes an event that is not worth journaling:

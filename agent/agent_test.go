@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"crypto/ed25519"
 	"errors"
 	"os"
@@ -100,6 +101,19 @@ func (s *fakeServer) next(from *int, agent string, kind bus.Kind) *bus.Envelope 
 	}
 }
 
+// count returns how many events of kind agent sent so far.
+func (s *fakeServer) count(agent string, kind bus.Kind) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.events {
+		if e.Kind == kind && e.Agent == agent {
+			n++
+		}
+	}
+	return n
+}
+
 // enroll answers a hello and sends a slice and a deploy.
 func (s *fakeServer) enroll(agent string) {
 	s.send(agent, bus.KindEnrolled, bus.Enrolled{ServerKey: s.signer.PublicKey()})
@@ -186,7 +200,7 @@ type running struct {
 
 // start runs an agent named name with state in dir, the file handler below
 // root and the gate handler g (may be nil).
-func start(t *testing.T, s *fakeServer, name, dir, root string, g *gate) *running {
+func start(t *testing.T, s *fakeServer, name, dir, root string, g *gate, tune ...func(*Config)) *running {
 	t.Helper()
 	reg, err := builtin.Registry(handler.Runtime{Root: root})
 	if err != nil {
@@ -197,8 +211,12 @@ func start(t *testing.T, s *fakeServer, name, dir, root string, g *gate) *runnin
 			t.Fatal(err)
 		}
 	}
-	a, err := New(Config{Env: "test", Name: name, StateDir: dir, Heartbeat: 50 * time.Millisecond, HelloRetry: 50 * time.Millisecond,
-		HelloRetryMax: time.Hour, ClaimRetry: 20 * time.Millisecond, ClaimWait: 200 * time.Millisecond}, s.bus, reg, zerolog.Nop())
+	cfg := Config{Env: "test", Name: name, StateDir: dir, Heartbeat: 50 * time.Millisecond, HelloRetry: 50 * time.Millisecond,
+		HelloRetryMax: time.Hour, ClaimRetry: 20 * time.Millisecond, ClaimWait: 200 * time.Millisecond}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	a, err := New(cfg, s.bus, reg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,5 +513,47 @@ func TestSubscriberRefreshedByIncrementalDeploy(t *testing.T) {
 	got = deploy(3, "d3", conf2, reload, file("web", "/other", "o2"))
 	if _, ran := got[reload.ID]; ran || reloads() != "reload\nreload\n" {
 		t.Fatalf("a change elsewhere ran the reload: %v, reloads %q", got, reloads())
+	}
+}
+
+// Facts go out in hello, and again, once, when they change.
+func TestFactsReportedOnChange(t *testing.T) {
+	s := newFakeServer(t)
+	var mu sync.Mutex
+	current := map[string]any{"hostname": "web", "ipv4": "10.0.0.1"}
+	gather := func(context.Context) map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(current)
+	}
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), nil, func(c *Config) {
+		c.Facts, c.FactsInterval = gather, 10*time.Millisecond
+	})
+	var hello bus.Hello
+	if err := s.next(&seen, "web", bus.KindHello).DecodeBody(&hello); err != nil {
+		t.Fatal(err)
+	}
+	if hello.Facts["ipv4"] != "10.0.0.1" {
+		t.Fatalf("hello facts %v", hello.Facts)
+	}
+	s.enroll("web")
+	s.next(&seen, "web", bus.KindHeartbeat) // enrolled, checking facts
+	mu.Lock()
+	current["ipv4"] = "10.0.0.2"
+	mu.Unlock()
+	var f bus.Facts
+	if err := s.next(&seen, "web", bus.KindFacts).DecodeBody(&f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Facts["ipv4"] != "10.0.0.2" {
+		t.Fatalf("facts %v, want the new address", f.Facts)
+	}
+	// Unchanged since: heartbeats go on, facts are not sent again.
+	for range 3 {
+		s.next(&seen, "web", bus.KindHeartbeat)
+	}
+	if n := s.count("web", bus.KindFacts); n != 1 {
+		t.Fatalf("%d facts messages, want 1", n)
 	}
 }

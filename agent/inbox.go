@@ -5,8 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
@@ -137,7 +135,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		return a.publishNow(ctx, bus.KindFacts, bus.Facts{Facts: basicFacts(), Labels: a.cfg.Labels})
+		return a.reportFacts(ctx, true)
 	default:
 		a.log.Info().Str("kind", string(e.Kind)).Msg("command not handled by this agent version; ignored")
 		return tx.Commit()
@@ -246,10 +244,4 @@ func (a *Agent) requestState(ctx context.Context, tx *journal.Tx, why error) err
 		a.log.Error().Err(why).Msg("desired state refused; asking for the full state")
 	}
 	return a.emit(tx, bus.KindStateRequest, bus.StateRequest{Generation: a.journal.Slice().Generation})
-}
-
-// basicFacts are the facts reported until the facts provider reports more.
-func basicFacts() map[string]any {
-	host, _ := os.Hostname()
-	return map[string]any{"hostname": host, "os": runtime.GOOS, "arch": runtime.GOARCH, "cpus": runtime.NumCPU()}
 }

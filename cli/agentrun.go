@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/tetherhq/tether/agent"
+	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
 	"github.com/tetherhq/tether/bus"
@@ -144,14 +145,19 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	// One flush group for every agent of the process: concurrent deploys
 	// share each flush of the file system instead of one each.
 	syncs := handler.NewSyncGroup()
+	// The agents of one process share a host: one gathering of facts
+	// serves them all, and tells the handlers which tools the host has.
+	gather := facts.Cached(10*time.Second, facts.Gather)
+	pm, sm := facts.Providers(gather(ctx))
 	for _, name := range names {
-		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: syncs})
+		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: syncs, PackageManager: pm, ServiceManager: sm})
 		if err != nil {
 			return err
 		}
 		a, err := agent.New(agent.Config{
 			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"),
+			Facts: gather,
 		}, b, reg, log)
 		if err != nil {
 			return fmt.Errorf("agent %s: %w", name, err)

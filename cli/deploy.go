@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/engine"
+	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
 	"github.com/tetherhq/tether/bus"
@@ -275,14 +276,16 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 			failed <- fmt.Errorf("server: %w", err)
 		}
 	}()
+	gather := facts.Cached(10*time.Second, facts.Gather)
+	pm, sm := facts.Providers(gather(ctx))
 	for _, h := range hosts {
-		reg, err := builtin.Registry(handler.Runtime{Root: o.root, Sync: handler.NewSyncGroup()})
+		reg, err := builtin.Registry(handler.Runtime{Root: o.root, Sync: handler.NewSyncGroup(), PackageManager: pm, ServiceManager: sm})
 		if err != nil {
 			cancel()
 			wg.Wait()
 			return nil, err
 		}
-		a, err := agent.New(agent.Config{Env: embeddedEnv, Name: h, Parallelism: o.parallel, ServerKey: srv.PublicKey()}, b, reg, log)
+		a, err := agent.New(agent.Config{Env: embeddedEnv, Name: h, Parallelism: o.parallel, ServerKey: srv.PublicKey(), Facts: gather}, b, reg, log)
 		if err != nil {
 			cancel()
 			wg.Wait()

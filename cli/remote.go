@@ -490,10 +490,7 @@ func agentCommand(term *terminal) *ucli.Command {
 						labels = append(labels, k+"="+v)
 					}
 					sort.Strings(labels)
-					platform := "-"
-					if a.Facts != nil {
-						platform = fmt.Sprintf("%v/%v", a.Facts["os"], a.Facts["arch"])
-					}
+					platform := platformOf(a.Facts)
 					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), strconv.FormatBool(a.Paused), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
 				}
 				return t.flush()
@@ -730,4 +727,24 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// platformOf is the short platform an agent's facts describe: "debian 12
+// amd64", or "-" when it did not report it.
+func platformOf(facts map[string]any) string {
+	var parts []string
+	if osf, ok := facts["os"].(map[string]any); ok {
+		for _, k := range []string{"id", "release"} {
+			if v, ok := osf[k].(string); ok && v != "" {
+				parts = append(parts, v)
+			}
+		}
+	}
+	if arch, ok := facts["arch"].(string); ok {
+		parts = append(parts, arch)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
 }
