@@ -2,9 +2,9 @@ package agent
 
 import (
 	"context"
-	"maps"
 	"crypto/ed25519"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"

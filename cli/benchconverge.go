@@ -160,7 +160,7 @@ func benchConverge(ctx context.Context, term *terminal, o convergeOpts) (*benchC
 			b.Close()
 		}
 	}()
-	syncs := handler.NewSyncGroup() // shared, as in `tether agent run --name a --name b`
+	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
 	enrollStart := time.Now()
 	for i, name := range names {
