@@ -42,7 +42,7 @@ var rules = map[string]rule{
 	"agent/engine":                 {internal: []string{"model", "model/graph", "agent/handler"}},
 	"agent/journal":                {internal: []string{"model"}},
 	"agent/facts":                  {internal: []string{"model"}},
-	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model"}},
+	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
 	"server/store":                 {internal: []string{"model", "schema"}},
 	"server/store/storetest":       {internal: []string{"server/store", "model"}},
 	"server/store/sqlite":          {internal: []string{"server/store", "model", "schema"}, external: []string{"modernc.org/sqlite"}},

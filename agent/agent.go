@@ -74,6 +74,17 @@ type Config struct {
 	// FactsInterval is how often facts are gathered again; changed facts
 	// are reported at once.
 	FactsInterval time.Duration
+	// PollInterval is how often watched resources whose state shows in no
+	// file (services) are verified.
+	PollInterval time.Duration
+	// Settle is how long the compliance monitor lets a burst of file
+	// events settle before it verifies.
+	Settle time.Duration
+	// A resource that drifts FlapCount times within FlapWindow is
+	// flapping: one report says so, and the next waits until it has been
+	// stable for a FlapWindow.
+	FlapWindow time.Duration
+	FlapCount  int
 }
 
 // Default fills zero fields with defaults.
@@ -110,6 +121,18 @@ func (c *Config) Default() {
 	}
 	if c.FactsInterval <= 0 {
 		c.FactsInterval = time.Minute
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 5 * time.Second
+	}
+	if c.Settle <= 0 {
+		c.Settle = 2 * time.Millisecond
+	}
+	if c.FlapWindow <= 0 {
+		c.FlapWindow = time.Minute
+	}
+	if c.FlapCount <= 0 {
+		c.FlapCount = 5
 	}
 }
 
@@ -170,6 +193,13 @@ type Agent struct {
 	running *runningJob
 	// facts are the facts the server was last told.
 	facts map[string]any
+
+	// enforce is held by whatever changes the host: a job, or the
+	// compliance monitor verifying and healing. So the monitor never
+	// verifies the agent's own writes half-done.
+	enforce sync.Mutex
+	// mon is the compliance monitor while the worker runs.
+	mon *monitor
 }
 
 type runningJob struct {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -555,5 +556,160 @@ func TestFactsReportedOnChange(t *testing.T) {
 	}
 	if n := s.count("web", bus.KindFacts); n != 1 {
 		t.Fatalf("%d facts messages, want 1", n)
+	}
+}
+
+// reports hands out, one at a time, the compliance reports about one
+// resource, in the order the agent sent them (one message may carry a
+// drift and its heal).
+type reports struct {
+	s      *fakeServer
+	from   *int
+	agent  string
+	id     model.ID
+	queued []bus.DriftReport
+}
+
+func (q *reports) next() bus.DriftReport {
+	q.s.t.Helper()
+	for len(q.queued) == 0 {
+		var body bus.Compliance
+		if err := q.s.next(q.from, q.agent, bus.KindCompliance).DecodeBody(&body); err != nil {
+			q.s.t.Fatal(err)
+		}
+		for _, r := range body.Reports {
+			if r.ID == q.id {
+				q.queued = append(q.queued, r)
+			}
+		}
+	}
+	r := q.queued[0]
+	q.queued = q.queued[1:]
+	return r
+}
+
+// Drift of a watched file (content, mode, deletion) is reported at once;
+// put back by hand it is reported compliant; under heal it is re-applied and
+// reported restored; the agent's own deploys are never drift.
+func TestDriftReportedAndHealed(t *testing.T) {
+	s := newFakeServer(t)
+	root := t.TempDir()
+	var seen int
+	start(t, s, "web", t.TempDir(), root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	motd := file("web", "/motd", "hello\n")
+	motd.Attributes["mode"] = "0644"
+	path := filepath.Join(root, "motd")
+	deploy := func(gen int64, id string, policy model.DriftPolicy, rs ...model.Resource) {
+		t.Helper()
+		s.full("web", gen, rs...)
+		s.send("web", bus.KindDeploy, bus.Deploy{DeployID: id, Mode: bus.DeployIncremental, Generation: gen, DriftPolicy: policy})
+		if _, last := s.results(&seen, "web", id); last.Error != "" {
+			t.Fatal(last.Error)
+		}
+	}
+	deploy(1, "d1", model.DriftAlert, motd)
+	q := &reports{s: s, from: &seen, agent: "web", id: motd.ID}
+
+	if err := os.WriteFile(path, []byte("defaced\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := q.next()
+	if r.Compliance != model.NonCompliant || r.Changes["content"].Current != "defaced\n" || r.Changes["content"].Desired != "hello\n" || r.Seen.IsZero() {
+		t.Fatalf("content drift report %+v", r)
+	}
+	if err := os.WriteFile(path, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.next(); r.Compliance != model.Compliant || r.Healed {
+		t.Fatalf("put back by hand: %+v", r)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.next(); r.Changes["mode"].Current != "0666" {
+		t.Fatalf("mode drift report %+v", r)
+	}
+	if b, _ := os.Stat(path); b.Mode().Perm() != 0o666 {
+		t.Fatal("alert policy changed the file")
+	}
+
+	// Heal: the next deploy carries the policy, and repairs the mode.
+	deploy(2, "d2", model.DriftHeal, motd, file("web", "/other", "x"))
+	before := s.count("web", bus.KindCompliance)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.next(); r.Compliance != model.NonCompliant || !r.Changes.Created() {
+		t.Fatalf("deletion report %+v", r)
+	}
+	if r := q.next(); r.Compliance != model.Compliant || !r.Healed {
+		t.Fatalf("heal report %+v", r)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "hello\n" {
+		t.Fatalf("healed file holds %q (%v)", b, err)
+	}
+	if n := s.count("web", bus.KindCompliance); n != before+1 && n != before+2 {
+		t.Fatalf("%d compliance messages for one deletion", n-before)
+	}
+
+	// The agent's own change is no drift.
+	motd2 := file("web", "/motd", "hello again\n")
+	motd2.Attributes["mode"] = "0644"
+	deploy(3, "d3", model.DriftHeal, motd2, file("web", "/other", "x"))
+	// A later out-of-band write shows the monitor is still at work and
+	// came after anything the deploy could have caused.
+	if err := os.WriteFile(filepath.Join(root, "other"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var body bus.Compliance
+		if err := s.next(&seen, "web", bus.KindCompliance).DecodeBody(&body); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range body.Reports {
+			if r.ID == motd.ID {
+				t.Fatalf("the agent's own deploy was reported as drift: %+v", r)
+			}
+		}
+		if body.Reports[0].ID.Value == "/other" && body.Reports[len(body.Reports)-1].Healed {
+			break
+		}
+	}
+}
+
+// A resource drifting again and again is reported flapping once, then held
+// back: no flood.
+func TestFlappingIsHeldBack(t *testing.T) {
+	s := newFakeServer(t)
+	root := t.TempDir()
+	var seen int
+	start(t, s, "web", t.TempDir(), root, nil, func(c *Config) { c.FlapCount, c.FlapWindow = 3, time.Minute })
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	f := file("web", "/flappy", "0")
+	s.full("web", 1, f)
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
+	s.results(&seen, "web", "d1")
+	q := &reports{s: s, from: &seen, agent: "web", id: f.ID}
+	var got []bus.DriftReport
+	for i := 1; i <= 8; i++ {
+		if err := os.WriteFile(filepath.Join(root, "flappy"), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if i <= 3 {
+			got = append(got, q.next())
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !got[2].Flapping || got[0].Flapping || got[1].Flapping {
+		t.Fatalf("reports %+v: want the third flagged flapping", got)
+	}
+	// One more check after the writes: nothing beyond the flapping report.
+	time.Sleep(100 * time.Millisecond)
+	if n := s.count("web", bus.KindCompliance); n != 3 {
+		t.Fatalf("%d compliance messages for 8 drifts, want 3", n)
 	}
 }

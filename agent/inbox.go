@@ -99,7 +99,8 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		job := journal.Job{ID: body.DeployID, Kind: string(e.Kind), Full: body.Mode == bus.DeployFull || e.Kind == bus.KindRepair, Generation: body.Generation}
+		job := journal.Job{ID: body.DeployID, Kind: string(e.Kind), Full: body.Mode == bus.DeployFull || e.Kind == bus.KindRepair,
+			Generation: body.Generation, DriftPolicy: body.DriftPolicy}
 		if err := tx.AddJob(job).Commit(); err != nil {
 			return err
 		}

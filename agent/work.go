@@ -19,11 +19,26 @@ type worker struct {
 	done   chan struct{}
 }
 
+// The compliance monitor runs with the worker: only the primary process of
+// an agent name watches and heals.
 func (a *Agent) startWorker(ctx context.Context) *worker {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &worker{cancel: cancel, done: make(chan struct{})}
+	mon := newMonitor(a)
+	a.enforce.Lock()
+	mon.arm("", true) // drift while the agent was down or not primary
+	a.enforce.Unlock()
+	a.mu.Lock()
+	a.mon = mon
+	a.mu.Unlock()
+	monDone := make(chan struct{})
+	go func() {
+		defer close(monDone)
+		mon.run(ctx)
+	}()
 	go func() {
 		defer close(w.done)
+		defer func() { <-monDone }()
 		a.work(ctx)
 	}()
 	return w
@@ -116,6 +131,8 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	a.enforce.Lock()
+	defer a.enforce.Unlock()
 	a.mu.Lock()
 	a.running = &runningJob{job: j, cancel: cancel}
 	hashes := a.hashes
@@ -179,6 +196,14 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	if interrupted {
 		a.log.Info().Str("deploy", j.ID).Msg("job interrupted; it resumes on the next start")
 		return nil
+	}
+	if !dryRun {
+		a.mu.Lock()
+		mon := a.mon
+		a.mu.Unlock()
+		if mon != nil {
+			mon.arm(j.DriftPolicy, false)
+		}
 	}
 	a.log.Info().Str("deploy", j.ID).Str("kind", j.Kind).Int("resources", len(resources)).Int("results", len(results)).
 		Dur("took", time.Since(start)).Msg("job finished")

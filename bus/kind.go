@@ -2,6 +2,7 @@ package bus
 
 import (
 	"slices"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -102,6 +103,9 @@ type Deploy struct {
 	DeployID   string     `json:"deploy_id"`
 	Mode       DeployMode `json:"mode"`
 	Generation int64      `json:"generation"`
+	// DriftPolicy is the environment's: what the agent does about drift it
+	// sees after this deploy (empty: alert).
+	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
 }
 
 // DryRun asks the agent to report what a deploy would change.
@@ -192,4 +196,9 @@ type DriftReport struct {
 	// drift policy.
 	Healed  bool   `json:"healed,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Seen is when the agent saw the resource in this state.
+	Seen time.Time `json:"seen,omitzero"`
+	// Flapping is set while the resource drifts again and again: further
+	// reports are held back until it is stable.
+	Flapping bool `json:"flapping,omitempty"`
 }

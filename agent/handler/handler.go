@@ -177,3 +177,24 @@ func (d Declared) Validate(res *model.Resource) error { return ValidateWith(&d.s
 type Refresher interface {
 	Refresh(ctx context.Context, res *model.Resource, applied Changes) (did string, err error)
 }
+
+// Watcher is implemented by handlers whose resources can be watched for
+// drift between deploys. WatchPaths returns the host paths whose change may
+// mean the resource drifted (the agent watches their directories with
+// inotify and verifies the resource on every event there), and poll when
+// the resource's state shows in no file (a running service) and must be
+// verified on a timer instead. Resources of handlers without it are
+// verified on the repair interval only.
+type Watcher interface {
+	WatchPaths(res *model.Resource) (paths []string, poll bool)
+}
+
+// WatchPath is WatchPaths for the path-based kinds: the resource's own path
+// below the root.
+func (rt Runtime) WatchPath(p string) []string {
+	host, err := rt.HostPath(p)
+	if err != nil {
+		return nil
+	}
+	return []string{host}
+}

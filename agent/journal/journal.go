@@ -80,6 +80,8 @@ type Job struct {
 	// Full covers every resource, not only those that changed or failed.
 	Full       bool  `json:"full,omitempty"`
 	Generation int64 `json:"generation"`
+	// DriftPolicy is what to do about drift seen after the job.
+	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
 }
 
 // Intent is a change about to be applied: recorded before the handler

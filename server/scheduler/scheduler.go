@@ -142,7 +142,7 @@ func (s *Scheduler) Online(ctx context.Context, a model.Agent) error {
 		return err
 	}
 	if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
-		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false)
+		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
 	}
 	return err
 }
@@ -178,7 +178,7 @@ func (s *Scheduler) Released(ctx context.Context, envName string, n int64) error
 			continue
 		}
 		if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
-			if _, err := s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false); err != nil {
+			if _, err := s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -227,7 +227,7 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 		// one is on its way.
 		opts.Expiration = time.Duration(env.Settings.RepairInterval)
 	}
-	d, err := s.dispatch(ctx, envName, v.Number, targets, req, opts)
+	d, err := s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, req, opts)
 	if len(d.Agents) == 0 && err == nil {
 		return d, fmt.Errorf("%s %s: %w: %s never connected: start them (tether agent run)", req.Operation, envName, ErrNoAgents, strings.Join(d.Unreached, ", "))
 	}
@@ -236,13 +236,13 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 
 // dispatch sends each target the desired state it misses of generation gen,
 // then the operation's command.
-func (s *Scheduler) dispatch(ctx context.Context, envName string, gen int64, targets []model.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
+func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.DriftPolicy, gen int64, targets []model.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
 	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: gen}
 	var errs []error
 	for _, a := range targets {
 		_, err := s.sync(ctx, envName, a.Name, a.Generation, gen)
 		if err == nil {
-			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, opts)
+			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, policy, opts)
 		}
 		switch {
 		case errors.Is(err, bus.ErrNoInbox):
@@ -284,7 +284,7 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
-	return s.dispatch(ctx, envName, v.Number, targets, DeployRequest{Operation: model.OpDeploy},
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: model.OpDeploy},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.DeployInterval)})
 }
 
@@ -306,7 +306,7 @@ func (s *Scheduler) Verify(ctx context.Context, envName string) (Deployment, err
 	if env.Settings.DriftPolicy == model.DriftHeal && env.Settings.AutoDeploy {
 		op = model.OpRepair
 	}
-	return s.dispatch(ctx, envName, v.Number, targets, DeployRequest{Operation: op},
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: op},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.RepairInterval)})
 }
 
@@ -432,27 +432,29 @@ func (s *Scheduler) previousSlice(ctx context.Context, env, agent string, gen in
 	return s.store.AgentSlice(ctx, env, gen, agent)
 }
 
-func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64, id string, mode bus.DeployMode, dryRun bool) (string, error) {
+func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64, id string, mode bus.DeployMode, dryRun bool, policy model.DriftPolicy) (string, error) {
 	op := model.OpDeploy
 	if dryRun {
 		op = model.OpDryRun
 	}
-	return id, s.sendOperation(ctx, env, agent, gen, id, DeployRequest{Operation: op, Full: mode == bus.DeployFull}, bus.SendOptions{})
+	return id, s.sendOperation(ctx, env, agent, gen, id, DeployRequest{Operation: op, Full: mode == bus.DeployFull}, policy, bus.SendOptions{})
 }
 
-// sendOperation sends one agent the command of an operation.
-func (s *Scheduler) sendOperation(ctx context.Context, env, agent string, gen int64, id string, req DeployRequest, opts bus.SendOptions) error {
+// sendOperation sends one agent the command of an operation, with the
+// environment's drift policy: what the agent does about drift it sees
+// between deploys.
+func (s *Scheduler) sendOperation(ctx context.Context, env, agent string, gen int64, id string, req DeployRequest, policy model.DriftPolicy, opts bus.SendOptions) error {
 	switch req.Operation {
 	case model.OpDryRun:
 		return s.sendTo(ctx, bus.KindDryRun, env, agent, bus.DryRun{DeployID: id, Generation: gen}, opts)
 	case model.OpRepair:
-		return s.sendTo(ctx, bus.KindRepair, env, agent, bus.Deploy{DeployID: id, Mode: bus.DeployFull, Generation: gen}, opts)
+		return s.sendTo(ctx, bus.KindRepair, env, agent, bus.Deploy{DeployID: id, Mode: bus.DeployFull, Generation: gen, DriftPolicy: policy}, opts)
 	}
 	mode := bus.DeployIncremental
 	if req.Full {
 		mode = bus.DeployFull
 	}
-	return s.sendTo(ctx, bus.KindDeploy, env, agent, bus.Deploy{DeployID: id, Mode: mode, Generation: gen}, opts)
+	return s.sendTo(ctx, bus.KindDeploy, env, agent, bus.Deploy{DeployID: id, Mode: mode, Generation: gen, DriftPolicy: policy}, opts)
 }
 
 // Pause tells an agent to stop (paused) or go on deploying. The agent's

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/model"
 )
 
 // The account files, as resource paths (below the runtime's root).
@@ -187,3 +188,18 @@ func prefixArgs(rt handler.Runtime) []string {
 	}
 	return []string{"--prefix", rt.Root}
 }
+
+// watchPaths are the account files a user or group is read from.
+func watchPaths(rt handler.Runtime) []string {
+	var out []string
+	for _, p := range []string{PasswdFile, GroupFile, ShadowFile} {
+		out = append(out, rt.WatchPath(p)...)
+	}
+	return out
+}
+
+// WatchPaths implements handler.Watcher.
+func (h *User) WatchPaths(*model.Resource) ([]string, bool) { return watchPaths(h.rt), false }
+
+// WatchPaths implements handler.Watcher.
+func (h *Group) WatchPaths(*model.Resource) ([]string, bool) { return watchPaths(h.rt), false }

@@ -146,3 +146,8 @@ func stringMap(v any) map[string]string {
 	}
 	return out
 }
+
+// WatchPaths implements handler.Watcher.
+func (h *Handler) WatchPaths(res *model.Resource) ([]string, bool) {
+	return h.rt.WatchPath(Path(res.ID.Value)), false
+}

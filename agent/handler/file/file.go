@@ -231,3 +231,8 @@ func statOf(info fs.FileInfo) (*syscall.Stat_t, bool) {
 	st, ok := info.Sys().(*syscall.Stat_t)
 	return st, ok
 }
+
+// WatchPaths implements handler.Watcher.
+func (h *Handler) WatchPaths(res *model.Resource) ([]string, bool) {
+	return h.rt.WatchPath(res.ID.Value), false
+}

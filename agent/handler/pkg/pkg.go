@@ -120,3 +120,15 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 	}
 	return nil
 }
+
+// WatchPaths implements handler.Watcher: the package database, which every
+// install and removal rewrites (dpkg's status file, rpm's database, apk's
+// installed list).
+func (h *Handler) WatchPaths(res *model.Resource) ([]string, bool) {
+	provider, _, err := h.manager(res)
+	if err != nil {
+		return nil, true
+	}
+	db := map[string]string{"apt": "/var/lib/dpkg/status", "dnf": "/var/lib/rpm/rpmdb.sqlite", "apk": "/lib/apk/db/installed"}[provider]
+	return []string{db}, false
+}

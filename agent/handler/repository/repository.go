@@ -289,3 +289,13 @@ func stringList(v any) []string {
 	}
 	return nil
 }
+
+// WatchPaths implements handler.Watcher: the source and the key file.
+func (h *Handler) WatchPaths(res *model.Resource) ([]string, bool) {
+	provider, err := h.provider(res)
+	if err != nil {
+		return nil, false
+	}
+	src, key := Files(provider, res.ID.Value)
+	return append(h.rt.WatchPath(src), h.rt.WatchPath(key)...), false
+}

@@ -209,3 +209,7 @@ func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied hand
 	}
 	return action + "ed", nil
 }
+
+// WatchPaths implements handler.Watcher: a service's state shows in no
+// file, so it is polled.
+func (h *Handler) WatchPaths(*model.Resource) ([]string, bool) { return nil, true }

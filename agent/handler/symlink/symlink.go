@@ -99,3 +99,8 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 func notLink(p string, info fs.FileInfo) error {
 	return fmt.Errorf("%s exists and is not a symbolic link (%s): remove it, or manage it as what it is", p, info.Mode().Type())
 }
+
+// WatchPaths implements handler.Watcher.
+func (h *Handler) WatchPaths(res *model.Resource) ([]string, bool) {
+	return h.rt.WatchPath(res.ID.Value), false
+}

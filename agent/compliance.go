@@ -1,0 +1,356 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+)
+
+// The compliance monitor watches, between deploys, every resource the last
+// deploy left deployed. Path-based resources (and users, groups, packages,
+// through the files their state lives in) are watched with inotify on their
+// directories; services are polled. An event makes its resources suspects;
+// suspects are verified (Read and diff, as a dry run) after a short settle
+// time that folds a burst of events into one verification. Drift is reported
+// as a compliance event through the outbox, so it is seen and kept while the
+// broker is away and delivered when it is back; under the heal policy the
+// resource is re-applied at once and reported restored.
+//
+// Verification and healing hold the agent's enforce lock, which a running
+// job holds too: the agent's own writes are never verified half-done, and,
+// once done, they match the intent, so they are never drift.
+
+// monitor is the state of the compliance watch. Only its own goroutines
+// touch it, but for arm, which the worker calls under mu.
+type monitor struct {
+	a   *Agent
+	fsw *fsnotify.Watcher
+
+	// Guarded by a.mu.
+	watched  map[model.ID]model.Resource
+	byPath   map[string][]model.ID
+	dirs     map[string]bool
+	polled   []model.ID
+	suspects map[model.ID]bool
+	policy   model.DriftPolicy
+
+	// Owned by the verifier goroutine.
+	status map[model.ID]*driftState
+	poke   chan struct{}
+}
+
+// driftState is what the agent last reported of a resource.
+type driftState struct {
+	drifted  bool
+	changes  model.Changes
+	recent   []time.Time // drifts seen within the flap window
+	flapping bool
+}
+
+func newMonitor(a *Agent) *monitor {
+	m := &monitor{a: a, watched: map[model.ID]model.Resource{}, byPath: map[string][]model.ID{}, dirs: map[string]bool{},
+		suspects: map[model.ID]bool{}, status: map[model.ID]*driftState{}, poke: make(chan struct{}, 1)}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		a.log.Warn().Err(err).Msg("inotify is not available: drift is found by polling every resource")
+	} else {
+		m.fsw = fsw
+	}
+	return m
+}
+
+// run watches until ctx ends.
+func (m *monitor) run(ctx context.Context) {
+	if m.fsw != nil {
+		defer m.fsw.Close()
+		go m.events(ctx)
+	}
+	poll := time.NewTicker(m.a.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			m.a.mu.Lock()
+			for _, id := range m.polled {
+				m.suspects[id] = true
+			}
+			if m.fsw == nil {
+				for id := range m.watched {
+					m.suspects[id] = true
+				}
+			}
+			m.a.mu.Unlock()
+			m.calmDown()
+		case <-m.poke:
+			// Let a burst of events (truncate, then write) settle.
+			if !sleep(ctx, m.a.cfg.Settle) {
+				return
+			}
+		}
+		m.verify(ctx)
+	}
+}
+
+// events turns inotify events into suspects.
+func (m *monitor) events(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-m.fsw.Events:
+			if !ok {
+				return
+			}
+			m.a.mu.Lock()
+			ids := m.byPath[filepath.Clean(ev.Name)]
+			for _, id := range ids {
+				m.suspects[id] = true
+			}
+			m.a.mu.Unlock()
+			if len(ids) > 0 {
+				m.a.poke(m.poke)
+			}
+		case err, ok := <-m.fsw.Errors:
+			if !ok {
+				return
+			}
+			// An overflowed queue lost events: verify everything.
+			m.a.log.Warn().Err(err).Msg("file watch error; verifying every watched resource")
+			m.a.mu.Lock()
+			for id := range m.watched {
+				m.suspects[id] = true
+			}
+			m.a.mu.Unlock()
+			m.a.poke(m.poke)
+		}
+	}
+}
+
+// arm watches the slice's resources whose last result is deployed (with
+// policy as the drift policy, unless empty), and verifies all of them when
+// verifyAll (at start: drift while the agent was down). Called with the
+// enforce lock held, after a job.
+func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool) {
+	s := m.a.journal.Slice()
+	m.a.mu.Lock()
+	hashes := m.a.hashes
+	m.a.mu.Unlock()
+	watched := map[model.ID]model.Resource{}
+	byPath := map[string][]model.ID{}
+	dirs := map[string]bool{}
+	var polled []model.ID
+	for _, r := range s.Resources {
+		last, ok := m.a.journal.Applied(r.ID)
+		if !ok || last.State != model.StateDeployed || last.Hash != hashes[r.ID] {
+			continue
+		}
+		h, ok := m.a.reg.Lookup(r.ID.Type)
+		if !ok {
+			continue
+		}
+		w, ok := h.(handler.Watcher)
+		if !ok {
+			continue // exec: verified on the repair interval only
+		}
+		watched[r.ID] = r
+		paths, poll := w.WatchPaths(&r)
+		if poll || m.fsw == nil {
+			polled = append(polled, r.ID)
+		}
+		for _, p := range paths {
+			p = filepath.Clean(p)
+			byPath[p] = append(byPath[p], r.ID)
+			dirs[filepath.Dir(p)] = true
+		}
+	}
+	if m.fsw != nil {
+		for d := range dirs {
+			if !m.dirs[d] {
+				if err := m.fsw.Add(d); err != nil {
+					// The directory is gone or unreadable: the repair
+					// interval still verifies what lives there.
+					m.a.log.Debug().Err(err).Str("dir", d).Msg("cannot watch directory")
+					delete(dirs, d)
+				}
+			}
+		}
+		for d := range m.dirs {
+			if !dirs[d] {
+				_ = m.fsw.Remove(d)
+			}
+		}
+	}
+	m.a.mu.Lock()
+	m.watched, m.byPath, m.dirs, m.polled = watched, byPath, dirs, polled
+	if policy != "" {
+		m.policy = policy
+	}
+	for id := range m.suspects {
+		if _, ok := watched[id]; !ok {
+			delete(m.suspects, id)
+		}
+	}
+	if verifyAll {
+		for id := range watched {
+			m.suspects[id] = true
+		}
+	}
+	pending := len(m.suspects) > 0
+	m.a.mu.Unlock()
+	for id := range m.status {
+		if _, ok := watched[id]; !ok {
+			delete(m.status, id)
+		}
+	}
+	if pending {
+		m.a.poke(m.poke)
+	}
+}
+
+// calmDown ends flapping for resources that have not drifted for a flap
+// window, and verifies them so their state is reported again.
+func (m *monitor) calmDown() {
+	now := time.Now()
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	for id, st := range m.status {
+		if st.flapping && (len(st.recent) == 0 || now.Sub(st.recent[len(st.recent)-1]) >= m.a.cfg.FlapWindow) {
+			st.flapping = false
+			st.recent = nil
+			st.drifted = !st.drifted // force a report of whatever it is now
+			m.suspects[id] = true
+		}
+	}
+}
+
+// verify checks the suspects and reports (and by policy heals) drift.
+func (m *monitor) verify(ctx context.Context) {
+	m.a.enforce.Lock()
+	defer m.a.enforce.Unlock()
+	m.a.mu.Lock()
+	if len(m.suspects) == 0 {
+		m.a.mu.Unlock()
+		return
+	}
+	var todo []model.Resource
+	for id := range m.suspects {
+		if r, ok := m.watched[id]; ok {
+			todo = append(todo, r)
+		}
+		delete(m.suspects, id)
+	}
+	policy := m.policy
+	m.a.mu.Unlock()
+
+	var reports []bus.DriftReport
+	for i := range todo {
+		if ctx.Err() != nil {
+			return
+		}
+		if rep, ok := m.check(ctx, &todo[i], policy); ok {
+			reports = append(reports, rep...)
+		}
+	}
+	if len(reports) == 0 {
+		return
+	}
+	body := bus.Compliance{Generation: m.a.journal.Slice().Generation, Reports: reports}
+	if err := m.a.emit(m.a.journal.Begin(), bus.KindCompliance, body); err != nil {
+		m.a.log.Error().Err(err).Msg("cannot journal a compliance report")
+	}
+}
+
+// check verifies one resource and returns what to report.
+func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.DriftPolicy) ([]bus.DriftReport, bool) {
+	h, ok := m.a.reg.Lookup(res.ID.Type)
+	if !ok {
+		return nil, false
+	}
+	current, exists, err := h.Read(ctx, res)
+	if err != nil {
+		m.a.log.Warn().Err(err).Str("resource", res.ID.String()).Msg("cannot verify a watched resource")
+		return nil, false
+	}
+	seen := time.Now()
+	changes := handler.ComputeChanges(res, current, exists)
+	st := m.status[res.ID]
+	if st == nil {
+		st = &driftState{}
+		m.status[res.ID] = st
+	}
+	if len(changes) == 0 {
+		if !st.drifted {
+			return nil, false
+		}
+		st.drifted, st.changes = false, nil
+		if st.flapping {
+			return nil, false
+		}
+		return []bus.DriftReport{{ID: res.ID, Compliance: model.Compliant, Seen: seen, Message: "back to its intent (changed by hand)"}}, true
+	}
+	redacted := changes.Redact(res)
+	var out []bus.DriftReport
+	if !st.drifted || !model.Equal(st.changes, redacted) {
+		st.recent = append(st.recent, seen)
+		for len(st.recent) > 0 && seen.Sub(st.recent[0]) > m.a.cfg.FlapWindow {
+			st.recent = st.recent[1:]
+		}
+		rep := bus.DriftReport{ID: res.ID, Compliance: model.NonCompliant, Changes: redacted, Seen: seen}
+		switch {
+		case st.flapping:
+		case len(st.recent) >= m.a.cfg.FlapCount:
+			st.flapping = true
+			rep.Flapping = true
+			rep.Message = fmt.Sprintf("flapping: drifted %d times within %s; reports are held back until it is stable for as long", len(st.recent), m.a.cfg.FlapWindow)
+			out = append(out, rep)
+		default:
+			out = append(out, rep)
+		}
+		st.drifted, st.changes = true, redacted
+	}
+	if policy != model.DriftHeal {
+		return out, len(out) > 0
+	}
+	if err := m.heal(ctx, h, res, current, changes); err != nil {
+		m.a.log.Error().Err(err).Str("resource", res.ID.String()).Msg("heal failed")
+		if !st.flapping {
+			out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.NonCompliant, Changes: redacted, Seen: time.Now(),
+				Message: "heal failed: " + err.Error()})
+		}
+		return out, len(out) > 0
+	}
+	st.drifted, st.changes = false, nil
+	if !st.flapping {
+		out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.Compliant, Healed: true, Changes: redacted, Seen: time.Now()})
+	}
+	return out, len(out) > 0
+}
+
+// heal re-applies a drifted resource and checks it converged.
+func (m *monitor) heal(ctx context.Context, h handler.Handler, res *model.Resource, current model.Attributes, changes model.Changes) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	if err := h.Apply(ctx, res, current, changes); err != nil {
+		return err
+	}
+	current, exists, err := h.Read(ctx, res)
+	if err != nil {
+		return err
+	}
+	if left := handler.ComputeChanges(res, current, exists); len(left) > 0 {
+		return fmt.Errorf("still differs after the apply: %v", left.Redact(res))
+	}
+	return nil
+}
