@@ -27,7 +27,7 @@ const patience = 20 * time.Second
 // fakeServer stands in for the server on the in-process bus: it signs
 // commands and collects the agents' events.
 type fakeServer struct {
-	t      *testing.T
+	t      testing.TB
 	bus    *bus.Local
 	signer *bus.Signer
 	mu     sync.Mutex
@@ -35,7 +35,7 @@ type fakeServer struct {
 	added  chan struct{}
 }
 
-func newFakeServer(t *testing.T) *fakeServer {
+func newFakeServer(t testing.TB) *fakeServer {
 	_, key, err := bus.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ type running struct {
 
 // start runs an agent named name with state in dir, the file handler below
 // root and the gate handler g (may be nil).
-func start(t *testing.T, s *fakeServer, name, dir, root string, g *gate, tune ...func(*Config)) *running {
+func start(t testing.TB, s *fakeServer, name, dir, root string, g *gate, tune ...func(*Config)) *running {
 	t.Helper()
 	reg, err := builtin.Registry(handler.Runtime{Root: root})
 	if err != nil {
