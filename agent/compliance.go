@@ -52,6 +52,9 @@ type driftState struct {
 	changes  model.Changes
 	recent   []time.Time // drifts seen within the flap window
 	flapping bool
+	// restate asks the next verification to report whatever it finds (a
+	// flapping resource that calmed down).
+	restate bool
 }
 
 func newMonitor(a *Agent) *monitor {
@@ -224,9 +227,7 @@ func (m *monitor) calmDown() {
 	defer m.a.mu.Unlock()
 	for id, st := range m.status {
 		if st.flapping && (len(st.recent) == 0 || now.Sub(st.recent[len(st.recent)-1]) >= m.a.cfg.FlapWindow) {
-			st.flapping = false
-			st.recent = nil
-			st.drifted = !st.drifted // force a report of whatever it is now
+			st.flapping, st.recent, st.restate = false, nil, true
 			m.suspects[id] = true
 		}
 	}
@@ -256,9 +257,7 @@ func (m *monitor) verify(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if rep, ok := m.check(ctx, &todo[i], policy); ok {
-			reports = append(reports, rep...)
-		}
+		reports = append(reports, m.check(ctx, &todo[i], policy)...)
 	}
 	if len(reports) == 0 {
 		return
@@ -270,15 +269,15 @@ func (m *monitor) verify(ctx context.Context) {
 }
 
 // check verifies one resource and returns what to report.
-func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.DriftPolicy) ([]bus.DriftReport, bool) {
+func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.DriftPolicy) []bus.DriftReport {
 	h, ok := m.a.reg.Lookup(res.ID.Type)
 	if !ok {
-		return nil, false
+		return nil
 	}
 	current, exists, err := h.Read(ctx, res)
 	if err != nil {
 		m.a.log.Warn().Err(err).Str("resource", res.ID.String()).Msg("cannot verify a watched resource")
-		return nil, false
+		return nil
 	}
 	seen := time.Now()
 	changes := handler.ComputeChanges(res, current, exists)
@@ -287,19 +286,21 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 		st = &driftState{}
 		m.status[res.ID] = st
 	}
+	restate := st.restate
+	st.restate = false
 	if len(changes) == 0 {
-		if !st.drifted {
-			return nil, false
+		if !st.drifted && !restate {
+			return nil
 		}
 		st.drifted, st.changes = false, nil
 		if st.flapping {
-			return nil, false
+			return nil
 		}
-		return []bus.DriftReport{{ID: res.ID, Compliance: model.Compliant, Seen: seen, Message: "back to its intent (changed by hand)"}}, true
+		return []bus.DriftReport{{ID: res.ID, Compliance: model.Compliant, Seen: seen, Message: "back to its intent (changed by hand)"}}
 	}
 	redacted := changes.Redact(res)
 	var out []bus.DriftReport
-	if !st.drifted || !model.Equal(st.changes, redacted) {
+	if !st.drifted || restate || !model.Equal(st.changes, redacted) {
 		st.recent = append(st.recent, seen)
 		for len(st.recent) > 0 && seen.Sub(st.recent[0]) > m.a.cfg.FlapWindow {
 			st.recent = st.recent[1:]
@@ -318,7 +319,7 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 		st.drifted, st.changes = true, redacted
 	}
 	if policy != model.DriftHeal {
-		return out, len(out) > 0
+		return out
 	}
 	if err := m.heal(ctx, h, res, current, changes); err != nil {
 		m.a.log.Error().Err(err).Str("resource", res.ID.String()).Msg("heal failed")
@@ -326,13 +327,13 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 			out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.NonCompliant, Changes: redacted, Seen: time.Now(),
 				Message: "heal failed: " + err.Error()})
 		}
-		return out, len(out) > 0
+		return out
 	}
 	st.drifted, st.changes = false, nil
 	if !st.flapping {
 		out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.Compliant, Healed: true, Changes: redacted, Seen: time.Now()})
 	}
-	return out, len(out) > 0
+	return out
 }
 
 // heal re-applies a drifted resource and checks it converged.

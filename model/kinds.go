@@ -196,7 +196,7 @@ func checkPrincipal(v any) error {
 // eachString applies check to every element of a list of strings.
 func eachString(check func(any) error) func(any) error {
 	return func(v any) error {
-		for _, s := range stringList(v) {
+		for _, s := range StringList(v) {
 			if err := check(s); err != nil {
 				return err
 			}
@@ -360,7 +360,7 @@ func checkPositive(v any) error {
 }
 
 func checkEnv(v any) error {
-	for k, val := range stringMap(v) {
+	for k, val := range StringMap(v) {
 		if k == "" || strings.ContainsAny(k, "= \t\n\x00") {
 			return fmt.Errorf("variable name %q: want a name without '=', spaces or NUL", k)
 		}
@@ -400,7 +400,9 @@ func checkSchedule(v any) error {
 	return nil
 }
 
-func stringList(v any) []string {
+// StringList reads a list(string) attribute value: []string, or []any of
+// strings as decoded from JSON. Anything else is nil.
+func StringList(v any) []string {
 	switch l := v.(type) {
 	case []string:
 		return l
@@ -415,7 +417,9 @@ func stringList(v any) []string {
 	return nil
 }
 
-func stringMap(v any) map[string]string {
+// StringMap reads a map(string) attribute value: map[string]string, or a
+// map of strings as decoded from JSON. Anything else is empty.
+func StringMap(v any) map[string]string {
 	out := map[string]string{}
 	switch m := v.(type) {
 	case map[string]string:

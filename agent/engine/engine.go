@@ -394,9 +394,6 @@ func (e *Engine) refresh(ctx context.Context, h handler.Handler, res *model.Reso
 		out.Message = "would refresh: " + why + " would change"
 		return
 	}
-	if out.Changes == nil || len(applied) == 0 {
-		applied = nil
-	}
 	did, err := rf.Refresh(ctx, res, applied)
 	switch {
 	case err != nil:

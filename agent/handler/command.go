@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -169,4 +170,17 @@ func PickProvider(attr any, host string, candidates [][2]string) (string, error)
 		}
 	}
 	return "", fmt.Errorf("%w: none of %s is installed; set the resource's provider attribute", ErrNoProvider, strings.Join(names, ", "))
+}
+
+// HostProvider returns the host's provider among candidates: configured
+// (from the facts) when set, else the first whose program is installed,
+// looked up once, on first use; "" when none is.
+func HostProvider(configured string, candidates [][2]string) func() string {
+	return sync.OnceValue(func() string {
+		if configured != "" {
+			return configured
+		}
+		p, _ := PickProvider(nil, "", candidates)
+		return p
+	})
 }

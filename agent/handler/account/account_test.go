@@ -13,11 +13,7 @@ import (
 )
 
 func resource(kind, name string, attrs model.Attributes) model.Resource {
-	a := model.Attributes{"name": name}
-	for k, v := range attrs {
-		a[k] = v
-	}
-	return model.Resource{ID: model.ID{Type: kind, Agent: "test", Key: "name", Value: name}, Attributes: a}
+	return handlertest.NamedResource(kind, name, attrs)
 }
 
 func ptr(r model.Resource) *model.Resource { return &r }
@@ -141,7 +137,7 @@ func TestGroupConformance(t *testing.T) {
 				Resource: resource(GroupKind, "ops", model.Attributes{"gid": 2000, "members": []any{"ann", "ben"}}),
 				Update:   ptr(resource(GroupKind, "ops", model.Attributes{"gid": 2001, "members": []any{"ben"}})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
-					want := "ops:x:" + number(r.Attributes["gid"]) + ":" + strings.Join(stringList(r.Attributes["members"]), ",")
+					want := "ops:x:" + number(r.Attributes["gid"]) + ":" + strings.Join(model.StringList(r.Attributes["members"]), ",")
 					if l := line(t, root, "etc/group", "ops"); l != want {
 						t.Fatalf("group entry %q, want %q", l, want)
 					}

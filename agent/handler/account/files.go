@@ -152,22 +152,6 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-// stringList reads a list(string) attribute.
-func stringList(v any) []string {
-	switch l := v.(type) {
-	case []string:
-		return l
-	case []any:
-		out := make([]string, 0, len(l))
-		for _, e := range l {
-			s, _ := e.(string)
-			out = append(out, s)
-		}
-		return out
-	}
-	return nil
-}
-
 // number reads a number attribute as its decimal text.
 func number(v any) string {
 	switch n := v.(type) {

@@ -44,7 +44,7 @@ func (h *Group) Read(_ context.Context, res *model.Resource) (model.Attributes, 
 			cur["system"] = v // chosen at creation only (the gid range)
 		}
 		if w, ok := res.Attributes["members"]; ok {
-			want := stringList(w)
+			want := model.StringList(w)
 			switch {
 			case sameSet(want, g.members):
 				cur["members"] = want
@@ -76,7 +76,7 @@ func (h *Group) Apply(ctx context.Context, res *model.Resource, _ model.Attribut
 			args = append(args, "--system")
 		}
 		if v, ok := want["members"]; ok {
-			args = append(args, "--users", strings.Join(stringList(v), ","))
+			args = append(args, "--users", strings.Join(model.StringList(v), ","))
 		}
 	default:
 		args = append([]string{"groupmod"}, args...)
@@ -84,7 +84,7 @@ func (h *Group) Apply(ctx context.Context, res *model.Resource, _ model.Attribut
 			args = append(args, "--gid", number(want["gid"]))
 		}
 		if changes.Has("members") {
-			args = append(args, "--users", strings.Join(stringList(want["members"]), ","))
+			args = append(args, "--users", strings.Join(model.StringList(want["members"]), ","))
 		}
 	}
 	_, err := h.rt.Output(ctx, nil, append(args, name)...)

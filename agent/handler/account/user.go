@@ -48,7 +48,7 @@ func (h *User) Read(_ context.Context, res *model.Resource) (model.Attributes, b
 		cur["group"] = groupName(groups, g, u.gid)
 	}
 	if w, ok := want["groups"]; ok {
-		cur["groups"] = supplementary(groups, name, stringList(w))
+		cur["groups"] = supplementary(groups, name, model.StringList(w))
 	}
 	for k, v := range map[string]string{"home": u.home, "shell": u.shell, "comment": u.comment} {
 		if _, ok := want[k]; ok {
@@ -129,7 +129,7 @@ func userFlags(want model.Attributes, changes handler.Changes, create bool) []st
 		out = append(out, "--gid", want["group"].(string))
 	}
 	if set("groups") {
-		out = append(out, "--groups", strings.Join(stringList(want["groups"]), ","))
+		out = append(out, "--groups", strings.Join(model.StringList(want["groups"]), ","))
 	}
 	if set("home") {
 		out = append(out, "--home-dir", want["home"].(string))

@@ -45,7 +45,7 @@ func Render(res *model.Resource) []byte {
 	a := res.Attributes
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by Tether (%s): changes made here are undone.\n", res.ID)
-	env := stringMap(a["env"])
+	env := model.StringMap(a["env"])
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(&b, "%s=%s\n", k, env[k])
 	}
@@ -132,19 +132,6 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 	}
 	// cron ignores files that are group- or world-writable.
 	return h.rt.WriteFile(p, Render(res), 0o644)
-}
-
-func stringMap(v any) map[string]string {
-	out := map[string]string{}
-	switch m := v.(type) {
-	case map[string]string:
-		return m
-	case map[string]any:
-		for k, e := range m {
-			out[k], _ = e.(string)
-		}
-	}
-	return out
 }
 
 // WatchPaths implements handler.Watcher.

@@ -159,7 +159,7 @@ func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (
 			cmd.Dir = "/"
 		}
 	}
-	env := stringMap(a["env"])
+	env := model.StringMap(a["env"])
 	if u, ok := a["user"].(string); ok {
 		cred, home, name, err := credential(u)
 		if err != nil {
@@ -198,17 +198,4 @@ func credential(s string) (*syscall.Credential, string, string, error) {
 		}
 	}
 	return cred, u.HomeDir, u.Username, nil
-}
-
-func stringMap(v any) map[string]string {
-	out := map[string]string{}
-	switch m := v.(type) {
-	case map[string]string:
-		return m
-	case map[string]any:
-		for k, e := range m {
-			out[k], _ = e.(string)
-		}
-	}
-	return out
 }

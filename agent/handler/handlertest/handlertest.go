@@ -283,3 +283,13 @@ func (r *Recorder) Reset() {
 	r.calls = nil
 	r.mu.Unlock()
 }
+
+// NamedResource builds a resource of a name-identified kind (package,
+// service, user, exec, …) on agent "test", with attrs besides its name.
+func NamedResource(kind, name string, attrs model.Attributes) model.Resource {
+	a := model.Attributes{"name": name}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	return model.Resource{ID: model.ID{Type: kind, Agent: "test", Key: "name", Value: name}, Attributes: a}
+}

@@ -28,14 +28,15 @@ const (
 // Handler enforces package resources.
 type Handler struct {
 	handler.Declared
-	rt handler.Runtime
+	rt   handler.Runtime
+	host func() string // the host's package manager
 }
 
 var _ handler.Handler = (*Handler)(nil)
 
 // New returns the package handler for rt.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt, host: handler.HostProvider(rt.PackageManager, providers)}
 }
 
 // manager is one package manager.
@@ -53,7 +54,7 @@ type manager interface {
 var providers = [][2]string{{"apt", "dpkg-query"}, {"dnf", "rpm"}, {"apk", "apk"}}
 
 func (h *Handler) manager(res *model.Resource) (string, manager, error) {
-	p, err := handler.PickProvider(res.Attributes["provider"], h.rt.PackageManager, providers)
+	p, err := handler.PickProvider(res.Attributes["provider"], h.host(), providers)
 	if err != nil {
 		return "", nil, err
 	}

@@ -14,11 +14,7 @@ import (
 )
 
 func res(name string, attrs model.Attributes) model.Resource {
-	a := model.Attributes{"name": name}
-	for k, v := range attrs {
-		a[k] = v
-	}
-	return model.Resource{ID: model.ID{Type: Kind, Agent: "test", Key: "name", Value: name}, Attributes: a}
+	return handlertest.NamedResource(Kind, name, attrs)
 }
 
 func ptr(r model.Resource) *model.Resource { return &r }
@@ -31,7 +27,7 @@ func TestAptRealPackage(t *testing.T) {
 	ctx := context.Background()
 	host := handler.Runtime{}
 	purge := func() {
-		if _, err := host.Output(ctx, aptEnv, "apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=300", "remove", "--purge", "hello"); err != nil {
+		if err := (apt{host}).remove(ctx, "hello"); err != nil {
 			t.Logf("purging hello: %v", err)
 		}
 	}

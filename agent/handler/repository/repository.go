@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -32,14 +34,15 @@ const Kind = "repository"
 // Handler enforces repository resources.
 type Handler struct {
 	handler.Declared
-	rt handler.Runtime
+	rt   handler.Runtime
+	host func() string // the host's package manager
 }
 
 var _ handler.Handler = (*Handler)(nil)
 
 // New returns the repository handler for rt.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt, host: handler.HostProvider(rt.PackageManager, providers)}
 }
 
 var providers = [][2]string{{"apt", "apt-get"}, {"dnf", "dnf"}}
@@ -60,7 +63,7 @@ func (h *Handler) Validate(res *model.Resource) error {
 	if res.Purged {
 		return nil
 	}
-	p, err := handler.PickProvider(res.Attributes["provider"], h.rt.PackageManager, providers)
+	p, err := handler.PickProvider(res.Attributes["provider"], h.host(), providers)
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", handler.ErrInvalid, res.ID, err)
 	}
@@ -103,7 +106,7 @@ func Render(provider string, res *model.Resource) string {
 // repository, whose suite ends in '/').
 func components(a model.Attributes) []string {
 	if v, ok := a["components"]; ok {
-		return stringList(v)
+		return model.StringList(v)
 	}
 	if s, _ := a["suite"].(string); strings.HasSuffix(s, "/") {
 		return nil
@@ -200,17 +203,8 @@ func parse(provider, data string, res *model.Resource, cur model.Attributes) {
 	if handler.ComputeChanges(res, cur, true) == nil {
 		// Equal in what the attributes say, different in the rest: the
 		// next apply rewrites the file.
-		cur["url"] = "(the file has other lines: " + strings.Join(sortedKeys(fields), ", ") + ")"
+		cur["url"] = "(the file has other lines: " + strings.Join(slices.Sorted(maps.Keys(fields)), ", ") + ")"
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Apply implements handler.Handler.
@@ -237,7 +231,7 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 		return nil
 	}
 	if k, ok := res.Attributes["key"].(string); ok {
-		if err := os.MkdirAll(dirOf(key), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(key), 0o755); err != nil {
 			return err
 		}
 		if err := h.rt.WriteFile(key, []byte(k), 0o644); err != nil {
@@ -260,35 +254,12 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 }
 
 func (h *Handler) provider(res *model.Resource) (string, error) {
-	return handler.PickProvider(res.Attributes["provider"], h.rt.PackageManager, providers)
+	return handler.PickProvider(res.Attributes["provider"], h.host(), providers)
 }
 
 // onHost reports whether the agent works on the host's own root, where the
 // package manager reads the files written.
 func (h *Handler) onHost() bool { return h.rt.Root == "" || h.rt.Root == "/" }
-
-func dirOf(p string) string {
-	i := strings.LastIndexByte(p, '/')
-	if i <= 0 {
-		return "/"
-	}
-	return p[:i]
-}
-
-func stringList(v any) []string {
-	switch l := v.(type) {
-	case []string:
-		return l
-	case []any:
-		out := make([]string, 0, len(l))
-		for _, e := range l {
-			s, _ := e.(string)
-			out = append(out, s)
-		}
-		return out
-	}
-	return nil
-}
 
 // WatchPaths implements handler.Watcher: the source and the key file.
 func (h *Handler) WatchPaths(res *model.Resource) ([]string, bool) {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/model"
@@ -26,6 +27,9 @@ const Kind = "service"
 type Handler struct {
 	handler.Declared
 	rt handler.Runtime
+	// Manager names the init system the handler drives: the runtime's,
+	// else the one running on this host (DetectManager, looked at once).
+	Manager func() string
 }
 
 var (
@@ -35,7 +39,12 @@ var (
 
 // New returns the service handler for rt.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt, Manager: sync.OnceValue(func() string {
+		if rt.ServiceManager != "" {
+			return rt.ServiceManager
+		}
+		return DetectManager()
+	})}
 }
 
 // manager is one init system.
@@ -46,15 +55,6 @@ type manager interface {
 	setEnabled(ctx context.Context, name string, on bool) error
 	// do runs an action: start, stop, restart, reload.
 	do(ctx context.Context, name, action string) error
-}
-
-// Manager returns the init system the handler uses: the runtime's, else
-// the one running on this host.
-func (h *Handler) Manager() string {
-	if h.rt.ServiceManager != "" {
-		return h.rt.ServiceManager
-	}
-	return DetectManager()
 }
 
 // DetectManager names the init system running on this host: systemd when

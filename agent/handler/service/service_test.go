@@ -14,11 +14,7 @@ import (
 )
 
 func res(name string, attrs model.Attributes) model.Resource {
-	a := model.Attributes{"name": name}
-	for k, v := range attrs {
-		a[k] = v
-	}
-	return model.Resource{ID: model.ID{Type: Kind, Agent: "test", Key: "name", Value: name}, Attributes: a}
+	return handlertest.NamedResource(Kind, name, attrs)
 }
 
 func ptr(r model.Resource) *model.Resource { return &r }
