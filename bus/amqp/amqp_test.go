@@ -25,11 +25,12 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/bustest"
+	"github.com/tetherhq/tether/model/testenv"
 )
 
 // brokerURL is the RabbitMQ the tests use: TETHER_TEST_AMQP, or the local
 // one. Without a reachable broker the tests skip, loudly, unless
-// TETHER_REQUIRE_SERVICES=1 (CI), where they fail.
+// tests must run (testenv.Need), where they fail.
 func brokerURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv("TETHER_TEST_AMQP")
@@ -38,11 +39,7 @@ func brokerURL(t testing.TB) string {
 	}
 	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
-		msg := fmt.Sprintf("RabbitMQ at %s is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", redactURL(u), err)
-		if os.Getenv("TETHER_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED: " + msg)
+		testenv.Need(t, false, fmt.Sprintf("RabbitMQ at %s is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", redactURL(u), err))
 	}
 	_ = conn.Close()
 	return u

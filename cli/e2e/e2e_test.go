@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/testenv"
 )
 
 func fileID(agent, path string) string { return fmt.Sprintf("file[%s,path=%s]", agent, path) }
@@ -147,7 +149,7 @@ func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
 		t.Skip("SKIPPED here: fault tests stop RabbitMQ; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
 	}
 	_, err := exec.LookPath("rabbitmqctl")
-	need(t, err == nil, "this fault test needs rabbitmqctl to stop the local broker")
+	testenv.Need(t, err == nil, "this fault test needs rabbitmqctl to stop the local broker")
 	c := newCluster(t)
 	const n = 300
 	content := func(i int) string { return fmt.Sprintf("broker stopped %d\n", i) }
@@ -171,6 +173,73 @@ func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
 	c.converged(v, total, 120*time.Second)
 	checkFiles(t, root, n, content)
 	checkEachOnce(t, c, total)
+}
+
+// TestFaultDriftWhileBrokerStopped edits a watched file while the broker
+// is down: the agent heals it at once on its own, keeps the drift and heal
+// reports in its outbox, and the server records both when the broker is
+// back.
+func TestFaultDriftWhileBrokerStopped(t *testing.T) {
+	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
+		t.Skip("SKIPPED here: fault tests stop RabbitMQ; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
+	}
+	_, err := exec.LookPath("rabbitmqctl")
+	testenv.Need(t, err == nil, "this fault test needs rabbitmqctl to stop the local broker")
+	c := newCluster(t)
+	c.cli("env", "settings", "set", "drift_policy", "heal")
+	const n = 3
+	content := func(i int) string { return fmt.Sprintf("watched %d\n", i) }
+	v := c.release(fileModel(t, n, content, nil))
+	root := t.TempDir()
+	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root})
+	c.converged(v, n+1, 60*time.Second)
+
+	run(t, "rabbitmqctl", "-q", "stop_app")
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
+		}
+	}()
+	path := filepath.Join(root, "srv", "f1")
+	if err := os.WriteFile(path, []byte("edited while the broker was down\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to heal the file without the broker", func() bool {
+		b, err := os.ReadFile(path)
+		return err == nil && string(b) == content(1)
+	})
+	run(t, "rabbitmqctl", "-q", "start_app")
+	restarted = true
+
+	id := fileID("web", "/srv/f1")
+	var drift, healed *model.Alert
+	waitFor(t, 120*time.Second, "the drift and the heal recorded by the server", func() bool {
+		code, out, _ := c.run("alert", "list", "--kind", "drift", "-o", "json")
+		var alerts []model.Alert
+		if code != 0 || json.Unmarshal([]byte(out), &alerts) != nil {
+			return false
+		}
+		for i := range alerts {
+			a := &alerts[i]
+			if a.ID == nil || a.ID.String() != id {
+				continue
+			}
+			switch a.Compliance {
+			case model.NonCompliant:
+				drift = a
+			case model.Compliant:
+				healed = a
+			}
+		}
+		return drift != nil && healed != nil
+	})
+	if got := drift.Changes["content"].Current; got != "edited while the broker was down\n" {
+		t.Fatalf("the drift alert says the content was %v", got)
+	}
+	if !strings.HasPrefix(healed.Message, "healed") || healed.At.Before(drift.At) {
+		t.Fatalf("restore alert %+v after drift %+v, want a heal after the drift", healed, drift)
+	}
 }
 
 // TestStandbyTakesOver starts two processes for one agent name, with the

@@ -522,19 +522,6 @@ func logged(p *proc, msg string) bool {
 	return false
 }
 
-// need fails under CI, and skips loudly elsewhere, when the machine lacks
-// what a test needs.
-func need(t *testing.T, ok bool, why string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" || os.Getenv("TETHER_REQUIRE_SERVICES") == "1" {
-		t.Fatal(why)
-	}
-	t.Skip("SKIPPED: " + why)
-}
-
 // agent returns the server's view of agent name (zero if not known).
 func (c *cluster) agent(name string) api.AgentView {
 	c.t.Helper()

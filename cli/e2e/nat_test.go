@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/api"
 )
 
@@ -111,10 +112,10 @@ func rabbitUser(t *testing.T) (user, pass string) {
 // nothing can open one to it. It is discovered with its facts and labels,
 // accepted by its enrollment token, deploys its slice and reports it.
 func TestAgentBehindNAT(t *testing.T) {
-	need(t, os.Geteuid() == 0, "the NAT test makes network namespaces: run it as root")
+	testenv.Need(t, os.Geteuid() == 0, "the NAT test makes network namespaces: run it as root")
 	for _, tool := range []string{"ip", "iptables", "rabbitmqctl"} {
 		_, err := exec.LookPath(tool)
-		need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
+		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
 	}
 	c := newCluster(t)
 	n := setupNAT(t)

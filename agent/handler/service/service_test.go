@@ -11,6 +11,7 @@ import (
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/handlertest"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/testenv"
 )
 
 func res(name string, attrs model.Attributes) model.Resource {
@@ -25,7 +26,7 @@ func ptr(r model.Resource) *model.Resource { return &r }
 func TestSysVRealDaemon(t *testing.T) {
 	handlertest.NeedRoot(t)
 	handlertest.NeedCommands(t, "apt-get", "service", "update-rc.d")
-	handlertest.NeedHost(t, DetectManager() == "sysv", "this host runs "+DetectManager()+", not SysV init scripts")
+	testenv.Need(t, DetectManager() == "sysv", "this host runs "+DetectManager()+", not SysV init scripts")
 	ctx := context.Background()
 	host := handler.Runtime{}
 	apt := func(args ...string) {

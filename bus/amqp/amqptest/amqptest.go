@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
+	"github.com/tetherhq/tether/model/testenv"
 )
 
 // DefaultURL is the local RabbitMQ of a development machine and CI.
@@ -72,7 +73,7 @@ func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler
 
 // Open connects a bus on cfg; it is closed, and the namespace's topology
 // deleted, when the test ends. When the broker cannot be reached the test
-// is skipped with the reason, or fails under TETHER_REQUIRE_SERVICES=1 (CI).
+// is skipped with the reason, or fails where tests must run (testenv.Need).
 func Open(t testing.TB, cfg amqp.Config) *Bus {
 	t.Helper()
 	b, err := amqp.New(cfg, zerolog.Nop())
@@ -83,13 +84,7 @@ func Open(t testing.TB, cfg amqp.Config) *Bus {
 	defer cancel()
 	if err := b.Ready(ctx); err != nil {
 		b.Close()
-		// When the broker is away the test is skipped with the reason,
-		// or fails under TETHER_REQUIRE_SERVICES=1 (CI).
-		msg := fmt.Sprintf("RabbitMQ is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", err)
-		if os.Getenv("TETHER_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED: " + msg)
+		testenv.Need(t, false, fmt.Sprintf("RabbitMQ is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", err))
 	}
 	tb := &Bus{Bus: b, inboxes: map[string]bool{}}
 	t.Cleanup(func() {

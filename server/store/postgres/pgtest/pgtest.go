@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/store/postgres"
 )
 
@@ -20,7 +21,7 @@ import (
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // URL returns the database tests use. When it cannot be reached the test is
-// skipped with the reason, or fails under TETHER_REQUIRE_SERVICES=1 (CI).
+// skipped with the reason, or fails where tests must run (testenv.Need).
 func URL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv("TETHER_TEST_POSTGRES")
@@ -31,11 +32,7 @@ func URL(t testing.TB) string {
 	defer cancel()
 	name := "probe_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	if err := postgres.CreateSchema(ctx, u, name); err != nil {
-		msg := fmt.Sprintf("PostgreSQL at %s is not usable (%v): start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or set TETHER_TEST_POSTGRES", redact(u), err)
-		if os.Getenv("TETHER_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED: " + msg)
+		testenv.Need(t, false, fmt.Sprintf("PostgreSQL at %s is not usable (%v): start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or set TETHER_TEST_POSTGRES", redact(u), err))
 	}
 	_ = postgres.DropSchema(ctx, u, name)
 	return u
