@@ -39,6 +39,10 @@ type AttrSpec struct {
 	Sensitive bool
 	// Check validates a value beyond its type (nil: any value of the type).
 	Check func(v any) error
+	// PurgeOption marks an attribute that says how to purge (a directory's
+	// recurse): besides the identity, the only kind a purged resource may
+	// carry.
+	PurgeOption bool
 }
 
 // KindSpec declares a built-in resource kind.
@@ -107,6 +111,22 @@ func (k *KindSpec) CheckResource(attrs Attributes, purged bool) error {
 		return nil
 	}
 	return k.CheckRequired(func(name string) bool { _, ok := attrs[name]; return ok })
+}
+
+// NotWhenPurged returns the first of names, in order, that a purged
+// resource may not carry: neither the identity nor a purge option ("" if
+// none).
+func (k *KindSpec) NotWhenPurged(names []string) string {
+	for _, n := range names {
+		if n == k.Identity {
+			continue
+		}
+		if a, ok := k.Attr(n); ok && a.PurgeOption {
+			continue
+		}
+		return n
+	}
+	return ""
 }
 
 // CheckRequired reports the first required attribute that set says is not

@@ -55,6 +55,7 @@ var directoryKind = KindSpec{
 		{Name: "mode", Type: TypeString, Doc: `permission bits in octal, e.g. "0755"; new directories get 0755 less the umask when unset`, Check: checkMode},
 		ownerAttr,
 		groupAttr,
+		{Name: "recurse", Type: TypeBool, PurgeOption: true, Doc: "when purged, remove the directory with everything in it; without it only an empty directory is removed"},
 	},
 }
 

@@ -93,8 +93,10 @@ func ValidateWith(spec *model.KindSpec, res *model.Resource) error {
 	if err := spec.CheckResource(res.Attributes, res.Purged); err != nil {
 		return fmt.Errorf("%w %s: %w", ErrInvalid, res.ID, err)
 	}
-	if res.Purged && len(res.Attributes) > 1 {
-		return fmt.Errorf("%w %s: a purged %s takes no attributes but its %s", ErrInvalid, res.ID, spec.Kind, spec.Identity)
+	if res.Purged {
+		if n := spec.NotWhenPurged(slices.Sorted(maps.Keys(res.Attributes))); n != "" {
+			return fmt.Errorf("%w %s: a purged %s takes no attributes but its %s: remove %s", ErrInvalid, res.ID, spec.Kind, spec.Identity, n)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -38,8 +41,69 @@ func (rt Runtime) HostPath(p string) (string, error) {
 	if rt.Root == "" || rt.Root == "/" {
 		return p, nil
 	}
-	// p is clean and absolute, so Join cannot climb out of Root.
-	return filepath.Join(rt.Root, p), nil
+	// p is clean and absolute, so Join cannot climb out of Root; a symbolic
+	// link on the way could.
+	host := filepath.Join(rt.Root, p)
+	if err := rt.confine(host); err != nil {
+		return "", err
+	}
+	return host, nil
+}
+
+// ErrOutsideRoot is returned (wrapped) for a path whose parent directories
+// lead, through a symbolic link, out of the agent's root.
+var ErrOutsideRoot = errors.New("leads out of the root through a symbolic link")
+
+// confine refuses a host path below Root whose existing parent directories
+// include a symbolic link that resolves outside Root: a handler must not
+// write, or read, through it. The final component is not checked: handlers
+// never follow it (a file replaces a link, a symlink is one). It costs one
+// lstat per directory between Root and the path, more only where a link is.
+// It guards against a sandbox whose links point away, not against a local
+// attacker racing the agent inside the root.
+func (rt Runtime) confine(host string) error {
+	for dir := filepath.Dir(host); len(dir) > len(rt.Root); dir = filepath.Dir(dir) {
+		info, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if info.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // dangling: nothing can be written through it
+		}
+		if err != nil {
+			return err
+		}
+		root, err := realRoot(rt.Root)
+		if err != nil {
+			return err
+		}
+		if real != root && !strings.HasPrefix(real, root+string(filepath.Separator)) {
+			return fmt.Errorf("%s %w %s (%s points to %s): remove the link or point it inside the root", host, ErrOutsideRoot, rt.Root, dir, real)
+		}
+	}
+	return nil
+}
+
+// realRoots caches each root's path with its symbolic links resolved.
+var realRoots sync.Map
+
+func realRoot(root string) (string, error) {
+	if r, ok := realRoots.Load(root); ok {
+		return r.(string), nil
+	}
+	r, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", fmt.Errorf("the agent's root %s: %w", root, err)
+	}
+	realRoots.Store(root, r)
+	return r, nil
 }
 
 // Lstat maps a resource path to this host (HostPath) and describes what is

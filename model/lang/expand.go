@@ -2,6 +2,7 @@ package lang
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -357,10 +358,12 @@ func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext
 		c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Invalid resource identity", "%v", err))
 		return
 	}
-	if purged && len(attrs) > 1 {
-		c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Purged resource with attributes",
-			"a purged %s only needs its %s: its other attributes are set%s", kind.Kind, kind.Identity, hostSuffix(h)))
-		return
+	if purged {
+		if n := kind.NotWhenPurged(slices.Sorted(maps.Keys(attrs))); n != "" {
+			c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Purged resource with attributes",
+				"a purged %s only needs its %s: %s is set%s", kind.Kind, kind.Identity, n, hostSuffix(h)))
+			return
+		}
 	}
 	if !purged && !undefined {
 		if err := kind.CheckRequired(func(n string) bool { _, ok := attrs[n]; return ok }); err != nil {

@@ -487,7 +487,7 @@ func (c *compiler) decodeResource(blk *hcl.Block) *resourceBlock {
 	// required attributes.
 	if rb.purged != nil && isLiteralTrue(rb.purged.Expr) {
 		for _, a := range rb.attrs {
-			if a.Name != kind.Identity {
+			if kind.NotWhenPurged([]string{a.Name}) != "" {
 				c.diags = append(c.diags, errorf(a.NameRange.Ptr(), "Purged resource with attributes",
 					"a purged %s only needs its %s: remove %s", kind.Kind, kind.Identity, a.Name))
 				return nil

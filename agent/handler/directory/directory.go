@@ -1,6 +1,7 @@
 // Package directory is the handler for `directory` resources: a directory with
 // a given mode, owner and group. Its parent must exist (manage it too, the
-// compiler orders parents first). Purging removes an empty directory only.
+// compiler orders parents first). Purging removes an empty directory only,
+// unless the resource asks for everything in it to go too (recurse).
 package directory
 
 import (
@@ -45,6 +46,9 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 		return nil, false, notDir(p, info)
 	}
 	current := model.Attributes{"path": res.ID.Value}
+	if v, ok := res.Attributes["recurse"]; ok {
+		current["recurse"] = v // how to purge, not a state of the host
+	}
 	handler.ReadMeta(info, res.Attributes, current)
 	return current, true, nil
 }
@@ -56,9 +60,14 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return err
 	}
 	if changes.Removed() {
+		if res.Attributes["recurse"] == true {
+			// The path is never / (model.CheckAbsPath), so never the root.
+			// RemoveAll removes links inside, never what they point to.
+			return os.RemoveAll(p)
+		}
 		err := os.Remove(p)
 		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-			return fmt.Errorf("remove %s: the directory is not empty: purge what it holds first", p)
+			return fmt.Errorf("remove %s: the directory is not empty: purge what it holds first, or set recurse = true to remove it with everything in it", p)
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err

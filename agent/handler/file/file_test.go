@@ -2,6 +2,7 @@ package file
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -209,5 +210,53 @@ func TestRootPrefix(t *testing.T) {
 	}
 	if _, err := os.Stat("/inside"); err == nil {
 		t.Fatal("file written outside the root")
+	}
+}
+
+// A parent directory that is a symbolic link out of the root (absolute, or
+// relative and climbing) is refused for reading and writing, and nothing is
+// written where it points; a link that stays inside the root is followed.
+func TestParentLinkOutOfTheRoot(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("outside"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(filepath.Join(root, "etc"), outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"abs": outside, "rel": rel} {
+		if err := os.Symlink(target, filepath.Join(root, "etc", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("etc", filepath.Join(root, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	h := New(handler.Runtime{Root: root})
+	ctx := context.Background()
+	for _, p := range []string{"/etc/abs/secret", "/etc/rel/secret", "/alias/abs/secret", "/etc/abs/new/deeper"} {
+		r := res(p, model.Attributes{"content": "overwritten", "mode": "0644"})
+		if _, _, err := h.Read(ctx, &r); !errors.Is(err, handler.ErrOutsideRoot) {
+			t.Fatalf("Read %s: %v, want ErrOutsideRoot", p, err)
+		}
+		err := h.Apply(ctx, &r, nil, handler.ComputeChanges(&r, nil, false))
+		if !errors.Is(err, handler.ErrOutsideRoot) || !strings.Contains(err.Error(), "remove the link") {
+			t.Fatalf("Apply %s: %v, want ErrOutsideRoot telling what to do", p, err)
+		}
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "outside" {
+		t.Fatalf("a file outside the root was written: %q", b)
+	}
+	in := res("/alias/f", model.Attributes{"content": "inside"})
+	if err := h.Apply(ctx, &in, nil, handler.ComputeChanges(&in, nil, false)); err != nil {
+		t.Fatalf("a link inside the root: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "etc", "f")); err != nil || string(b) != "inside" {
+		t.Fatalf("through a link inside the root: %q, %v", b, err)
 	}
 }
