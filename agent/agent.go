@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -85,6 +86,16 @@ type Config struct {
 	// stable for a FlapWindow.
 	FlapWindow time.Duration
 	FlapCount  int
+	// NoWatch turns the compliance monitor off: drift is then found only
+	// by repairs. For a process that exits right after its deploy (the
+	// one-shot `tether deploy`), where watching would be work for nobody.
+	NoWatch bool
+	// ReleaseMemoryAt: after a job, or a verification, of at least this
+	// many resources the agent hands the memory it no longer uses back to
+	// the operating system, so that a daemon idles at what it holds
+	// rather than at the Go heap's goal, twice that (0: 1000; negative:
+	// never, for a process about to exit).
+	ReleaseMemoryAt int
 }
 
 // Default fills zero fields with defaults.
@@ -133,6 +144,19 @@ func (c *Config) Default() {
 	}
 	if c.FlapCount <= 0 {
 		c.FlapCount = 5
+	}
+	if c.ReleaseMemoryAt == 0 {
+		c.ReleaseMemoryAt = 1000
+	}
+}
+
+// releaseMemory returns unused memory to the operating system after work
+// on n resources, if that is much (Config.ReleaseMemoryAt). A full
+// collection: a few milliseconds for tens of thousands of resources, once
+// per large job.
+func (a *Agent) releaseMemory(n int) {
+	if a.cfg.ReleaseMemoryAt > 0 && n >= a.cfg.ReleaseMemoryAt {
+		debug.FreeOSMemory()
 	}
 }
 

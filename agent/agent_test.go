@@ -33,6 +33,8 @@ type fakeServer struct {
 	mu     sync.Mutex
 	events []*bus.Envelope
 	added  chan struct{}
+	// patience bounds the wait for each event (default: patience).
+	patience time.Duration
 }
 
 func newFakeServer(t testing.TB) *fakeServer {
@@ -40,7 +42,7 @@ func newFakeServer(t testing.TB) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &fakeServer{t: t, bus: bus.NewLocal(zerolog.Nop()), signer: bus.NewSigner(key, 0), added: make(chan struct{}, 1)}
+	s := &fakeServer{t: t, bus: bus.NewLocal(zerolog.Nop()), signer: bus.NewSigner(key, 0), added: make(chan struct{}, 1), patience: patience}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, q := range []bus.Queue{bus.QueueEvents, bus.QueueCompliance} {
@@ -82,7 +84,7 @@ func (s *fakeServer) send(agent string, kind bus.Kind, body any) {
 // events already taken; it fails the test after patience.
 func (s *fakeServer) next(from *int, agent string, kind bus.Kind) *bus.Envelope {
 	s.t.Helper()
-	deadline := time.After(patience)
+	deadline := time.After(s.patience)
 	for {
 		s.mu.Lock()
 		for ; *from < len(s.events); *from++ {
@@ -97,7 +99,7 @@ func (s *fakeServer) next(from *int, agent string, kind bus.Kind) *bus.Envelope 
 		select {
 		case <-s.added:
 		case <-deadline:
-			s.t.Fatalf("no %s from %s within %s", kind, agent, patience)
+			s.t.Fatalf("no %s from %s within %s", kind, agent, s.patience)
 		}
 	}
 }
@@ -559,6 +561,27 @@ func TestFactsReportedOnChange(t *testing.T) {
 	}
 }
 
+// silentUntil reads agent's compliance messages until one for which last
+// holds, failing with what if any of them, that one included, reports
+// about quiet.
+func (s *fakeServer) silentUntil(from *int, agent string, quiet model.ID, what string, last func(bus.Compliance) bool) {
+	s.t.Helper()
+	for {
+		var body bus.Compliance
+		if err := s.next(from, agent, bus.KindCompliance).DecodeBody(&body); err != nil {
+			s.t.Fatal(err)
+		}
+		for _, r := range body.Reports {
+			if r.ID == quiet {
+				s.t.Fatalf("%s: %+v", what, r)
+			}
+		}
+		if last(body) {
+			return
+		}
+	}
+}
+
 // reports hands out, one at a time, the compliance reports about one
 // resource, in the order the agent sent them (one message may carry a
 // drift and its heal).
@@ -663,20 +686,9 @@ func TestDriftReportedAndHealed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "other"), []byte("y"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		var body bus.Compliance
-		if err := s.next(&seen, "web", bus.KindCompliance).DecodeBody(&body); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range body.Reports {
-			if r.ID == motd.ID {
-				t.Fatalf("the agent's own deploy was reported as drift: %+v", r)
-			}
-		}
-		if body.Reports[0].ID.Value == "/other" && body.Reports[len(body.Reports)-1].Healed {
-			break
-		}
-	}
+	s.silentUntil(&seen, "web", motd.ID, "the agent's own deploy was reported as drift", func(body bus.Compliance) bool {
+		return body.Reports[0].ID.Value == "/other" && body.Reports[len(body.Reports)-1].Healed
+	})
 }
 
 // A resource drifting again and again is reported flapping once, then held
@@ -712,4 +724,86 @@ func TestFlappingIsHeldBack(t *testing.T) {
 	if n := s.count("web", bus.KindCompliance); n != 3 {
 		t.Fatalf("%d compliance messages for 8 drifts, want 3", n)
 	}
+}
+
+// The drift policy outlives the agent: drift while it was down is found at
+// start and healed, and so is drift after, without a new deploy.
+func TestDriftPolicyKeptAcrossRestart(t *testing.T) {
+	s := newFakeServer(t)
+	root, dir := t.TempDir(), t.TempDir()
+	var seen int
+	r := start(t, s, "web", dir, root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	motd := file("web", "/motd", "hello\n")
+	s.full("web", 1, motd)
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1, DriftPolicy: model.DriftHeal})
+	if _, last := s.results(&seen, "web", "d1"); last.Error != "" {
+		t.Fatal(last.Error)
+	}
+	r.stop()
+
+	path := filepath.Join(root, "motd")
+	if err := os.WriteFile(path, []byte("changed while the agent was down\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s, "web", dir, root, nil)
+	q := &reports{s: s, from: &seen, agent: "web", id: motd.ID}
+	if d := q.next(); d.Compliance != model.NonCompliant || d.Changes["content"].Current != "changed while the agent was down\n" {
+		t.Fatalf("drift while down: %+v", d)
+	}
+	if h := q.next(); !h.Healed {
+		t.Fatalf("drift while down: %+v, want healed under the kept policy", h)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if d := q.next(); !d.Changes.Created() {
+		t.Fatalf("deletion after the restart: %+v", d)
+	}
+	if h := q.next(); !h.Healed {
+		t.Fatalf("deletion after the restart: %+v, want healed", h)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "hello\n" {
+		t.Fatalf("healed file holds %q (%v)", b, err)
+	}
+}
+
+// Drift reported under alert and then put right by a repair is not
+// reported again as changed back by hand: the repair's result says it.
+func TestRepairedDriftIsNoNews(t *testing.T) {
+	s := newFakeServer(t)
+	root := t.TempDir()
+	var seen int
+	start(t, s, "web", t.TempDir(), root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	motd := file("web", "/motd", "hello\n")
+	motd.Attributes["mode"] = "0644"
+	other := file("web", "/other", "x")
+	s.full("web", 1, motd, other)
+	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1, DriftPolicy: model.DriftAlert})
+	if _, last := s.results(&seen, "web", "d1"); last.Error != "" {
+		t.Fatal(last.Error)
+	}
+	path := filepath.Join(root, "motd")
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q := &reports{s: s, from: &seen, agent: "web", id: motd.ID}
+	if d := q.next(); d.Changes["mode"].Current != "0600" {
+		t.Fatalf("drift report %+v", d)
+	}
+	s.send("web", bus.KindRepair, bus.Deploy{DeployID: "r1", Mode: bus.DeployFull, Generation: 1, DriftPolicy: model.DriftAlert})
+	results, last := s.results(&seen, "web", "r1")
+	if last.Error != "" || !results[motd.ID].Changes.Has("mode") {
+		t.Fatalf("repair: %+v (%s)", results[motd.ID], last.Error)
+	}
+	// A later out-of-band change marks the end: nothing about motd before it.
+	if err := os.WriteFile(filepath.Join(root, "other"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.silentUntil(&seen, "web", motd.ID, "after the repair the monitor reported", func(body bus.Compliance) bool {
+		return body.Reports[0].ID == other.ID
+	})
 }

@@ -33,17 +33,33 @@ type monitor struct {
 	a   *Agent
 	fsw *fsnotify.Watcher
 
-	// Guarded by a.mu.
-	watched  map[model.ID]model.Resource
-	byPath   map[string][]model.ID
+	// Guarded by a.mu. An agent may watch tens of thousands of resources:
+	// they are held once, in list, and found by index.
+	list  []watch
+	index map[model.ID]int32 // into list
+	// byPath maps a watched path to its resource; shared holds the others
+	// of a path watched for several (the account files, the package
+	// database).
+	byPath   map[string]int32
+	shared   map[string][]int32
 	dirs     map[string]bool
-	polled   []model.ID
+	polled   []int32
 	suspects map[model.ID]bool
 	policy   model.DriftPolicy
 
-	// Owned by the verifier goroutine.
+	// status is touched by the verifier goroutine (check, calmDown) and
+	// by arm, which holds the enforce lock, as check does, and a.mu, as
+	// calmDown does.
 	status map[model.ID]*driftState
 	poke   chan struct{}
+}
+
+// watch is one watched resource.
+type watch struct {
+	// res is in the journal's slice, which is replaced, never changed in
+	// place, when the desired state changes.
+	res  *model.Resource
+	hash model.Hash
 }
 
 // driftState is what the agent last reported of a resource.
@@ -58,7 +74,7 @@ type driftState struct {
 }
 
 func newMonitor(a *Agent) *monitor {
-	m := &monitor{a: a, watched: map[model.ID]model.Resource{}, byPath: map[string][]model.ID{}, dirs: map[string]bool{},
+	m := &monitor{a: a, index: map[model.ID]int32{}, byPath: map[string]int32{}, dirs: map[string]bool{},
 		suspects: map[model.ID]bool{}, status: map[model.ID]*driftState{}, poke: make(chan struct{}, 1)}
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -83,13 +99,8 @@ func (m *monitor) run(ctx context.Context) {
 			return
 		case <-poll.C:
 			m.a.mu.Lock()
-			for _, id := range m.polled {
-				m.suspects[id] = true
-			}
-			if m.fsw == nil {
-				for id := range m.watched {
-					m.suspects[id] = true
-				}
+			for _, i := range m.polled {
+				m.suspects[m.list[i].res.ID] = true
 			}
 			m.a.mu.Unlock()
 			m.calmDown()
@@ -113,13 +124,17 @@ func (m *monitor) events(ctx context.Context) {
 			if !ok {
 				return
 			}
+			p := filepath.Clean(ev.Name)
 			m.a.mu.Lock()
-			ids := m.byPath[filepath.Clean(ev.Name)]
-			for _, id := range ids {
-				m.suspects[id] = true
+			i, hit := m.byPath[p]
+			if hit {
+				m.suspects[m.list[i].res.ID] = true
+				for _, i := range m.shared[p] {
+					m.suspects[m.list[i].res.ID] = true
+				}
 			}
 			m.a.mu.Unlock()
-			if len(ids) > 0 {
+			if hit {
 				m.a.poke(m.poke)
 			}
 		case err, ok := <-m.fsw.Errors:
@@ -129,7 +144,7 @@ func (m *monitor) events(ctx context.Context) {
 			// An overflowed queue lost events: verify everything.
 			m.a.log.Warn().Err(err).Msg("file watch error; verifying every watched resource")
 			m.a.mu.Lock()
-			for id := range m.watched {
+			for id := range m.index {
 				m.suspects[id] = true
 			}
 			m.a.mu.Unlock()
@@ -139,19 +154,24 @@ func (m *monitor) events(ctx context.Context) {
 }
 
 // arm watches the slice's resources whose last result is deployed (with
-// policy as the drift policy, unless empty), and verifies all of them when
-// verifyAll (at start: drift while the agent was down). Called with the
-// enforce lock held, after a job.
-func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool) {
+// policy as the drift policy, unless empty), and verifies those new to the
+// watch or changed since (all of them when verifyAll: at start, drift while
+// the agent was down). settled are the resources the job just deployed.
+// It returns how many resources it queued for verification. Called with
+// the enforce lock held, after a job.
+func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[model.ID]bool) (queued int) {
 	s := m.a.journal.Slice()
 	m.a.mu.Lock()
 	hashes := m.a.hashes
 	m.a.mu.Unlock()
-	watched := map[model.ID]model.Resource{}
-	byPath := map[string][]model.ID{}
+	list := make([]watch, 0, len(s.Resources))
+	index := make(map[model.ID]int32, len(s.Resources))
+	byPath := make(map[string]int32, len(s.Resources))
+	shared := map[string][]int32{}
 	dirs := map[string]bool{}
-	var polled []model.ID
-	for _, r := range s.Resources {
+	var polled []int32
+	for k := range s.Resources {
+		r := &s.Resources[k]
 		last, ok := m.a.journal.Applied(r.ID)
 		if !ok || last.State != model.StateDeployed || last.Hash != hashes[r.ID] {
 			continue
@@ -164,14 +184,20 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool) {
 		if !ok {
 			continue // exec: verified on the repair interval only
 		}
-		watched[r.ID] = r
-		paths, poll := w.WatchPaths(&r)
+		n := int32(len(list))
+		list = append(list, watch{res: r, hash: last.Hash})
+		index[r.ID] = n
+		paths, poll := w.WatchPaths(r)
 		if poll || m.fsw == nil {
-			polled = append(polled, r.ID)
+			polled = append(polled, n)
 		}
 		for _, p := range paths {
 			p = filepath.Clean(p)
-			byPath[p] = append(byPath[p], r.ID)
+			if _, dup := byPath[p]; dup {
+				shared[p] = append(shared[p], n)
+			} else {
+				byPath[p] = n
+			}
 			dirs[filepath.Dir(p)] = true
 		}
 	}
@@ -193,30 +219,39 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool) {
 		}
 	}
 	m.a.mu.Lock()
-	m.watched, m.byPath, m.dirs, m.polled = watched, byPath, dirs, polled
+	for _, w := range list {
+		// What was not watched with this intent before may have changed
+		// between the job's apply and the watch being added just now:
+		// verify it once, now that an event would be seen.
+		if old, ok := m.index[w.res.ID]; verifyAll || !ok || m.list[old].hash != w.hash {
+			m.suspects[w.res.ID] = true
+		}
+	}
+	m.list, m.index, m.byPath, m.shared, m.dirs, m.polled = list, index, byPath, shared, dirs, polled
 	if policy != "" {
 		m.policy = policy
 	}
 	for id := range m.suspects {
-		if _, ok := watched[id]; !ok {
+		if _, ok := index[id]; !ok {
 			delete(m.suspects, id)
 		}
 	}
-	if verifyAll {
-		for id := range watched {
-			m.suspects[id] = true
-		}
-	}
-	pending := len(m.suspects) > 0
-	m.a.mu.Unlock()
-	for id := range m.status {
-		if _, ok := watched[id]; !ok {
+	queued = len(m.suspects)
+	for id, st := range m.status {
+		if _, ok := index[id]; !ok {
 			delete(m.status, id)
 		}
+		if settled[id] {
+			// The job put it back, and its result told the server: a
+			// later verification finding it in place is no news.
+			st.drifted, st.changes = false, nil
+		}
 	}
-	if pending {
+	m.a.mu.Unlock()
+	if queued > 0 {
 		m.a.poke(m.poke)
 	}
+	return queued
 }
 
 // calmDown ends flapping for resources that have not drifted for a flap
@@ -244,8 +279,8 @@ func (m *monitor) verify(ctx context.Context) {
 	}
 	var todo []model.Resource
 	for id := range m.suspects {
-		if r, ok := m.watched[id]; ok {
-			todo = append(todo, r)
+		if i, ok := m.index[id]; ok {
+			todo = append(todo, *m.list[i].res)
 		}
 		delete(m.suspects, id)
 	}
@@ -259,6 +294,7 @@ func (m *monitor) verify(ctx context.Context) {
 		}
 		reports = append(reports, m.check(ctx, &todo[i], policy)...)
 	}
+	m.a.releaseMemory(len(todo))
 	if len(reports) == 0 {
 		return
 	}
@@ -296,7 +332,7 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 		if st.flapping {
 			return nil
 		}
-		return []bus.DriftReport{{ID: res.ID, Compliance: model.Compliant, Seen: seen, Message: "back to its intent (changed by hand)"}}
+		return []bus.DriftReport{{ID: res.ID, Compliance: model.Compliant, Seen: seen, Message: "changed back by hand"}}
 	}
 	redacted := changes.Redact(res)
 	var out []bus.DriftReport

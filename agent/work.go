@@ -24,18 +24,24 @@ type worker struct {
 func (a *Agent) startWorker(ctx context.Context) *worker {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &worker{cancel: cancel, done: make(chan struct{})}
-	mon := newMonitor(a)
-	a.enforce.Lock()
-	mon.arm("", true) // drift while the agent was down or not primary
-	a.enforce.Unlock()
-	a.mu.Lock()
-	a.mon = mon
-	a.mu.Unlock()
 	monDone := make(chan struct{})
-	go func() {
-		defer close(monDone)
-		mon.run(ctx)
-	}()
+	if a.cfg.NoWatch {
+		close(monDone)
+	} else {
+		mon := newMonitor(a)
+		a.enforce.Lock()
+		// Drift while the agent was down or not primary, under the policy
+		// of the last deploy.
+		mon.arm(a.journal.DriftPolicy(), true, nil)
+		a.enforce.Unlock()
+		a.mu.Lock()
+		a.mon = mon
+		a.mu.Unlock()
+		go func() {
+			defer close(monDone)
+			mon.run(ctx)
+		}()
+	}
 	go func() {
 		defer close(w.done)
 		defer func() { <-monDone }()
@@ -197,13 +203,25 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 		a.log.Info().Str("deploy", j.ID).Msg("job interrupted; it resumes on the next start")
 		return nil
 	}
+	// Memory is handed back once: by the monitor's verification that
+	// follows, if that is as large, else here.
+	verifying := 0
 	if !dryRun {
 		a.mu.Lock()
 		mon := a.mon
 		a.mu.Unlock()
 		if mon != nil {
-			mon.arm(j.DriftPolicy, false)
+			settled := make(map[model.ID]bool, len(results))
+			for _, r := range results {
+				if r.State == model.StateDeployed {
+					settled[r.ID] = true
+				}
+			}
+			verifying = mon.arm(j.DriftPolicy, false, settled)
 		}
+	}
+	if verifying < a.cfg.ReleaseMemoryAt {
+		a.releaseMemory(len(resources))
 	}
 	a.log.Info().Str("deploy", j.ID).Str("kind", j.Kind).Int("resources", len(resources)).Int("results", len(results)).
 		Dur("took", time.Since(start)).Msg("job finished")

@@ -59,6 +59,11 @@ type Options struct {
 	NoSync bool
 }
 
+// dryRunKind is the Kind of a dry-run job (bus.KindDryRun, which the
+// journal does not import): it changes nothing, so its drift policy is not
+// kept.
+const dryRunKind = "dryrun"
+
 // seenMax is how many command ids the journal remembers. Redeliveries come
 // from commands handled but not acknowledged, so the recent ones suffice.
 const seenMax = 4096
@@ -101,18 +106,21 @@ type Out struct {
 // state is everything the journal keeps; snapshots hold it whole.
 type state struct {
 	// Wal is the number of the first log that follows this state.
-	Wal       int                  `json:"wal"`
-	ServerKey []byte               `json:"server_key,omitempty"`
-	Seq       uint64               `json:"seq"`
-	Paused    bool                 `json:"paused,omitempty"`
-	Slice     model.Slice          `json:"slice"`
-	Applied   map[model.ID]Applied `json:"applied,omitempty"`
-	Jobs      []Job                `json:"jobs,omitempty"`
-	Seen      []string             `json:"seen,omitempty"`
-	Outbox    []Out                `json:"outbox,omitempty"`
-	Intents   map[model.ID]Intent  `json:"intents,omitempty"`
-	seen      map[string]bool
-	outbox    map[uint64][]byte
+	Wal       int    `json:"wal"`
+	ServerKey []byte `json:"server_key,omitempty"`
+	Seq       uint64 `json:"seq"`
+	Paused    bool   `json:"paused,omitempty"`
+	// DriftPolicy is that of the last deploy or repair done: the watch
+	// after a restart keeps it until the next one.
+	DriftPolicy model.DriftPolicy    `json:"drift_policy,omitempty"`
+	Slice       model.Slice          `json:"slice"`
+	Applied     map[model.ID]Applied `json:"applied,omitempty"`
+	Jobs        []Job                `json:"jobs,omitempty"`
+	Seen        []string             `json:"seen,omitempty"`
+	Outbox      []Out                `json:"outbox,omitempty"`
+	Intents     map[model.ID]Intent  `json:"intents,omitempty"`
+	seen        map[string]bool
+	outbox      map[uint64][]byte
 }
 
 // Journal is an agent's durable state. Its methods are safe for concurrent
@@ -259,6 +267,14 @@ func (j *Journal) Jobs() []Job {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return slices.Clone(j.st.Jobs)
+}
+
+// DriftPolicy returns the drift policy of the last deploy or repair done
+// ("" before the first, or when the server sent none).
+func (j *Journal) DriftPolicy() model.DriftPolicy {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st.DriftPolicy
 }
 
 // Seen reports whether a command with this envelope id was handled.
@@ -513,7 +529,15 @@ func (s *state) apply(o *op, sliceDone bool) error {
 			s.Jobs = append(s.Jobs, *o.Job)
 		}
 	case opJobDone:
-		s.Jobs = slices.DeleteFunc(s.Jobs, func(j Job) bool { return j.ID == o.ID })
+		s.Jobs = slices.DeleteFunc(s.Jobs, func(j Job) bool {
+			if j.ID != o.ID {
+				return false
+			}
+			if j.DriftPolicy != "" && j.Kind != dryRunKind {
+				s.DriftPolicy = j.DriftPolicy
+			}
+			return true
+		})
 	case opSeen:
 		if !s.seen[o.ID] {
 			s.seen[o.ID] = true

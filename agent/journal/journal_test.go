@@ -454,3 +454,52 @@ func TestConcurrentCommits(t *testing.T) {
 		}
 	}
 }
+
+// The drift policy of the last deploy or repair done survives a reopen
+// (with and without a snapshot between); a dry run's does not count.
+func TestDriftPolicyOfTheLastJobDone(t *testing.T) {
+	for _, compactAt := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("compact_at=%d", compactAt), func(t *testing.T) {
+			dir := t.TempDir()
+			j, err := Open(dir, "a", Options{CompactAt: compactAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := j.DriftPolicy(); p != "" {
+				t.Fatalf("a new journal's drift policy %q, want none", p)
+			}
+			steps := []struct {
+				job  Job
+				want model.DriftPolicy
+			}{
+				{Job{ID: "d1", Kind: "deploy", DriftPolicy: model.DriftHeal}, model.DriftHeal},
+				{Job{ID: "d2", Kind: "dryrun", DriftPolicy: model.DriftAlert}, model.DriftHeal},
+				{Job{ID: "d3", Kind: "repair"}, model.DriftHeal},
+				{Job{ID: "d4", Kind: "repair", DriftPolicy: model.DriftAlert}, model.DriftAlert},
+			}
+			for _, s := range steps {
+				if err := j.Begin().AddJob(s.job).Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if p := j.DriftPolicy(); s.job.ID == "d1" && p != "" {
+					t.Fatalf("policy %q before the job is done", p)
+				}
+				if err := j.Begin().JobDone(s.job.ID).Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if p := j.DriftPolicy(); p != s.want {
+					t.Fatalf("after %s %s: policy %q, want %q", s.job.Kind, s.job.ID, p, s.want)
+				}
+			}
+			j.Close()
+			j2, err := Open(dir, "a", Options{CompactAt: compactAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j2.Close()
+			if p := j2.DriftPolicy(); p != model.DriftAlert {
+				t.Fatalf("after a reopen: policy %q, want alert", p)
+			}
+		})
+	}
+}
