@@ -42,6 +42,7 @@ demo: build
 	@echo
 	@echo "The site is in /tmp/tether-quickstart. Run 'make demo' again: nothing changes."
 	@echo "Edit or delete a file there and run it once more: exactly that file is repaired."
+	@echo "To see drift healed as it happens: ./$(BIN) deploy examples/quickstart --watch --drift-policy heal"
 
 ## bench: the benchmarks behind docs/performance.md
 bench: build

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -39,22 +40,29 @@ func deployCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "deploy",
 		Usage:     "compile a model and deploy it on this machine (embedded mode)",
-		UsageText: "tether deploy [DIR] [--dry-run] [--var name=value]... [--root DIR] [-o json]",
+		UsageText: "tether deploy [DIR] [--dry-run | --watch [--drift-policy heal]] [--var name=value]... [--root DIR] [-o json]",
 		Description: "Runs the whole pipeline in one process: compiles the model in DIR (default: the current\n" +
 			"directory), stores it as a version in an SQLite file under DIR/.tether/deploy/, and deploys\n" +
 			"every host of the model on this machine with local agents. Every resource is verified:\n" +
 			"what drifted since the last deploy is repaired. Exits 1 if a resource failed, 2 if the\n" +
 			"model does not compile.\n\n" +
+			"With --watch the pipeline keeps running after the deploy: the agents watch what they\n" +
+			"deployed and every drift (a file edited, a package removed, a service stopped) is shown\n" +
+			"as it happens; under --drift-policy heal it is re-applied at once. Ctrl-C stops. With\n" +
+			"-o json, --watch prints one JSON value per line: the deploy's report, then each event.\n\n" +
 			"Examples:\n" +
 			"   tether deploy examples/quickstart\n" +
 			"   tether deploy examples/quickstart --dry-run          # show what would change\n" +
-			"   tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox",
+			"   tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox\n" +
+			"   tether deploy examples/quickstart --watch --drift-policy heal  # then edit a file it wrote",
 		Flags: append(modelFlags(),
 			&ucli.BoolFlag{Name: "dry-run", Usage: "report what would change, change nothing"},
 			&ucli.StringFlag{Name: "root", Usage: "prefix every path the handlers touch with `DIR` (a sandbox)"},
 			&ucli.StringFlag{Name: "state-dir", Usage: "keep the embedded store in `DIR` (default: DIR/.tether/deploy)"},
 			&ucli.IntFlag{Name: "parallel", Value: engine.DefaultParallelism, Usage: "deploy at most `N` resources at once per agent"},
 			&ucli.BoolFlag{Name: "recompile", Usage: "compile the model even if nothing it reads changed since the last deploy"},
+			&ucli.BoolFlag{Name: "watch", Usage: "keep running after the deploy and show drift and healing live (Ctrl-C stops)"},
+			&ucli.StringFlag{Name: "drift-policy", Usage: "what the agents do about drift: `alert` (report it) or heal (re-apply it); kept for later deploys"},
 			outputFlag(),
 		),
 		Action: func(c *ucli.Context) error {
@@ -64,6 +72,13 @@ func deployCommand(term *terminal) *ucli.Command {
 			}
 			if c.Int("parallel") < 1 {
 				return usageError("--parallel must be at least 1")
+			}
+			if c.Bool("watch") && c.Bool("dry-run") {
+				return usageError("--watch watches what a deploy leaves on the machine, and a dry run leaves nothing: drop --dry-run or --watch")
+			}
+			policy := model.DriftPolicy(c.String("drift-policy"))
+			if policy != "" && policy != model.DriftAlert && policy != model.DriftHeal {
+				return usageError("--drift-policy %q: want alert or heal", policy)
 			}
 			log, err := logger(c, term.stderr)
 			if err != nil {
@@ -85,6 +100,9 @@ func deployCommand(term *terminal) *ucli.Command {
 				dryRun:   c.Bool("dry-run"),
 				parallel: c.Int("parallel"),
 				progress: term.progress && format == "table",
+				watch:    c.Bool("watch"),
+				policy:   policy,
+				json:     format == "json",
 			}
 			if opts.stateDir == "" {
 				opts.stateDir = filepath.Join(dir, ".tether", "deploy")
@@ -114,14 +132,6 @@ func deployCommand(term *terminal) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				err = writeJSON(term.stdout, report)
-			} else {
-				err = report.print(term)
-			}
-			if err != nil {
-				return err
-			}
 			if report.Summary.Failed > 0 {
 				return &exitError{code: exitFailed, err: errPrinted}
 			}
@@ -136,6 +146,12 @@ type embeddedOptions struct {
 	dryRun              bool
 	parallel            int
 	progress            bool
+	// watch keeps the pipeline running after the deploy, showing events.
+	watch bool
+	// policy, unless empty, becomes the embedded environment's drift policy.
+	policy model.DriftPolicy
+	// json prints the report (and, watching, the events) as JSON.
+	json bool
 }
 
 // embeddedModel is the model of a deploy: freshly compiled, or known from
@@ -223,8 +239,13 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 	report := &deployReport{Dir: o.dir, Env: embeddedEnv, DryRun: o.dryRun, Agents: map[string]counts{}}
 	if len(m.hosts) == 0 {
 		fmt.Fprintf(term.stderr, "tether: the model in %s declares no host: nothing to deploy\n", o.dir)
-		return report, nil
+		return report, report.show(term, o.json, false)
 	}
+	// The host's facts (the handlers' providers come from them) are
+	// gathered while the store opens and the version is stored.
+	gather := facts.Cached(10*time.Second, facts.Gather)
+	gathered := make(chan map[string]any, 1)
+	go func() { gathered <- gather(ctx) }()
 	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the embedded store's directory: %w: pass --state-dir DIR to keep it elsewhere", err)
 	}
@@ -243,8 +264,18 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 	settings := model.DefaultEnvSettings()
 	settings.AutoDeploy = false // this command asks for exactly one deploy or dry run
 	settings.Enrollment = model.EnrollOpen
-	if _, err := srv.EnsureEnv(ctx, embeddedEnv, settings); err != nil {
+	env, err := srv.EnsureEnv(ctx, embeddedEnv, settings)
+	if err != nil {
 		return nil, err
+	}
+	if o.policy != "" {
+		env, err = srv.UpdateEnvSettings(ctx, embeddedEnv, func(s *model.EnvSettings) error {
+			s.DriftPolicy = o.policy
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	v, reused, err := exportModel(ctx, term, st, srv, o, m)
 	if err != nil {
@@ -276,8 +307,11 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 			failed <- fmt.Errorf("server: %w", err)
 		}
 	}()
-	gather := facts.Cached(10*time.Second, facts.Gather)
-	pm, sm := facts.Providers(gather(ctx))
+	pm, sm := facts.Providers(<-gathered)
+	releaseAt := -1 // the process ends with the deploy
+	if o.watch {
+		releaseAt = 0
+	}
 	for _, h := range hosts {
 		reg, err := builtin.Registry(handler.Runtime{Root: o.root, Sync: handler.NewSyncGroup(), PackageManager: pm, ServiceManager: sm})
 		if err != nil {
@@ -285,7 +319,9 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 			wg.Wait()
 			return nil, err
 		}
-		a, err := agent.New(agent.Config{Env: embeddedEnv, Name: h, Parallelism: o.parallel, ServerKey: srv.PublicKey(), Facts: gather}, b, reg, log)
+		// Without --watch the process ends with the deploy: nobody would
+		// hear about drift.
+		a, err := agent.New(agent.Config{Env: embeddedEnv, Name: h, Parallelism: o.parallel, ServerKey: srv.PublicKey(), Facts: gather, NoWatch: !o.watch, ReleaseMemoryAt: releaseAt}, b, reg, log)
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -301,26 +337,85 @@ func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o e
 		}()
 	}
 	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, m.count)
+	if err == nil {
+		report.tally(results, hosts)
+		report.Duration = time.Since(start)
+		err = report.show(term, o.json, o.watch)
+	}
+	if err == nil && o.watch {
+		err = watchEmbedded(ctx, term, sub, failed, o.json, env.Settings.DriftPolicy, m.count, len(hosts))
+	}
 	cancel()
 	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
-	report.Results = results
+	return report, nil
+}
+
+// tally adds the results to the report's counts.
+func (r *deployReport) tally(results []model.Result, hosts []string) {
+	r.Results = results
 	for i := range results {
-		r := &results[i]
-		report.Summary.add(r)
-		c := report.Agents[r.ID.Agent]
-		c.add(r)
-		report.Agents[r.ID.Agent] = c
+		res := &results[i]
+		r.Summary.add(res)
+		c := r.Agents[res.ID.Agent]
+		c.add(res)
+		r.Agents[res.ID.Agent] = c
 	}
 	for _, h := range hosts {
-		if _, ok := report.Agents[h]; !ok {
-			report.Agents[h] = counts{}
+		if _, ok := r.Agents[h]; !ok {
+			r.Agents[h] = counts{}
 		}
 	}
-	report.Duration = time.Since(start)
-	return report, nil
+}
+
+// show prints the report: a table, or JSON (on one line when events
+// follow it, so that every line is one JSON value).
+func (r *deployReport) show(term *terminal, asJSON, lines bool) error {
+	if !asJSON {
+		return r.print(term)
+	}
+	if !lines {
+		return writeJSON(term.stdout, r)
+	}
+	enc := json.NewEncoder(term.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(r)
+}
+
+// watchEmbedded shows the live events of the embedded environment (drift,
+// healing, scheduled repairs) until ctx ends (Ctrl-C) or a part of the
+// pipeline fails.
+func watchEmbedded(ctx context.Context, term *terminal, sub *server.Subscription, failed <-chan error, asJSON bool, policy model.DriftPolicy, resources, hosts int) error {
+	ctx, stop := endOnFailure(ctx, failed)
+	defer stop(nil)
+	fmt.Fprintf(term.stderr, "\nwatching %d %s on %d %s for drift (drift policy %s); Ctrl-C stops\n",
+		resources, plural(resources, "resource", "resources"), hosts, plural(hosts, "agent", "agents"), policy)
+	enc := json.NewEncoder(term.stdout)
+	enc.SetEscapeHTML(false)
+	for {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause
+			}
+			fmt.Fprintln(term.stderr, "stopped watching")
+			return nil
+		}
+		if e.Env != embeddedEnv {
+			continue
+		}
+		if asJSON {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := fmt.Fprintln(term.stdout, eventLine(term, e)); err != nil {
+			return err
+		}
+	}
 }
 
 // exportModel makes the model a version of the embedded environment: the
@@ -361,12 +456,10 @@ func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *ser
 	return v, reused, nil
 }
 
-// followDeploy waits for the agents, asks for the deploy and collects its
-// results, drawing progress on a terminal.
-func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *server.Subscription, failed <-chan error, o embeddedOptions, hosts []string, total int) ([]model.Result, error) {
-	// A failing server or agent ends the wait with its error as the cause.
+// endOnFailure returns a context that ends, with the error as its cause,
+// when a part of the pipeline (the server, an agent) fails.
+func endOnFailure(ctx context.Context, failed <-chan error) (context.Context, context.CancelCauseFunc) {
 	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
 	go func() {
 		select {
 		case err := <-failed:
@@ -374,6 +467,14 @@ func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, stop
+}
+
+// followDeploy waits for the agents, asks for the deploy and collects its
+// results, drawing progress on a terminal.
+func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *server.Subscription, failed <-chan error, o embeddedOptions, hosts []string, total int) ([]model.Result, error) {
+	ctx, stop := endOnFailure(ctx, failed)
+	defer stop(nil)
 	next := func(ctx context.Context) (server.Event, error) {
 		e, err := sub.Next(ctx)
 		if err != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 )
 
@@ -609,14 +611,13 @@ func watchCommand(term *terminal) *ucli.Command {
 					fmt.Fprintln(term.stdout, data)
 					continue
 				}
-				colour := ""
-				switch {
-				case strings.HasPrefix(kind, "security"):
-					colour = "red"
-				case kind == "resource.result":
-					colour = "green"
+				var e server.Event
+				if err := json.Unmarshal([]byte(data), &e); err != nil {
+					// A newer server's event: show it as it came.
+					fmt.Fprintf(term.stdout, "%s  %s  %s\n", time.Now().Format("15:04:05.000"), kind, data)
+					continue
 				}
-				fmt.Fprintf(term.stdout, "%s %s %s\n", time.Now().Format(time.TimeOnly), term.paint(colour, kind), data)
+				fmt.Fprintln(term.stdout, eventLine(term, e))
 			}
 			if c.Context.Err() != nil {
 				return nil

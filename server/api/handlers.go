@@ -27,6 +27,19 @@ func (r *request) envName() (string, error) {
 	return env, nil
 }
 
+// existingEnv is envName for listings: an environment that does not exist
+// is not_found, not an empty list.
+func (a *API) existingEnv(r *request) (string, error) {
+	env, err := r.envName()
+	if err != nil {
+		return "", err
+	}
+	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
+		return "", err
+	}
+	return env, nil
+}
+
 // number parses the :name parameter as a version number.
 func (r *request) number(name string) (int64, error) {
 	n, err := strconv.ParseInt(r.Param(name), 10, 64)
@@ -220,11 +233,8 @@ type ExportResponse struct {
 }
 
 func (a *API) listVersions(r *request) (int, any, error) {
-	env, err := r.envName()
+	env, err := a.existingEnv(r)
 	if err != nil {
-		return 0, nil, err
-	}
-	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
 	vs, err := a.svc.Versions.ListVersions(r.ctx(), env)
@@ -500,11 +510,8 @@ func (a *API) view(ag model.Agent) AgentView {
 }
 
 func (a *API) listAgents(r *request) (int, any, error) {
-	env, err := r.envName()
+	env, err := a.existingEnv(r)
 	if err != nil {
-		return 0, nil, err
-	}
-	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
 	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
@@ -724,11 +731,8 @@ type NewEnrollmentToken struct {
 }
 
 func (a *API) listEnrollTokens(r *request) (int, any, error) {
-	env, err := r.envName()
+	env, err := a.existingEnv(r)
 	if err != nil {
-		return 0, nil, err
-	}
-	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
 	ts, err := a.svc.Enrollment.ListEnrollTokens(r.ctx(), env)

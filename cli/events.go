@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+)
+
+// eventLine renders a live server event as one line for people:
+//
+//	15:04:05.000  drift     web-1  file:/etc/motd  content "hello" (want "hi")
+//
+// Drift is red, what healed or came back is green; JSON readers get the
+// event itself.
+func eventLine(term *terminal, e server.Event) string {
+	at := e.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	label, colour, subject, detail := describeEvent(e)
+	return fmt.Sprintf("%s  %s  %s", at.Local().Format("15:04:05.000"), term.paint(colour, fmt.Sprintf("%-9s", label)), strings.TrimSpace(subject+"  "+detail))
+}
+
+// describeEvent says what an event is about: a short label and its colour,
+// the agent or resource it concerns, and what happened.
+func describeEvent(e server.Event) (label, colour, subject, detail string) {
+	subject = e.Agent
+	switch e.Kind {
+	case server.EventDrift:
+		a := e.Alert
+		if a == nil {
+			return "drift", red, subject, ""
+		}
+		if a.ID != nil {
+			subject = a.ID.String()
+		}
+		detail = a.Message
+		switch {
+		case a.Compliance == model.NonCompliant:
+			label, colour = "drift", red
+			if d := describeChanges(a.Changes); d != "" {
+				detail = d
+				// A message past the generic words ("flapping: …", "heal
+				// failed: …") says more than the changes.
+				if _, more, ok := strings.Cut(a.Message, ": "); ok {
+					detail = more + "; " + d
+				}
+			}
+		case strings.HasPrefix(a.Message, "healed"):
+			label, colour, detail = "healed", green, "re-applied"
+			if d := changedNames(a.Changes); d != "" {
+				detail += ": " + d
+			}
+		default:
+			label, colour = "restored", green
+		}
+	case server.EventResult:
+		r := e.Result
+		if r == nil {
+			return "result", "", subject, ""
+		}
+		label, subject, detail = outcome(r), r.ID.String(), r.Message
+		switch label {
+		case "failed":
+			colour = red
+		case "created", "changed", "removed":
+			colour = green
+			if detail == "" {
+				detail = changedNames(r.Changes)
+			}
+		}
+	case server.EventDeployDone:
+		label, detail = "done", "deploy "+e.DeployID
+		if e.Error != "" {
+			colour, detail = red, detail+": "+e.Error
+		}
+	case server.EventAgentOnline:
+		label, colour = "online", green
+	case server.EventAgentOffline:
+		label, colour = "offline", yellow
+	case server.EventAgentDiscovered:
+		label, detail = "new agent", "awaits acceptance"
+	case server.EventAgentChanged:
+		label, detail = "agent", e.Error
+	case server.EventScheduled:
+		label, detail = "scheduled", string(e.Operation)
+	case server.EventSecurity:
+		label, colour = "security", red+bold
+		if e.Alert != nil {
+			detail = e.Alert.Message
+		}
+	case server.EventEnvHalted:
+		label, subject, detail = "env", e.Env, e.Error
+	default:
+		label = string(e.Kind)
+		b, _ := json.Marshal(e)
+		detail = string(b)
+	}
+	return label, colour, subject, detail
+}
+
+// describeChanges renders drifted attributes as `name current (want desired)`.
+func describeChanges(c model.Changes) string {
+	if ch, ok := c[model.AttrPresent]; ok {
+		// Gone, or there when it should not be: the attributes say nothing.
+		if ch.Desired == true {
+			return "missing"
+		}
+		return "present but should not be"
+	}
+	parts := make([]string, 0, len(c))
+	for _, k := range changedAttrs(c) {
+		ch := c[k]
+		parts = append(parts, fmt.Sprintf("%s %s (want %s)", k, shortValue(ch.Current), shortValue(ch.Desired)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// changedNames lists the attributes of c, or says it was created or
+// removed.
+func changedNames(c model.Changes) string {
+	switch {
+	case c.Created():
+		return "created"
+	case c.Removed():
+		return "removed"
+	}
+	return strings.Join(changedAttrs(c), ", ")
+}
+
+// shortValue renders a value for one line: JSON, a long string cut (before
+// quoting, so never inside an escape) to its first 32 characters and "...".
+func shortValue(v any) string {
+	cut := false
+	if str, ok := v.(string); ok && utf8.RuneCountInString(str) > 40 {
+		v, cut = string([]rune(str)[:32]), true
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	s := fmt.Sprint(v)
+	if enc.Encode(v) == nil {
+		s = strings.TrimSuffix(b.String(), "\n")
+	}
+	if cut {
+		s += "..."
+	}
+	return s
+}
