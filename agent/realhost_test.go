@@ -41,7 +41,7 @@ func TestRealHostDriftHealed(t *testing.T) {
 		r.stop()
 		_ = exec.CommandContext(ctx, "userdel", user).Run()
 		if !wasInstalled {
-			if out, err := exec.CommandContext(ctx, "dpkg", "--purge", driftPackage).CombinedOutput(); err != nil {
+			if out, err := dpkg(ctx, "--purge", driftPackage); err != nil {
 				t.Logf("purging %s: %v\n%s", driftPackage, err, out)
 			}
 		}
@@ -122,7 +122,7 @@ func TestRealHostDriftHealed(t *testing.T) {
 	}
 
 	// The package, removed with dpkg behind the agent's back.
-	if out, err := exec.CommandContext(ctx, "dpkg", "--remove", driftPackage).CombinedOutput(); err != nil {
+	if out, err := dpkg(ctx, "--remove", driftPackage); err != nil {
 		t.Fatalf("dpkg --remove: %v\n%s", err, out)
 	}
 	expect(pkg.ID, func(c model.Changes) bool { return c.Created() })
@@ -135,6 +135,20 @@ func named(kind, name string, attrs model.Attributes) model.Resource {
 	r := handlertest.NamedResource(kind, name, attrs)
 	r.ID.Agent = "host"
 	return r
+}
+
+// dpkg runs dpkg with args. dpkg does not wait for its lock, which the
+// package and service tests' apt-get hold while they run beside this
+// package: while another holds it, it tries again, as an operator would.
+func dpkg(ctx context.Context, args ...string) ([]byte, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		out, err := exec.CommandContext(ctx, "dpkg", args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "lock") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func dpkgInstalled(name string) bool {
