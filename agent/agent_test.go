@@ -132,6 +132,20 @@ func (s *fakeServer) full(agent string, gen int64, rs ...model.Resource) {
 	s.send(agent, bus.KindDesiredFull, bus.DesiredFull{Generation: gen, Resources: sl.Resources, SliceHash: h})
 }
 
+// deploy sends agent the slice of rs at generation gen and an incremental
+// deploy of it under policy, and returns the deploy's results; a deploy
+// that fails as a whole fails the test.
+func (s *fakeServer) deploy(from *int, agent string, gen int64, id string, policy model.DriftPolicy, rs ...model.Resource) map[model.ID]model.Result {
+	s.t.Helper()
+	s.full(agent, gen, rs...)
+	s.send(agent, bus.KindDeploy, bus.Deploy{DeployID: id, Mode: bus.DeployIncremental, Generation: gen, DriftPolicy: policy})
+	got, last := s.results(from, agent, id)
+	if last.Error != "" {
+		s.t.Fatalf("deploy %s: %s", id, last.Error)
+	}
+	return got
+}
+
 // results gathers the results of one deploy until its last batch.
 func (s *fakeServer) results(from *int, agent, deployID string) (map[model.ID]model.Result, bus.ResourceStatus) {
 	s.t.Helper()
@@ -489,13 +503,7 @@ func TestSubscriberRefreshedByIncrementalDeploy(t *testing.T) {
 	other := file("web", "/other", "o1")
 	deploy := func(gen int64, id string, rs ...model.Resource) map[model.ID]model.Result {
 		t.Helper()
-		s.full("web", gen, rs...)
-		s.send("web", bus.KindDeploy, bus.Deploy{DeployID: id, Mode: bus.DeployIncremental, Generation: gen})
-		got, last := s.results(&seen, "web", id)
-		if last.Error != "" {
-			t.Fatalf("deploy %s: %s", id, last.Error)
-		}
-		return got
+		return s.deploy(&seen, "web", gen, id, "", rs...)
 	}
 	reloads := func() string {
 		b, _ := os.ReadFile(filepath.Join(root, "reloads"))
@@ -626,11 +634,7 @@ func TestDriftReportedAndHealed(t *testing.T) {
 	path := filepath.Join(root, "motd")
 	deploy := func(gen int64, id string, policy model.DriftPolicy, rs ...model.Resource) {
 		t.Helper()
-		s.full("web", gen, rs...)
-		s.send("web", bus.KindDeploy, bus.Deploy{DeployID: id, Mode: bus.DeployIncremental, Generation: gen, DriftPolicy: policy})
-		if _, last := s.results(&seen, "web", id); last.Error != "" {
-			t.Fatal(last.Error)
-		}
+		s.deploy(&seen, "web", gen, id, policy, rs...)
 	}
 	deploy(1, "d1", model.DriftAlert, motd)
 	q := &reports{s: s, from: &seen, agent: "web", id: motd.ID}
@@ -701,9 +705,7 @@ func TestFlappingIsHeldBack(t *testing.T) {
 	s.next(&seen, "web", bus.KindHello)
 	s.enroll("web")
 	f := file("web", "/flappy", "0")
-	s.full("web", 1, f)
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
-	s.results(&seen, "web", "d1")
+	s.deploy(&seen, "web", 1, "d1", "", f)
 	q := &reports{s: s, from: &seen, agent: "web", id: f.ID}
 	var got []bus.DriftReport
 	for i := 1; i <= 8; i++ {
@@ -736,11 +738,7 @@ func TestDriftPolicyKeptAcrossRestart(t *testing.T) {
 	s.next(&seen, "web", bus.KindHello)
 	s.enroll("web")
 	motd := file("web", "/motd", "hello\n")
-	s.full("web", 1, motd)
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1, DriftPolicy: model.DriftHeal})
-	if _, last := s.results(&seen, "web", "d1"); last.Error != "" {
-		t.Fatal(last.Error)
-	}
+	s.deploy(&seen, "web", 1, "d1", model.DriftHeal, motd)
 	r.stop()
 
 	path := filepath.Join(root, "motd")
@@ -781,11 +779,7 @@ func TestRepairedDriftIsNoNews(t *testing.T) {
 	motd := file("web", "/motd", "hello\n")
 	motd.Attributes["mode"] = "0644"
 	other := file("web", "/other", "x")
-	s.full("web", 1, motd, other)
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1, DriftPolicy: model.DriftAlert})
-	if _, last := s.results(&seen, "web", "d1"); last.Error != "" {
-		t.Fatal(last.Error)
-	}
+	s.deploy(&seen, "web", 1, "d1", model.DriftAlert, motd, other)
 	path := filepath.Join(root, "motd")
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)

@@ -30,9 +30,7 @@ func benchDrift(b *testing.B, policy model.DriftPolicy) {
 	for i := range files {
 		rs = append(rs, file("web", fmt.Sprintf("/f%03d", i), "intent\n"))
 	}
-	s.full("web", 1, rs...)
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1, DriftPolicy: policy})
-	s.results(&seen, "web", "d1")
+	s.deploy(&seen, "web", 1, "d1", policy, rs...)
 
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

@@ -54,12 +54,7 @@ func TestRealHostDriftHealed(t *testing.T) {
 	f.Attributes["owner"], f.Attributes["group"], f.Attributes["mode"] = "root", "root", "0644"
 	pkg := named("package", driftPackage, model.Attributes{"version": "installed"})
 	u := named("user", user, model.Attributes{"shell": "/bin/sh", "home": "/nonexistent"})
-	s.full("host", 1, f, pkg, u)
-	s.send("host", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1, DriftPolicy: model.DriftHeal})
-	results, last := s.results(&seen, "host", "d1")
-	if last.Error != "" {
-		t.Fatal(last.Error)
-	}
+	results := s.deploy(&seen, "host", 1, "d1", model.DriftHeal, f, pkg, u)
 	for _, id := range []model.ID{f.ID, pkg.ID, u.ID} {
 		if res := results[id]; res.State != model.StateDeployed {
 			t.Fatalf("%s: %s %s", id, res.State, res.Message)

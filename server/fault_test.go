@@ -16,6 +16,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/store"
@@ -42,9 +43,7 @@ func pgctl(t *testing.T, action string) {
 // arrive meanwhile stay on the broker; once PostgreSQL is back every one is
 // recorded and the API answers again.
 func TestFaultPostgresRestart(t *testing.T) {
-	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
-		t.Skip("SKIPPED here: fault tests stop PostgreSQL; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
-	}
+	testenv.Faults(t, "stop PostgreSQL")
 	if os.Getenv("TETHER_TEST_POSTGRES") != "" {
 		t.Skip("SKIPPED: TETHER_TEST_POSTGRES names a database this test cannot restart")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model/testenv"
 )
 
 // Fault tests restart the shared broker: they run apart from the rest of
@@ -17,9 +18,7 @@ import (
 // TETHER_FAULT_TESTS=1), never alongside tests that use RabbitMQ.
 func faultTest(t *testing.T) {
 	t.Helper()
-	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
-		t.Skip("SKIPPED here: fault tests restart the broker; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
-	}
+	testenv.Faults(t, "restart the broker")
 	if os.Getenv("TETHER_TEST_AMQP") != "" {
 		t.Skip("SKIPPED: TETHER_TEST_AMQP names a broker this test cannot restart")
 	}

@@ -140,16 +140,39 @@ func TestServerKilledMidDeploy(t *testing.T) {
 	checkEachOnce(t, c, total)
 }
 
+// brokerFaultTest skips a test that stops the local RabbitMQ unless fault
+// tests were asked for; then rabbitmqctl must be there.
+func brokerFaultTest(t *testing.T) {
+	t.Helper()
+	testenv.Faults(t, "stop RabbitMQ")
+	_, err := exec.LookPath("rabbitmqctl")
+	testenv.Need(t, err == nil, "this fault test needs rabbitmqctl to stop the local broker")
+}
+
+// stopBroker stops the local RabbitMQ and returns what starts it again;
+// the test's cleanup starts it if the test ends first.
+func stopBroker(t *testing.T) (start func()) {
+	t.Helper()
+	run(t, "rabbitmqctl", "-q", "stop_app")
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
+		}
+	})
+	return func() {
+		t.Helper()
+		run(t, "rabbitmqctl", "-q", "start_app")
+		started = true
+	}
+}
+
 // TestFaultBrokerStoppedMidDeploy stops RabbitMQ for 30 s while an agent
 // deploys: the agent keeps its results in its outbox, the server waits,
 // and once the broker is back the environment converges with every
 // resource in the action log once.
 func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
-	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
-		t.Skip("SKIPPED here: fault tests stop RabbitMQ; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
-	}
-	_, err := exec.LookPath("rabbitmqctl")
-	testenv.Need(t, err == nil, "this fault test needs rabbitmqctl to stop the local broker")
+	brokerFaultTest(t)
 	c := newCluster(t)
 	const n = 300
 	content := func(i int) string { return fmt.Sprintf("broker stopped %d\n", i) }
@@ -158,17 +181,10 @@ func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
 	root := t.TempDir()
 	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root})
 	waitFor(t, 60*time.Second, "the first results recorded", func() bool { return c.deployed() > 0 })
-	run(t, "rabbitmqctl", "-q", "stop_app")
-	restarted := false
-	defer func() {
-		if !restarted {
-			_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
-		}
-	}()
+	startBroker := stopBroker(t)
 	t.Logf("stopped the broker with %d resources recorded deployed", c.deployed())
 	time.Sleep(30 * time.Second)
-	run(t, "rabbitmqctl", "-q", "start_app")
-	restarted = true
+	startBroker()
 	c.startAgent("gate", agentOpts{stateDir: t.TempDir(), root: t.TempDir()})
 	c.converged(v, total, 120*time.Second)
 	checkFiles(t, root, n, content)
@@ -180,11 +196,7 @@ func TestFaultBrokerStoppedMidDeploy(t *testing.T) {
 // reports in its outbox, and the server records both when the broker is
 // back.
 func TestFaultDriftWhileBrokerStopped(t *testing.T) {
-	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
-		t.Skip("SKIPPED here: fault tests stop RabbitMQ; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
-	}
-	_, err := exec.LookPath("rabbitmqctl")
-	testenv.Need(t, err == nil, "this fault test needs rabbitmqctl to stop the local broker")
+	brokerFaultTest(t)
 	c := newCluster(t)
 	c.cli("env", "settings", "set", "drift_policy", "heal")
 	const n = 3
@@ -194,13 +206,7 @@ func TestFaultDriftWhileBrokerStopped(t *testing.T) {
 	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root})
 	c.converged(v, n+1, 60*time.Second)
 
-	run(t, "rabbitmqctl", "-q", "stop_app")
-	restarted := false
-	defer func() {
-		if !restarted {
-			_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
-		}
-	}()
+	startBroker := stopBroker(t)
 	path := filepath.Join(root, "srv", "f1")
 	if err := os.WriteFile(path, []byte("edited while the broker was down\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -209,8 +215,7 @@ func TestFaultDriftWhileBrokerStopped(t *testing.T) {
 		b, err := os.ReadFile(path)
 		return err == nil && string(b) == content(1)
 	})
-	run(t, "rabbitmqctl", "-q", "start_app")
-	restarted = true
+	startBroker()
 
 	id := fileID("web", "/srv/f1")
 	var drift, healed *model.Alert

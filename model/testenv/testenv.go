@@ -28,3 +28,13 @@ func Need(t testing.TB, ok bool, why string) {
 	}
 	t.Skip("SKIPPED: " + why)
 }
+
+// Faults skips a fault test, one that stops or restarts a service every
+// other test shares (stops says which), unless TETHER_FAULT_TESTS=1: `make
+// test` runs them after the rest of the suite, one package at a time.
+func Faults(t testing.TB, stops string) {
+	t.Helper()
+	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
+		t.Skip("SKIPPED here: fault tests " + stops + "; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
+	}
+}

@@ -16,8 +16,6 @@ func resource(kind, name string, attrs model.Attributes) model.Resource {
 	return handlertest.NamedResource(kind, name, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 // etc gives a root the account files shadow-utils expects, with a few
 // groups as a fresh Debian has them.
 func etc(t *testing.T, root string) {
@@ -76,7 +74,7 @@ func TestUserConformance(t *testing.T) {
 					"uid": 1500, "group": "users", "groups": []any{"staff", "adm"}, "home": "/home/alice",
 					"shell": "/bin/sh", "comment": "Alice", "password": hash,
 				}),
-				Update: ptr(resource(UserKind, "alice", model.Attributes{
+				Update: new(resource(UserKind, "alice", model.Attributes{
 					"uid": 1501, "group": "staff", "groups": []any{"adm"}, "home": "/home/alice",
 					"shell": "/bin/bash", "comment": "Alice A.", "password": "!",
 				})),
@@ -135,7 +133,7 @@ func TestGroupConformance(t *testing.T) {
 				Name:     "gid and members",
 				Setup:    withUsers,
 				Resource: resource(GroupKind, "ops", model.Attributes{"gid": 2000, "members": []any{"ann", "ben"}}),
-				Update:   ptr(resource(GroupKind, "ops", model.Attributes{"gid": 2001, "members": []any{"ben"}})),
+				Update:   new(resource(GroupKind, "ops", model.Attributes{"gid": 2001, "members": []any{"ben"}})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
 					want := "ops:x:" + number(r.Attributes["gid"]) + ":" + strings.Join(model.StringList(r.Attributes["members"]), ",")
 					if l := line(t, root, "etc/group", "ops"); l != want {
@@ -147,7 +145,7 @@ func TestGroupConformance(t *testing.T) {
 				Name:     "system group, then a member",
 				Setup:    withUsers,
 				Resource: resource(GroupKind, "daemons", model.Attributes{"system": true}),
-				Update:   ptr(resource(GroupKind, "daemons", model.Attributes{"system": true, "members": []any{"ann"}})),
+				Update:   new(resource(GroupKind, "daemons", model.Attributes{"system": true, "members": []any{"ann"}})),
 			},
 		},
 		Invalid: []handlertest.Invalid{

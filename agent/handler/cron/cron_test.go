@@ -15,8 +15,6 @@ func res(name string, attrs model.Attributes) model.Resource {
 	return handlertest.NamedResource(Kind, name, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 func cronDir(t *testing.T, root string) {
 	if err := os.MkdirAll(filepath.Join(root, Dir), 0o755); err != nil {
 		t.Fatal(err)
@@ -46,7 +44,7 @@ func TestConformance(t *testing.T) {
 				Name:     "an entry, then another schedule and user",
 				Setup:    cronDir,
 				Resource: res("backup", model.Attributes{"command": "/usr/local/bin/backup --all", "schedule": "*/15 2-4 * * *", "env": map[string]any{"MAILTO": "", "PATH": "/usr/bin:/bin"}}),
-				Update:   ptr(res("backup", model.Attributes{"command": "/usr/local/bin/backup --all", "schedule": "@daily", "user": "nobody", "env": map[string]any{"MAILTO": "ops@example.com", "PATH": "/usr/bin:/bin"}})),
+				Update:   new(res("backup", model.Attributes{"command": "/usr/local/bin/backup --all", "schedule": "@daily", "user": "nobody", "env": map[string]any{"MAILTO": "ops@example.com", "PATH": "/usr/bin:/bin"}})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
 					want := "*/15 2-4 * * * root /usr/local/bin/backup --all"
 					if r.Attributes["schedule"] == "@daily" {

@@ -18,8 +18,6 @@ func res(path string, attrs model.Attributes) model.Resource {
 	return handlertest.PathResource(Kind, path, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 func checkDir(t *testing.T, root string, r *model.Resource) {
 	t.Helper()
 	info, err := os.Lstat(filepath.Join(root, r.ID.Value))
@@ -44,7 +42,7 @@ func TestConformance(t *testing.T) {
 			{
 				Name:     "create",
 				Resource: res("/srv", model.Attributes{"mode": "0750"}),
-				Update:   ptr(res("/srv", model.Attributes{"mode": "0700"})),
+				Update:   new(res("/srv", model.Attributes{"mode": "0700"})),
 				Check:    checkDir,
 			},
 			{

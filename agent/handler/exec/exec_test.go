@@ -16,8 +16,6 @@ func res(name string, attrs model.Attributes) model.Resource {
 	return handlertest.NamedResource(Kind, name, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 func content(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -35,7 +33,7 @@ func TestConformance(t *testing.T) {
 			{
 				Name:     "creates",
 				Resource: res("init", model.Attributes{"command": "echo one > made", "cwd": "/", "creates": "/made"}),
-				Update:   ptr(res("init", model.Attributes{"command": "echo two > made2", "cwd": "/", "creates": "/made2"})),
+				Update:   new(res("init", model.Attributes{"command": "echo two > made2", "cwd": "/", "creates": "/made2"})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
 					if _, err := os.Stat(filepath.Join(root, r.Attributes["creates"].(string))); err != nil {
 						t.Fatal(err)

@@ -19,8 +19,6 @@ func res(path string, attrs model.Attributes) model.Resource {
 	return handlertest.PathResource(Kind, path, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 func write(t *testing.T, p, content string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -76,7 +74,7 @@ func TestConformance(t *testing.T) {
 			{
 				Name:     "create",
 				Resource: res("/motd", model.Attributes{"content": "hello\n", "mode": "0640"}),
-				Update:   ptr(res("/motd", model.Attributes{"content": "bye\n", "mode": "0600"})),
+				Update:   new(res("/motd", model.Attributes{"content": "bye\n", "mode": "0600"})),
 				Check:    checkFile,
 			},
 			{

@@ -17,8 +17,6 @@ func res(name string, attrs model.Attributes) model.Resource {
 	return handlertest.NamedResource(Kind, name, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 // The real apt on this machine installs and purges Debian's `hello` (a
 // 50 kB package with no dependencies beyond libc).
 func TestAptRealPackage(t *testing.T) {
@@ -124,7 +122,7 @@ func TestDnfRecorded(t *testing.T) {
 		Cases: []handlertest.Case{{
 			Name:     "old version, then latest",
 			Resource: res("nginx", model.Attributes{"version": "1.20.1-14.el9"}),
-			Update:   ptr(res("nginx", model.Attributes{"version": Latest})),
+			Update:   new(res("nginx", model.Attributes{"version": Latest})),
 		}},
 	})
 	calls := strings.Join(rec.Calls(), "\n")
@@ -191,7 +189,7 @@ func TestApkRecorded(t *testing.T) {
 		Cases: []handlertest.Case{{
 			Name:     "any version, then latest",
 			Resource: res("curl", nil),
-			Update:   ptr(res("curl", model.Attributes{"version": Latest, "provider": "apk"})),
+			Update:   new(res("curl", model.Attributes{"version": Latest, "provider": "apk"})),
 			Check: func(t *testing.T, _ string, r *model.Resource) {
 				mu.Lock()
 				defer mu.Unlock()

@@ -18,8 +18,6 @@ func res(name string, attrs model.Attributes) model.Resource {
 	return handlertest.NamedResource(Kind, name, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 func dirs(paths ...string) func(t *testing.T, root string) {
 	return func(t *testing.T, root string) {
 		for _, p := range paths {
@@ -58,7 +56,7 @@ func TestConformanceApt(t *testing.T) {
 				Setup: dirs("etc/apt/sources.list.d"),
 				Resource: res("vendor", model.Attributes{"provider": "apt", "url": "https://deb.example.com/debian",
 					"suite": "bookworm", "key": key}),
-				Update: ptr(res("vendor", model.Attributes{"provider": "apt", "url": "https://deb.example.com/debian",
+				Update: new(res("vendor", model.Attributes{"provider": "apt", "url": "https://deb.example.com/debian",
 					"suite": "bookworm", "components": []any{"main", "contrib"}, "key": key, "enabled": false})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
 					src, err := os.ReadFile(filepath.Join(root, "etc/apt/sources.list.d/vendor.sources"))
@@ -117,7 +115,7 @@ func TestConformanceDnf(t *testing.T) {
 			Name:     "repo file with its key",
 			Setup:    dirs("etc/yum.repos.d"),
 			Resource: res("vendor", model.Attributes{"provider": "dnf", "url": "https://rpm.example.com/el9", "key": key}),
-			Update:   ptr(res("vendor", model.Attributes{"provider": "dnf", "url": "https://rpm.example.com/el9", "key": key, "enabled": false})),
+			Update:   new(res("vendor", model.Attributes{"provider": "dnf", "url": "https://rpm.example.com/el9", "key": key, "enabled": false})),
 			Check: func(t *testing.T, root string, r *model.Resource) {
 				b, err := os.ReadFile(filepath.Join(root, "etc/yum.repos.d/vendor.repo"))
 				if err != nil {

@@ -18,8 +18,6 @@ func res(name string, attrs model.Attributes) model.Resource {
 	return handlertest.NamedResource(Kind, name, attrs)
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 // The real SysV provider on this machine, with Debian's cron daemon (its
 // package is installed for the test and purged after it): stopped and
 // disabled, started and enabled, restarted by a refresh, purged.
@@ -58,7 +56,7 @@ func TestSysVRealDaemon(t *testing.T) {
 		Cases: []handlertest.Case{{
 			Name:     "stop and disable, then start and enable",
 			Resource: res("cron", model.Attributes{"state": "stopped", "enabled": false}),
-			Update:   ptr(res("cron", model.Attributes{"state": "running", "enabled": true})),
+			Update:   new(res("cron", model.Attributes{"state": "running", "enabled": true})),
 			Check: func(t *testing.T, root string, r *model.Resource) {
 				running(r.Attributes["state"] == "running")(t, root, r)
 				if on, _ := (sysv{host}).enabled(ctx, "cron"); on != r.Attributes["enabled"] {

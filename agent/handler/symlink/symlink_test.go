@@ -16,8 +16,6 @@ func res(path, target string) model.Resource {
 	return handlertest.PathResource(Kind, path, model.Attributes{"target": target})
 }
 
-func ptr(r model.Resource) *model.Resource { return &r }
-
 // checkLink asserts the link exists and points where the resource says.
 func checkLink(t *testing.T, root string, r *model.Resource) {
 	t.Helper()
@@ -37,7 +35,7 @@ func TestConformance(t *testing.T) {
 			{
 				Name:     "create, then point elsewhere",
 				Resource: res("/current", "releases/1"),
-				Update:   ptr(res("/current", "/opt/app/releases/2")),
+				Update:   new(res("/current", "/opt/app/releases/2")),
 				Check:    checkLink,
 			},
 			{
