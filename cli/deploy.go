@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -379,9 +378,7 @@ func (r *deployReport) show(term *terminal, asJSON, lines bool) error {
 	if !lines {
 		return writeJSON(term.stdout, r)
 	}
-	enc := json.NewEncoder(term.stdout)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(r)
+	return writeJSONLine(term.stdout, r)
 }
 
 // watchEmbedded shows the live events of the embedded environment (drift,
@@ -392,8 +389,6 @@ func watchEmbedded(ctx context.Context, term *terminal, sub *server.Subscription
 	defer stop(nil)
 	fmt.Fprintf(term.stderr, "\nwatching %d %s on %d %s for drift (drift policy %s); Ctrl-C stops\n",
 		resources, plural(resources, "resource", "resources"), hosts, plural(hosts, "agent", "agents"), policy)
-	enc := json.NewEncoder(term.stdout)
-	enc.SetEscapeHTML(false)
 	for {
 		e, err := sub.Next(ctx)
 		if err != nil {
@@ -407,7 +402,7 @@ func watchEmbedded(ctx context.Context, term *terminal, sub *server.Subscription
 			continue
 		}
 		if asJSON {
-			if err := enc.Encode(e); err != nil {
+			if err := writeJSONLine(term.stdout, e); err != nil {
 				return err
 			}
 			continue

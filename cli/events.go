@@ -141,10 +141,8 @@ func shortValue(v any) string {
 		v, cut = string([]rune(str)[:32]), true
 	}
 	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
 	s := fmt.Sprint(v)
-	if enc.Encode(v) == nil {
+	if writeJSONLine(&b, v) == nil {
 		s = strings.TrimSuffix(b.String(), "\n")
 	}
 	if cut {

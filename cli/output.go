@@ -37,6 +37,14 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeJSONLine writes v as JSON on one line, for output that is a stream
+// of JSON values, one per line.
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
 // table writes aligned columns. Widths are computed from the visible text,
 // so cells can be coloured without throwing the columns off (text/tabwriter
 // would count the escape codes).
