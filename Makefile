@@ -62,6 +62,7 @@ bench: build
 fuzz:
 	$(GO) test ./model -run '^$$' -fuzz FuzzParseID -fuzztime 60s
 	$(GO) test ./model/lang -run '^$$' -fuzz FuzzCompile -fuzztime 60s
+	$(GO) test ./model/lang -run '^$$' -fuzz FuzzScanSource -fuzztime 60s
 
 clean:
 	rm -rf bin examples/*/.tether

@@ -13,62 +13,82 @@ import (
 
 const module = "github.com/tetherhq/tether"
 
-// rule is one row of DESIGN.md §3: what a package may import from this
+// rule is one row of the package table of docs/architecture.md: what a package may import from this
 // module and from third parties. Standard-library imports are always fine.
 type rule struct {
 	internal []string // module packages ("model", "agent/handler/*" = any child)
 	external []string // third-party module path prefixes
 }
 
-// Loggers and ids cross every layer by design (STYLE.md rule 4).
+// Loggers and ids cross every layer by design.
 var everywhere = []string{"github.com/rs/zerolog", "github.com/google/uuid"}
 
 // rules maps a package (relative to the module; "x/*" = every child of x not
 // listed itself) to its allowances. A package missing here fails the test:
-// add it with the DESIGN.md §3 row it follows.
+// add it with the the package table of docs/architecture.md row it follows.
 var rules = map[string]rule{
 	"model":                        {},
 	"model/graph":                  {internal: []string{"model"}},
+	"model/durable":                {},
 	"model/testenv":                {}, // test helpers: skip or fail for a missing service
-	"model/lang":                   {internal: []string{"model", "model/graph"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
+	"model/lang":                   {internal: []string{"model", "model/graph", "model/durable"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
 	"schema":                       {},
 	"bus":                          {internal: []string{"model"}},
 	"bus/bustest":                  {internal: []string{"bus", "model"}},
 	"bus/amqp":                     {internal: []string{"bus", "model"}, external: []string{"github.com/rabbitmq/amqp091-go"}},
 	"bus/amqp/amqptest":            {internal: []string{"bus", "bus/amqp", "model/testenv"}},
-	"agent/handler":                {internal: []string{"model"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler":                {internal: []string{"model", "model/durable"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/handlertest":    {internal: []string{"agent/handler", "model", "model/testenv"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/builtin":        {internal: []string{"agent/handler", "agent/handler/*"}},
-	"agent/handler/*":              {internal: []string{"agent/handler", "model"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler/*":              {internal: []string{"agent/handler", "model", "model/durable"}, external: []string{"golang.org/x/sys"}},
 	"agent/engine":                 {internal: []string{"model", "model/graph", "agent/handler"}},
-	"agent/journal":                {internal: []string{"model"}},
+	"agent/journal":                {internal: []string{"model", "model/durable"}},
 	"agent/facts":                  {internal: []string{"model"}},
 	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
-	"server/store":                 {internal: []string{"model", "schema"}},
-	"server/store/storetest":       {internal: []string{"server/store", "model"}},
-	"server/store/sqlite":          {internal: []string{"server/store", "model", "schema"}, external: []string{"modernc.org/sqlite"}},
-	"server/store/postgres":        {internal: []string{"server/store", "model", "schema"}, external: []string{"github.com/jackc/pgx/v5"}},
+	"server/record":                {internal: []string{"model"}},
+	"server/store":                 {internal: []string{"model", "server/record", "schema"}},
+	"server/store/storetest":       {internal: []string{"server/store", "server/record", "model", "schema"}},
+	"server/store/sqlite":          {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"modernc.org/sqlite"}},
+	"server/store/postgres":        {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"github.com/jackc/pgx/v5"}},
 	"server/store/postgres/pgtest": {internal: []string{"server/store/postgres", "model/testenv"}},
-	"server/scheduler":             {internal: []string{"model", "model/graph", "bus"}},
-	"server/api":                   {internal: []string{"model"}, external: []string{"github.com/labstack/echo/v4"}},
-	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
+	"server/scheduler":             {internal: []string{"model", "model/graph", "server/record", "bus"}},
+	"server/clientlimit":           {external: []string{"golang.org/x/time"}},
+	"server/compilequeue":          {internal: []string{"server/record"}},
+	"server/source":                {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
+	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
+	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
+	"cli/embedded":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
+	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "model", "server", "server/api", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}},
 	"cli/e2e":                      {},                          // tests only: real processes, checked through the store
 	"":                             {internal: []string{"cli"}}, // main.go
+
+	// Benchmark code, kept out of the production store.
+	"server/store/postgres/pgbaseline": {internal: []string{"server/store", "model"}, external: []string{"github.com/jackc/pgx/v5"}},
 }
 
-// exclusive lists third-party modules confined to one package: their types
-// never cross a package boundary (DESIGN.md §3).
-var exclusive = map[string]string{
-	"github.com/jackc/pgx/v5":             "server/store/postgres",
-	"github.com/labstack/echo/v4":         "server/api",
-	"github.com/prometheus/client_golang": "server",
-	"github.com/rabbitmq/amqp091-go":      "bus/amqp",
-	"github.com/urfave/cli/v2":            "cli",
-	"github.com/hashicorp/hcl/v2":         "model/lang",
-	"github.com/zclconf/go-cty":           "model/lang",
-	"github.com/zclconf/go-cty-yaml":      "model/lang",
-	"modernc.org/sqlite":                  "server/store/sqlite",
+// exclusive lists third-party modules confined to the packages that wrap
+// them: their types never cross those packages' boundaries.
+var exclusive = map[string][]string{
+	// pgbaseline: the benchmarks' bare-pgx baseline, kept out of the store.
+	"github.com/jackc/pgx/v5":             {"server/store/postgres", "server/store/postgres/pgbaseline"},
+	"github.com/labstack/echo/v4":         {"server/api"},
+	"github.com/prometheus/client_golang": {"server"},
+	"github.com/rabbitmq/amqp091-go":      {"bus/amqp"},
+	"github.com/urfave/cli/v2":            {"cli"},
+	"golang.org/x/time":                   {"server/clientlimit"},
+	"github.com/hashicorp/hcl/v2":         {"model/lang"},
+	"github.com/zclconf/go-cty":           {"model/lang"},
+	"github.com/zclconf/go-cty-yaml":      {"model/lang"},
+	"modernc.org/sqlite":                  {"server/store/sqlite"},
+	"github.com/go-git/go-git/v5":         {"server/source"},
+	"github.com/go-git/go-billy/v5":       {"server/source"},
+}
+
+// importers lists module packages that only the packages named may import
+// (their tests aside): benchmark code stays out of what the binary serves.
+var importers = map[string][]string{
+	"server/store/postgres/pgbaseline": {"cli/bench"},
 }
 
 // pkg is what go list says of one package.
@@ -143,7 +163,7 @@ func violations(pkgs []pkg) []string {
 		name := rel(p.ImportPath)
 		r, ok := ruleFor(name)
 		if !ok {
-			out = append(out, fmt.Sprintf("%s: no dependency rule; add it to deps_test.go following DESIGN.md §3", p.ImportPath))
+			out = append(out, fmt.Sprintf("%s: no dependency rule; add it to deps_test.go following the package table of docs/architecture.md", p.ImportPath))
 			continue
 		}
 		for _, imp := range p.Imports {
@@ -151,7 +171,7 @@ func violations(pkgs []pkg) []string {
 			case isStdlib(imp):
 			case strings.HasPrefix(imp, module):
 				if !slices.ContainsFunc(r.internal, func(pat string) bool { return matches(pat, rel(imp)) }) {
-					out = append(out, fmt.Sprintf("%s imports %s, which DESIGN.md §3 does not allow", name, rel(imp)))
+					out = append(out, fmt.Sprintf("%s imports %s, which the package table of docs/architecture.md does not allow", name, rel(imp)))
 				}
 			default:
 				allowed := append(append([]string{}, everywhere...), r.external...)
@@ -159,10 +179,13 @@ func violations(pkgs []pkg) []string {
 					out = append(out, fmt.Sprintf("%s imports third-party %s, which is not allowed there", name, imp))
 				}
 			}
-			for m, owner := range exclusive {
-				if strings.HasPrefix(imp, m) && name != owner {
-					out = append(out, fmt.Sprintf("%s imports %s, which only %s may use", name, m, owner))
+			for m, owners := range exclusive {
+				if strings.HasPrefix(imp, m) && !slices.Contains(owners, name) {
+					out = append(out, fmt.Sprintf("%s imports %s, which only %s may use", name, m, strings.Join(owners, " and ")))
 				}
+			}
+			if only, ok := importers[rel(imp)]; ok && strings.HasPrefix(imp, module) && !slices.Contains(only, name) {
+				out = append(out, fmt.Sprintf("%s imports %s, which only %s may import", name, rel(imp), strings.Join(only, " and ")))
 			}
 		}
 		// server and agent never depend on each other, even indirectly;
@@ -188,7 +211,7 @@ func violations(pkgs []pkg) []string {
 
 func isUnder(p, top string) bool { return p == top || strings.HasPrefix(p, top+"/") }
 
-// TestDependencyRules enforces DESIGN.md §3 on the real packages.
+// TestDependencyRules enforces the package table of docs/architecture.md on the real packages.
 func TestDependencyRules(t *testing.T) {
 	pkgs := listPackages(t)
 	if len(pkgs) < 10 {
@@ -208,7 +231,9 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		want string
 	}{
 		{pkg{ImportPath: m("model"), Imports: []string{m("bus")}}, "model imports bus"},
-		{pkg{ImportPath: m("bus"), Imports: []string{"github.com/jackc/pgx/v5/pgxpool"}}, "only server/store/postgres may use"},
+		{pkg{ImportPath: m("bus"), Imports: []string{"github.com/jackc/pgx/v5/pgxpool"}}, "only server/store/postgres and server/store/postgres/pgbaseline may use"},
+		{pkg{ImportPath: m("server/store/postgres/pgtest"), Imports: []string{"github.com/jackc/pgx/v5"}}, "only server/store/postgres and server/store/postgres/pgbaseline may use"},
+		{pkg{ImportPath: m("server"), Imports: []string{m("server/store/postgres/pgbaseline")}}, "server imports server/store/postgres/pgbaseline, which only"},
 		{pkg{ImportPath: m("agent/engine"), Imports: []string{"github.com/some/thing"}}, "third-party github.com/some/thing"},
 		{pkg{ImportPath: m("server"), Deps: []string{m("agent/handler")}}, "server and agent never import each other"},
 		{pkg{ImportPath: m("agent"), Deps: []string{m("server/store")}}, "agent and server never import each other"},
@@ -222,8 +247,12 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 			t.Errorf("%s: violations %q, want one saying %q", tt.pkg.ImportPath, got, tt.want)
 		}
 	}
-	ok := pkg{ImportPath: m("agent/handler/file"), Imports: []string{m("agent/handler"), m("model"), "os"}}
-	if v := violations([]pkg{ok}); len(v) > 0 {
-		t.Errorf("a conforming package was flagged: %v", v)
+	for _, ok := range []pkg{
+		{ImportPath: m("agent/handler/file"), Imports: []string{m("agent/handler"), m("model"), "os"}},
+		{ImportPath: m("server/store/postgres/pgbaseline"), Imports: []string{"github.com/jackc/pgx/v5", m("server/store"), m("model")}},
+	} {
+		if v := violations([]pkg{ok}); len(v) > 0 {
+			t.Errorf("a conforming package was flagged: %v", v)
+		}
 	}
 }

@@ -46,9 +46,17 @@ type Config struct {
 	Token string
 	// Parallelism bounds concurrent resources in a deploy.
 	Parallelism int
-	// ServerKey pins the server's public key. When nil the agent trusts the
-	// key the server presents in its first `enrolled` message.
-	ServerKey ed25519.PublicKey
+	// ServerKey pins the server's public key; ServerFingerprint pins it by
+	// its fingerprint ("SHA256:…"), and an enrollment token carries that
+	// fingerprint too. An agent that has not enrolled yet needs one of the
+	// three: it trusts nothing before it knows the server.
+	ServerKey         ed25519.PublicKey
+	ServerFingerprint string
+	// MaxCommandAge: a command issued longer ago than this by the
+	// server's clock is refused, whatever its id (a replay, or old news
+	// from a long absence: the answer to the next hello brings what still
+	// matters).
+	MaxCommandAge time.Duration
 	// StatusBatch is the most results one resource.status message carries.
 	StatusBatch int
 	// StatusLinger is how long a partial batch waits for more results.
@@ -68,7 +76,7 @@ type Config struct {
 	// goodbye.
 	Grace time.Duration
 	// Journal tunes the journal; NoSync is for benchmarks only.
-	Journal journal.Options
+	Journal journal.Config
 	// Facts gathers the host's facts (nil: facts.Gather). Agents hosted
 	// by one process on one host may share one cached gatherer.
 	Facts func(context.Context) map[string]any
@@ -98,55 +106,66 @@ type Config struct {
 	ReleaseMemoryAt int
 }
 
-// Default fills zero fields with defaults.
-func (c *Config) Default() {
-	if c.Parallelism <= 0 {
-		c.Parallelism = engine.DefaultParallelism
+// Default returns the defaults of every setting that has one: what New
+// uses for a zero field (a negative one too, but for ReleaseMemoryAt, where
+// it means never). Env and Name have none.
+func Default() Config {
+	return Config{
+		Parallelism:     engine.DefaultParallelism,
+		MaxCommandAge:   time.Hour,
+		StatusBatch:     256,
+		StatusLinger:    20 * time.Millisecond,
+		Heartbeat:       10 * time.Second,
+		HelloRetry:      30 * time.Second,
+		HelloRetryMax:   30 * time.Minute,
+		ClaimRetry:      time.Second,
+		ClaimWait:       10 * time.Second,
+		Grace:           5 * time.Second,
+		Journal:         journal.Default(),
+		Facts:           facts.Gather,
+		FactsInterval:   time.Minute,
+		PollInterval:    5 * time.Second,
+		Settle:          2 * time.Millisecond,
+		FlapWindow:      time.Minute,
+		FlapCount:       5,
+		ReleaseMemoryAt: 1000,
 	}
-	if c.StatusBatch <= 0 {
-		c.StatusBatch = 256
-	}
-	if c.StatusLinger <= 0 {
-		c.StatusLinger = 20 * time.Millisecond
-	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = 10 * time.Second
-	}
-	if c.HelloRetry <= 0 {
-		c.HelloRetry = 30 * time.Second
-	}
-	if c.HelloRetryMax <= 0 {
-		c.HelloRetryMax = 30 * time.Minute
-	}
-	if c.ClaimRetry <= 0 {
-		c.ClaimRetry = time.Second
-	}
-	if c.ClaimWait <= 0 {
-		c.ClaimWait = 10 * time.Second
-	}
-	if c.Grace <= 0 {
-		c.Grace = 5 * time.Second
+}
+
+// withDefaults fills the zero (or negative) fields of c from Default.
+func (c Config) withDefaults() Config {
+	def := Default()
+	orDefault(&c.Parallelism, def.Parallelism)
+	orDefault(&c.MaxCommandAge, def.MaxCommandAge)
+	orDefault(&c.StatusBatch, def.StatusBatch)
+	orDefault(&c.StatusLinger, def.StatusLinger)
+	orDefault(&c.Heartbeat, def.Heartbeat)
+	orDefault(&c.HelloRetry, def.HelloRetry)
+	orDefault(&c.HelloRetryMax, def.HelloRetryMax)
+	orDefault(&c.ClaimRetry, def.ClaimRetry)
+	orDefault(&c.ClaimWait, def.ClaimWait)
+	orDefault(&c.Grace, def.Grace)
+	orDefault(&c.FactsInterval, def.FactsInterval)
+	orDefault(&c.PollInterval, def.PollInterval)
+	orDefault(&c.Settle, def.Settle)
+	orDefault(&c.FlapWindow, def.FlapWindow)
+	orDefault(&c.FlapCount, def.FlapCount)
+	if c.Journal.CompactAt == 0 {
+		c.Journal.CompactAt = def.Journal.CompactAt
 	}
 	if c.Facts == nil {
-		c.Facts = facts.Gather
+		c.Facts = def.Facts
 	}
-	if c.FactsInterval <= 0 {
-		c.FactsInterval = time.Minute
+	if c.ReleaseMemoryAt == 0 { // negative: never
+		c.ReleaseMemoryAt = def.ReleaseMemoryAt
 	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = 5 * time.Second
-	}
-	if c.Settle <= 0 {
-		c.Settle = 2 * time.Millisecond
-	}
-	if c.FlapWindow <= 0 {
-		c.FlapWindow = time.Minute
-	}
-	if c.FlapCount <= 0 {
-		c.FlapCount = 5
-	}
-	if c.ReleaseMemoryAt == 0 {
-		c.ReleaseMemoryAt = 1000
+	return c
+}
+
+// orDefault sets *v to def when it is zero or negative.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
@@ -160,19 +179,27 @@ func (a *Agent) releaseMemory(n int) {
 	}
 }
 
-// Validate checks the configuration.
-func (c *Config) Validate() error {
+// ErrConfig is wrapped by every error Validate returns, and by New's
+// errors about the server key it is told to trust.
+var ErrConfig = errors.New("invalid agent configuration")
+
+// Validate checks the configuration, once its zero fields are filled
+// from Default.
+func (c Config) Validate() error {
 	if err := model.ValidateEnvName(c.Env); err != nil {
-		return fmt.Errorf("agent config: %w", err)
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := model.ValidateAgentName(c.Name); err != nil {
-		return fmt.Errorf("agent config: %w", err)
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.ServerKey != nil && len(c.ServerKey) != ed25519.PublicKeySize {
-		return errors.New("agent config: server key is not an ed25519 public key")
+		return fmt.Errorf("%w: the server key is not an ed25519 public key", ErrConfig)
 	}
 	if c.HelloRetryMax < c.HelloRetry {
-		return errors.New("agent config: the hello retry cap is below the first retry")
+		return fmt.Errorf("%w: the hello retry cap is below the first retry", ErrConfig)
+	}
+	if err := c.Journal.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
@@ -180,7 +207,7 @@ func (c *Config) Validate() error {
 // Transport is what an agent needs of the bus.
 type Transport interface {
 	DeclareInbox(ctx context.Context, env, agent string) error
-	ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error
+	ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error
 	Publish(ctx context.Context, e *bus.Envelope) error
 	Claim(ctx context.Context, env, agent string) (bus.Claim, error)
 }
@@ -210,6 +237,22 @@ type Agent struct {
 	// hello has been journaled by then.
 	answered chan struct{}
 
+	// The agent has two locks. Lock order: enforce, then mu. enforce is
+	// held for a whole job or verification, across handler calls; mu only
+	// for quick reads and writes of the fields it guards, which a holder
+	// of enforce may take (a job recording itself as running, the
+	// monitor's arm reading hashes), never the other way round: nothing
+	// takes enforce while holding mu. The compliance monitor's own lock
+	// (monitor.mu) is taken under enforce or alone, never with mu; the
+	// monitor reaches the agent's locks only through enforcing and
+	// sliceHashes.
+
+	// enforce is held by whatever changes the host: a job, or the
+	// compliance monitor verifying and healing. So the monitor never
+	// verifies the agent's own writes half-done.
+	enforce sync.Mutex
+
+	// mu guards hashes, running, facts and mon; see the lock order above.
 	mu sync.Mutex
 	// hashes are the resource hashes of the journal's slice.
 	hashes map[model.ID]model.Hash
@@ -217,13 +260,15 @@ type Agent struct {
 	running *runningJob
 	// facts are the facts the server was last told.
 	facts map[string]any
-
-	// enforce is held by whatever changes the host: a job, or the
-	// compliance monitor verifying and healing. So the monitor never
-	// verifies the agent's own writes half-done.
-	enforce sync.Mutex
 	// mon is the compliance monitor while the worker runs.
 	mon *monitor
+
+	// pin is the fingerprint of the server key to expect at enrollment.
+	pin string
+	// clock is the server's clock as measured.
+	clock *clock
+	// refused counts commands refused since the last report.
+	refused refusals
 }
 
 type runningJob struct {
@@ -237,25 +282,31 @@ var errSuperseded = errors.New("superseded by a deploy")
 // New opens the agent's journal and returns an agent for cfg that talks
 // over t and enforces with the handlers of reg. Close releases it.
 func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*Agent, error) {
-	cfg.Default()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	pin, err := pinOf(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", cfg.Name, err)
+	}
 	j, err := journal.Open(cfg.StateDir, cfg.Name, cfg.Journal)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("agent %s: %w", cfg.Name, err)
 	}
 	log = log.With().Str("component", "agent").Str("agent", cfg.Name).Logger()
+	for _, r := range j.Repairs() {
+		log.Warn().Str("state_dir", j.Dir()).Msg("journal: " + r)
+	}
 	a := &Agent{
 		cfg:     cfg,
 		bus:     t,
 		reg:     reg,
 		engine:  engine.New(reg, log),
 		journal: j,
-		// Sequence numbers only grow: past every one journaled, and past
-		// the clock, for events never journaled (heartbeats) before a
-		// restart.
-		signer:   bus.NewSigner(j.Key(), max(j.Seq(), uint64(time.Now().UnixNano()))),
+		// Sequence numbers only grow, across restarts and a journal
+		// started over: each is reserved in the identity before use.
+		signer:   bus.NewReservingSigner(j.Key(), j.SeqFloor(), j),
 		deps:     newDependencies(),
 		log:      log,
 		wake:     make(chan struct{}, 1),
@@ -263,14 +314,21 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		enrolled: make(chan struct{}),
 		rejected: make(chan struct{}, 1),
 		answered: make(chan struct{}, 1),
+		pin:      pin,
+		clock:    newClock(),
 	}
-	if cfg.ServerKey != nil {
-		if held := j.ServerKey(); held != nil && !held.Equal(cfg.ServerKey) {
-			j.Close()
-			return nil, fmt.Errorf("agent %s: the journal in %s trusts another server key than the one configured; remove the journal to enroll again", cfg.Name, cfg.StateDir)
-		}
-	}
-	if j.ServerKey() != nil {
+	held := j.ServerKey()
+	switch {
+	case held != nil && pin != "" && bus.Fingerprint(held) != pin:
+		j.Close()
+		return nil, fmt.Errorf("agent %s: the journal in %s trusts server key %s, not %s as configured; "+
+			"an agent never enrolls again on its own: to enroll it with another server, remove the state directory",
+			cfg.Name, cfg.StateDir, bus.Fingerprint(held), pin)
+	case held == nil && pin == "":
+		j.Close()
+		return nil, fmt.Errorf("agent %s: %w: start it with an enrollment token (`tether agent token create` prints one; it carries the server's key fingerprint), "+
+			"or pin the server's key with --server-key (`tether server key` prints it) and have an operator accept the agent", cfg.Name, ErrNoServerKey)
+	case held != nil:
 		a.markEnrolled()
 	}
 	if err := a.rehash(j.Slice()); err != nil {
@@ -278,6 +336,23 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		return nil, err
 	}
 	return a, nil
+}
+
+// enforcing runs f holding the enforce lock: nothing else changes the host
+// meanwhile. f may take mu (lock order: enforce, then mu); the caller must
+// not hold mu.
+func (a *Agent) enforcing(f func()) {
+	a.enforce.Lock()
+	defer a.enforce.Unlock()
+	f()
+}
+
+// sliceHashes returns the resource hashes of the journal's slice (a map
+// replaced by rehash, never changed in place).
+func (a *Agent) sliceHashes() map[model.ID]model.Hash {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.hashes
 }
 
 // Close releases the agent's journal. Call it after Run returned.
@@ -298,15 +373,6 @@ func (a *Agent) isEnrolled() bool {
 	default:
 		return false
 	}
-}
-
-// serverKey is the key commands must be signed with: the configured one,
-// else the one pinned at enrollment.
-func (a *Agent) serverKey() ed25519.PublicKey {
-	if a.cfg.ServerKey != nil {
-		return a.cfg.ServerKey
-	}
-	return a.journal.ServerKey()
 }
 
 // Run serves until ctx ends, then shuts down cleanly: the running handler
@@ -463,12 +529,20 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 		a.log.Warn().Err(err).Msg("cannot declare the inbox")
 		return nil
 	}
+	// An inbox deleted on the broker took its commands with it, and sends
+	// failed while it was missing: once the consumer has declared it
+	// again, hello makes the server send what the agent lacks.
+	rehello := bus.OnInboxLost(func() {
+		if err := a.hello(cctx); err != nil && cctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("cannot say hello after the inbox was declared again")
+		}
+	})
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle); err != nil && cctx.Err() == nil {
+		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle, rehello); err != nil && cctx.Err() == nil {
 			errs <- fmt.Errorf("agent %s: inbox: %w", a.cfg.Name, err)
 		}
 		cancel()
@@ -493,7 +567,12 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 // a rejection), then heartbeats.
 func (a *Agent) introduce(ctx context.Context) {
 	pause := a.cfg.HelloRetry
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// The last hello was handled by now: the server takes a
+			// report of this agent's.
+			a.reportRefusals(ctx)
+		}
 		if err := a.hello(ctx); err != nil && ctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("cannot say hello")
 		}
@@ -529,6 +608,7 @@ func (a *Agent) introduce(ctx context.Context) {
 				a.log.Warn().Err(err).Msg("changed facts not sent; trying again on the next check")
 			}
 		case <-t.C:
+			a.reportRefusals(ctx)
 			body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen()}
 			if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
 				a.log.Debug().Err(err).Msg("heartbeat not sent")
@@ -554,7 +634,15 @@ func (a *Agent) hello(ctx context.Context) error {
 	if !a.isEnrolled() {
 		h.Token = a.cfg.Token
 	}
-	return a.publishNow(ctx, bus.KindHello, h)
+	e, err := a.signer.Seal(bus.KindHello, a.cfg.Env, a.cfg.Name, h)
+	if err != nil {
+		return err
+	}
+	a.clock.sent(e.ID)
+	if err := a.bus.Publish(ctx, e); err != nil {
+		return fmt.Errorf("publish %s: %w", bus.KindHello, err)
+	}
+	return nil
 }
 
 // gatherFacts gathers the host's facts and remembers them as told.

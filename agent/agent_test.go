@@ -29,6 +29,7 @@ const patience = 20 * time.Second
 type fakeServer struct {
 	t      testing.TB
 	bus    *bus.Local
+	key    ed25519.PrivateKey
 	signer *bus.Signer
 	mu     sync.Mutex
 	events []*bus.Envelope
@@ -42,7 +43,7 @@ func newFakeServer(t testing.TB) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &fakeServer{t: t, bus: bus.NewLocal(zerolog.Nop()), signer: bus.NewSigner(key, 0), added: make(chan struct{}, 1), patience: patience}
+	s := &fakeServer{t: t, bus: bus.NewLocal(zerolog.Nop()), key: key, signer: bus.NewSigner(key, 0), added: make(chan struct{}, 1), patience: patience}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, q := range []bus.Queue{bus.QueueEvents, bus.QueueCompliance} {
@@ -229,7 +230,7 @@ func start(t testing.TB, s *fakeServer, name, dir, root string, g *gate, tune ..
 		}
 	}
 	cfg := Config{Env: "test", Name: name, StateDir: dir, Heartbeat: 50 * time.Millisecond, HelloRetry: 50 * time.Millisecond,
-		HelloRetryMax: time.Hour, ClaimRetry: 20 * time.Millisecond, ClaimWait: 200 * time.Millisecond}
+		HelloRetryMax: time.Hour, ClaimRetry: 20 * time.Millisecond, ClaimWait: 200 * time.Millisecond, ServerKey: s.signer.PublicKey()}
 	for _, f := range tune {
 		f(&cfg)
 	}
@@ -336,7 +337,7 @@ func TestUnsignedCommandsAreDropped(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if r.a.Journal().Paused() {
+	if paused, _ := r.a.Journal().Paused(); paused {
 		t.Fatal("a forged pause paused the agent")
 	}
 }
@@ -569,6 +570,48 @@ func TestFactsReportedOnChange(t *testing.T) {
 	}
 }
 
+// A facts.refresh is answered with a facts report, facts changed or not;
+// one forged is refused, unanswered.
+func TestFactsRefreshAnswered(t *testing.T) {
+	s := newFakeServer(t)
+	gather := func(context.Context) map[string]any { return map[string]any{"hostname": "web", "ipv4": "10.0.0.1"} }
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), nil, func(c *Config) {
+		c.Facts, c.Labels = gather, map[string]string{"role": "web"}
+	})
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	s.next(&seen, "web", bus.KindHeartbeat) // enrolled
+
+	_, stranger, err := bus.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := bus.NewSigner(stranger, 0).Seal(bus.KindFactsRefresh, "test", "web", bus.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.bus.Send(context.Background(), forged, bus.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.send("web", bus.KindFactsRefresh, bus.Empty{})
+	var f bus.Facts
+	if err := s.next(&seen, "web", bus.KindFacts).DecodeBody(&f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Facts["ipv4"] != "10.0.0.1" || f.Labels["role"] != "web" {
+		t.Fatalf("facts report %+v, want the host's facts and labels", f)
+	}
+	// The inbox is in order: by the heartbeats after the answer, the forged
+	// refresh, sent first, was handled too, and got no answer of its own.
+	for range 2 {
+		s.next(&seen, "web", bus.KindHeartbeat)
+	}
+	if n := s.count("web", bus.KindFacts); n != 1 {
+		t.Fatalf("%d facts reports, want 1: the forged refresh was answered", n)
+	}
+}
+
 // silentUntil reads agent's compliance messages until one for which last
 // holds, failing with what if any of them, that one included, reports
 // about quiet.
@@ -593,6 +636,21 @@ func (s *fakeServer) silentUntil(from *int, agent string, quiet model.ID, what s
 // reports hands out, one at a time, the compliance reports about one
 // resource, in the order the agent sent them (one message may carry a
 // drift and its heal).
+// replace puts data in path in one step (a rename), as an editor that
+// saves atomically does. os.WriteFile truncates, then writes: a monitor that
+// looks in between rightly reports the empty file, one report more than a
+// test that counts them expects.
+func replace(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type reports struct {
 	s      *fakeServer
 	from   *int
@@ -639,16 +697,12 @@ func TestDriftReportedAndHealed(t *testing.T) {
 	deploy(1, "d1", model.DriftAlert, motd)
 	q := &reports{s: s, from: &seen, agent: "web", id: motd.ID}
 
-	if err := os.WriteFile(path, []byte("defaced\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replace(t, path, "defaced\n")
 	r := q.next()
 	if r.Compliance != model.NonCompliant || r.Changes["content"].Current != "defaced\n" || r.Changes["content"].Desired != "hello\n" || r.Seen.IsZero() {
 		t.Fatalf("content drift report %+v", r)
 	}
-	if err := os.WriteFile(path, []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replace(t, path, "hello\n")
 	if r := q.next(); r.Compliance != model.Compliant || r.Healed {
 		t.Fatalf("put back by hand: %+v", r)
 	}
@@ -709,9 +763,7 @@ func TestFlappingIsHeldBack(t *testing.T) {
 	q := &reports{s: s, from: &seen, agent: "web", id: f.ID}
 	var got []bus.DriftReport
 	for i := 1; i <= 8; i++ {
-		if err := os.WriteFile(filepath.Join(root, "flappy"), []byte(strconv.Itoa(i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		replace(t, filepath.Join(root, "flappy"), strconv.Itoa(i))
 		if i <= 3 {
 			got = append(got, q.next())
 		} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -25,16 +26,23 @@ import (
 //
 // Verification and healing hold the agent's enforce lock, which a running
 // job holds too: the agent's own writes are never verified half-done, and,
-// once done, they match the intent, so they are never drift.
+// once done, they match the intent, so they are never drift. The monitor
+// reaches the agent's locks only through Agent.enforcing and
+// Agent.sliceHashes; its own state has a lock of its own (lock order: see
+// Agent).
 
-// monitor is the state of the compliance watch. Only its own goroutines
-// touch it, but for arm, which the worker calls under mu.
+// monitor is the state of the compliance watch: its goroutines (run, the
+// verifier, and events) and arm, which the worker calls, share it.
 type monitor struct {
 	a   *Agent
 	fsw *fsnotify.Watcher
 
-	// Guarded by a.mu. An agent may watch tens of thousands of resources:
-	// they are held once, in list, and found by index.
+	// mu guards the fields below but status. It is taken under the
+	// agent's enforce lock (arm, verify) or alone, never with the agent's
+	// mu: it is a leaf.
+	mu sync.Mutex
+	// An agent may watch tens of thousands of resources: they are held
+	// once, in list, and found by index.
 	list  []watch
 	index map[model.ID]int32 // into list
 	// byPath maps a watched path to its resource; shared holds the others
@@ -48,7 +56,7 @@ type monitor struct {
 	policy   model.DriftPolicy
 
 	// status is touched by the verifier goroutine (check, calmDown) and
-	// by arm, which holds the enforce lock, as check does, and a.mu, as
+	// by arm, which holds the enforce lock, as check does, and mu, as
 	// calmDown does.
 	status map[model.ID]*driftState
 	poke   chan struct{}
@@ -98,11 +106,11 @@ func (m *monitor) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-poll.C:
-			m.a.mu.Lock()
+			m.mu.Lock()
 			for _, i := range m.polled {
 				m.suspects[m.list[i].res.ID] = true
 			}
-			m.a.mu.Unlock()
+			m.mu.Unlock()
 			m.calmDown()
 		case <-m.poke:
 			// Let a burst of events (truncate, then write) settle.
@@ -125,7 +133,7 @@ func (m *monitor) events(ctx context.Context) {
 				return
 			}
 			p := filepath.Clean(ev.Name)
-			m.a.mu.Lock()
+			m.mu.Lock()
 			i, hit := m.byPath[p]
 			if hit {
 				m.suspects[m.list[i].res.ID] = true
@@ -133,7 +141,7 @@ func (m *monitor) events(ctx context.Context) {
 					m.suspects[m.list[i].res.ID] = true
 				}
 			}
-			m.a.mu.Unlock()
+			m.mu.Unlock()
 			if hit {
 				m.a.poke(m.poke)
 			}
@@ -143,11 +151,11 @@ func (m *monitor) events(ctx context.Context) {
 			}
 			// An overflowed queue lost events: verify everything.
 			m.a.log.Warn().Err(err).Msg("file watch error; verifying every watched resource")
-			m.a.mu.Lock()
+			m.mu.Lock()
 			for id := range m.index {
 				m.suspects[id] = true
 			}
-			m.a.mu.Unlock()
+			m.mu.Unlock()
 			m.a.poke(m.poke)
 		}
 	}
@@ -161,9 +169,7 @@ func (m *monitor) events(ctx context.Context) {
 // the enforce lock held, after a job.
 func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[model.ID]bool) (queued int) {
 	s := m.a.journal.Slice()
-	m.a.mu.Lock()
-	hashes := m.a.hashes
-	m.a.mu.Unlock()
+	hashes := m.a.sliceHashes()
 	list := make([]watch, 0, len(s.Resources))
 	index := make(map[model.ID]int32, len(s.Resources))
 	byPath := make(map[string]int32, len(s.Resources))
@@ -218,7 +224,8 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[mode
 			}
 		}
 	}
-	m.a.mu.Lock()
+	// The caller holds enforce: the monitor's lock nests inside it.
+	m.mu.Lock()
 	for _, w := range list {
 		// What was not watched with this intent before may have changed
 		// between the job's apply and the watch being added just now:
@@ -247,7 +254,7 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[mode
 			st.drifted, st.changes = false, nil
 		}
 	}
-	m.a.mu.Unlock()
+	m.mu.Unlock()
 	if queued > 0 {
 		m.a.poke(m.poke)
 	}
@@ -258,8 +265,8 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[mode
 // window, and verifies them so their state is reported again.
 func (m *monitor) calmDown() {
 	now := time.Now()
-	m.a.mu.Lock()
-	defer m.a.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for id, st := range m.status {
 		if st.flapping && (len(st.recent) == 0 || now.Sub(st.recent[len(st.recent)-1]) >= m.a.cfg.FlapWindow) {
 			st.flapping, st.recent, st.restate = false, nil, true
@@ -268,13 +275,17 @@ func (m *monitor) calmDown() {
 	}
 }
 
-// verify checks the suspects and reports (and by policy heals) drift.
+// verify checks the suspects and reports (and by policy heals) drift,
+// holding the enforce lock: no job changes the host meanwhile.
 func (m *monitor) verify(ctx context.Context) {
-	m.a.enforce.Lock()
-	defer m.a.enforce.Unlock()
-	m.a.mu.Lock()
+	m.a.enforcing(func() { m.verifyEnforcing(ctx) })
+}
+
+func (m *monitor) verifyEnforcing(ctx context.Context) {
+	// Under enforce: the monitor's lock nests inside it (see Agent).
+	m.mu.Lock()
 	if len(m.suspects) == 0 {
-		m.a.mu.Unlock()
+		m.mu.Unlock()
 		return
 	}
 	var todo []model.Resource
@@ -285,7 +296,7 @@ func (m *monitor) verify(ctx context.Context) {
 		delete(m.suspects, id)
 	}
 	policy := m.policy
-	m.a.mu.Unlock()
+	m.mu.Unlock()
 
 	var reports []bus.DriftReport
 	for i := range todo {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
@@ -25,13 +26,21 @@ func (a *Agent) handle(ctx context.Context, d bus.Delivery) error {
 		return a.onRejected(e)
 	}
 	if err := a.verify(e); err != nil {
-		a.log.Warn().Err(err).Str("message", e.String()).Msg("dropping a command that does not verify")
+		a.refuse(ctx, e, err)
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	if a.journal.Seen(e.ID) {
 		return nil
 	}
-	err := a.command(ctx, e)
+	answer := a.answersHello(e)
+	if err := a.fresh(e); err != nil && !answer {
+		// Old news: a command queued while the agent was away long, or a
+		// replay. The server's answer to the next hello brings whatever
+		// it still means.
+		a.log.Info().Err(err).Str("message", e.String()).Msg("dropping a stale command")
+		return a.journal.Begin().Seen(e.ID).Commit()
+	}
+	err := a.command(ctx, e, answer)
 	if errors.Is(err, bus.ErrReject) {
 		// Final: remember it so a redelivery is not looked at again.
 		if jerr := a.journal.Begin().Seen(e.ID).Commit(); jerr != nil {
@@ -48,7 +57,7 @@ func (a *Agent) onRejected(e *bus.Envelope) error {
 	var body bus.Rejected
 	_ = e.DecodeBody(&body)
 	if a.isEnrolled() {
-		if err := bus.Verify(e, a.serverKey()); err != nil {
+		if err := bus.Verify(e, a.journal.ServerKey()); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 	}
@@ -59,8 +68,9 @@ func (a *Agent) onRejected(e *bus.Envelope) error {
 	return nil
 }
 
-// command carries out one verified command.
-func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
+// command carries out one verified command; answer says it is an
+// `enrolled` answering this process's own hello (fresh by construction).
+func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error {
 	tx := a.journal.Begin().Seen(e.ID)
 	switch e.Kind {
 	case bus.KindEnrolled:
@@ -68,19 +78,38 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		if a.journal.ServerKey() == nil {
-			tx.Enroll(ed25519.PublicKey(body.ServerKey))
+		// verify checked an enrollment before the first against the key
+		// expected; one after it must name the key pinned.
+		switch held := a.journal.ServerKey(); {
+		case held != nil && !held.Equal(ed25519.PublicKey(body.ServerKey)):
+			err := fmt.Errorf("%w: enrollment offers server key %s, but this agent trusts %s", errForged, bus.Fingerprint(body.ServerKey), bus.Fingerprint(held))
+			a.refuse(ctx, e, err)
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		case held == nil:
+			if err := a.journal.Enroll(ed25519.PublicKey(body.ServerKey), e.TS); err != nil {
+				return err
+			}
 			a.log.Info().Str("server_key", bus.Fingerprint(body.ServerKey)).Msg("enrolled; server key pinned")
+		}
+		a.signer.Advance(body.LastSeq)
+		if err := a.followEnvironment(body, answer); err != nil {
+			return err
 		}
 		if err := tx.Commit(); err != nil {
 			return err
 		}
 		a.markEnrolled()
 		a.poke(a.answered)
+		a.reportRefusals(ctx) // those refused before the server knew this agent
 		return nil
 	case bus.KindDesiredFull:
 		var body bus.DesiredFull
 		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if held := a.floor(); body.Generation < held {
+			err := fmt.Errorf("%w: desired state of generation %d, older than the %d held: refused (desired state only moves forward)", errReplay, body.Generation, held)
+			a.refuse(ctx, e, err)
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 		s := model.Slice{Agent: a.cfg.Name, Generation: body.Generation, Resources: body.Resources}
@@ -93,14 +122,14 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return a.applyDiff(ctx, tx, body)
+		return a.applyDiff(ctx, tx, e, body)
 	case bus.KindDeploy, bus.KindRepair:
 		var body bus.Deploy
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 		job := journal.Job{ID: body.DeployID, Kind: string(e.Kind), Full: body.Mode == bus.DeployFull || e.Kind == bus.KindRepair,
-			Generation: body.Generation, DriftPolicy: body.DriftPolicy}
+			Generation: body.Generation, DriftPolicy: body.DriftPolicy, IssuedAt: e.TS}
 		if err := tx.AddJob(job).Commit(); err != nil {
 			return err
 		}
@@ -113,7 +142,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		if err := tx.AddJob(journal.Job{ID: body.DeployID, Kind: string(bus.KindDryRun), Full: true, Generation: body.Generation}).Commit(); err != nil {
+		if err := tx.AddJob(journal.Job{ID: body.DeployID, Kind: string(bus.KindDryRun), Full: true, Generation: body.Generation, IssuedAt: e.TS}).Commit(); err != nil {
 			return err
 		}
 		a.poke(a.wake)
@@ -125,9 +154,14 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		a.deps.set(body.ID, body.State)
+		a.deps.set(body.ID, body.State, e.TS)
 	case bus.KindPause, bus.KindResume:
-		if err := tx.Pause(e.Kind == bus.KindPause).Commit(); err != nil {
+		if _, at := a.journal.Paused(); e.TS.Before(at) {
+			// A pause or resume issued before the one in force: old news.
+			a.log.Info().Str("message", e.String()).Msg("ignoring a pause or resume older than the one in force")
+			return tx.Commit()
+		}
+		if err := tx.Pause(e.Kind == bus.KindPause, e.TS).Commit(); err != nil {
 			return err
 		}
 		a.log.Info().Bool("paused", e.Kind == bus.KindPause).Msg("the server paused or resumed this agent")
@@ -145,21 +179,89 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope) error {
 }
 
 // verify checks a command's signature against the server key. Before
-// enrollment only `enrolled` is accepted, signed by the key it carries
-// (or by the configured key when one is pinned).
+// enrollment only `enrolled` is accepted, and only when it carries the key
+// the agent was told to expect (its token's fingerprint, or the operator's
+// --server-key) and is signed by it: whoever writes into a new agent's
+// inbox first cannot make it trust another key.
 func (a *Agent) verify(e *bus.Envelope) error {
-	key := a.serverKey()
-	if key != nil {
-		return bus.Verify(e, key)
+	if key := a.journal.ServerKey(); key != nil {
+		if err := bus.Verify(e, key); err != nil {
+			return fmt.Errorf("%w: %w", errForged, err)
+		}
+		return nil
 	}
 	if e.Kind != bus.KindEnrolled {
-		return fmt.Errorf("%s arrived before enrollment: no server key to verify it with", e.Kind)
+		return fmt.Errorf("%w: %s arrived before enrollment: no server key to verify it with", errForged, e.Kind)
 	}
 	var body bus.Enrolled
 	if err := e.DecodeBody(&body); err != nil {
 		return err
 	}
-	return bus.Verify(e, body.ServerKey)
+	if fp := bus.Fingerprint(body.ServerKey); fp != a.pin {
+		return fmt.Errorf("%w: enrollment offers server key %s, not %s, the one this agent was told to expect", errForged, fp, a.pin)
+	}
+	if err := bus.Verify(e, body.ServerKey); err != nil {
+		return fmt.Errorf("%w: %w", errForged, err)
+	}
+	return nil
+}
+
+// Why a command is refused.
+var (
+	// errForged: not signed by the server this agent trusts.
+	errForged = errors.New("forged command")
+	// errReplay: signed by the server, but taking the agent back.
+	errReplay = errors.New("replayed command")
+)
+
+// answersHello reports whether e is an `enrolled` answering a hello of
+// this process: fresh by construction, it sets the clock.
+func (a *Agent) answersHello(e *bus.Envelope) bool {
+	if e.Kind != bus.KindEnrolled {
+		return false
+	}
+	var body bus.Enrolled
+	return e.DecodeBody(&body) == nil && body.Hello != "" && a.clock.answered(body.Hello, e.TS, a.log)
+}
+
+// followEnvironment keeps the newest generation held up to date with the
+// server's word: raised to the released version; and, when the answer to
+// this process's own hello names another incarnation of the environment
+// (deleted and created again, its versions numbered from 1 again), started
+// over from its released version. Nothing else ever lowers it.
+func (a *Agent) followEnvironment(body bus.Enrolled, answer bool) error {
+	env, held := a.journal.Generation()
+	switch {
+	case body.Env == "" || body.Env == env:
+		return a.journal.HoldGeneration(body.Generation)
+	case env == "":
+		return a.journal.SetGeneration(body.Env, max(held, body.Generation))
+	case answer:
+		a.log.Warn().Int64("held", held).Int64("released", body.Generation).
+			Msg("the environment was deleted and created again: this agent follows the new one from its released version")
+		return a.journal.SetGeneration(body.Env, body.Generation)
+	default:
+		a.log.Info().Msg("an enrollment of another incarnation of the environment that does not answer this agent's hello: its generation is not followed")
+		return nil
+	}
+}
+
+// fresh refuses a command issued longer ago than MaxCommandAge by the
+// server's clock (as the agent measured it), or as far in the future: a
+// captured command replayed later is refused whatever its id.
+func (a *Agent) fresh(e *bus.Envelope) error {
+	age := a.clock.now().Sub(e.TS)
+	if age > a.cfg.MaxCommandAge || -age > a.cfg.MaxCommandAge {
+		return fmt.Errorf("%s was issued %s ago by the server's clock, outside the %s a command is valid", e.Kind, age.Round(time.Second), a.cfg.MaxCommandAge)
+	}
+	return nil
+}
+
+// floor is the oldest generation of desired state the agent takes: the
+// newest it held (kept in its identity, through a journal started over).
+func (a *Agent) floor() int64 {
+	_, gen := a.journal.Generation()
+	return gen
 }
 
 // checkSlice verifies a slice holds only this agent's resources and
@@ -184,6 +286,9 @@ func (a *Agent) checkSlice(s model.Slice, want model.Hash) error {
 // worker.
 func (a *Agent) commitSlice(tx *journal.Tx, s model.Slice) error {
 	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if err := a.journal.HoldGeneration(s.Generation); err != nil {
 		return err
 	}
 	if err := a.rehash(s); err != nil {
@@ -217,12 +322,17 @@ func (a *Agent) rehash(s model.Slice) error {
 // applyDiff moves the slice by a diff from the generation held; any other
 // diff, or one whose result does not match the server's hash, is answered
 // with a request for the full state.
-func (a *Agent) applyDiff(ctx context.Context, tx *journal.Tx, d bus.DesiredDiff) error {
+func (a *Agent) applyDiff(ctx context.Context, tx *journal.Tx, e *bus.Envelope, d bus.DesiredDiff) error {
 	cur := a.journal.Slice()
 	if cur.Generation == d.To && d.From != d.To {
 		if h, err := cur.Hash(); err == nil && h == d.SliceHash {
 			return tx.Commit() // applied already (journaled, then not acknowledged)
 		}
+	}
+	if held := a.floor(); d.To < held {
+		err := fmt.Errorf("%w: a diff to generation %d, older than the %d held: refused (desired state only moves forward)", errReplay, d.To, held)
+		a.refuse(ctx, e, err)
+		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	next, err := cur.Apply(d.Diff)
 	if errors.Is(err, model.ErrGenerationMismatch) {

@@ -29,11 +29,9 @@ func (a *Agent) startWorker(ctx context.Context) *worker {
 		close(monDone)
 	} else {
 		mon := newMonitor(a)
-		a.enforce.Lock()
 		// Drift while the agent was down or not primary, under the policy
 		// of the last deploy.
-		mon.arm(a.journal.DriftPolicy(), true, nil)
-		a.enforce.Unlock()
+		a.enforcing(func() { mon.arm(a.journal.DriftPolicy(), true, nil) })
 		a.mu.Lock()
 		a.mon = mon
 		a.mu.Unlock()
@@ -79,7 +77,7 @@ func (a *Agent) work(ctx context.Context) {
 // nextJob returns the first job if it can run: not paused, and the slice
 // is at (or past) the job's generation.
 func (a *Agent) nextJob() (journal.Job, bool) {
-	if a.journal.Paused() {
+	if paused, _ := a.journal.Paused(); paused {
 		return journal.Job{}, false
 	}
 	jobs := a.journal.Jobs()
@@ -90,7 +88,7 @@ func (a *Agent) nextJob() (journal.Job, bool) {
 }
 
 // supersedeRepair cancels a running repair: a deploy that arrived during
-// it replaces it (DESIGN.md §8).
+// it replaces it.
 func (a *Agent) supersedeRepair(deployID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -137,6 +135,8 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	// Where the agent's locks nest: enforce for the whole job, mu briefly
+	// under it (lock order: enforce, then mu; see Agent).
 	a.enforce.Lock()
 	defer a.enforce.Unlock()
 	a.mu.Lock()
@@ -252,21 +252,27 @@ func (f depFunc) Wait(ctx context.Context, id model.ID) (model.ResourceState, er
 
 // dependencies holds what the server said about other agents' resources.
 type dependencies struct {
-	mu      sync.Mutex
-	states  map[model.ID]model.ResourceState
+	mu     sync.Mutex
+	states map[model.ID]model.ResourceState
+	// at is when the server issued each state: an older word on a
+	// resource (reordered, or replayed) does not overwrite a newer one.
+	at      map[model.ID]time.Time
 	changed chan struct{}
 }
 
 func newDependencies() *dependencies {
-	return &dependencies{states: map[model.ID]model.ResourceState{}, changed: make(chan struct{})}
+	return &dependencies{states: map[model.ID]model.ResourceState{}, at: map[model.ID]time.Time{}, changed: make(chan struct{})}
 }
 
-func (d *dependencies) set(id model.ID, st model.ResourceState) {
+func (d *dependencies) set(id model.ID, st model.ResourceState, at time.Time) {
 	d.mu.Lock()
-	d.states[id] = st
+	defer d.mu.Unlock()
+	if at.Before(d.at[id]) {
+		return
+	}
+	d.states[id], d.at[id] = st, at
 	close(d.changed)
 	d.changed = make(chan struct{})
-	d.mu.Unlock()
 }
 
 // wait blocks until the server reported a final state for id.

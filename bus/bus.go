@@ -20,7 +20,10 @@ type Bus interface {
 	// agent never connected (its inbox does not exist).
 	Send(ctx context.Context, e *Envelope, opts SendOptions) error
 	// Publish puts an event on the server's queues and returns once the bus
-	// has durably accepted it.
+	// has durably accepted it. It fails with ErrUnroutable when no server
+	// queue takes the event (the queue was deleted and its consumer has
+	// not declared it again yet): the event is not lost silently, the
+	// caller keeps it and tries again.
 	Publish(ctx context.Context, e *Envelope) error
 	// DeclareInbox creates agent's inbox in env if it does not exist. An
 	// agent declares it before saying hello, so the server's answer has
@@ -29,10 +32,12 @@ type Bus interface {
 	// ConsumeInbox declares the inbox of agent in env and delivers its
 	// commands to h in order, one at a time, until ctx ends. Of several
 	// consumers of one inbox only one is active; the next takes over when
-	// it leaves.
-	ConsumeInbox(ctx context.Context, env, agent string, h Handler) error
+	// it leaves. When the inbox is deleted under it, the consumer declares
+	// it again, consumes again, and calls the OnInboxLost callback.
+	ConsumeInbox(ctx context.Context, env, agent string, h Handler, opts ...InboxOption) error
 	// ConsumeEvents delivers the events of one server queue to h until ctx
-	// ends.
+	// ends. When the queue is deleted under it, the consumer declares it
+	// again, with its routing, and consumes again.
 	ConsumeEvents(ctx context.Context, q Queue, h Handler) error
 	// Claim makes this process the primary of agent in env: of several
 	// processes hosting one agent, only the one holding the claim acts. It
@@ -48,6 +53,35 @@ type Claim interface {
 	Lost() <-chan struct{}
 	// Release gives the claim up; another process may take it at once.
 	Release()
+}
+
+// InboxOption tunes ConsumeInbox.
+type InboxOption func(*InboxOptions)
+
+// InboxOptions are the options of one ConsumeInbox; implementations of Bus
+// read them with NewInboxOptions.
+type InboxOptions struct {
+	// Lost is called after the consumer declared the inbox again and
+	// resumed consuming because the inbox had been deleted under it
+	// (not after a reconnect: a durable inbox outlives its connection).
+	Lost func()
+}
+
+// OnInboxLost calls fn each time the inbox was deleted under its consumer
+// and has just been declared and consumed again. The commands it held, and
+// those sent while it was missing, are gone: an agent says hello again, so
+// the server sends what it lacks.
+func OnInboxLost(fn func()) InboxOption {
+	return func(o *InboxOptions) { o.Lost = fn }
+}
+
+// NewInboxOptions applies opts.
+func NewInboxOptions(opts ...InboxOption) InboxOptions {
+	var o InboxOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // Handler handles one delivery. Returning nil acknowledges it (it is gone);
@@ -72,8 +106,12 @@ type SendOptions struct {
 
 // Errors of the bus.
 var (
-	// ErrNoInbox: the target agent's inbox does not exist (it never connected).
+	// ErrNoInbox: the target agent's inbox does not exist (it never
+	// connected, or its inbox was deleted and not declared again yet).
 	ErrNoInbox = errors.New("agent inbox does not exist")
+	// ErrUnroutable: no server queue takes the event (the queue was
+	// deleted; the server declares it again).
+	ErrUnroutable = errors.New("no server queue takes the event")
 	// ErrInboxFull: the inbox holds its maximum number of messages.
 	ErrInboxFull = errors.New("agent inbox is full")
 	// ErrReject, wrapped in a handler's error, dead-letters the delivery.
@@ -87,7 +125,7 @@ var (
 // Queue names a server queue.
 type Queue string
 
-// Server queues (DESIGN.md §6).
+// Server queues.
 const (
 	// QueueEvents receives status, facts, discovery: everything but drift.
 	QueueEvents Queue = "tether.server.events"

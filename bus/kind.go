@@ -39,6 +39,10 @@ const (
 	KindFacts          Kind = "facts"
 	KindStateRequest   Kind = "state.request"
 	KindGoodbye        Kind = "goodbye"
+	// KindSecurity reports commands the agent refused: a signature of
+	// another key, a replay, a stale command. The server raises a security
+	// alert.
+	KindSecurity Kind = "security"
 )
 
 var toAgent = map[Kind]bool{
@@ -49,7 +53,7 @@ var toAgent = map[Kind]bool{
 
 var toServer = map[Kind]bool{
 	KindHello: true, KindHeartbeat: true, KindResourceStatus: true, KindCompliance: true,
-	KindDryRunResult: true, KindFacts: true, KindStateRequest: true, KindGoodbye: true,
+	KindDryRunResult: true, KindFacts: true, KindStateRequest: true, KindGoodbye: true, KindSecurity: true,
 }
 
 // Known reports whether k is a kind of this protocol version.
@@ -115,9 +119,36 @@ type DryRun struct {
 }
 
 // Enrolled tells an agent it was accepted and how to verify the server.
+// The agent pins ServerKey only if it is the key it was told to expect
+// (by its enrollment token or its operator).
 type Enrolled struct {
 	ServerKey []byte `json:"server_key"`
+	// Hello is the id of the hello this answers ("" when an operator's
+	// acceptance sent it): the agent measures the server's clock by it.
+	Hello string `json:"hello,omitempty"`
+	// LastSeq is the highest sequence number the server accepted from the
+	// agent: an agent whose journal went back in time (a restored backup)
+	// continues past it.
+	LastSeq uint64 `json:"last_seq,omitempty"`
+	// Env names the environment's incarnation and Generation is its
+	// released version. An agent refuses desired state older than the
+	// newest it held in that incarnation; when this answers its own hello
+	// (fresh, not a replay) and names another incarnation (the environment
+	// was deleted and created again), the agent starts over from
+	// Generation there.
+	Env        string `json:"env_incarnation,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
 }
+
+// Security reports commands an agent refused, at most one report a minute:
+// how many since the last report, and what the first few were.
+type Security struct {
+	Refused []string `json:"refused"`
+	Count   int      `json:"count"`
+}
+
+// MaxRefusalsTold is how many refusals a Security report describes.
+const MaxRefusalsTold = 8
 
 // Rejected says why the server does not enroll an agent.
 type Rejected struct {

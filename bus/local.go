@@ -14,8 +14,10 @@ import (
 // the RabbitMQ transport: messages travel encoded (every delivery goes
 // through the codec), inboxes exist once their agent consumed them, are
 // bounded and have one active consumer, unacknowledged messages return to the
-// head of their queue, expired commands are dropped, and undecodable or
-// rejected messages are dead-lettered and counted.
+// head of their queue, expired commands are dropped, undecodable or
+// rejected messages are dead-lettered and counted, and a queue deleted under
+// its consumers (DeleteQueue, as a client with rights on the broker could)
+// is declared again by them.
 //
 // Nothing survives the process: it is for one embedded run.
 type Local struct {
@@ -43,6 +45,9 @@ type queue struct {
 	// changed is closed and replaced whenever the queue changes, waking
 	// its consumers.
 	changed chan struct{}
+	// deleted is set when DeleteQueue removed the queue: its consumers
+	// declare it again.
+	deleted bool
 }
 
 // consumer identifies one Consume call. It must not be zero-sized: pointers
@@ -180,7 +185,10 @@ func (b *Local) push(name string, m message, bounded bool, e *Envelope) error {
 		return ErrClosed
 	}
 	q, ok := b.queues[name]
-	if !ok {
+	switch {
+	case !ok && e.Kind.Event():
+		return fmt.Errorf("publish %s: %w", e, ErrUnroutable)
+	case !ok:
 		return fmt.Errorf("send %s to %s/%s: %w", e.Kind, e.Env, e.Agent, ErrNoInbox)
 	}
 	if bounded && len(q.msgs) >= b.maxLen {
@@ -209,33 +217,80 @@ func (b *Local) DeclareInbox(ctx context.Context, env, agent string) error {
 }
 
 // ConsumeInbox implements Bus.
-func (b *Local) ConsumeInbox(ctx context.Context, env, agent string, h Handler) error {
-	if err := b.DeclareInbox(ctx, env, agent); err != nil {
+func (b *Local) ConsumeInbox(ctx context.Context, env, agent string, h Handler, opts ...InboxOption) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return b.consume(ctx, InboxName(env, agent), h)
+	return b.consume(ctx, InboxName(env, agent), h, NewInboxOptions(opts...).Lost)
 }
 
 // ConsumeEvents implements Bus.
 func (b *Local) ConsumeEvents(ctx context.Context, q Queue, h Handler) error {
-	return b.consume(ctx, string(q), h)
+	if q != QueueEvents && q != QueueCompliance {
+		return fmt.Errorf("consume %s: no such server queue", q)
+	}
+	return b.consume(ctx, string(q), h, nil)
 }
 
-func (b *Local) consume(ctx context.Context, name string, h Handler) error {
-	c := &consumer{queue: name}
+// DeleteQueue deletes a queue (an inbox by InboxName, or a server queue)
+// with its messages, as a client with rights on a broker could; for tests
+// of the consumers' recovery.
+func (b *Local) DeleteQueue(name string) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q, ok := b.queues[name]; ok {
+		delete(b.queues, name)
+		q.msgs, q.deleted = nil, true
+		q.notify()
+	}
+}
+
+// errDeleted tells a consumer its queue was deleted.
+var errDeleted = errors.New("queue deleted")
+
+// join declares the queue name if it does not exist and adds c to its
+// consumers.
+func (b *Local) join(name string, c *consumer) (*queue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
 	q, ok := b.queues[name]
 	if !ok {
-		b.mu.Unlock()
-		return fmt.Errorf("consume %s: no such queue", name)
+		q = newQueue(name)
+		b.queues[name] = q
 	}
 	q.consumers = append(q.consumers, c)
-	b.mu.Unlock()
-	defer b.leave(q, c)
+	q.notify()
+	return q, nil
+}
+
+// consume delivers the messages of queue name to h until ctx ends. When
+// the queue is deleted under it, it declares it again, consumes again and
+// calls lost (if not nil).
+func (b *Local) consume(ctx context.Context, name string, h Handler, lost func()) error {
+	c := &consumer{queue: name}
+	q, err := b.join(name, c)
+	if err != nil {
+		return err
+	}
+	defer func() { b.leave(q, c) }()
 
 	pause := time.Duration(0)
 	for {
 		m, wait, err := b.next(q, c)
+		if errors.Is(err, errDeleted) {
+			b.leave(q, c)
+			if q, err = b.join(name, c); err != nil {
+				return err
+			}
+			b.log.Warn().Str("queue", name).Msg("queue deleted under its consumer; declared it again and consuming again")
+			if lost != nil {
+				lost()
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -282,6 +337,9 @@ func (b *Local) next(q *queue, c *consumer) (*message, <-chan struct{}, error) {
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, nil, ErrClosed
+	}
+	if q.deleted {
+		return nil, nil, errDeleted
 	}
 	if q.consumers[0] != c {
 		return nil, q.changed, nil

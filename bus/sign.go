@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,13 +68,87 @@ type Signer struct {
 	key ed25519.PrivateKey
 	seq atomic.Uint64
 	now func() time.Time
+
+	// reserver, when set, makes numbers durable in blocks before they are
+	// used; limit is the highest number reserved.
+	reserver SeqReserver
+	mu       sync.Mutex
+	limit    atomic.Uint64
 }
+
+// SeqReserver makes sequence numbers durable before a signer uses them.
+type SeqReserver interface {
+	// ReserveSeq returns once no restart can hand out a number up to upTo
+	// again.
+	ReserveSeq(upTo uint64) error
+}
+
+// seqBlock is how many sequence numbers a reserving signer reserves at a
+// time: one durable write per seqBlock events. A restart skips what is left
+// of a block, so a sender's numbers may jump by up to this much.
+const seqBlock = 1024
+
+// MaxSeqJump bounds how far a sender's sequence number may run ahead of the
+// highest one a receiver accepted from it: room for the block a restart
+// skips and for every heartbeat a long broker outage swallowed (years of
+// them), yet no jump to the end of the number space.
+const MaxSeqJump = 1 << 24
+
+// MaxSeq is the highest sequence number a sender may use: receivers keep
+// numbers as signed 64-bit integers, and refuse anything past this.
+const MaxSeq = 1 << 62
 
 // NewSigner returns a signer whose first sequence number follows lastSeq.
 func NewSigner(key ed25519.PrivateKey, lastSeq uint64) *Signer {
 	s := &Signer{key: key, now: time.Now}
 	s.seq.Store(lastSeq)
 	return s
+}
+
+// NewReservingSigner returns a signer whose numbers follow floor, every
+// one reserved through r before it is used: a sender restarting from its
+// last reservation never signs two messages with one number.
+func NewReservingSigner(key ed25519.PrivateKey, floor uint64, r SeqReserver) *Signer {
+	s := NewSigner(key, floor)
+	s.reserver = r
+	s.limit.Store(floor)
+	return s
+}
+
+// Advance moves the sequence past n: the receiver holds numbers up to n
+// (from a restored backup of this sender, say), so later ones must follow.
+func (s *Signer) Advance(n uint64) {
+	for {
+		cur := s.seq.Load()
+		if cur >= n || s.seq.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// Seq returns the last sequence number handed out.
+func (s *Signer) Seq() uint64 { return s.seq.Load() }
+
+// next hands out the next sequence number, reserving a block first when
+// the reservation is used up.
+func (s *Signer) next() (uint64, error) {
+	n := s.seq.Add(1)
+	if n > MaxSeq {
+		return 0, fmt.Errorf("sequence number %d is past the protocol's limit", n)
+	}
+	if s.reserver == nil || n <= s.limit.Load() {
+		return n, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n > s.limit.Load() {
+		upTo := n + seqBlock
+		if err := s.reserver.ReserveSeq(upTo); err != nil {
+			return 0, fmt.Errorf("reserve sequence numbers: %w", err)
+		}
+		s.limit.Store(upTo)
+	}
+	return n, nil
 }
 
 // PublicKey returns the signer's public key.
@@ -87,13 +162,17 @@ func (s *Signer) Seal(kind Kind, env, agent string, body any) (*Envelope, error)
 	if err != nil {
 		return nil, fmt.Errorf("seal %s: %w", kind, err)
 	}
+	seq, err := s.next()
+	if err != nil {
+		return nil, fmt.Errorf("seal %s: %w", kind, err)
+	}
 	e := &Envelope{
 		V:     ProtocolVersion,
 		ID:    uuid.NewString(),
 		Kind:  kind,
 		Env:   env,
 		Agent: agent,
-		Seq:   s.seq.Add(1),
+		Seq:   seq,
 		TS:    s.now().UTC(),
 		Body:  b,
 	}

@@ -3,10 +3,8 @@ package cli
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,10 +18,10 @@ import (
 	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/model"
-	"github.com/tetherhq/tether/server/api"
 )
 
 const defaultAgentConfig = "/etc/tether/agent.toml"
@@ -33,6 +31,7 @@ func agentRunFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "config", Value: defaultAgentConfig, EnvVars: []string{"TETHER_AGENT_CONFIG"},
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
 	}, brokerFlags("`TYPE` of the inbox when the agent creates it: the server's --queue-type (quorum or classic)")...)
+	def := agent.Default()
 	return append(flags,
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-ca", EnvVars: []string{"TETHER_TLS_CA"}, Usage: "CA certificate `FILE` (PEM) to trust for amqps://"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"}, Usage: "client certificate `FILE` (PEM) for amqps://"}),
@@ -49,10 +48,12 @@ func agentRunFlags() []ucli.Flag {
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_ENROLL_TOKEN"},
 			Usage: "enrollment `TOKEN` (tether agent token create): accepted at once where the environment's enrollment is token"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "server-key", EnvVars: []string{"TETHER_SERVER_KEY"},
-			Usage: "pin the server's public `KEY` (base64, from the server's log); default: trust the key of the first enrollment"}),
+			Usage: "the server's public `KEY` or its fingerprint SHA256:… (`tether server key` prints both); needed unless --token carries it"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "max-command-age", Value: def.MaxCommandAge, EnvVars: []string{"TETHER_MAX_COMMAND_AGE"},
+			Usage: "refuse a command the server issued longer ago than this (by the server's clock): replays and stale backlog"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "parallelism", Value: 0, EnvVars: []string{"TETHER_PARALLELISM"},
 			Usage: "how many resources a deploy runs at once (0: the default)"}),
-		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, EnvVars: []string{"TETHER_HEARTBEAT"},
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "heartbeat", Value: def.Heartbeat, EnvVars: []string{"TETHER_HEARTBEAT"},
 			Usage: "how often the agent tells the server it is alive"}),
 	)
 }
@@ -114,12 +115,11 @@ func runAgents(c *ucli.Context, term *terminal) error {
 		labels[k] = v
 	}
 	var serverKey ed25519.PublicKey
+	var fingerprint string
 	if s := c.String("server-key"); s != "" {
-		b, err := base64.StdEncoding.DecodeString(s)
-		if err != nil || len(b) != ed25519.PublicKeySize {
-			return usageError("--server-key: want the server's ed25519 public key in base64 (44 characters)")
+		if serverKey, fingerprint, err = model.ParseServerKey(s); err != nil {
+			return usageError("--server-key: %v", err)
 		}
-		serverKey = b
 	}
 	bcfg := amqp.Default()
 	bcfg.URL, bcfg.Namespace, bcfg.QueueType = c.String("amqp"), c.String("amqp-namespace"), c.String("queue-type")
@@ -156,11 +156,14 @@ func runAgents(c *ucli.Context, term *terminal) error {
 		}
 		a, err := agent.New(agent.Config{
 			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
-			Token: c.String("token"), ServerKey: serverKey, Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"),
-			Facts: gather,
+			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
+			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather,
 		}, b, reg, log)
+		if errors.Is(err, agent.ErrNoServerKey) {
+			return usageError("%v", err)
+		}
 		if err != nil {
-			return fmt.Errorf("agent %s: %w", name, err)
+			return err
 		}
 		agents = append(agents, a)
 		log.Info().Str("agent", name).Str("env", env).Str("key", bus.Fingerprint(a.PublicKey())).
@@ -183,68 +186,32 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	return <-errs
 }
 
-func agentTokenCommand(term *terminal) *ucli.Command {
+func agentResetJournalCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
-		Name:  "token",
-		Usage: "manage enrollment tokens: agents started with one are accepted at once (enrollment policy token)",
-		Subcommands: []*ucli.Command{
-			remoteCommand(term, "create", "create an enrollment token; its secret is printed once", "NAME", []ucli.Flag{
-				&ucli.IntFlag{Name: "max-uses", Usage: "how many agents it may enroll (default: no bound)"},
-				&ucli.StringFlag{Name: "expires-in", Usage: "lifetime, e.g. 24h (default: never expires)"},
-			}, func(c *ucli.Context, cl *client, asJSON bool) error {
-				p, err := envPath(cl, "/enrollment-tokens")
-				if err != nil {
-					return err
-				}
-				if c.Args().First() == "" {
-					return usageError("name the token: tether agent token create NAME (what it is for: a rack, a team, an image)")
-				}
-				var nt api.NewEnrollmentToken
-				req := api.EnrollmentTokenRequest{Name: c.Args().First(), MaxUses: c.Int("max-uses"), ExpiresIn: c.String("expires-in")}
-				if err := cl.call(c.Context, "POST", p, req, &nt); err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(term.stdout, nt)
-				}
-				fmt.Fprintf(term.stdout, "enrollment token %s (%s) for environment %s: shown once, store it now:\n\n    %s\n\n"+
-					"Start agents with: tether agent run --env %s --token %s ...\n"+
-					"It enrolls agents only while the environment's enrollment is token: tether env settings set enrollment token\n",
-					nt.Name, nt.ID, nt.Env, nt.Token, nt.Env, nt.Token)
+		Name:      "reset-journal",
+		Usage:     "move a damaged agent journal aside so the agent starts over from an empty one, keeping its identity",
+		ArgsUsage: "DIR",
+		Description: "DIR is the agent's own state directory (--state-dir/ENV/NAME), as the agent's error names it.\n" +
+			"The log and snapshot are moved into DIR/damaged-<time>/; the key and the identity (its name, the server\n" +
+			"key it pinned, its sequence numbers) stay, so the agent needs no new enrollment. Started again, it says\n" +
+			"it holds nothing and the server sends its whole desired state; results it had not delivered are lost.\n" +
+			"Stop the agent first.\n\n" +
+			"   tether agent reset-journal /var/lib/tether/prod/web-1",
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return usageError("name the agent's state directory: tether agent reset-journal DIR")
+			}
+			dir := c.Args().First()
+			aside, err := journal.Reset(dir)
+			if err != nil {
+				return err
+			}
+			if aside == "" {
+				fmt.Fprintf(term.stdout, "%s: no log to move aside; an empty one is ready\n", dir)
 				return nil
-			}),
-			remoteCommand(term, "list", "list enrollment tokens (never their secrets)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				p, err := envPath(cl, "/enrollment-tokens")
-				if err != nil {
-					return err
-				}
-				var ts []model.EnrollmentToken
-				if err := cl.call(c.Context, "GET", p, nil, &ts); err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(term.stdout, ts)
-				}
-				t := newTable(term.stdout, "ID", "NAME", "USES", "CREATED", "EXPIRES")
-				for _, tok := range ts {
-					exp, uses := "never", fmt.Sprintf("%d", tok.Uses)
-					if tok.ExpiresAt != nil {
-						exp = tok.ExpiresAt.Local().Format(time.DateTime)
-					}
-					if tok.MaxUses > 0 {
-						uses += fmt.Sprintf("/%d", tok.MaxUses)
-					}
-					t.row(tok.ID, tok.Name, uses, tok.CreatedAt.Local().Format(time.DateTime), exp)
-				}
-				return t.flush()
-			}),
-			remoteCommand(term, "revoke", "revoke an enrollment token (agents it enrolled stay enrolled)", "ID", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				p, err := envPath(cl, "/enrollment-tokens/"+url.PathEscape(c.Args().First()))
-				if err != nil {
-					return err
-				}
-				return cl.call(c.Context, "DELETE", p, nil, nil)
-			}),
+			}
+			fmt.Fprintf(term.stdout, "%s: the log and snapshot are in %s; start the agent again: the server sends it its whole desired state\n", dir, aside)
+			return nil
 		},
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/cli/bench"
 )
 
 // BenchmarkEmbeddedDeploy1000 runs `tether deploy` in-process on the model
@@ -19,7 +21,7 @@ import (
 func BenchmarkEmbeddedDeploy1000(b *testing.B) {
 	work := b.TempDir()
 	model := filepath.Join(work, "model")
-	if err := benchModel(model, 1000); err != nil {
+	if err := bench.DeployModel(model, 1000); err != nil {
 		b.Fatal(err)
 	}
 	deploy := func(b *testing.B, out, state string) {

@@ -274,7 +274,7 @@ func TestCorruptStore(t *testing.T) {
 func TestLockedStore(t *testing.T) {
 	dir, root := quickstart(t)
 	state := t.TempDir()
-	held, err := sqlite.Open(context.Background(), filepath.Join(state, "tether.db"), sqlite.Options{})
+	held, err := sqlite.Open(context.Background(), filepath.Join(state, "tether.db"), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,11 +23,15 @@ import (
 // Precedence: flag > TETHER_* variable > .tether file (in the current
 // directory or a parent) > default.
 func remoteFlags() []ucli.Flag {
+	return append(connectionFlags(), outputFlag())
+}
+
+// connectionFlags name the server, the environment and the token.
+func connectionFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "server", EnvVars: []string{"TETHER_SERVER"}, Usage: "server `URL` (default http://127.0.0.1:8420)"},
 		&ucli.StringFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"TETHER_ENV"}, Usage: "`ENVIRONMENT` to act on"},
 		&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_TOKEN"}, Usage: "API `TOKEN` (prefer TETHER_TOKEN or .tether: flags show in ps)"},
-		outputFlag(),
 	}
 }
 
@@ -156,4 +161,38 @@ func (cl *client) call(ctx context.Context, method, path string, body, out any) 
 		return fmt.Errorf("decode the server's answer: %w", err)
 	}
 	return nil
+}
+
+// remoteAction runs fn with a client and the output format.
+func remoteAction(args string, fn func(c *ucli.Context, cl *client, json bool) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		format, err := outputFormat(c)
+		if err != nil {
+			return err
+		}
+		if want := len(strings.Fields(args)); c.NArg() != want && !strings.HasSuffix(args, "...") {
+			return usageError("%s takes %d argument(s): %s", c.Command.FullName(), want, args)
+		}
+		cl, err := newClient(c)
+		if err != nil {
+			return err
+		}
+		return fn(c, cl, format == "json")
+	}
+}
+
+func remoteCommand(term *terminal, name, usage, args string, flags []ucli.Flag, fn func(c *ucli.Context, cl *client, json bool) error) *ucli.Command {
+	return &ucli.Command{
+		Name: name, Usage: usage, ArgsUsage: args,
+		Flags:  append(remoteFlags(), flags...),
+		Action: remoteAction(args, fn),
+	}
+}
+
+func envPath(cl *client, rest string) (string, error) {
+	env, err := cl.needEnv()
+	if err != nil {
+		return "", err
+	}
+	return "/envs/" + url.PathEscape(env) + rest, nil
 }

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,8 +20,9 @@ import (
 func modelFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringSliceFlag{Name: "var", Usage: "set a model variable: --var name=value (repeatable; TETHER_VAR_name=value works too)"},
-		&ucli.StringFlag{Name: "inventory", Usage: "compile against the agents, labels and facts in `FILE` (JSON: {\"agents\": [{\"name\", \"labels\", \"facts\"}]})"},
+		&ucli.StringFlag{Name: "inventory", Usage: "compile against the agents, labels and facts in `FILE` (JSON: {\"agents\": [{\"name\", \"labels\", \"facts\"}]}, or the output of tether agent list -o json)"},
 		&ucli.BoolFlag{Name: "update-modules", Usage: "resolve the refs of git modules again instead of using the cached commits"},
+		&ucli.DurationFlag{Name: "compile-timeout", Value: lang.DefaultTimeout, Usage: "stop compiling the model after `DURATION` (a compile past it ends with a diagnostic saying so)"},
 	}
 }
 
@@ -29,7 +32,11 @@ func compileOptions(c *ucli.Context) (lang.Options, error) {
 	if err != nil {
 		return lang.Options{}, err
 	}
-	opts := lang.Options{Vars: vars, UpdateModules: c.Bool("update-modules")}
+	timeout := c.Duration("compile-timeout")
+	if timeout <= 0 {
+		return lang.Options{}, usageError("--compile-timeout %s: want a positive duration, like 60s or 2m", timeout)
+	}
+	opts := lang.Options{Vars: vars, UpdateModules: c.Bool("update-modules"), Timeout: timeout}
 	if p := c.String("inventory"); p != "" {
 		f, err := os.Open(p)
 		if err != nil {
@@ -43,6 +50,24 @@ func compileOptions(c *ucli.Context) (lang.Options, error) {
 		opts.Inventory = inv
 	}
 	return opts, nil
+}
+
+// serverInventory fetches the environment's live inventory from the
+// server: its accepted agents with their labels and facts.
+func serverInventory(ctx context.Context, cl *client) (*model.Inventory, error) {
+	p, err := envPath(cl, "/inventory")
+	if err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	if err := cl.call(ctx, "GET", p, nil, &raw); err != nil {
+		return nil, fmt.Errorf("the server's inventory: %w (pass --inventory FILE to compile against a file instead)", err)
+	}
+	inv, err := model.ParseInventory(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the server's inventory: %w", err)
+	}
+	return inv, nil
 }
 
 // modelDir returns the model directory argument (default: the current one).
@@ -88,6 +113,15 @@ func compileModel(c *ucli.Context, term *terminal) (string, *lang.Result, error)
 	opts, err := compileOptions(c)
 	if err != nil {
 		return "", nil, err
+	}
+	if opts.Inventory == nil && c.IsSet("server") {
+		cl, err := newClient(c)
+		if err != nil {
+			return "", nil, err
+		}
+		if opts.Inventory, err = serverInventory(c.Context, cl); err != nil {
+			return "", nil, err
+		}
 	}
 	res, err := compileDir(c.Context, term, dir, opts)
 	return dir, res, err
@@ -136,18 +170,21 @@ func compileCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "compile",
 		Usage:     "compile a model and show the resources each agent gets",
-		UsageText: "tether compile [DIR] [--var name=value]... [--inventory FILE] [-o json]",
+		UsageText: "tether compile [DIR] [--var name=value]... [--inventory FILE | --server URL --env ENV] [-o json]",
 		Description: "Reads every *.hcl file in DIR (default: the current directory) and the modules it uses,\n" +
 			"and prints the resources it compiles to, per agent, or the model's errors with their\n" +
-			"file:line:column. Hostgroups select agents of the inventory (--inventory FILE) by labels\n" +
-			"and facts; a fact the inventory lacks is unknown, and the resources that need it are\n" +
-			"listed as undefined with the facts they wait for.\n" +
+			"file:line:column. Hostgroups select agents of the inventory by labels and facts: the\n" +
+			"inventory is --inventory FILE, or, with --server (or TETHER_SERVER), the environment's live\n" +
+			"inventory on the server (its accepted agents, as they reported themselves). A fact the\n" +
+			"inventory lacks is unknown, and the resources that need it are listed as undefined with\n" +
+			"the facts they wait for.\n" +
 			"With -o json it prints the exact resource set that a deploy or an export uses.\n\n" +
 			"Examples:\n" +
 			"   tether compile examples/quickstart --var site_root=/tmp/site\n" +
 			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json\n" +
-			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json -o json | jq '.resources | length'",
-		Flags: append(modelFlags(), outputFlag()),
+			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json -o json | jq '.resources | length'\n" +
+			"   tether compile examples/webfarm --server http://tether.example:8420 --env prod",
+		Flags: append(append(modelFlags(), connectionFlags()...), outputFlag()),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {

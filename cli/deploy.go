@@ -2,47 +2,36 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/engine"
 	"github.com/tetherhq/tether/agent/facts"
-	"github.com/tetherhq/tether/agent/handler"
-	"github.com/tetherhq/tether/agent/handler/builtin"
-	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/cli/embedded"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server"
-	"github.com/tetherhq/tether/server/store/sqlite"
 )
-
-// embeddedEnv is the environment of the embedded mode.
-const embeddedEnv = "local"
-
-// onlineTimeout bounds how long the embedded agents may take to come up.
-const onlineTimeout = 30 * time.Second
 
 func deployCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "deploy",
 		Usage:     "compile a model and deploy it on this machine (embedded mode)",
-		UsageText: "tether deploy [DIR] [--dry-run | --watch [--drift-policy heal]] [--var name=value]... [--root DIR] [-o json]",
+		UsageText: "tether deploy [DIR] [--host NAME] [--label key=value]... [--dry-run | --watch [--drift-policy heal]] [--var name=value]... [--root DIR] [-o json]",
 		Description: "Runs the whole pipeline in one process: compiles the model in DIR (default: the current\n" +
 			"directory), stores it as a version in an SQLite file under DIR/.tether/deploy/, and deploys\n" +
-			"every host of the model on this machine with local agents. Every resource is verified:\n" +
+			"this machine's host of the model with a local agent: the host --host names, else the host\n" +
+			"named like this machine's hostname, else the host named local. This machine's facts\n" +
+			"(host.facts.*) are gathered here and --label gives it labels, so hostgroups select it as\n" +
+			"they would an agent's host; other hosts of a fleet model are left to a server. Every resource is verified:\n" +
 			"what drifted since the last deploy is repaired. Exits 1 if a resource failed, 2 if the\n" +
 			"model does not compile.\n\n" +
 			"With --watch the pipeline keeps running after the deploy: the agents watch what they\n" +
@@ -52,8 +41,9 @@ func deployCommand(term *terminal) *ucli.Command {
 			"Examples:\n" +
 			"   tether deploy examples/quickstart\n" +
 			"   tether deploy examples/quickstart --dry-run          # show what would change\n" +
-			"   tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox\n" +
-			"   tether deploy examples/quickstart --watch --drift-policy heal  # then edit a file it wrote",
+			"   mkdir -p /tmp/sandbox/tmp && tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox\n" +
+			"   tether deploy examples/quickstart --watch --drift-policy heal  # then edit a file it wrote\n" +
+			"   tether deploy examples/webfarm --host web-1 --label role=web --dry-run  # one host of a fleet model",
 		Flags: append(modelFlags(),
 			&ucli.BoolFlag{Name: "dry-run", Usage: "report what would change, change nothing"},
 			&ucli.StringFlag{Name: "root", Usage: "prefix every path the handlers touch with `DIR` (a sandbox)"},
@@ -62,6 +52,8 @@ func deployCommand(term *terminal) *ucli.Command {
 			&ucli.BoolFlag{Name: "recompile", Usage: "compile the model even if nothing it reads changed since the last deploy"},
 			&ucli.BoolFlag{Name: "watch", Usage: "keep running after the deploy and show drift and healing live (Ctrl-C stops)"},
 			&ucli.StringFlag{Name: "drift-policy", Usage: "what the agents do about drift: `alert` (report it) or heal (re-apply it); kept for later deploys"},
+			&ucli.StringFlag{Name: "host", Usage: "deploy the model's host `NAME` on this machine (default: the host named like this machine's hostname, else local)"},
+			&ucli.StringSliceFlag{Name: "label", Usage: "give this machine the label `key=value` for the model's hostgroups (repeatable)"},
 			outputFlag(),
 		),
 		Action: func(c *ucli.Context) error {
@@ -91,45 +83,95 @@ func deployCommand(term *terminal) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			opts := embeddedOptions{
-				dir:      dir,
-				compile:  copts,
-				stateDir: c.String("state-dir"),
-				root:     c.String("root"),
-				dryRun:   c.Bool("dry-run"),
-				parallel: c.Int("parallel"),
-				progress: term.progress && format == "table",
-				watch:    c.Bool("watch"),
-				policy:   policy,
-				json:     format == "json",
+			opts := embedded.Options{
+				Dir:      dir,
+				Compile:  copts,
+				StateDir: c.String("state-dir"),
+				Root:     c.String("root"),
+				DryRun:   c.Bool("dry-run"),
+				Parallel: c.Int("parallel"),
+				Watch:    c.Bool("watch"),
+				Policy:   policy,
+				Compiler: readBuildInfo().Version,
+				Salt:     compilerSalt(),
 			}
-			if opts.stateDir == "" {
-				opts.stateDir = filepath.Join(dir, ".tether", "deploy")
+			if opts.StateDir == "" {
+				opts.StateDir = filepath.Join(dir, ".tether", "deploy")
 			}
+			// This machine is one host of the model: its facts and
+			// --label make it an inventory host, and only its resources
+			// are deployed.
+			labels, err := localLabels(c)
+			if err != nil {
+				return err
+			}
+			candidates, err := hostCandidates(c)
+			if err != nil {
+				return err
+			}
+			candidates = likelyFirst(dir, candidates)
+			// Gathered once, for the compile and then the agent.
+			opts.Facts = facts.Cached(10*time.Second, facts.Gather)
+			here := localHost{labels: labels, facts: opts.Facts(c.Context), base: copts.Inventory}
 			// Compile first (unless nothing the model reads changed): a
 			// model that does not compile leaves no state behind.
-			m := &embeddedModel{}
+			var m *embedded.Model
 			if !c.Bool("recompile") {
-				if cache := loadCompileCache(opts.stateDir, dir, copts); cache != nil {
-					m.cached(cache)
+				for _, name := range candidates {
+					o := opts
+					o.Compile.Inventory = here.inventory(name)
+					if m = embedded.Cached(o, func(ctx context.Context) (*lang.Result, error) {
+						return compileForHost(ctx, term, dir, copts, here, name)
+					}); m != nil {
+						opts = o
+						break
+					}
 				}
 			}
-			if m.cache == nil {
-				res, err := compileDir(c.Context, term, dir, copts)
-				if err != nil {
-					return err
+			if m == nil {
+				for i, name := range candidates {
+					o := copts
+					o.Inventory = here.inventory(name)
+					res, err := compileDir(c.Context, term, dir, o)
+					if err != nil {
+						return err
+					}
+					last := i == len(candidates)-1
+					if declared := declaredHosts(res); last && !declares(res, name) && c.String("host") == "" && len(declared) > 0 {
+						return usageError("the model in %s has no host for this machine (a host block named %s): pass --host NAME to deploy one of its hosts here (%s), with --label key=value for the labels its hostgroups match",
+							dir, strings.Join(candidates, " or "), strings.Join(declared, ", "))
+					}
+					if !declares(res, name) && !last {
+						continue // the next candidate may be declared
+					}
+					if res, err = onlyHost(res, name); err != nil {
+						return err
+					}
+					opts.Compile = o
+					m = embedded.Compiled(res)
+					break
 				}
-				m.compiled(res)
 				// Parsing leaves ~15 MB of garbage (HCL's token buffers);
 				// give it back now so it does not count towards the
 				// rest of this short-lived process.
 				debug.FreeOSMemory()
 			} else {
-				printWarnings(term, m.cache.Warnings)
+				printWarnings(term, m.Warnings())
 			}
-			report, err := deployEmbedded(c.Context, term, log, opts, m)
+			asJSON := format == "json"
+			if len(m.Hosts()) == 0 {
+				fmt.Fprintf(term.stderr, "tether: the model in %s declares no host: nothing to deploy\n", dir)
+				return showReport(term, embedded.NewReport(opts), asJSON, false)
+			}
+			display := &deployDisplay{term: term, progress: newProgress(term, term.progress && format == "table", m.Resources(), opts.DryRun),
+				json: asJSON, watch: opts.Watch, resources: m.Resources(), hosts: len(m.Hosts())}
+			report, err := embedded.Run(c.Context, opts, m, display, log)
+			display.progress.done()
 			if err != nil {
 				return err
+			}
+			if opts.Watch {
+				fmt.Fprintln(term.stderr, "stopped watching")
 			}
 			if report.Summary.Failed > 0 {
 				return &exitError{code: exitFailed, err: errPrinted}
@@ -139,407 +181,56 @@ func deployCommand(term *terminal) *ucli.Command {
 	}
 }
 
-type embeddedOptions struct {
-	dir, stateDir, root string
-	compile             lang.Options
-	dryRun              bool
-	parallel            int
-	progress            bool
-	// watch keeps the pipeline running after the deploy, showing events.
-	watch bool
-	// policy, unless empty, becomes the embedded environment's drift policy.
-	policy model.DriftPolicy
-	// json prints the report (and, watching, the events) as JSON.
-	json bool
+// deployReport is the report `tether deploy` prints.
+type deployReport = embedded.Report
+
+// deployDisplay shows an embedded run on the terminal: progress while it
+// deploys, then the report, then (watching) the live events.
+type deployDisplay struct {
+	term     *terminal
+	progress *progress
+	json     bool
+	watch    bool
+	// resources and hosts are the model's, for the watching banner.
+	resources, hosts int
 }
 
-// embeddedModel is the model of a deploy: freshly compiled, or known from
-// the compile cache.
-type embeddedModel struct {
-	res   *lang.Result
-	cache *compileCache
-	// hosts and count describe the model either way.
-	hosts []string
-	count int
+func (d *deployDisplay) Progress(r *model.Result) { d.progress.step(r) }
+
+func (d *deployDisplay) Deployed(r *deployReport, policy model.DriftPolicy) error {
+	d.progress.done()
+	if err := showReport(d.term, r, d.json, d.watch); err != nil {
+		return err
+	}
+	if d.watch {
+		fmt.Fprintf(d.term.stderr, "\nwatching %d %s on %d %s for drift (drift policy %s); Ctrl-C stops\n",
+			d.resources, plural(d.resources, "resource", "resources"), d.hosts, plural(d.hosts, "agent", "agents"), policy)
+	}
+	return nil
 }
 
-func (m *embeddedModel) compiled(res *lang.Result) {
-	m.res, m.hosts, m.count = res, res.Agents(), len(res.Resources)
+func (d *deployDisplay) Event(e server.Event) error {
+	if d.json {
+		return writeJSONLine(d.term.stdout, e)
+	}
+	_, err := fmt.Fprintln(d.term.stdout, eventLine(d.term, e))
+	return err
 }
 
-func (m *embeddedModel) cached(c *compileCache) {
-	m.cache, m.hosts, m.count = c, c.Hosts, c.Resources
-}
+func (d *deployDisplay) Warn(err error) { fmt.Fprintf(d.term.stderr, "tether: %v\n", err) }
 
-// deployReport is what a deploy prints (and, as JSON, what scripts read).
-type deployReport struct {
-	Dir        string            `json:"dir"`
-	Env        string            `json:"env"`
-	Version    int64             `json:"version"`
-	NewVersion bool              `json:"new_version"`
-	Compiled   bool              `json:"compiled"`
-	DryRun     bool              `json:"dry_run"`
-	Duration   time.Duration     `json:"duration_ns"`
-	Summary    counts            `json:"summary"`
-	Agents     map[string]counts `json:"agents"`
-	Results    []model.Result    `json:"results"`
-}
+var _ embedded.Display = (*deployDisplay)(nil)
 
-// counts tallies results by outcome.
-type counts struct {
-	Created   int `json:"created"`
-	Changed   int `json:"changed"`
-	Removed   int `json:"removed"`
-	Unchanged int `json:"unchanged"`
-	Failed    int `json:"failed"`
-	Skipped   int `json:"skipped"`
-}
-
-// outcome names what happened to a resource, for people.
-func outcome(r *model.Result) string {
-	switch r.State {
-	case model.StateDeployed:
-		switch {
-		case r.Changes.Created():
-			return "created"
-		case r.Changes.Removed():
-			return "removed"
-		case len(r.Changes) > 0:
-			return "changed"
-		}
-		return "unchanged"
-	case model.StateFailed, model.StateUnavailable:
-		return "failed"
-	}
-	return "skipped"
-}
-
-func (c *counts) add(r *model.Result) {
-	switch outcome(r) {
-	case "created":
-		c.Created++
-	case "removed":
-		c.Removed++
-	case "changed":
-		c.Changed++
-	case "unchanged":
-		c.Unchanged++
-	case "failed":
-		c.Failed++
-	default:
-		c.Skipped++
-	}
-}
-
-// deployEmbedded runs store → schedule → bus → agents → status in this
-// process for a compiled (or cached) model and returns the results.
-func deployEmbedded(ctx context.Context, term *terminal, log zerolog.Logger, o embeddedOptions, m *embeddedModel) (*deployReport, error) {
-	start := time.Now()
-	report := &deployReport{Dir: o.dir, Env: embeddedEnv, DryRun: o.dryRun, Agents: map[string]counts{}}
-	if len(m.hosts) == 0 {
-		fmt.Fprintf(term.stderr, "tether: the model in %s declares no host: nothing to deploy\n", o.dir)
-		return report, report.show(term, o.json, false)
-	}
-	// The host's facts (the handlers' providers come from them) are
-	// gathered while the store opens and the version is stored.
-	gather := facts.Cached(10*time.Second, facts.Gather)
-	gathered := make(chan map[string]any, 1)
-	go func() { gathered <- gather(ctx) }()
-	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create the embedded store's directory: %w: pass --state-dir DIR to keep it elsewhere", err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(o.stateDir, "tether.db"), sqlite.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-
-	b := bus.NewLocal(log)
-	defer b.Close()
-	srv, err := server.New(server.Config{}, st, b, log)
-	if err != nil {
-		return nil, err
-	}
-	settings := model.DefaultEnvSettings()
-	settings.AutoDeploy = false // this command asks for exactly one deploy or dry run
-	settings.Enrollment = model.EnrollOpen
-	env, err := srv.EnsureEnv(ctx, embeddedEnv, settings)
-	if err != nil {
-		return nil, err
-	}
-	if o.policy != "" {
-		env, err = srv.UpdateEnvSettings(ctx, embeddedEnv, func(s *model.EnvSettings) error {
-			s.DriftPolicy = o.policy
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	v, reused, err := exportModel(ctx, term, st, srv, o, m)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := srv.Release(ctx, embeddedEnv, v.Number); err != nil {
-		return nil, err
-	}
-	report.Version, report.NewVersion, report.Compiled = v.Number, !reused, m.res != nil
-	if m.res != nil {
-		// The compiled resources are in the store now, and storing them
-		// left encoding garbage behind: release both, for the same reason
-		// as after compiling.
-		m.res = nil
-		debug.FreeOSMemory()
-	}
-	hosts := m.hosts
-	sub := srv.Subscribe()
-	defer sub.Close()
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	failed := make(chan error, len(hosts)+1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := srv.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			failed <- fmt.Errorf("server: %w", err)
-		}
-	}()
-	pm, sm := facts.Providers(<-gathered)
-	releaseAt := -1 // the process ends with the deploy
-	if o.watch {
-		releaseAt = 0
-	}
-	for _, h := range hosts {
-		reg, err := builtin.Registry(handler.Runtime{Root: o.root, Sync: handler.NewSyncGroup(), PackageManager: pm, ServiceManager: sm})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return nil, err
-		}
-		// Without --watch the process ends with the deploy: nobody would
-		// hear about drift.
-		a, err := agent.New(agent.Config{Env: embeddedEnv, Name: h, Parallelism: o.parallel, ServerKey: srv.PublicKey(), Facts: gather, NoWatch: !o.watch, ReleaseMemoryAt: releaseAt}, b, reg, log)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return nil, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer a.Close()
-			if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				failed <- fmt.Errorf("agent %s: %w", h, err)
-			}
-		}()
-	}
-	results, err := followDeploy(ctx, term, srv, sub, failed, o, hosts, m.count)
-	if err == nil {
-		report.tally(results, hosts)
-		report.Duration = time.Since(start)
-		err = report.show(term, o.json, o.watch)
-	}
-	if err == nil && o.watch {
-		err = watchEmbedded(ctx, term, sub, failed, o.json, env.Settings.DriftPolicy, m.count, len(hosts))
-	}
-	cancel()
-	wg.Wait()
-	if err != nil {
-		return nil, err
-	}
-	return report, nil
-}
-
-// tally adds the results to the report's counts.
-func (r *deployReport) tally(results []model.Result, hosts []string) {
-	r.Results = results
-	for i := range results {
-		res := &results[i]
-		r.Summary.add(res)
-		c := r.Agents[res.ID.Agent]
-		c.add(res)
-		r.Agents[res.ID.Agent] = c
-	}
-	for _, h := range hosts {
-		if _, ok := r.Agents[h]; !ok {
-			r.Agents[h] = counts{}
-		}
-	}
-}
-
-// show prints the report: a table, or JSON (on one line when events
+// showReport prints the report: a table, or JSON (on one line when events
 // follow it, so that every line is one JSON value).
-func (r *deployReport) show(term *terminal, asJSON, lines bool) error {
+func showReport(term *terminal, r *deployReport, asJSON, lines bool) error {
 	if !asJSON {
-		return r.print(term)
+		return printReport(term, r)
 	}
 	if !lines {
 		return writeJSON(term.stdout, r)
 	}
 	return writeJSONLine(term.stdout, r)
-}
-
-// watchEmbedded shows the live events of the embedded environment (drift,
-// healing, scheduled repairs) until ctx ends (Ctrl-C) or a part of the
-// pipeline fails.
-func watchEmbedded(ctx context.Context, term *terminal, sub *server.Subscription, failed <-chan error, asJSON bool, policy model.DriftPolicy, resources, hosts int) error {
-	ctx, stop := endOnFailure(ctx, failed)
-	defer stop(nil)
-	fmt.Fprintf(term.stderr, "\nwatching %d %s on %d %s for drift (drift policy %s); Ctrl-C stops\n",
-		resources, plural(resources, "resource", "resources"), hosts, plural(hosts, "agent", "agents"), policy)
-	for {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-				return cause
-			}
-			fmt.Fprintln(term.stderr, "stopped watching")
-			return nil
-		}
-		if e.Env != embeddedEnv {
-			continue
-		}
-		if asJSON {
-			if err := writeJSONLine(term.stdout, e); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := fmt.Fprintln(term.stdout, eventLine(term, e)); err != nil {
-			return err
-		}
-	}
-}
-
-// exportModel makes the model a version of the embedded environment: the
-// cached version when the compile cache holds and the store still has it,
-// else the freshly compiled resources (compiling now if the cache let us
-// down), recording the compile in the cache.
-func exportModel(ctx context.Context, term *terminal, st *sqlite.Store, srv *server.Server, o embeddedOptions, m *embeddedModel) (model.Version, bool, error) {
-	if m.cache != nil {
-		v, err := st.GetVersion(ctx, embeddedEnv, m.cache.Version, false)
-		if err == nil && v.SetHash == m.cache.SetHash && v.State != model.VersionRetired {
-			return v, true, nil
-		}
-		m.cache = nil
-		res, err := compileDir(ctx, term, o.dir, o.compile)
-		if err != nil {
-			return model.Version{}, false, err
-		}
-		m.compiled(res)
-	}
-	abs, _ := filepath.Abs(o.dir)
-	v, reused, err := srv.Export(ctx, embeddedEnv, m.res.Resources, model.VersionMeta{Compiler: readBuildInfo().Version, Source: abs, ExportedBy: "tether deploy"})
-	if err != nil {
-		return v, false, err
-	}
-	cache := &compileCache{
-		Fingerprint: lang.Fingerprint(m.res.Inputs, o.compile, compilerSalt()),
-		Inputs:      m.res.Inputs,
-		Version:     v.Number,
-		SetHash:     v.SetHash,
-		Hosts:       m.res.Agents(),
-		Resources:   len(m.res.Resources),
-		Warnings:    m.res.Warnings,
-	}
-	if err := saveCompileCache(o.stateDir, cache); err != nil {
-		// Only speed is lost: the next deploy compiles again.
-		fmt.Fprintf(term.stderr, "tether: cannot write the compile cache: %v\n", err)
-	}
-	return v, reused, nil
-}
-
-// endOnFailure returns a context that ends, with the error as its cause,
-// when a part of the pipeline (the server, an agent) fails.
-func endOnFailure(ctx context.Context, failed <-chan error) (context.Context, context.CancelCauseFunc) {
-	ctx, stop := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case err := <-failed:
-			stop(err)
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, stop
-}
-
-// followDeploy waits for the agents, asks for the deploy and collects its
-// results, drawing progress on a terminal.
-func followDeploy(ctx context.Context, term *terminal, srv *server.Server, sub *server.Subscription, failed <-chan error, o embeddedOptions, hosts []string, total int) ([]model.Result, error) {
-	ctx, stop := endOnFailure(ctx, failed)
-	defer stop(nil)
-	next := func(ctx context.Context) (server.Event, error) {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-				return e, cause
-			}
-		}
-		return e, err
-	}
-
-	waiting := map[string]bool{}
-	for _, h := range hosts {
-		waiting[h] = true
-	}
-	onlineCtx, cancelOnline := context.WithTimeout(ctx, onlineTimeout)
-	for len(waiting) > 0 {
-		e, err := next(onlineCtx)
-		if err != nil {
-			cancelOnline()
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("agents %s did not come online within %v: run with --log-level debug to see why", strings.Join(slices.Sorted(maps.Keys(waiting)), ", "), onlineTimeout)
-			}
-			return nil, err
-		}
-		if e.Kind == server.EventAgentOnline {
-			delete(waiting, e.Agent)
-		}
-	}
-	cancelOnline()
-
-	op := model.OpDeploy
-	if o.dryRun {
-		op = model.OpDryRun
-	}
-	d, err := srv.Deploy(ctx, embeddedEnv, model.DeployRequest{Operation: op, Full: true})
-	if err != nil {
-		return nil, err
-	}
-	pending := map[string]bool{}
-	for _, a := range d.Agents {
-		pending[a] = true
-	}
-	prog := newProgress(term, o.progress, total, o.dryRun)
-	defer prog.done()
-	var results []model.Result
-	var agentErrs []string
-	for len(pending) > 0 {
-		e, err := next(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if e.DeployID != d.ID {
-			continue
-		}
-		switch e.Kind {
-		case server.EventResult:
-			results = append(results, *e.Result)
-			prog.step(e.Result)
-		case server.EventDeployDone:
-			delete(pending, e.Agent)
-			if e.Error != "" {
-				agentErrs = append(agentErrs, e.Agent+": "+e.Error)
-			}
-		}
-	}
-	if len(agentErrs) > 0 {
-		return nil, fmt.Errorf("deploy did not complete: %s", strings.Join(agentErrs, "; "))
-	}
-	slices.SortFunc(results, func(a, b model.Result) int { return a.ID.Compare(b.ID) })
-	return results, nil
 }
 
 // progress draws one line on stderr while resources deploy.
@@ -573,16 +264,18 @@ func (p *progress) step(r *model.Result) {
 	fmt.Fprintf(p.term.stderr, "\r\033[K%s", line)
 }
 
+// done clears the line; the progress draws nothing after.
 func (p *progress) done() {
 	if p.on && p.n > 0 {
 		fmt.Fprint(p.term.stderr, "\r\033[K")
 	}
+	p.on = false
 }
 
 // maxListed bounds the resources listed by name in the table output.
 const maxListed = 50
 
-func (r *deployReport) print(term *terminal) error {
+func printReport(term *terminal, r *deployReport) error {
 	w := term.stdout
 	verbs := map[string]string{"created": "created", "changed": "changed", "removed": "removed"}
 	if r.DryRun {
@@ -594,7 +287,7 @@ func (r *deployReport) print(term *terminal) error {
 	var rows []row
 	for i := range r.Results {
 		res := &r.Results[i]
-		o := outcome(res)
+		o := embedded.Outcome(res)
 		if o == "unchanged" {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tetherhq/tether/cli/embedded"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 )
@@ -64,7 +65,7 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 		if r == nil {
 			return "result", "", subject, ""
 		}
-		label, subject, detail = outcome(r), r.ID.String(), r.Message
+		label, subject, detail = embedded.Outcome(r), r.ID.String(), r.Message
 		switch label {
 		case "failed":
 			colour = red

@@ -2,10 +2,7 @@ package cli
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"unicode/utf8"
 
@@ -125,78 +122,4 @@ func (term *terminal) colour(color string) string {
 		return ""
 	}
 	return color
-}
-
-// version is set at build time (-ldflags "-X github.com/tetherhq/tether/cli.version=v1.2.3");
-// otherwise it comes from the module's build information.
-var version = ""
-
-type buildInfo struct {
-	Version  string `json:"version"`
-	Commit   string `json:"commit,omitempty"`
-	Modified bool   `json:"modified,omitempty"`
-	Go       string `json:"go"`
-	Platform string `json:"platform"`
-}
-
-func readBuildInfo() buildInfo {
-	out := buildInfo{Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		out.Go = bi.GoVersion
-		if out.Version == "" {
-			out.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				out.Commit = s.Value
-			case "vcs.modified":
-				out.Modified = s.Value == "true"
-			}
-		}
-	}
-	if out.Version == "" || out.Version == "(devel)" {
-		out.Version = "dev"
-	}
-	return out
-}
-
-func versionCommand(term *terminal) *ucli.Command {
-	return &ucli.Command{
-		Name:        "version",
-		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, release)",
-		UsageText:   "tether version [-o json]\n   tether version list|show|diff|release …",
-		Flags:       []ucli.Flag{outputFlag()},
-		Subcommands: versionSubcommands(term),
-		Action: func(c *ucli.Context) error {
-			format, err := outputFormat(c)
-			if err != nil {
-				return err
-			}
-			if c.NArg() > 0 {
-				return usageError("version takes no arguments")
-			}
-			bi := readBuildInfo()
-			if format == "json" {
-				return writeJSON(term.stdout, bi)
-			}
-			commit := ""
-			if bi.Commit != "" {
-				commit = " (" + shortCommit(bi.Commit)
-				if bi.Modified {
-					commit += ", modified"
-				}
-				commit += ")"
-			}
-			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s\n", bi.Version, commit, bi.Go, bi.Platform)
-			return err
-		},
-	}
-}
-
-func shortCommit(c string) string {
-	if len(c) > 12 {
-		return c[:12]
-	}
-	return c
 }

@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
 )
@@ -49,8 +51,8 @@ func serverFlags() []ucli.Flag {
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "postgres", EnvVars: []string{"TETHER_POSTGRES"},
 			Usage: "PostgreSQL connection `URL`, e.g. postgres://tether@db/tether (add ?search_path=SCHEMA to use a schema)"}),
 	}, brokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
-	return append(flags,
-		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: 8, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
+	flags = append(flags,
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: server.Default().Consumers, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
 			Usage: "how many consumers take agents' events off the broker (each handles 64 at once); events in hand are written together, in one transaction"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
 			Usage: "use this `SECRET` as an admin token (created if missing) instead of generating a bootstrap token; for automation"}),
@@ -59,6 +61,127 @@ func serverFlags() []ucli.Flag {
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
 			Usage: "private key `FILE` (PEM) of --tls-cert"}),
 	)
+	return append(flags, httpFlags()...)
+}
+
+// httpFlags bind server.HTTPConfig: how the API treats slow, greedy and
+// hostile clients. Defaults come from server.DefaultHTTP.
+func httpFlags() []ucli.Flag {
+	def := server.DefaultHTTP()
+	d := def.API
+	dur := func(name, env string, value time.Duration, usage string) ucli.Flag {
+		return altsrc.NewDurationFlag(&ucli.DurationFlag{Name: name, Value: value, EnvVars: []string{env}, Usage: usage})
+	}
+	num := func(name, env string, value int, usage string) ucli.Flag {
+		return altsrc.NewIntFlag(&ucli.IntFlag{Name: name, Value: value, EnvVars: []string{env}, Usage: usage})
+	}
+	rate := func(name, env string, value float64, usage string) ucli.Flag {
+		return altsrc.NewFloat64Flag(&ucli.Float64Flag{Name: name, Value: value, EnvVars: []string{env}, Usage: usage})
+	}
+	bytes := func(name, env string, value int64, usage string) ucli.Flag {
+		return altsrc.NewStringFlag(&ucli.StringFlag{Name: name, Value: formatSize(value), EnvVars: []string{env}, Usage: usage})
+	}
+	return []ucli.Flag{
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "ops-listen", EnvVars: []string{"TETHER_OPS_LISTEN"},
+			Usage: "also serve /healthz, /readyz and /metrics on this `ADDRESS` (a private network): they keep answering when the API listener is full, and /metrics leaves the API listener"}),
+		num("max-conns", "TETHER_MAX_CONNS", def.MaxConns, "connections the API listener holds open; more wait in the kernel's accept queue"),
+		num("max-conns-per-client", "TETHER_MAX_CONNS_PER_CLIENT", def.MaxConnsPerClient, "connections one client address (an IPv6 /64) may hold; more are closed at once"),
+		bytes("max-body", "TETHER_MAX_BODY", d.MaxBody, "largest request `SIZE` but for version uploads (e.g. 1MiB)"),
+		bytes("max-upload", "TETHER_MAX_UPLOAD", d.MaxUpload, "largest version upload `SIZE` (e.g. 64MiB); each upload in progress holds its resource set in memory"),
+		bytes("min-upload-rate", "TETHER_MIN_UPLOAD_RATE", d.MinUploadRate, "slowest upload the server waits for, `SIZE` a second: an upload may take read-timeout plus its size at this rate"),
+		num("max-uploads", "TETHER_MAX_UPLOADS", d.MaxUploads, fmt.Sprintf("version uploads handled at once; another waits up to %s, then is answered busy", d.UploadWait)),
+		dur("read-header-timeout", "TETHER_READ_HEADER_TIMEOUT", d.ReadHeaderTimeout, "time a client has to send a request's headers"),
+		dur("read-timeout", "TETHER_READ_TIMEOUT", d.ReadTimeout, "time a client has to send a whole request (uploads: see min-upload-rate)"),
+		dur("write-timeout", "TETHER_WRITE_TIMEOUT", d.WriteTimeout, "time an answer may take to be written (event streams: per write)"),
+		dur("idle-timeout", "TETHER_IDLE_TIMEOUT", d.IdleTimeout, "an idle kept-alive connection is closed after this"),
+		dur("handler-timeout", "TETHER_HANDLER_TIMEOUT", d.HandlerTimeout, "time the work behind a request may take (not uploads nor event streams); then: error timeout"),
+		num("max-header-bytes", "TETHER_MAX_HEADER_BYTES", d.MaxHeaderBytes, "largest request headers, in bytes"),
+		rate("anonymous-rate", "TETHER_ANONYMOUS_RATE", d.AnonymousRate, "requests a second one client address may send without a token (health checks excepted)"),
+		num("anonymous-burst", "TETHER_ANONYMOUS_BURST", d.AnonymousBurst, "requests without a token one client address may send at once"),
+		rate("auth-failure-rate", "TETHER_AUTH_FAILURE_RATE", d.AuthFailureRate, "failed authentications a second one client address may make; beyond, its requests with a token are refused"),
+		num("auth-failure-burst", "TETHER_AUTH_FAILURE_BURST", d.AuthFailureBurst, "failed authentications one client address may make at once"),
+		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"TETHER_TRUSTED_PROXIES"},
+			Usage: "`NETWORK` (e.g. 10.0.0.0/8) of a reverse proxy whose X-Forwarded-For names the client for rate limits (repeat for several)"}),
+	}
+}
+
+// httpConfig reads the HTTP flags.
+func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
+	cfg := server.DefaultHTTP()
+	cfg.TLSCert, cfg.TLSKey = c.String("tls-cert"), c.String("tls-key")
+	cfg.MaxConns, cfg.MaxConnsPerClient = c.Int("max-conns"), c.Int("max-conns-per-client")
+	a := &cfg.API
+	for _, f := range []struct {
+		name string
+		to   *int64
+	}{{"max-body", &a.MaxBody}, {"max-upload", &a.MaxUpload}, {"min-upload-rate", &a.MinUploadRate}} {
+		n, err := parseSize(c.String(f.name))
+		if err != nil {
+			return cfg, usageError("--%s %q: %v", f.name, c.String(f.name), err)
+		}
+		*f.to = n
+	}
+	a.MaxUploads, a.MaxHeaderBytes = c.Int("max-uploads"), c.Int("max-header-bytes")
+	a.ReadHeaderTimeout, a.ReadTimeout = c.Duration("read-header-timeout"), c.Duration("read-timeout")
+	a.WriteTimeout, a.IdleTimeout, a.HandlerTimeout = c.Duration("write-timeout"), c.Duration("idle-timeout"), c.Duration("handler-timeout")
+	a.AnonymousRate, a.AnonymousBurst = c.Float64("anonymous-rate"), c.Int("anonymous-burst")
+	a.AuthFailureRate, a.AuthFailureBurst = c.Float64("auth-failure-rate"), c.Int("auth-failure-burst")
+	for _, s := range c.StringSlice("trusted-proxy") {
+		for _, part := range strings.Split(s, ",") {
+			p, err := parseNetwork(strings.TrimSpace(part))
+			if err != nil {
+				return cfg, usageError("--trusted-proxy %q: %v", part, err)
+			}
+			a.TrustedProxies = append(a.TrustedProxies, p)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+// parseNetwork reads a network (10.0.0.0/8) or a single address.
+func parseNetwork(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("want a network such as 10.0.0.0/8 or an address")
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+// sizeUnits are the suffixes parseSize reads, largest first.
+var sizeUnits = []struct {
+	suffix string
+	n      int64
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+
+// parseSize reads a byte count: 1048576, 1MiB, 512KiB.
+func parseSize(s string) (int64, error) {
+	for _, u := range sizeUnits {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+			if err != nil || n < 0 || n > (1<<62)/u.n {
+				break
+			}
+			return n * u.n, nil
+		}
+	}
+	return 0, errors.New("want a size such as 1048576, 512KiB, 64MiB or 1GiB")
+}
+
+// formatSize writes a byte count as parseSize reads it, in the largest
+// unit that divides it.
+func formatSize(n int64) string {
+	for _, u := range sizeUnits {
+		if u.n > 1 && n >= u.n && n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func serverCommand(term *terminal) *ucli.Command {
@@ -74,6 +197,21 @@ func serverCommand(term *terminal) *ucli.Command {
 		Flags:  flags,
 		Before: configFileSource(flags),
 		Action: func(c *ucli.Context) error { return runServer(c, term) },
+		Subcommands: []*ucli.Command{
+			remoteCommand(term, "key", "print the public key of the server you talk to, and its fingerprint, for agents' --server-key", "",
+				nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+					var info api.ServerInfo
+					if err := cl.call(c.Context, "GET", "/server", nil, &info); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(term.stdout, info)
+					}
+					fmt.Fprintf(term.stdout, "fingerprint  %s\npublic key   %s\n\nPin it on agents that enroll without a token: tether agent run --server-key %s ...\n",
+						info.Fingerprint, base64.StdEncoding.EncodeToString(info.PublicKey), info.Fingerprint)
+					return nil
+				}),
+		},
 	}
 }
 
@@ -110,6 +248,10 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if c.Int("ingest-consumers") < 1 {
 		return usageError("--ingest-consumers must be at least 1")
 	}
+	hcfg, err := httpConfig(c)
+	if err != nil {
+		return err
+	}
 	ctx := c.Context
 	st, err := postgres.Open(ctx, postgres.Config{URL: c.String("postgres")})
 	if err != nil {
@@ -145,16 +287,27 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another server running? pick another --listen)", c.String("listen"), err)
 	}
+	var ops net.Listener
+	if addr := c.String("ops-listen"); addr != "" {
+		if ops, err = net.Listen("tcp", addr); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s: %w (pick another --ops-listen)", addr, err)
+		}
+	}
 	info := readBuildInfo()
-	handler := api.New(api.Config{Version: info.Version}, server.APIServices(srv, srv.Metrics().Handler()), log).Handler()
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	hcfg.API.Version = info.Version
 	scheme := "http"
 	if c.String("tls-cert") != "" {
 		scheme = "https"
 	}
 	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("version", info.Version).
-		Str("server_key", base64.StdEncoding.EncodeToString(srv.PublicKey())).Msg("tether server listening (agents may pin server_key with --server-key)")
-	fmt.Fprintf(term.stderr, "tether server: API on %s://%s, database %s, broker %s\n", scheme, ln.Addr(), redactURL(c.String("postgres")), redactURL(bcfg.URL))
+		Str("server_key", base64.StdEncoding.EncodeToString(srv.PublicKey())).Str("fingerprint", bus.Fingerprint(srv.PublicKey())).
+		Msg("tether server listening (agents pin the key with --server-key, or get it in their enrollment token)")
+	fmt.Fprintf(term.stderr, "tether server: API on %s://%s, database %s, broker %s\nserver key %s (agents pin it: --server-key, or an enrollment token)\n",
+		scheme, ln.Addr(), redactURL(c.String("postgres")), redactURL(bcfg.URL), bus.Fingerprint(srv.PublicKey()))
+	if ops != nil {
+		fmt.Fprintf(term.stderr, "tether server: health and metrics on http://%s\n", ops.Addr())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -164,24 +317,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		}
 		return err
 	})
-	g.Go(func() error {
-		var err error
-		if scheme == "https" {
-			err = hs.ServeTLS(ln, c.String("tls-cert"), c.String("tls-key"))
-		} else {
-			err = hs.Serve(ln)
-		}
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return err
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return hs.Shutdown(sctx)
-	})
+	g.Go(func() error { return server.NewHTTP(hcfg, srv, log).Serve(gctx, ln, ops) })
 	err = g.Wait()
 	if ctx.Err() != nil {
 		log.Info().Msg("tether server stopped")
@@ -198,17 +334,17 @@ func bootstrapToken(ctx context.Context, st store.Store, secret string, term *te
 		if len(secret) < 16 {
 			return usageError("--admin-token must be at least 16 characters")
 		}
-		if _, err := st.TokenByHash(ctx, model.HashSecret(secret)); err == nil {
+		if _, err := st.TokenByHash(ctx, record.HashSecret(secret)); err == nil {
 			return nil
-		} else if !errors.Is(err, store.ErrNotFound) {
+		} else if !errors.Is(err, model.ErrNotFound) {
 			return err
 		}
-		t, _, err := api.IssueToken("admin-token", model.RoleAdmin, "", "tether server --admin-token", time.Now())
+		t, _, err := api.IssueToken("admin-token", record.RoleAdmin, "", "tether server --admin-token", time.Now())
 		if err != nil {
 			return err
 		}
-		t.Hash = model.HashSecret(secret)
-		if err := st.CreateToken(ctx, t); err != nil && !errors.Is(err, store.ErrExists) {
+		t.Hash = record.HashSecret(secret)
+		if err := st.CreateToken(ctx, t); err != nil && !errors.Is(err, model.ErrExists) {
 			return err
 		}
 		return nil
@@ -217,7 +353,7 @@ func bootstrapToken(ctx context.Context, st store.Store, secret string, term *te
 	if err != nil || len(tokens) > 0 {
 		return err
 	}
-	t, s, err := api.IssueToken("bootstrap", model.RoleAdmin, "", "tether server", time.Now())
+	t, s, err := api.IssueToken("bootstrap", record.RoleAdmin, "", "tether server", time.Now())
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
 
@@ -126,7 +126,7 @@ func TestServerAndOperatorCommands(t *testing.T) {
 		}
 	}
 	code, stdout, _ := invoke(t, "resource", "list", "-o", "json")
-	var sts []model.ResourceStatus
+	var sts []record.ResourceStatus
 	if code != 0 || json.Unmarshal([]byte(stdout), &sts) != nil || len(sts) == 0 {
 		t.Fatalf("resource list -o json: exit %d, %q", code, stdout)
 	}

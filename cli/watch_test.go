@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // waitFor polls f until it holds or the deadline passes.
@@ -55,7 +56,7 @@ func TestDeployWatchShowsDriftAndHealing(t *testing.T) {
 	if err := os.WriteFile(about, []byte("defaced"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var drift, healed *model.Alert
+	var drift, healed *record.Alert
 	waitFor(t, "drift and healing shown", 30*time.Second, func() bool {
 		drift, healed = nil, nil
 		for _, e := range watchEvents(t, out.String()) {
@@ -147,28 +148,28 @@ func TestEventLines(t *testing.T) {
 	id := model.ID{Agent: "web-1", Type: "file", Key: "path", Value: "/etc/motd"}
 	at := time.Date(2026, 11, 22, 15, 4, 5, 0, time.UTC)
 	for _, c := range []struct {
-		alert model.Alert
+		alert record.Alert
 		want  []string
 	}{
-		{model.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent",
+		{record.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent",
 			Changes: model.Changes{"content": {Current: "hi", Desired: "hello"}, "mode": {Current: "0600", Desired: "0644"}}},
 			[]string{"drift", id.String(), `content "hi" (want "hello"), mode "0600" (want "0644")`}},
-		{model.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent",
+		{record.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent",
 			Changes: model.Changes{"content": {Current: "x", Desired: `<html lang="en">` + strings.Repeat("é", 40)}}},
 			[]string{`content "x" (want "<html lang=\"en\">éééééééééééééééé"...)`}},
-		{model.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent",
+		{record.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent",
 			Changes: model.Changes{model.AttrPresent: {Current: false, Desired: true}}},
 			[]string{"drift", "missing"}},
-		{model.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent: flapping: drifted 5 times within 1m0s",
+		{record.Alert{ID: &id, Compliance: model.NonCompliant, Message: "drifted from its intent: flapping: drifted 5 times within 1m0s",
 			Changes: model.Changes{"content": {Current: "x", Desired: "y"}}},
 			[]string{"drift", "flapping: drifted 5 times within 1m0s; content"}},
-		{model.Alert{ID: &id, Compliance: model.Compliant, Message: "healed: re-applied by drift policy",
+		{record.Alert{ID: &id, Compliance: model.Compliant, Message: "healed: re-applied by drift policy",
 			Changes: model.Changes{"content": {Current: "x", Desired: "y"}}},
 			[]string{"healed", "re-applied: content"}},
-		{model.Alert{ID: &id, Compliance: model.Compliant, Message: "healed: re-applied by drift policy",
+		{record.Alert{ID: &id, Compliance: model.Compliant, Message: "healed: re-applied by drift policy",
 			Changes: model.Changes{model.AttrPresent: {Current: false, Desired: true}, "mode": {Current: nil, Desired: "0644"}}},
 			[]string{"healed", "re-applied: created"}},
-		{model.Alert{ID: &id, Compliance: model.Compliant, Message: "back to its intent: changed back by hand"},
+		{record.Alert{ID: &id, Compliance: model.Compliant, Message: "back to its intent: changed back by hand"},
 			[]string{"restored", "changed back by hand"}},
 	} {
 		line := eventLine(term, server.Event{Kind: server.EventDrift, At: at, Env: "prod", Agent: "web-1", Alert: &c.alert})

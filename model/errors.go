@@ -18,11 +18,4 @@ var (
 	// ErrUnavailable: a service the answer depends on (the database, the
 	// broker) cannot be reached; retry later.
 	ErrUnavailable = errors.New("unavailable")
-
-	// ErrHalted: the environment is halted; deploys wait for a resume.
-	ErrHalted = errors.New("environment is halted")
-	// ErrNoAgents: an operation targets no agent that can take it.
-	ErrNoAgents = errors.New("no accepted agent to deploy to")
-	// ErrNoRelease: the environment has no released version yet.
-	ErrNoRelease = errors.New("environment has no released version")
 )

@@ -36,7 +36,11 @@ var ErrInvalidInventory = errors.New("invalid inventory")
 const MaxInventorySize = 64 << 20
 
 // ParseInventory reads and checks an inventory document: valid agent names,
-// no agent twice, label names that are identifiers.
+// no agent twice, label names that are identifiers. Besides the inventory
+// form it reads a list of agents as `tether agent list -o json` prints it
+// (a JSON array of agents with name, state, labels and facts among other
+// fields); the agents whose state is not accepted are left out, as from the
+// server's live inventory.
 func ParseInventory(r io.Reader) (*Inventory, error) {
 	b, err := io.ReadAll(io.LimitReader(r, MaxInventorySize+1))
 	if err != nil {
@@ -44,6 +48,9 @@ func ParseInventory(r io.Reader) (*Inventory, error) {
 	}
 	if len(b) > MaxInventorySize {
 		return nil, fmt.Errorf("%w: larger than %d MiB", ErrInvalidInventory, MaxInventorySize>>20)
+	}
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		return parseAgentList(b)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -54,6 +61,35 @@ func ParseInventory(r io.Reader) (*Inventory, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidInventory)
+	}
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+// parseAgentList reads a JSON array of agents, ignoring the fields an
+// inventory does not hold.
+func parseAgentList(b []byte) (*Inventory, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var list []struct {
+		Name   string            `json:"name"`
+		State  string            `json:"state"`
+		Labels map[string]string `json:"labels"`
+		Facts  map[string]any    `json:"facts"`
+	}
+	if err := dec.Decode(&list); err != nil {
+		return nil, fmt.Errorf("%w: %w (want the output of tether agent list -o json, or {\"agents\": [{\"name\": …, \"labels\": {…}, \"facts\": {…}}]})", ErrInvalidInventory, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON array", ErrInvalidInventory)
+	}
+	inv := Inventory{Agents: []InventoryAgent{}}
+	for _, a := range list {
+		if a.State == "" || a.State == "accepted" {
+			inv.Agents = append(inv.Agents, InventoryAgent{Name: a.Name, Labels: a.Labels, Facts: a.Facts})
+		}
 	}
 	if err := inv.Validate(); err != nil {
 		return nil, err

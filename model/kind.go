@@ -25,9 +25,9 @@ const (
 	TypeStringMap AttrType = "map(string)"
 )
 
-// AttrSpec declares one attribute of a resource kind. The compiler checks
-// models against it and handlers validate resources with it, so the attributes
-// of a kind are declared exactly once.
+// AttrSpec declares one attribute of a resource kind. CheckKind judges
+// resources by it (for the compiler, the server and the handlers alike), so
+// the attributes of a kind are declared exactly once.
 type AttrSpec struct {
 	Name string
 	Type AttrType
@@ -66,6 +66,10 @@ const AttrPresent = "present"
 // ErrInvalidAttribute is wrapped by errors about attribute names and values.
 var ErrInvalidAttribute = errors.New("invalid attribute")
 
+// ErrUnknownKind is wrapped by the error for a resource type that is
+// neither built in nor namespaced (vendor:type).
+var ErrUnknownKind = errors.New("unknown kind")
+
 // Attr returns the spec of attribute name.
 func (k *KindSpec) Attr(name string) (AttrSpec, bool) {
 	for _, a := range k.Attrs {
@@ -85,32 +89,164 @@ func (k *KindSpec) AttrNames() []string {
 	return out
 }
 
-// CheckAttributes rejects unknown attributes and values of the wrong type or
-// failing their check. Errors name the attribute.
-func (k *KindSpec) CheckAttributes(attrs Attributes) error {
-	for _, n := range slices.Sorted(maps.Keys(attrs)) {
-		spec, ok := k.Attr(n)
-		if !ok {
-			return fmt.Errorf("%w: %s has no attribute %q (it has %s)", ErrInvalidAttribute, k.Kind, n, strings.Join(k.AttrNames(), ", "))
+// KindRule names the part of a kind's declaration a resource breaks.
+type KindRule string
+
+// The rules of the catalogue, in the order they are judged.
+const (
+	// RuleKind: the type is neither a built-in kind nor namespaced.
+	RuleKind KindRule = "kind"
+	// RuleIdentity: the ID's key is not the kind's identity attribute.
+	RuleIdentity KindRule = "identity"
+	// RuleUnknown: the kind has no such attribute.
+	RuleUnknown KindRule = "unknown"
+	// RuleType: the value is not of the attribute's type.
+	RuleType KindRule = "type"
+	// RuleValue: the value fails the attribute's check.
+	RuleValue KindRule = "value"
+	// RulePurged: a purged resource carries more than its identity and
+	// purge options.
+	RulePurged KindRule = "purged"
+	// RuleRequired: a required attribute, or one of a set (OneOf), is not
+	// set.
+	RuleRequired KindRule = "required"
+)
+
+// KindError is one way a resource breaks its kind's declaration: the
+// attribute at fault, the rule, and what was expected. It wraps
+// ErrInvalidAttribute (ErrUnknownKind for RuleKind) and Err.
+type KindError struct {
+	// ID is the resource's; zero when only attributes were checked
+	// (KindSpec.Problems).
+	ID ID
+	// Attr is the attribute at fault: for RuleIdentity the ID's key, for
+	// RuleRequired the missing attribute ("" for a OneOf set), for
+	// RuleKind "".
+	Attr string
+	Rule KindRule
+	// Err says what was wrong and what was expected. For RuleValue it is
+	// the attribute's Check error as it is.
+	Err error
+}
+
+func (e *KindError) Error() string {
+	msg := e.Err.Error()
+	// A check's message may name its attribute already (`mode "5": …`).
+	if e.Rule == RuleValue && !strings.HasPrefix(msg, e.Attr+" ") {
+		msg = e.Attr + ": " + msg
+	}
+	if e.ID.IsZero() {
+		return msg
+	}
+	return e.ID.String() + ": " + msg
+}
+
+func (e *KindError) Unwrap() []error {
+	if e.Rule == RuleKind {
+		return []error{ErrUnknownKind, e.Err}
+	}
+	return []error{ErrInvalidAttribute, e.Err}
+}
+
+// CheckKind checks a resource against the catalogue: the one rule book for
+// every resource of a built-in kind, whoever made it. The compiler applies
+// it to what it produces (KindSpec.Problems, with diagnostics at their
+// place), the server to every version uploaded, handlers to what they are
+// asked to enforce (handler.Declared). A namespaced type (vendor:type) is
+// not the catalogue's and passes; another type that is not a built-in kind
+// is refused. The error is a *KindError naming the resource and the
+// attribute. CheckKind does not check the resource's shape (Validate).
+func CheckKind(res *Resource) error {
+	k, ok := lookupKind(res.ID.Type)
+	if ok {
+		return k.CheckResource(res)
+	}
+	if strings.Contains(res.ID.Type, ":") {
+		return nil
+	}
+	return &KindError{ID: res.ID, Rule: RuleKind, Err: fmt.Errorf("%q is not a built-in kind (kinds: %s); a kind of your own is namespaced, like vendor:%s",
+		res.ID.Type, strings.Join(KindNames(), ", "), res.ID.Type)}
+}
+
+// MarkSensitive adds to res.Sensitive every attribute that res sets and its
+// kind declares always sensitive (a password hash), so a resource that did
+// not come from the compiler is shown redacted all the same. Sensitive
+// markers are not part of a resource's hash.
+func MarkSensitive(res *Resource) {
+	k, ok := lookupKind(res.ID.Type)
+	if !ok {
+		return
+	}
+	for _, a := range k.Attrs {
+		if _, set := res.Attributes[a.Name]; set && a.Sensitive && !res.IsSensitive(a.Name) {
+			res.Sensitive = append(res.Sensitive, a.Name)
+			slices.Sort(res.Sensitive)
 		}
-		if err := spec.CheckValue(attrs[n]); err != nil {
-			return err
-		}
+	}
+}
+
+// CheckResource is CheckKind for a resource of kind k: its ID names k's
+// identity attribute, then the first of Problems, with the resource's ID.
+func (k *KindSpec) CheckResource(res *Resource) error {
+	if res.ID.Key != k.Identity {
+		return &KindError{ID: res.ID, Attr: res.ID.Key, Rule: RuleIdentity,
+			Err: fmt.Errorf("%s resources are identified by %q, not %q", k.Kind, k.Identity, res.ID.Key)}
+	}
+	if p := k.Problems(res.Attributes, res.Purged, res.Undefined); len(p) > 0 {
+		e := p[0]
+		e.ID = res.ID
+		return &e
 	}
 	return nil
 }
 
-// CheckResource checks a resource's attributes: CheckAttributes, then that
-// every required attribute is set, unless the resource is purged (a thing
-// that must be absent needs only its identity).
-func (k *KindSpec) CheckResource(attrs Attributes, purged bool) error {
-	if err := k.CheckAttributes(attrs); err != nil {
-		return err
+// Problems judges attributes against the declaration. Values come first:
+// every unknown attribute (sorted), then every declared one whose value has
+// the wrong type or fails its check (in declaration order). Only when all
+// values are right does it look at what is set: a purged resource may carry
+// nothing but its identity and purge options; another, unless undefined
+// (its attributes wait for facts), needs its required attributes. It
+// returns nil when all is well.
+func (k *KindSpec) Problems(attrs Attributes, purged, undefined bool) []KindError {
+	var out []KindError
+	known := 0
+	for _, a := range k.Attrs {
+		v, ok := attrs[a.Name]
+		if !ok {
+			continue
+		}
+		known++
+		if err := a.checkValue(v); err != nil {
+			out = append(out, *err)
+		}
+	}
+	if known < len(attrs) {
+		var unknown []KindError
+		for _, n := range slices.Sorted(maps.Keys(attrs)) {
+			if _, ok := k.Attr(n); !ok {
+				unknown = append(unknown, KindError{Attr: n, Rule: RuleUnknown,
+					Err: fmt.Errorf("%s has no attribute %q (it has %s)", k.Kind, n, strings.Join(k.AttrNames(), ", "))})
+			}
+		}
+		out = append(unknown, out...)
+	}
+	if len(out) > 0 {
+		return out
 	}
 	if purged {
+		if n := k.NotWhenPurged(slices.Sorted(maps.Keys(attrs))); n != "" {
+			return []KindError{{Attr: n, Rule: RulePurged,
+				Err: fmt.Errorf("a purged %s takes no attributes but its %s: remove %s", k.Kind, k.Identity, n)}}
+		}
 		return nil
 	}
-	return k.CheckRequired(func(name string) bool { _, ok := attrs[name]; return ok })
+	if undefined {
+		return nil
+	}
+	if err := k.CheckRequired(func(name string) bool { _, ok := attrs[name]; return ok }); err != nil {
+		return []KindError{*err.(*KindError)}
+	}
+	return nil
 }
 
 // NotWhenPurged returns the first of names, in order, that a purged
@@ -129,28 +265,30 @@ func (k *KindSpec) NotWhenPurged(names []string) string {
 	return ""
 }
 
-// CheckRequired reports the first required attribute that set says is not
-// set.
+// CheckRequired reports, as a *KindError of RuleRequired, the first
+// required attribute that set says is not set, or a OneOf set none of
+// which is. The compiler also calls it on a block's static shape.
 func (k *KindSpec) CheckRequired(set func(name string) bool) error {
 	for _, a := range k.Attrs {
 		if a.Required && !set(a.Name) {
-			return fmt.Errorf("%w: %s requires %s (%s)", ErrInvalidAttribute, k.Kind, a.Name, a.Doc)
+			return &KindError{Attr: a.Name, Rule: RuleRequired, Err: fmt.Errorf("%s requires %s (%s)", k.Kind, a.Name, a.Doc)}
 		}
 	}
 	if len(k.OneOf) > 0 && !slices.ContainsFunc(k.OneOf, set) {
-		return fmt.Errorf("%w: %s requires one of %s: %s", ErrInvalidAttribute, k.Kind, strings.Join(k.OneOf, ", "), k.OneOfWhy)
+		return &KindError{Rule: RuleRequired, Err: fmt.Errorf("%s requires one of %s: %s", k.Kind, strings.Join(k.OneOf, ", "), k.OneOfWhy)}
 	}
 	return nil
 }
 
-// CheckValue checks a value against the attribute's type and check.
-func (a *AttrSpec) CheckValue(v any) error {
+// checkValue checks a value against the attribute's type and check.
+func (a *AttrSpec) checkValue(v any) *KindError {
 	if !hasType(v, a.Type) {
-		return fmt.Errorf("%w: %s must be a %s, got %s", ErrInvalidAttribute, a.Name, a.Type, describeJSONType(v))
+		return &KindError{Attr: a.Name, Rule: RuleType,
+			Err: fmt.Errorf("%s must be a %s, not %s: %s", a.Name, a.Type, describeValue(v, !a.Sensitive), a.Doc)}
 	}
 	if a.Check != nil {
 		if err := a.Check(v); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidAttribute, a.Name, err)
+			return &KindError{Attr: a.Name, Rule: RuleValue, Err: err}
 		}
 	}
 	return nil
@@ -204,22 +342,31 @@ func hasType(v any, t AttrType) bool {
 	return false
 }
 
-func describeJSONType(v any) string {
+// describeValue says what v is for a message about a value of the wrong
+// type: "a string", "the number 5" (a number's or bool's value only when
+// show is set: never for a sensitive attribute).
+func describeValue(v any, show bool) string {
 	switch v.(type) {
 	case nil:
 		return "null"
 	case string:
-		return "string"
+		return "a string"
 	case bool:
-		return "bool"
+		if show {
+			return fmt.Sprintf("the bool %v", v)
+		}
+		return "a bool"
 	case json.Number, float64, float32, int, int64, int32, uint32, uint64:
-		return "number"
+		if show {
+			return fmt.Sprintf("the number %v", v)
+		}
+		return "a number"
 	case []any, []string:
-		return "list"
+		return "a list"
 	case map[string]any, Attributes:
-		return "object"
+		return "an object"
 	}
-	return fmt.Sprintf("%T", v)
+	return fmt.Sprintf("a %T", v)
 }
 
 // ParseMode parses an octal permission string ("644", "0644", "2755").

@@ -7,24 +7,49 @@ import (
 	"strings"
 )
 
-// The catalogue of built-in kinds. The compiler checks models against it and
-// handlers validate resources with it (handler.Declare), so every attribute
-// of a kind is declared here and nowhere else. docs/model-language.md lists
-// the same attributes; a test keeps the two in step.
+// The catalogue of built-in kinds. Every attribute of a kind is declared
+// here and nowhere else, and every resource of a built-in kind is judged
+// by CheckKind against it: by the compiler, by the server when a version
+// is uploaded, by handlers before they act (handler.Declare).
+// docs/model-language.md lists the same attributes; a test keeps the two
+// in step.
 
 // Kinds returns the built-in kinds, sorted by name.
 func Kinds() []KindSpec {
 	return []KindSpec{cronKind, directoryKind, execKind, fileKind, groupKind, packageKind, repositoryKind, serviceKind, symlinkKind, userKind}
 }
 
+// kindIndex finds a kind by name without copying the catalogue: the server
+// looks up the kind of every resource of every upload.
+var kindIndex = func() map[string]*KindSpec {
+	out := map[string]*KindSpec{}
+	for _, k := range Kinds() {
+		out[k.Kind] = &k
+	}
+	return out
+}()
+
 // LookupKind returns the spec of a built-in kind.
 func LookupKind(kind string) (KindSpec, bool) {
-	for _, k := range Kinds() {
-		if k.Kind == kind {
-			return k, true
-		}
+	k, ok := lookupKind(kind)
+	if !ok {
+		return KindSpec{}, false
 	}
-	return KindSpec{}, false
+	return *k, true
+}
+
+func lookupKind(kind string) (*KindSpec, bool) {
+	k, ok := kindIndex[kind]
+	return k, ok
+}
+
+// KindNames lists the built-in kinds' names, sorted.
+func KindNames() []string {
+	out := make([]string, 0, len(kindIndex))
+	for _, k := range Kinds() {
+		out = append(out, k.Kind)
+	}
+	return out
 }
 
 var (
@@ -197,7 +222,7 @@ func checkPrincipal(v any) error {
 // eachString applies check to every element of a list of strings.
 func eachString(check func(any) error) func(any) error {
 	return func(v any) error {
-		for _, s := range StringList(v) {
+		for _, s := range stringList(v) {
 			if err := check(s); err != nil {
 				return err
 			}
@@ -361,7 +386,7 @@ func checkPositive(v any) error {
 }
 
 func checkEnv(v any) error {
-	for k, val := range StringMap(v) {
+	for k, val := range stringMap(v) {
 		if k == "" || strings.ContainsAny(k, "= \t\n\x00") {
 			return fmt.Errorf("variable name %q: want a name without '=', spaces or NUL", k)
 		}
@@ -401,9 +426,9 @@ func checkSchedule(v any) error {
 	return nil
 }
 
-// StringList reads a list(string) attribute value: []string, or []any of
+// stringList reads a list(string) attribute value: []string, or []any of
 // strings as decoded from JSON. Anything else is nil.
-func StringList(v any) []string {
+func stringList(v any) []string {
 	switch l := v.(type) {
 	case []string:
 		return l
@@ -418,9 +443,9 @@ func StringList(v any) []string {
 	return nil
 }
 
-// StringMap reads a map(string) attribute value: map[string]string, or a
+// stringMap reads a map(string) attribute value: map[string]string, or a
 // map of strings as decoded from JSON. Anything else is empty.
-func StringMap(v any) map[string]string {
+func stringMap(v any) map[string]string {
 	out := map[string]string{}
 	switch m := v.(type) {
 	case map[string]string:

@@ -39,12 +39,12 @@ func TestKindsCatalogue(t *testing.T) {
 			if !ok {
 				t.Fatalf("no kind %s", tc.kind)
 			}
-			if err := k.CheckResource(tc.good, false); err != nil {
-				t.Fatalf("good attributes refused: %v", err)
+			if p := k.Problems(tc.good, false, false); p != nil {
+				t.Fatalf("good attributes refused: %v", p)
 			}
 			for _, attrs := range tc.bad {
-				if err := k.CheckResource(attrs, false); !errors.Is(err, ErrInvalidAttribute) {
-					t.Errorf("CheckResource(%v) = %v, want ErrInvalidAttribute", attrs, err)
+				if p := k.Problems(attrs, false, false); len(p) == 0 {
+					t.Errorf("Problems(%v) = nil, want a problem", attrs)
 				}
 			}
 		})
@@ -54,12 +54,15 @@ func TestKindsCatalogue(t *testing.T) {
 // A required attribute is required unless the resource is purged.
 func TestRequiredUnlessPurged(t *testing.T) {
 	k, _ := LookupKind("cron")
-	err := k.CheckResource(Attributes{"name": "x"}, false)
-	if err == nil || !strings.Contains(err.Error(), "requires command") {
-		t.Fatalf("got %v, want command required", err)
+	p := k.Problems(Attributes{"name": "x"}, false, false)
+	if len(p) != 1 || p[0].Rule != RuleRequired || p[0].Attr != "command" || !strings.Contains(p[0].Error(), "requires command") {
+		t.Fatalf("got %v, want command required", p)
 	}
-	if err := k.CheckResource(Attributes{"name": "x"}, true); err != nil {
-		t.Fatalf("purged cron refused: %v", err)
+	if p := k.Problems(Attributes{"name": "x"}, true, false); p != nil {
+		t.Fatalf("purged cron refused: %v", p)
+	}
+	if p := k.Problems(Attributes{"name": "x"}, false, true); p != nil {
+		t.Fatalf("undefined cron refused: %v", p)
 	}
 }
 
@@ -82,6 +85,123 @@ func TestParseInventory(t *testing.T) {
 	} {
 		if _, err := ParseInventory(strings.NewReader(bad)); !errors.Is(err, ErrInvalidInventory) {
 			t.Errorf("ParseInventory(%s) = %v, want ErrInvalidInventory", bad, err)
+		}
+	}
+}
+
+// The output of tether agent list -o json reads as an inventory: the
+// accepted agents, with their labels and facts, the other fields ignored.
+func TestParseInventoryFromAgentList(t *testing.T) {
+	list := `[
+	  {"env": "prod", "name": "web-1", "state": "accepted", "labels": {"role": "web"}, "facts": {"ipv4": "10.0.0.1"}, "paused": false, "online": true, "key_fingerprint": "SHA256:x"},
+	  {"env": "prod", "name": "web-2", "state": "pending", "labels": {"role": "web"}},
+	  {"env": "prod", "name": "db-1", "state": "accepted", "online": false}
+	]`
+	inv, err := ParseInventory(strings.NewReader(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Agents) != 2 || inv.Agents[0].Name != "web-1" || inv.Agents[1].Name != "db-1" ||
+		inv.Agents[0].Labels["role"] != "web" || inv.Agents[0].Facts["ipv4"] != "10.0.0.1" {
+		t.Fatalf("inventory from an agent list: %+v", inv.Agents)
+	}
+	for _, bad := range []string{
+		`[{"name": "bad name", "state": "accepted"}]`,
+		`[{"name": "a"}, {"name": "a"}]`,
+		`[] trailing`,
+		`[{"name": 5}]`,
+	} {
+		if _, err := ParseInventory(strings.NewReader(bad)); !errors.Is(err, ErrInvalidInventory) {
+			t.Errorf("ParseInventory(%s) = %v, want ErrInvalidInventory", bad, err)
+		}
+	}
+}
+
+// CheckKind judges a whole resource: it names the resource, the attribute
+// and what was expected, and lets namespaced kinds through.
+func TestCheckKind(t *testing.T) {
+	res := func(id string, purged bool, attrs Attributes) *Resource {
+		return &Resource{ID: MustParseID(id), Attributes: attrs, Purged: purged}
+	}
+	cases := []struct {
+		name string
+		res  *Resource
+		rule KindRule // "": no error
+		attr string
+		want []string // in the message
+	}{
+		{"good file", res("file[web,path=/etc/motd]", false, Attributes{"path": "/etc/motd", "mode": "0644"}), "", "", nil},
+		{"namespaced kind", res("acme:widget[web,name=w]", false, Attributes{"name": "w", "anything": json.Number("5")}), "", "", nil},
+		{"purged file", res("file[web,path=/etc/motd]", true, Attributes{"path": "/etc/motd"}), "", "", nil},
+		{"unknown kind", res("widget[web,name=w]", false, Attributes{"name": "w"}),
+			RuleKind, "", []string{`widget[web,name=w]: "widget" is not a built-in kind`, "vendor:widget"}},
+		{"wrong identity key", res("file[web,name=/x]", false, Attributes{"name": "/x"}),
+			RuleIdentity, "name", []string{`file resources are identified by "path", not "name"`}},
+		{"wrong type", res("file[web,path=/etc/motd]", false, Attributes{"path": "/etc/motd", "mode": json.Number("5")}),
+			RuleType, "mode", []string{"file[web,path=/etc/motd]: mode must be a string, not the number 5: permission bits in octal", `"0644"`}},
+		{"sensitive value not shown", res("user[web,name=bob]", false, Attributes{"name": "bob", "password": json.Number("123456")}),
+			RuleType, "password", []string{"password must be a string, not a number"}},
+		{"unknown attribute", res("file[web,path=/x]", false, Attributes{"path": "/x", "colour": "red"}),
+			RuleUnknown, "colour", []string{`file[web,path=/x]: file has no attribute "colour" (it has path, content, mode, owner, group)`}},
+		{"missing required", res("symlink[web,path=/x]", false, Attributes{"path": "/x"}),
+			RuleRequired, "target", []string{"symlink[web,path=/x]: symlink requires target"}},
+		{"none of one-of", res("exec[web,name=x]", false, Attributes{"name": "x", "command": "true"}),
+			RuleRequired, "", []string{"exec requires one of creates, unless, onlyif, refreshonly"}},
+		{"bad enum value", res("package[web,name=nginx]", false, Attributes{"name": "nginx", "provider": "yum"}),
+			RuleValue, "provider", []string{`package[web,name=nginx]: provider: "yum": want one of "apt", "dnf", "apk"`}},
+		{"bad mode names mode once", res("file[web,path=/x]", false, Attributes{"path": "/x", "mode": "5"}),
+			RuleValue, "mode", []string{`file[web,path=/x]: mode "5": want 3 or 4 octal digits`}},
+		{"purged with attributes", res("file[web,path=/x]", true, Attributes{"path": "/x", "content": "c"}),
+			RulePurged, "content", []string{"a purged file takes no attributes but its path: remove content"}},
+		{"values before presence", res("symlink[web,path=/x]", false, Attributes{"path": "/x", "owner": ""}),
+			RuleValue, "owner", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckKind(tc.res)
+			if tc.rule == "" {
+				if err != nil {
+					t.Fatalf("got %v, want no error", err)
+				}
+				return
+			}
+			var ke *KindError
+			if !errors.As(err, &ke) {
+				t.Fatalf("got %v, want a *KindError", err)
+			}
+			if ke.Rule != tc.rule || ke.Attr != tc.attr || ke.ID != tc.res.ID {
+				t.Fatalf("got rule %q attr %q id %s, want %q %q %s", ke.Rule, ke.Attr, ke.ID, tc.rule, tc.attr, tc.res.ID)
+			}
+			want := ErrInvalidAttribute
+			if tc.rule == RuleKind {
+				want = ErrUnknownKind
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("got %v, want it to wrap %v", err, want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("got %q, want it to contain %q", err, w)
+				}
+			}
+			if tc.rule == RuleType && tc.attr == "password" && strings.Contains(err.Error(), "123456") {
+				t.Fatalf("got %q: a sensitive value is shown", err)
+			}
+		})
+	}
+}
+
+// BenchmarkCheckKind judges a file resource as the server does for every
+// resource of an upload.
+//
+//	go test ./model -run '^$' -bench CheckKind -benchmem
+func BenchmarkCheckKind(b *testing.B) {
+	res := Resource{ID: MustParseID("file[host0001,path=/etc/app/0001/001.conf]"),
+		Attributes: Attributes{"path": "/etc/app/0001/001.conf", "content": strings.Repeat("x", 256), "mode": "0644", "owner": "root"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := CheckKind(&res); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -125,8 +125,8 @@ func TestKindCheckAttributes(t *testing.T) {
 		t.Fatal("no file kind")
 	}
 	good := Attributes{"path": "/etc/x", "content": "c", "mode": "0640", "owner": "root", "group": "0"}
-	if err := k.CheckAttributes(good); err != nil {
-		t.Fatalf("good attributes rejected: %v", err)
+	if p := k.Problems(good, false, false); p != nil {
+		t.Fatalf("good attributes rejected: %v", p)
 	}
 	bad := []Attributes{
 		{"path": "/etc/x", "colour": "red"},
@@ -142,8 +142,8 @@ func TestKindCheckAttributes(t *testing.T) {
 		{"path": "/x", "owner": "a:b"},
 	}
 	for _, attrs := range bad {
-		if err := k.CheckAttributes(attrs); !errors.Is(err, ErrInvalidAttribute) {
-			t.Errorf("CheckAttributes(%v) = %v, want ErrInvalidAttribute", attrs, err)
+		if p := k.Problems(attrs, false, false); len(p) == 0 {
+			t.Errorf("Problems(%v) = nil, want a problem", attrs)
 		}
 	}
 	for _, k := range Kinds() {

@@ -5,7 +5,7 @@ import "fmt"
 // ResourceState is where a resource of the latest released version stands.
 type ResourceState string
 
-// Resource states (DESIGN.md §4).
+// Resource states.
 const (
 	// StateAvailable: new intent, not deployed yet.
 	StateAvailable ResourceState = "available"

@@ -1,6 +1,11 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,3 +28,101 @@ func TestMigrations(t *testing.T) {
 		})
 	}
 }
+
+// released is the SHA-256 of every migration file as it was released. A
+// database that applied a migration records only its number, so an edited
+// file would never reach it: a change is always a new migration. A new file
+// is added here in the commit that adds it.
+var released = map[string]string{
+	"postgres/0001_init.sql":      "d535ec93851589193a9de58e3f5297e890e513bd506a0efc847d15cd2a116f92",
+	"postgres/0002_agents.sql":    "7a05ead2b897c95fb216fa4195f097a90354a455196dadcc0a502548ede20aed",
+	"postgres/0003_sequences.sql": "fc4752bf66d6ec9b3d09bc632ee87ff3ab4a3b04158ee084c0c767f04f7c87d8",
+	"postgres/0004_align.sql":     "f3a6ccf7f1c252e139a5b45bd2cb01857fcedd39ff8a3c6e9d648388fc6b7acd",
+	"postgres/0005_compiles.sql":  "bb0f5e1718ae6930811ec5329e94e436322798b50c2a937c3b3f7fc7fb5fd095",
+	"sqlite/0001_init.sql":        "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
+	"sqlite/0002_server.sql":      "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
+	"sqlite/0003_agents.sql":      "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
+	"sqlite/0004_sequences.sql":   "f3ab4f145496cea536e60744382d68ffcf639c23771a21f8b03468adb5498a8b",
+	"sqlite/0005_compiles.sql":    "356bdbdd1a594645260ca73308268f3207835a1a04a9402a384cb51cfa262958",
+}
+
+func TestReleasedMigrationsUnchanged(t *testing.T) {
+	seen := map[string]bool{}
+	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(files, name)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		got := hex.EncodeToString(sum[:])
+		seen[name] = true
+		switch want, ok := released[name]; {
+		case !ok:
+			t.Errorf("schema/%s is not in released (schema_test.go): add\n\t%q: %q,", name, name, got)
+		case got != want:
+			t.Errorf("schema/%s changed after its release (SHA-256 %s, released as %s): databases that applied it will not apply the change; restore the file and add a new migration instead", name, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range released {
+		if !seen[name] {
+			t.Errorf("schema/%s was released and is gone: databases record it as applied; restore it and add a new migration instead", name)
+		}
+	}
+}
+
+// historical is what the stores did differently before their steps were
+// compared, frozen: SQLite's 0002_server added what PostgreSQL's 0001_init
+// created from the start, and PostgreSQL's 0004_align, empty, evened the
+// count. Nothing is ever added here.
+var historical = struct {
+	last   int                 // the last step numbered differently
+	onlyIn map[string][]string // store: steps the other does not have
+}{
+	last:   4,
+	onlyIn: map[string][]string{"sqlite": {"0002_server"}, "postgres": {"0004_align"}},
+}
+
+// TestStoresHaveTheSameSteps: both stores make the same schema changes in
+// the same order. Up to historical.last the steps match by name, apart from
+// the frozen differences; from there on every step has the same number and
+// name in both.
+func TestStoresHaveTheSameSteps(t *testing.T) {
+	sq, err := SQLite()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := Postgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := func(store string, ms []Migration) (names []string) {
+		for _, m := range ms[:min(historical.last, len(ms))] {
+			if !slices.Contains(historical.onlyIn[store], stepName(m)) {
+				names = append(names, m.Name)
+			}
+		}
+		return names
+	}
+	if a, b := shared("sqlite", sq), shared("postgres", pg); !slices.Equal(a, b) {
+		t.Fatalf("steps up to %04d: sqlite %v, postgres %v: a step up to there was renamed or removed (restore it)", historical.last, a, b)
+	}
+	for i := historical.last; i < max(len(sq), len(pg)); i++ {
+		switch {
+		case i >= len(sq):
+			t.Errorf("postgres/%[1]s.sql has no sqlite/%[1]s.sql: every step is written for both stores", stepName(pg[i]))
+		case i >= len(pg):
+			t.Errorf("sqlite/%[1]s.sql has no postgres/%[1]s.sql: every step is written for both stores", stepName(sq[i]))
+		case sq[i].Name != pg[i].Name:
+			t.Errorf("step %04d is %q in sqlite and %q in postgres: a step has one number and one name in both stores", sq[i].Version, sq[i].Name, pg[i].Name)
+		}
+	}
+}
+
+func stepName(m Migration) string { return fmt.Sprintf("%04d_%s", m.Version, m.Name) }

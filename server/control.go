@@ -6,10 +6,11 @@ import (
 	"fmt"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // CreateEnv creates an environment.
-func (s *Server) CreateEnv(ctx context.Context, env model.Environment) error {
+func (s *Server) CreateEnv(ctx context.Context, env record.Environment) error {
 	if err := env.Settings.Validate(); err != nil {
 		return fmt.Errorf("create environment %s: %w: %w", env.Name, model.ErrInvalid, err)
 	}
@@ -18,9 +19,9 @@ func (s *Server) CreateEnv(ctx context.Context, env model.Environment) error {
 
 // UpdateEnvSettings changes an environment's settings; halting pauses its
 // agents, resuming resumes them.
-func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*model.EnvSettings) error) (model.Environment, error) {
+func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
 	var wasHalted bool
-	env, err := s.store.UpdateEnvSettings(ctx, name, func(st *model.EnvSettings) error {
+	env, err := s.store.UpdateEnvSettings(ctx, name, func(st *record.EnvSettings) error {
 		wasHalted = st.Halted
 		return fn(st)
 	})
@@ -37,62 +38,89 @@ func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*mo
 }
 
 // AgentAction accepts, rejects, pauses or resumes an agent.
-func (s *Server) AgentAction(ctx context.Context, env, name string, action model.AgentAction) (model.Agent, error) {
+func (s *Server) AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error) {
 	if !action.Valid() {
-		return model.Agent{}, fmt.Errorf("%w: agent action %q", model.ErrInvalid, action)
+		return record.Agent{}, fmt.Errorf("%w: agent action %q", model.ErrInvalid, action)
 	}
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err
 	}
+	wasAccepted := false // a rejected agent leaves the inventory
 	switch action {
-	case model.AgentAccept:
-		if a.State == model.AgentAccepted {
+	case record.AgentAccept:
+		if a.State == record.AgentAccepted {
 			return a, nil
 		}
-		a.State = model.AgentAccepted
-	case model.AgentReject:
-		a.State = model.AgentRejected
-	case model.AgentPause, model.AgentResume:
-		if a.State != model.AgentAccepted {
+		a.State = record.AgentAccepted
+	case record.AgentReject:
+		wasAccepted = a.State == record.AgentAccepted
+		a.State = record.AgentRejected
+	case record.AgentPause, record.AgentResume:
+		if a.State != record.AgentAccepted {
 			return a, fmt.Errorf("%w: agent %s is %s: accept it first", model.ErrConflict, name, a.State)
 		}
-		a.Paused = action == model.AgentPause
+		a.Paused = action == record.AgentPause
 	}
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return a, err
 	}
 	s.agents.put(a)
 	switch action {
-	case model.AgentAccept:
+	case record.AgentAccept:
 		// Enrolled now; it gets its state at once if connected, else on
 		// its next hello.
-		if err := s.enroll(ctx, a); err != nil {
+		if err := s.enroll(ctx, a, ""); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}
-	case model.AgentReject:
+	case record.AgentReject:
 		if err := s.refuse(ctx, a, "rejected by an operator"); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
 		}
-	case model.AgentPause, model.AgentResume:
+	case record.AgentPause, record.AgentResume:
 		if err := s.sched.Pause(ctx, env, name, a.Paused); err != nil {
 			s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of pause/resume")
 		}
 	}
 	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)})
+	if action == record.AgentAccept || wasAccepted {
+		// The live inventory changed: the model may place resources
+		// on the agent, or take them away.
+		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+	}
+	return a, nil
+}
+
+// RefreshFacts asks an accepted agent to report its facts again and
+// returns the agent as recorded now: its facts are updated when its report
+// arrives. An agent that is not connected reports them in its next hello.
+func (s *Server) RefreshFacts(ctx context.Context, env, name string) (record.Agent, error) {
+	a, err := s.store.GetAgent(ctx, env, name)
+	if err != nil {
+		return a, err
+	}
+	if a.State != record.AgentAccepted {
+		return a, fmt.Errorf("%w: agent %s is %s: accept it first", model.ErrConflict, name, a.State)
+	}
+	if err := s.sched.RefreshFacts(ctx, env, name); err != nil {
+		return a, fmt.Errorf("%w: ask agent %s for its facts: %w", model.ErrUnavailable, name, err)
+	}
 	return a, nil
 }
 
 // DeployActions returns what a deploy, repair or dry run reported.
-func (s *Server) DeployActions(ctx context.Context, env, deployID string, limit int) ([]model.Action, error) {
+func (s *Server) DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error) {
 	return s.store.DeployActions(ctx, env, deployID, limit)
 }
 
-// Follow calls send with each live event of env ("" for all) until ctx ends
-// or send fails.
-func (s *Server) Follow(ctx context.Context, env string, send func(kind string, data []byte) error) error {
+// Follow subscribes to the live events of env ("" for all), calls opened
+// once subscribed, then send with each event until ctx ends or send fails.
+func (s *Server) Follow(ctx context.Context, env string, opened func() error, send func(kind string, data []byte) error) error {
 	sub := s.Subscribe()
 	defer sub.Close()
+	if err := opened(); err != nil {
+		return err
+	}
 	for {
 		e, err := sub.Next(ctx)
 		if err != nil {

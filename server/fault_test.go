@@ -19,7 +19,7 @@ import (
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
-	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
 
@@ -63,7 +63,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	const n = 50
 	v, rs := releaseFiles(t, srv, n)
 	web := newFakeAgent(t, st, "prod", "web")
-	tok, secret, err := api.IssueToken("root", model.RoleAdmin, "", "test", time.Now())
+	tok, secret, err := api.IssueToken("root", record.RoleAdmin, "", "test", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 
 	waitFor(t, "the API back", func() bool { code, _ := get("/api/v1/envs"); return code == http.StatusOK })
 	waitFor(t, "every event written after the outage", func() bool {
-		sts, err := st.Statuses(ctx, "prod", store.StatusFilter{State: model.StateDeployed})
+		sts, err := st.Statuses(ctx, "prod", record.StatusFilter{State: model.StateDeployed})
 		return err == nil && len(sts) == n
 	})
 	if code, _ := get("/readyz"); code != http.StatusOK {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // EventKind names a live server event.
@@ -36,6 +37,15 @@ const (
 	// EventScheduled: the environment's scheduler started a periodic
 	// retry or verification.
 	EventScheduled EventKind = "deploy.scheduled"
+	// EventCompileStarted: a server-side compile started (Compile holds
+	// its report, running).
+	EventCompileStarted EventKind = "compile.started"
+	// EventCompileFinished: a server-side compile ended (Compile holds
+	// its report).
+	EventCompileFinished EventKind = "compile.finished"
+	// EventCompileAlert: compiles of the environment started failing, or
+	// succeed again (Alert says which).
+	EventCompileAlert EventKind = "compile.alert"
 )
 
 // Event is something that just happened at the server, published after it
@@ -47,11 +57,12 @@ type Event struct {
 	Agent    string    `json:"agent,omitempty"`
 	DeployID string    `json:"deploy_id,omitempty"`
 	// Operation is the scheduled operation (deploy, repair, dryrun).
-	Operation  model.Operation `json:"operation,omitempty"`
-	Generation int64           `json:"generation,omitempty"`
-	Result     *model.Result   `json:"result,omitempty"`
-	Alert      *model.Alert    `json:"alert,omitempty"`
-	Error      string          `json:"error,omitempty"`
+	Operation  record.Operation `json:"operation,omitempty"`
+	Generation int64            `json:"generation,omitempty"`
+	Result     *model.Result    `json:"result,omitempty"`
+	Alert      *record.Alert    `json:"alert,omitempty"`
+	Compile    *record.Compile  `json:"compile,omitempty"`
+	Error      string           `json:"error,omitempty"`
 }
 
 // Feed fans events out to subscribers. Every subscriber sees every event

@@ -3,14 +3,18 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -54,7 +58,7 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		return s.hello(ctx, e)
 	}
 	a, err := s.agents.get(ctx, e.Env, e.Agent)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		s.security(ctx, e, "event from an unknown agent")
 		return fmt.Errorf("%w: %s: unknown agent", bus.ErrReject, e)
 	}
@@ -65,7 +69,26 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		s.security(ctx, e, "event signed by another key than the agent's")
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
-	if a.State != model.AgentAccepted {
+	if err := checkSeq(a, e.Seq); err != nil {
+		s.security(ctx, e, err.Error())
+		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+	}
+	if e.Kind == bus.KindSecurity && a.State != record.AgentRejected {
+		// A pending agent reports too: a forged enrollment is refused
+		// before the agent is accepted.
+		var body bus.Security
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		told := body.Refused[:min(len(body.Refused), bus.MaxRefusalsTold)]
+		for i := range told {
+			told[i] = model.Clip(told[i], 300)
+		}
+		s.security(ctx, e, fmt.Sprintf("agent %s refused %d command(s) not from this server or taking it back: %s",
+			a.Name, body.Count, strings.Join(told, "; ")))
+		return nil
+	}
+	if a.State != record.AgentAccepted {
 		return fmt.Errorf("%w: %s: agent %s is %s", bus.ErrReject, e, a.Name, a.State)
 	}
 	switch e.Kind {
@@ -84,12 +107,12 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	case bus.KindStateRequest:
 		return s.sched.StateRequest(ctx, a.Env, a.Name)
 	case bus.KindHeartbeat:
-		return s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
 			return true
 		})
 	case bus.KindGoodbye:
-		if err := s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+		if err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = false
 			return true
 		}); err != nil {
@@ -102,13 +125,21 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		if err := s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+		if err := checkFacts(body.Labels, body.Facts); err != nil {
+			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+		}
+		changed := false
+		if err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+			changed = a.State == record.AgentAccepted && !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
 			a.Facts, a.Labels, a.Connected = body.Facts, body.Labels, true
 			return true
 		}); err != nil {
 			return err
 		}
 		s.feed.publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
+		if changed {
+			s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+		}
 		return nil
 	default:
 		s.log.Info().Str("kind", string(e.Kind)).Str("agent", a.Name).Msg("event kind not handled by this server version; ignored")
@@ -117,9 +148,10 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 }
 
 // touch updates an agent's record, read fresh from the store, with fn (when
-// it returns true) and its last-seen time: several replicas write agents,
-// so a cached copy is never written back.
-func (s *Server) touch(ctx context.Context, env, name string, fn func(*model.Agent) bool) error {
+// it returns true), its last-seen time and the sequence number of the event
+// that says so: several replicas write agents, so a cached copy is never
+// written back.
+func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) error {
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return err
@@ -128,6 +160,7 @@ func (s *Server) touch(ctx context.Context, env, name string, fn func(*model.Age
 		return nil
 	}
 	a.LastSeen = time.Now().UTC()
+	a.LastSeq = max(a.LastSeq, int64(seq))
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return err
 	}
@@ -145,43 +178,69 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	if err := bus.Verify(e, body.PublicKey); err != nil {
 		return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
 	}
+	if err := checkFacts(body.Labels, body.Facts); err != nil {
+		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+	}
 	env, err := s.store.GetEnv(ctx, e.Env)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
 		return fmt.Errorf("%w: %s: no environment %q", bus.ErrReject, e, e.Env)
 	}
 	if err != nil {
 		return err
 	}
+	if e.Seq > bus.MaxSeq {
+		return fmt.Errorf("%w: %s: sequence number past the protocol's limit", bus.ErrReject, e)
+	}
 	now := time.Now().UTC()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
+	rekeyed, wentBack, heldBefore := false, "", a.Generation
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a = model.Agent{Env: e.Env, Name: e.Agent, State: model.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
+	case errors.Is(err, model.ErrNotFound):
+		a = record.Agent{Env: e.Env, Name: e.Agent, State: record.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
 	case err != nil:
 		return err
-	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == model.AgentAccepted && env.Settings.Enrollment != model.EnrollOpen:
+	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == record.AgentAccepted && env.Settings.Enrollment != record.EnrollOpen:
 		s.security(ctx, e, "hello from an accepted agent's name with another key")
 		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
+	case !bytes.Equal(a.PublicKey, body.PublicKey):
+		// A new key starts a new sequence: nothing the old key said holds
+		// the new one back.
+		if err := s.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
+			return err
+		}
+		a.LastSeq, rekeyed = 0, true
+	default:
+		if err := checkSeq(a, e.Seq); err != nil {
+			s.security(ctx, e, err.Error())
+			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+		}
+		if a.State == record.AgentAccepted && body.Generation < a.Generation && body.Generation > 0 {
+			wentBack = fmt.Sprintf("agent %s holds generation %d, behind the %d it reported before: its journal was reset, "+
+				"or restored from an older copy (a replay cannot do it: agents refuse older desired state); it is sent its whole desired state",
+				a.Name, body.Generation, a.Generation)
+		}
 	}
+	wasAccepted, factsChanged := a.State == record.AgentAccepted, !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
 	a.PublicKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.Labels, body.Facts, body.Kinds
 	a.Generation, a.LastSeen, a.Connected = body.Generation, now, true
+	a.LastSeq = max(a.LastSeq, int64(e.Seq))
 	refusal := ""
 	switch {
-	case a.State == model.AgentAccepted:
-	case env.Settings.Enrollment == model.EnrollOpen:
-		a.State = model.AgentAccepted
-	case a.State == model.AgentRejected:
+	case a.State == record.AgentAccepted:
+	case env.Settings.Enrollment == record.EnrollOpen:
+		a.State = record.AgentAccepted
+	case a.State == record.AgentRejected:
 		refusal = "rejected by an operator"
-	case env.Settings.Enrollment == model.EnrollToken && body.Token != "":
-		tok, err := s.store.UseEnrollToken(ctx, e.Env, model.HashSecret(body.Token), now)
+	case env.Settings.Enrollment == record.EnrollToken && body.Token != "":
+		tok, err := s.store.UseEnrollToken(ctx, e.Env, record.HashSecret(body.Token), now)
 		switch {
 		case err == nil:
-			a.State = model.AgentAccepted
+			a.State = record.AgentAccepted
 			s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
-		case errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, model.ErrNotFound):
 			refusal = "unknown or revoked enrollment token"
-		case errors.Is(err, store.ErrConflict):
+		case errors.Is(err, model.ErrConflict):
 			refusal = tok.Unusable(now)
 		default:
 			return err
@@ -191,23 +250,40 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return err
 	}
 	s.agents.put(a)
+	if rekeyed {
+		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Msg("agent presents a new key; its sequence starts over")
+	}
+	if wentBack != "" {
+		s.security(ctx, e, wentBack)
+	} else if body.Generation == 0 && heldBefore > 0 && !rekeyed {
+		// An empty journal: a standby that took over, or a journal
+		// started over. Not a step back anyone could force.
+		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Int64("held_before", heldBefore).
+			Msg("agent starts from an empty journal; it is sent its whole desired state")
+	}
 	if refusal != "" {
 		s.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", refusal).
 			Msg("agent not enrolled")
 		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: refusal})
 		return s.refuse(ctx, a, refusal)
 	}
-	if a.State != model.AgentAccepted {
+	if a.State != record.AgentAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 			Msg("agent discovered; waiting for an operator to accept it")
 		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
 		return nil
 	}
-	return s.enroll(ctx, a)
+	switch {
+	case !wasAccepted:
+		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
+	case factsChanged:
+		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+	}
+	return s.enroll(ctx, a, e.ID)
 }
 
 // refuse tells an agent it is not enrolled, so it slows its hellos down.
-func (s *Server) refuse(ctx context.Context, a model.Agent, reason string) error {
+func (s *Server) refuse(ctx context.Context, a record.Agent, reason string) error {
 	e, err := s.signer.Seal(bus.KindRejected, a.Env, a.Name, bus.Rejected{Reason: reason})
 	if err != nil {
 		return err
@@ -218,10 +294,23 @@ func (s *Server) refuse(ctx context.Context, a model.Agent, reason string) error
 	return nil
 }
 
-// enroll tells an accepted agent so, with the server's key, then hands it
-// to the scheduler, which sends what it misses.
-func (s *Server) enroll(ctx context.Context, a model.Agent) error {
-	enrolled, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: s.PublicKey()})
+// enroll tells an accepted agent so, with the server's key (answering
+// hello, when a hello brought it), then hands it to the scheduler, which
+// sends what it misses.
+func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error {
+	env, err := s.store.GetEnv(ctx, a.Env)
+	if err != nil {
+		return err
+	}
+	var released int64
+	switch v, err := s.store.ReleasedVersion(ctx, a.Env); {
+	case err == nil:
+		released = v.Number
+	case !errors.Is(err, model.ErrNotFound):
+		return err
+	}
+	enrolled, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: s.PublicKey(), Hello: hello,
+		LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released})
 	if err != nil {
 		return err
 	}
@@ -242,7 +331,7 @@ func (s *Server) enroll(ctx context.Context, a model.Agent) error {
 
 // results records a batch of results, tells agents waiting on them, and
 // publishes them live.
-func (s *Server) results(ctx context.Context, a model.Agent, e *bus.Envelope, body bus.ResourceStatus) error {
+func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.ResourceStatus) error {
 	for i := range body.Results {
 		// A well-signed report about another agent's resource is a
 		// compromised or misconfigured agent: nothing of it is recorded.
@@ -259,7 +348,7 @@ func (s *Server) results(ctx context.Context, a model.Agent, e *bus.Envelope, bo
 	}
 	s.metrics.results.Add(float64(len(body.Results)))
 	if body.Generation != a.Generation && e.Kind == bus.KindResourceStatus {
-		err := s.touch(ctx, a.Env, a.Name, func(a *model.Agent) bool {
+		err := s.touch(ctx, a.Env, a.Name, 0, func(a *record.Agent) bool {
 			changed := a.Generation != body.Generation
 			a.Generation = body.Generation
 			return changed
@@ -284,8 +373,8 @@ func (s *Server) results(ctx context.Context, a model.Agent, e *bus.Envelope, bo
 
 // compliance records an agent's drift reports as alerts, which set the
 // resources' compliance, and publishes them live.
-func (s *Server) compliance(ctx context.Context, a model.Agent, e *bus.Envelope, body bus.Compliance) error {
-	alerts := make([]model.Alert, 0, len(body.Reports))
+func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.Compliance) error {
+	alerts := make([]record.Alert, 0, len(body.Reports))
 	for _, r := range body.Reports {
 		if r.ID.Agent != a.Name {
 			s.security(ctx, e, "drift report about another agent's resource "+r.ID.String())
@@ -295,7 +384,7 @@ func (s *Server) compliance(ctx context.Context, a model.Agent, e *bus.Envelope,
 			return fmt.Errorf("%w: %s: compliance %q of %s: want compliant or non_compliant", bus.ErrReject, e, r.Compliance, r.ID)
 		}
 		id := r.ID
-		alerts = append(alerts, model.Alert{At: e.TS.UTC(), Env: a.Env, Agent: a.Name, Kind: model.AlertDrift, ID: &id,
+		alerts = append(alerts, record.Alert{At: e.TS.UTC(), Env: a.Env, Agent: a.Name, Kind: record.AlertDrift, ID: &id,
 			Message: driftMessage(r), Changes: r.Changes, Compliance: r.Compliance, Version: body.Generation})
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts})
@@ -304,6 +393,48 @@ func (s *Server) compliance(ctx context.Context, a model.Agent, e *bus.Envelope,
 	}
 	for i := range alerts {
 		s.feed.publish(Event{Kind: EventDrift, Env: a.Env, Agent: a.Name, Generation: body.Generation, Alert: &alerts[i]})
+	}
+	return nil
+}
+
+// sameFacts reports whether two reports of an agent's labels and facts say
+// the same, compared as the JSON they are stored as (map keys sorted).
+func sameFacts(labels1 map[string]string, facts1 map[string]any, labels2 map[string]string, facts2 map[string]any) bool {
+	if !maps.Equal(labels1, labels2) || len(facts1) != len(facts2) {
+		return false
+	}
+	b1, err1 := json.Marshal(facts1)
+	b2, err2 := json.Marshal(facts2)
+	return err1 == nil && err2 == nil && bytes.Equal(b1, b2)
+}
+
+// checkFacts refuses labels or facts an agent could not honestly have:
+// they are stored and read by every compile.
+func checkFacts(labels map[string]string, facts map[string]any) error {
+	if err := model.ValidateLabels(labels); err != nil {
+		return err
+	}
+	b, err := json.Marshal(facts)
+	if err != nil {
+		return fmt.Errorf("facts: %w", err)
+	}
+	if len(b) > model.MaxFactsSize {
+		return fmt.Errorf("facts of %d bytes: at most %d", len(b), model.MaxFactsSize)
+	}
+	return nil
+}
+
+// checkSeq refuses an event whose sequence number is past the protocol's
+// limit, or jumps further past the last one accepted from the agent's key
+// than any honest agent's can (bus.MaxSeqJump): one message must not put
+// an agent's resources out of reach of its later reports.
+func checkSeq(a record.Agent, seq uint64) error {
+	if seq > bus.MaxSeq {
+		return fmt.Errorf("sequence number %d is past the protocol's limit", seq)
+	}
+	if a.LastSeq > 0 && seq > uint64(a.LastSeq)+bus.MaxSeqJump {
+		return fmt.Errorf("sequence number %d jumps %d past the last accepted from agent %s (%d); at most %d is allowed",
+			seq, seq-uint64(a.LastSeq), a.Name, a.LastSeq, bus.MaxSeqJump)
 	}
 	return nil
 }
@@ -329,7 +460,7 @@ func (s *Server) commit(ctx context.Context, b store.ResultBatch) (bool, error) 
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	fresh, err := s.committer.commit(ctx, b)
-	if errors.Is(err, store.ErrInvalid) {
+	if errors.Is(err, model.ErrInvalid) {
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	return fresh, err
@@ -339,9 +470,9 @@ func (s *Server) commit(ctx context.Context, b store.ResultBatch) (bool, error) 
 func (s *Server) security(ctx context.Context, e *bus.Envelope, what string) {
 	s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Str("kind", string(e.Kind)).Msg("security: " + what)
 	s.metrics.security.Inc()
-	alert := model.Alert{At: time.Now().UTC(), Env: e.Env, Agent: e.Agent, Kind: model.AlertSecurity,
+	alert := record.Alert{At: time.Now().UTC(), Env: e.Env, Agent: e.Agent, Kind: record.AlertSecurity,
 		Message: fmt.Sprintf("%s (%s message %s)", what, e.Kind, e.ID)}
-	if err := s.store.RecordAlerts(ctx, []model.Alert{alert}); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.store.RecordAlerts(ctx, []record.Alert{alert}); err != nil && !errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Err(err).Msg("cannot store the security alert; it was logged above")
 	}
 	s.feed.publish(Event{Kind: EventSecurity, Env: e.Env, Agent: e.Agent, Error: what, Alert: &alert})
@@ -418,7 +549,7 @@ func (c *committer) write(ctx context.Context, group []*pendingBatch) {
 	}
 	start := time.Now()
 	fresh, err := c.store.RecordResults(ctx, batches)
-	if errors.Is(err, store.ErrInvalid) && len(group) > 1 {
+	if errors.Is(err, model.ErrInvalid) && len(group) > 1 {
 		// One bad batch fails the transaction: write them one by one
 		// so only it is refused.
 		for _, p := range group {
@@ -454,7 +585,7 @@ type agentCache struct {
 type agentKey struct{ env, name string }
 
 type cachedAgent struct {
-	agent model.Agent
+	agent record.Agent
 	at    time.Time
 }
 
@@ -462,7 +593,7 @@ func newAgentCache(st store.Store, ttl time.Duration) *agentCache {
 	return &agentCache{store: st, ttl: ttl, m: map[agentKey]cachedAgent{}}
 }
 
-func (c *agentCache) get(ctx context.Context, env, name string) (model.Agent, error) {
+func (c *agentCache) get(ctx context.Context, env, name string) (record.Agent, error) {
 	k := agentKey{env, name}
 	c.mu.Lock()
 	e, ok := c.m[k]
@@ -478,7 +609,7 @@ func (c *agentCache) get(ctx context.Context, env, name string) (model.Agent, er
 	return a, nil
 }
 
-func (c *agentCache) put(a model.Agent) {
+func (c *agentCache) put(a record.Agent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) > 1<<16 { // bounded: start over rather than grow without end

@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -108,7 +108,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 	s.metrics.leading.Inc()
 	defer s.metrics.leading.Dec()
 	now := time.Now()
-	var first model.EnvSettings // zero intervals when unreadable: the loop retries
+	var first record.EnvSettings // zero intervals when unreadable: the loop retries
 	if e, err := s.store.GetEnv(ctx, env); err == nil {
 		first = e.Settings
 	}
@@ -154,7 +154,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 	}
 }
 
-func (s *Server) trigger(ctx context.Context, log zerolog.Logger, what string, run func(context.Context, string) (model.Deployment, error), env string) {
+func (s *Server) trigger(ctx context.Context, log zerolog.Logger, what string, run func(context.Context, string) (record.Deployment, error), env string) {
 	d, err := run(ctx, env)
 	switch {
 	case err != nil && ctx.Err() == nil:

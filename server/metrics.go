@@ -3,11 +3,14 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tetherhq/tether/server/clientlimit"
 )
 
 // Metrics are the server's Prometheus metrics, on a registry of its own.
@@ -21,6 +24,11 @@ type Metrics struct {
 	commit   prometheus.Histogram
 	security prometheus.Counter
 	leading  prometheus.Gauge
+
+	// listeners are the HTTP listeners whose connections are reported, by
+	// name (observeListener).
+	listenersMu sync.Mutex
+	listeners   map[string]*clientlimit.Listener
 }
 
 func newMetrics() *Metrics {
@@ -46,6 +54,21 @@ func newMetrics() *Metrics {
 	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.leading,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// subscriptionCounter is what a bus may count of the subscriptions the
+// broker cancelled or dropped (a server queue deleted on the broker).
+type subscriptionCounter interface {
+	LostSubscriptions() int64
+}
+
+// observeBus exports what b counts, if it does.
+func (m *Metrics) observeBus(b any) {
+	if c, ok := b.(subscriptionCounter); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_bus_lost_subscriptions_total",
+			Help: "Subscriptions the broker cancelled or dropped (one per consumer of a queue deleted on the broker), each followed by a declare and a new subscription."},
+			func() float64 { return float64(c.LostSubscriptions()) }))
+	}
 }
 
 // ObserveRequest implements api.Observer.

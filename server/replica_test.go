@@ -16,6 +16,7 @@ import (
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
@@ -34,7 +35,7 @@ func newFakeAgent(t *testing.T, st store.Store, env, name string) *fakeAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := model.Agent{Env: env, Name: name, State: model.AgentAccepted, PublicKey: pub, FirstSeen: time.Now(), LastSeen: time.Now()}
+	a := record.Agent{Env: env, Name: name, State: record.AgentAccepted, PublicKey: pub, FirstSeen: time.Now(), LastSeen: time.Now()}
 	if err := st.UpsertAgent(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func runServer(t *testing.T, srv *server.Server) (stop func()) {
 	return stop
 }
 
-func quietSettings() model.EnvSettings {
-	s := model.DefaultEnvSettings()
+func quietSettings() record.EnvSettings {
+	s := record.DefaultEnvSettings()
 	s.AutoDeploy, s.DeployInterval, s.RepairInterval = false, 0, 0
 	return s
 }
@@ -118,7 +119,7 @@ func TestIngestOnPostgresAndRabbitMQ(t *testing.T) {
 	defer sub.Close()
 	stop := runServer(t, srv)
 	waitFor(t, "all statuses recorded", func() bool {
-		sts, err := st.Statuses(ctx, "prod", store.StatusFilter{})
+		sts, err := st.Statuses(ctx, "prod", record.StatusFilter{})
 		if err != nil {
 			return false
 		}
@@ -129,7 +130,7 @@ func TestIngestOnPostgresAndRabbitMQ(t *testing.T) {
 		}
 		return len(sts) == n
 	})
-	failed, err := st.Statuses(ctx, "prod", store.StatusFilter{State: model.StateFailed})
+	failed, err := st.Statuses(ctx, "prod", record.StatusFilter{State: model.StateFailed})
 	if err != nil || len(failed) != n/10 {
 		t.Fatalf("%d failed statuses (%v), want %d", len(failed), err, n/10)
 	}
@@ -138,10 +139,10 @@ func TestIngestOnPostgresAndRabbitMQ(t *testing.T) {
 		t.Fatalf("action log of d1: %d entries (%v), want %d: one per failed result, none for redeliveries", len(acts), err, n/10)
 	}
 	waitFor(t, "the drift alert", func() bool {
-		alerts, err := st.Alerts(ctx, store.AlertFilter{Env: "prod", Kind: model.AlertDrift})
+		alerts, err := st.Alerts(ctx, record.AlertFilter{Env: "prod", Kind: record.AlertDrift})
 		return err == nil && len(alerts) == 1 && alerts[0].ID != nil && *alerts[0].ID == drifted
 	})
-	sts, _ := st.Statuses(ctx, "prod", store.StatusFilter{Compliance: model.NonCompliant})
+	sts, _ := st.Statuses(ctx, "prod", record.StatusFilter{Compliance: model.NonCompliant})
 	var nonCompliant []string
 	for _, s := range sts {
 		if s.State == model.StateDeployed {
@@ -291,7 +292,7 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 	a, st := open()
 	settings := quietSettings()
-	settings.RepairInterval = model.Duration(time.Second)
+	settings.RepairInterval = record.Duration(time.Second)
 	if _, err := a.EnsureEnv(ctx, "prod", settings); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 	stopA()
 	e := nextScheduled(t, subB)
-	if e.Operation != model.OpDryRun || e.Env != "prod" {
+	if e.Operation != record.OpDryRun || e.Env != "prod" {
 		t.Fatalf("standby scheduled %+v, want a dry run of prod (drift policy alert)", e)
 	}
 	// Kill the leader's database session: the lease is lost and taken

@@ -17,11 +17,14 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/lang"
+	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store"
 )
 
-// Config configures a server. Zero values take the defaults.
+// Config configures a server. Zero values take the defaults (Default).
 type Config struct {
 	// Key signs everything the server sends (generated when nil).
 	Key ed25519.PrivateKey
@@ -43,24 +46,57 @@ type Config struct {
 	// KeepIngested is how long (agent, seq) marks are kept to drop
 	// redeliveries (default 24h).
 	KeepIngested time.Duration
+	// Sources gives the models of the environments the server compiles
+	// itself (nil: it compiles none; versions come from exports).
+	Sources Sources
+	// CompileSettle is how long a compile waits after the first trigger
+	// that asked for it, for more to fold in (default 200ms, at most a
+	// minute).
+	CompileSettle time.Duration
+	// CompileTimeout bounds each compile (default 60s, the compiler's).
+	CompileTimeout time.Duration
 }
 
-func (c *Config) defaults() {
-	if c.Consumers <= 0 {
-		c.Consumers = 8
+// Default returns the configuration New uses for zero (or negative)
+// fields; a nil Key is generated.
+func Default() Config {
+	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour,
+		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout}
+}
+
+// withDefaults fills the zero (or negative) fields of c from Default.
+func (c Config) withDefaults() Config {
+	def := Default()
+	orDefault(&c.Consumers, def.Consumers)
+	orDefault(&c.MaxBatch, def.MaxBatch)
+	orDefault(&c.LeadEvery, def.LeadEvery)
+	orDefault(&c.AgentCacheTTL, def.AgentCacheTTL)
+	orDefault(&c.KeepIngested, def.KeepIngested)
+	orDefault(&c.CompileSettle, def.CompileSettle)
+	orDefault(&c.CompileTimeout, def.CompileTimeout)
+	return c
+}
+
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = 256
+}
+
+// ErrConfig is wrapped by every error Validate returns.
+var ErrConfig = errors.New("invalid server configuration")
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Key != nil && len(c.Key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("%w: the signing key has %d bytes: want an ed25519 private key (%d)", ErrConfig, len(c.Key), ed25519.PrivateKeySize)
 	}
-	if c.LeadEvery <= 0 {
-		c.LeadEvery = 5 * time.Second
+	if c.CompileSettle != 0 {
+		if err := (compilequeue.Config{Settle: c.CompileSettle}).Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
-	if c.AgentCacheTTL <= 0 {
-		c.AgentCacheTTL = 5 * time.Second
-	}
-	if c.KeepIngested <= 0 {
-		c.KeepIngested = 24 * time.Hour
-	}
+	return nil
 }
 
 // Server is one server process's core.
@@ -77,11 +113,17 @@ type Server struct {
 	log       zerolog.Logger
 	metrics   *Metrics
 	handled   atomic.Uint64
+	// compiles is the compile queue while Run runs and the server
+	// compiles (Config.Sources); nil otherwise.
+	compiles atomic.Pointer[compilequeue.Queue]
 }
 
 // New returns a server over st and b.
 func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, error) {
-	cfg.defaults()
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Key == nil {
 		_, key, err := bus.GenerateKey()
 		if err != nil {
@@ -92,6 +134,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	log = log.With().Str("component", "server").Logger()
 	signer := bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano()))
 	m := newMetrics()
+	m.observeBus(b)
 	return &Server{
 		cfg:       cfg,
 		store:     st,
@@ -135,6 +178,12 @@ func (s *Server) Subscribe() *Subscription { return s.feed.subscribe() }
 func (s *Server) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
+	stopCompiles, err := s.startCompiles(ctx)
+	if err != nil {
+		return err
+	}
+	// Runs after cancel below: the compile running ends with ctx.
+	defer stopCompiles()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
@@ -149,7 +198,7 @@ func (s *Server) Run(parent context.Context) error {
 	for _, q := range consumers {
 		go func() { errs <- s.bus.ConsumeEvents(ctx, q, s.handle) }()
 	}
-	err := <-errs
+	err = <-errs
 	cancel()
 	for range len(consumers) - 1 {
 		<-errs
@@ -163,16 +212,16 @@ func (s *Server) Run(parent context.Context) error {
 }
 
 // EnsureEnv returns the environment, creating it with settings if missing.
-func (s *Server) EnsureEnv(ctx context.Context, name string, settings model.EnvSettings) (model.Environment, error) {
+func (s *Server) EnsureEnv(ctx context.Context, name string, settings record.EnvSettings) (record.Environment, error) {
 	env, err := s.store.GetEnv(ctx, name)
 	if err == nil {
 		return env, nil
 	}
-	if !errors.Is(err, store.ErrNotFound) {
+	if !errors.Is(err, model.ErrNotFound) {
 		return env, err
 	}
-	env = model.Environment{Name: name, Settings: settings, CreatedAt: time.Now().UTC()}
-	if err := s.store.CreateEnv(ctx, env); err != nil && !errors.Is(err, store.ErrExists) {
+	env = record.Environment{Name: name, Settings: settings, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateEnv(ctx, env); err != nil && !errors.Is(err, model.ErrExists) {
 		return env, err
 	}
 	return s.store.GetEnv(ctx, name)
@@ -181,34 +230,61 @@ func (s *Server) EnsureEnv(ctx context.Context, name string, settings model.EnvS
 // Export stores resources as a new version of env, unless the newest version
 // already holds exactly this resource set: then that version is returned and
 // reused is true, so repeated exports of an unchanged model add nothing.
+// Every resource of a built-in kind must pass the catalogue's check
+// (model.CheckKind), whether it comes from the API or from the embedded
+// mode's compile: a version no agent could apply is refused with a
+// *model.KindError naming the resource and the attribute, before anything
+// is stored. Attributes the catalogue says are always sensitive are marked
+// so, whoever wrote the upload.
 func (s *Server) Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error) {
-	setHash, err := model.SetHash(resources)
+	setHash, err := prepareExport(resources)
 	if err != nil {
-		return v, false, fmt.Errorf("export: %w: %w", store.ErrInvalid, err)
+		return v, false, err
 	}
 	latest, err := s.store.LatestVersion(ctx, env)
 	switch {
 	case err == nil && latest.SetHash == setHash && latest.State != model.VersionRetired:
 		return latest, true, nil
-	case err != nil && !errors.Is(err, store.ErrNotFound):
+	case err != nil && !errors.Is(err, model.ErrNotFound):
 		return v, false, err
 	}
 	v, err = s.store.PutVersion(ctx, env, meta, resources)
 	return v, false, err
 }
 
+// prepareExport checks resources as Export does, marks their sensitive
+// attributes, and returns their set hash.
+func prepareExport(resources []model.Resource) (model.Hash, error) {
+	for i := range resources {
+		if err := model.CheckKind(&resources[i]); err != nil {
+			return model.Hash{}, fmt.Errorf("export: %w", err)
+		}
+		model.MarkSensitive(&resources[i])
+	}
+	setHash, err := model.SetHash(resources)
+	if err != nil {
+		return model.Hash{}, fmt.Errorf("export: %w: %w", model.ErrInvalid, err)
+	}
+	return setHash, nil
+}
+
 // Release makes version n of env the active one and hands it to the
-// scheduler.
-func (s *Server) Release(ctx context.Context, env string, n int64) (model.Version, error) {
+// scheduler. Once the store has released it the release stands: what the
+// fan-out to agents did not reach is said in the answer, never as an error.
+func (s *Server) Release(ctx context.Context, env string, n int64) (record.Release, error) {
 	v, err := s.store.Release(ctx, env, n)
 	if err != nil {
-		return v, err
+		return record.Release{Version: v}, err
 	}
-	if err := s.sched.Released(ctx, env, n); err != nil {
-		return v, err
+	// The fan-out goes on if the client that asked leaves: the version is
+	// released either way, and agents should have it now rather than later.
+	f, err := s.sched.Released(context.WithoutCancel(ctx), env, n)
+	if err != nil {
+		s.log.Error().Err(err).Str("env", env).Int64("version", n).Msg("version released but not sent to agents; they get it on their next hello")
+		f.Note = "released, but not sent to agents yet: each gets it when it next says hello"
 	}
 	s.prune(ctx, env)
-	return v, nil
+	return record.Release{Version: v, Fanout: f}, nil
 }
 
 // prune deletes the versions of env beyond its versions_to_keep setting.

@@ -17,8 +17,8 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
-	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
@@ -37,24 +37,33 @@ type rig struct {
 	cancel context.CancelFunc
 }
 
-func newRig(t *testing.T, enrollment model.Enrollment) *rig {
+func newRig(t *testing.T, enrollment record.Enrollment) *rig {
+	t.Helper()
+	settings := record.DefaultEnvSettings()
+	settings.AutoDeploy = false
+	settings.Enrollment = enrollment
+	return startRig(t, server.Config{}, map[string]record.EnvSettings{"test": settings})
+}
+
+// startRig runs a server with cfg on a fresh SQLite store and an
+// in-process bus, with the environments envs, until the test ends.
+func startRig(t *testing.T, cfg server.Config, envs map[string]record.EnvSettings) *rig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "tether.db"), sqlite.Options{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "tether.db"), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := bus.NewLocal(zerolog.Nop())
-	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	srv, err := server.New(cfg, st, b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, ctx: ctx, store: st, bus: b, srv: srv, sub: srv.Subscribe(), roots: map[string]string{}, cancel: cancel}
-	settings := model.DefaultEnvSettings()
-	settings.AutoDeploy = false
-	settings.Enrollment = enrollment
-	if _, err := srv.EnsureEnv(ctx, "test", settings); err != nil {
-		t.Fatal(err)
+	for env, settings := range envs {
+		if _, err := srv.EnsureEnv(ctx, env, settings); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r.wg.Add(1)
 	go func() {
@@ -72,17 +81,22 @@ func newRig(t *testing.T, enrollment model.Enrollment) *rig {
 	return r
 }
 
-// startAgent runs an agent with the built-in handlers below its own root.
-func (r *rig) startAgent(name string, pinServerKey bool) {
+// startAgent runs an agent with the built-in handlers below its own root;
+// it pins the server's key by the key itself, or by its fingerprint.
+func (r *rig) startAgent(name string, byKey bool) {
 	r.t.Helper()
 	cfg := agent.Config{Env: "test", Name: name}
-	if pinServerKey {
+	if byKey {
 		cfg.ServerKey = r.srv.PublicKey()
+	} else {
+		cfg.ServerFingerprint = model.Fingerprint(r.srv.PublicKey())
 	}
 	r.startAgentWith(cfg)
 }
 
-func (r *rig) startAgentWith(cfg agent.Config) {
+// startAgentWith runs an agent of cfg; stop stops it (the rig's end
+// stops it too).
+func (r *rig) startAgentWith(cfg agent.Config) (a *agent.Agent, stop func()) {
 	r.t.Helper()
 	name := cfg.Name
 	root := r.t.TempDir()
@@ -91,18 +105,25 @@ func (r *rig) startAgentWith(cfg agent.Config) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	a, err := agent.New(cfg, r.bus, reg, zerolog.Nop())
+	a, err = agent.New(cfg, r.bus, reg, zerolog.Nop())
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		defer close(done)
 		defer a.Close()
-		if err := a.Run(r.ctx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			r.t.Errorf("agent %s: %v", name, err)
 		}
 	}()
+	return a, func() {
+		cancel()
+		<-done
+	}
 }
 
 // next returns the next live event of kind.
@@ -190,14 +211,14 @@ func dir(agent, path string) model.Resource {
 }
 
 func TestEmbeddedPipeline(t *testing.T) {
-	r := newRig(t, model.EnrollOpen)
+	r := newRig(t, record.EnrollOpen)
 	site := dir("web", "/site")
 	index := file("web", "/site/index.html", "<h1>v1</h1>", site.ID)
 	// The load balancer's config requires a resource on another agent.
 	lb := file("lb", "/backends", "web:80", index.ID)
 	r.release(site, index, lb)
 	r.startAgent("web", true)
-	r.startAgent("lb", false) // learns the server key from `enrolled`
+	r.startAgent("lb", false) // pins the key it learns from `enrolled` by its fingerprint
 	r.waitOnline("web", "lb")
 
 	got := r.deploy(scheduler.DeployRequest{Full: true})
@@ -213,7 +234,7 @@ func TestEmbeddedPipeline(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(r.roots["lb"], "backends")); string(b) != "web:80" {
 		t.Fatalf("backends on disk: %q", b)
 	}
-	sts, err := r.store.Statuses(r.ctx, "test", store.StatusFilter{State: model.StateDeployed, Compliance: model.Compliant})
+	sts, err := r.store.Statuses(r.ctx, "test", record.StatusFilter{State: model.StateDeployed, Compliance: model.Compliant})
 	if err != nil || len(sts) != 3 {
 		t.Fatalf("store has %d deployed and compliant resources, want 3 (%v)", len(sts), err)
 	}
@@ -260,7 +281,7 @@ func TestEmbeddedPipeline(t *testing.T) {
 }
 
 func TestCrossAgentFailureSkipsWaitingAgent(t *testing.T) {
-	r := newRig(t, model.EnrollOpen)
+	r := newRig(t, record.EnrollOpen)
 	// web's file cannot be written: its parent directory is not managed and
 	// does not exist. lb's file requires it.
 	broken := file("web", "/missing/dir/f", "x")
@@ -282,42 +303,42 @@ func TestCrossAgentFailureSkipsWaitingAgent(t *testing.T) {
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
-	r := newRig(t, model.EnrollOpen)
+	r := newRig(t, record.EnrollOpen)
 	f := file("web", "/f", "x")
 	r.release(f)
 	r.startAgent("web", true)
 	r.waitOnline("web")
-	got := r.deploy(scheduler.DeployRequest{Operation: model.OpDryRun})
+	got := r.deploy(scheduler.DeployRequest{Operation: record.OpDryRun})
 	if g := got[f.ID]; !g.DryRun || !g.Changes.Created() || g.Changed() {
 		t.Fatalf("dry run result %+v", g)
 	}
 	if _, err := os.Stat(filepath.Join(r.roots["web"], "f")); !os.IsNotExist(err) {
 		t.Fatalf("dry run wrote the file: %v", err)
 	}
-	sts, _ := r.store.Statuses(r.ctx, "test", store.StatusFilter{})
+	sts, _ := r.store.Statuses(r.ctx, "test", record.StatusFilter{})
 	if len(sts) != 1 || sts[0].State != model.StateAvailable {
 		t.Fatalf("dry run changed the status: %+v", sts)
 	}
 }
 
 func TestManualEnrollmentWaitsForOperator(t *testing.T) {
-	r := newRig(t, model.EnrollManual)
+	r := newRig(t, record.EnrollManual)
 	r.release(file("web", "/f", "x"))
 	r.startAgent("web", false)
 	if e := r.next(server.EventAgentDiscovered); e.Agent != "web" {
 		t.Fatalf("discovered %q", e.Agent)
 	}
 	a, err := r.store.GetAgent(r.ctx, "test", "web")
-	if err != nil || a.State != model.AgentPending || len(a.PublicKey) == 0 {
+	if err != nil || a.State != record.AgentPending || len(a.PublicKey) == 0 {
 		t.Fatalf("agent %+v, %v; want pending with its key", a, err)
 	}
-	if _, err := r.srv.Deploy(r.ctx, "test", scheduler.DeployRequest{}); !errors.Is(err, scheduler.ErrNoAgents) {
+	if _, err := r.srv.Deploy(r.ctx, "test", scheduler.DeployRequest{}); !errors.Is(err, record.ErrNoAgents) {
 		t.Fatalf("deploy with only a pending agent: got %v, want ErrNoAgents", err)
 	}
 }
 
 func TestForgedEventsAreDropped(t *testing.T) {
-	r := newRig(t, model.EnrollOpen)
+	r := newRig(t, record.EnrollOpen)
 	f := file("web", "/f", "x")
 	r.release(f)
 	r.startAgent("web", true)
@@ -344,7 +365,7 @@ func TestForgedEventsAreDropped(t *testing.T) {
 			t.Fatalf("security alert about %q, want %q", e.Agent, who)
 		}
 	}
-	sts, _ := r.store.Statuses(r.ctx, "test", store.StatusFilter{})
+	sts, _ := r.store.Statuses(r.ctx, "test", record.StatusFilter{})
 	if sts[0].State != model.StateAvailable {
 		t.Fatalf("a forged report changed the status to %s", sts[0].State)
 	}
@@ -364,14 +385,18 @@ func TestForgedEventsAreDropped(t *testing.T) {
 }
 
 func TestTokenEnrollment(t *testing.T) {
-	r := newRig(t, model.EnrollToken)
+	r := newRig(t, record.EnrollToken)
 	r.release(file("web", "/f", "x"))
-	tok := model.EnrollmentToken{ID: "t1", Env: "test", Name: "rack 1", Hash: model.HashSecret("s3cret"), MaxUses: 1, CreatedBy: "test"}
+	secret, err := model.NewEnrollmentToken(r.srv.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := record.EnrollmentToken{ID: "t1", Env: "test", Name: "rack 1", Hash: record.HashSecret(secret), MaxUses: 1, CreatedBy: "test"}
 	if err := r.store.CreateEnrollToken(r.ctx, tok); err != nil {
 		t.Fatal(err)
 	}
 	// A valid token enrolls at once: the agent gets its slice and deploys.
-	r.startAgentWith(agent.Config{Env: "test", Name: "web", Token: "s3cret"})
+	r.startAgentWith(agent.Config{Env: "test", Name: "web", Token: secret})
 	r.waitOnline("web")
 	if _, err := r.srv.Deploy(r.ctx, "test", scheduler.DeployRequest{}); err != nil {
 		t.Fatal(err)
@@ -380,24 +405,76 @@ func TestTokenEnrollment(t *testing.T) {
 		t.Fatalf("deploy: %+v", e)
 	}
 	// The token is used up: the next agent stays pending, and is told why.
-	r.startAgentWith(agent.Config{Env: "test", Name: "db", Token: "s3cret"})
+	r.startAgentWith(agent.Config{Env: "test", Name: "db", Token: secret})
 	e := r.next(server.EventAgentDiscovered)
 	if e.Agent != "db" || e.Error != "enrollment token rack 1 is used up" {
 		t.Fatalf("second agent: %+v", e)
 	}
-	r.startAgentWith(agent.Config{Env: "test", Name: "cache", Token: "wrong"})
+	wrong, err := model.NewEnrollmentToken(r.srv.PublicKey()) // this server's, never issued
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.startAgentWith(agent.Config{Env: "test", Name: "cache", Token: wrong})
 	if e := r.next(server.EventAgentDiscovered); e.Agent != "cache" || e.Error != "unknown or revoked enrollment token" {
 		t.Fatalf("agent with a wrong token: %+v", e)
 	}
 	for _, name := range []string{"db", "cache"} {
 		a, err := r.store.GetAgent(r.ctx, "test", name)
-		if err != nil || a.State != model.AgentPending {
+		if err != nil || a.State != record.AgentPending {
 			t.Fatalf("%s: %+v, %v; want pending", name, a, err)
 		}
 	}
 	// An operator still accepts one by hand.
-	if _, err := r.srv.AgentAction(r.ctx, "test", "db", model.AgentAccept); err != nil {
+	if _, err := r.srv.AgentAction(r.ctx, "test", "db", record.AgentAccept); err != nil {
 		t.Fatal(err)
 	}
 	r.waitOnline("db")
+}
+
+// An operator's facts refresh reaches the agent, whose answer updates its
+// record: facts changed on the host show without waiting for the agent's
+// next periodic check (a minute, by default).
+func TestFactsRefresh(t *testing.T) {
+	r := newRig(t, record.EnrollManual)
+	var mu sync.Mutex
+	kernel := "6.1.0"
+	gather := func(context.Context) map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return map[string]any{"hostname": "web", "kernel": map[string]any{"release": kernel}}
+	}
+	r.startAgentWith(agent.Config{Env: "test", Name: "web", ServerKey: r.srv.PublicKey(), Facts: gather})
+	r.next(server.EventAgentDiscovered)
+	if _, err := r.srv.RefreshFacts(r.ctx, "test", "web"); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("refresh of a pending agent: got %v, want ErrConflict", err)
+	}
+	if _, err := r.srv.AgentAction(r.ctx, "test", "web", record.AgentAccept); err != nil {
+		t.Fatal(err)
+	}
+	r.waitOnline("web")
+	if _, err := r.srv.RefreshFacts(r.ctx, "test", "nobody"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("refresh of an unknown agent: got %v, want ErrNotFound", err)
+	}
+
+	mu.Lock()
+	kernel = "6.1.1"
+	mu.Unlock()
+	if _, err := r.srv.RefreshFacts(r.ctx, "test", "web"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e := r.next(server.EventAgentChanged)
+		if e.Agent != "web" || e.Error != "facts" {
+			continue
+		}
+		a, err := r.store.GetAgent(r.ctx, "test", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kernelFacts, _ := a.Facts["kernel"].(map[string]any)
+		if got := kernelFacts["release"]; got != "6.1.1" {
+			t.Fatalf("kernel release recorded after the refresh: got %v, want 6.1.1", got)
+		}
+		return
+	}
 }

@@ -145,12 +145,11 @@ func CommandError(c Command, out Output) error {
 var ErrNoProvider = errors.New("no provider on this host")
 
 // PickProvider chooses the platform tool for a resource: its provider
-// attribute, else the host's (from facts), else the first candidate whose
-// program is installed. Candidates are provider names, each with the
-// program that proves it is there, in order of preference; the chosen one
-// must be a candidate.
-func PickProvider(attr any, host string, candidates [][2]string) (string, error) {
-	want, _ := attr.(string)
+// attribute (want, "" when unset), else the host's (from facts), else the
+// first candidate whose program is installed. Candidates are provider
+// names, each with the program that proves it is there, in order of
+// preference; the chosen one must be a candidate.
+func PickProvider(want, host string, candidates [][2]string) (string, error) {
 	if want == "" {
 		want = host
 	}
@@ -180,7 +179,7 @@ func HostProvider(configured string, candidates [][2]string) func() string {
 		if configured != "" {
 			return configured
 		}
-		p, _ := PickProvider(nil, "", candidates)
+		p, _ := PickProvider("", "", candidates)
 		return p
 	})
 }

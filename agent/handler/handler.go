@@ -77,26 +77,19 @@ func ComputeChanges(res *model.Resource, current model.Attributes, exists bool) 
 }
 
 // ValidateWith is the common part of Validate: the resource is well formed,
-// of the handler's kind, its attributes match the kind's declaration, and a
-// purged resource carries only its identity (there is nothing to configure
-// about a thing that must be absent).
+// of the handler's kind, and passes the catalogue's check of that kind
+// (model.KindSpec.CheckResource: its attributes, what is required, and that
+// a purged resource carries only its identity), the same check the compiler
+// and the server apply.
 func ValidateWith(spec *model.KindSpec, res *model.Resource) error {
 	if res.ID.Type != spec.Kind {
 		return fmt.Errorf("%w %s: handler for %q got type %q", ErrInvalid, res.ID, spec.Kind, res.ID.Type)
 	}
-	if res.ID.Key != spec.Identity {
-		return fmt.Errorf("%w %s: %s resources are identified by %q, not %q", ErrInvalid, res.ID, spec.Kind, spec.Identity, res.ID.Key)
-	}
 	if err := res.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := spec.CheckResource(res.Attributes, res.Purged); err != nil {
-		return fmt.Errorf("%w %s: %w", ErrInvalid, res.ID, err)
-	}
-	if res.Purged {
-		if n := spec.NotWhenPurged(slices.Sorted(maps.Keys(res.Attributes))); n != "" {
-			return fmt.Errorf("%w %s: a purged %s takes no attributes but its %s: remove %s", ErrInvalid, res.ID, spec.Kind, spec.Identity, n)
-		}
+	if err := spec.CheckResource(res); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

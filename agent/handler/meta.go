@@ -24,7 +24,7 @@ func ReadMeta(info fs.FileInfo, desired, current model.Attributes) {
 	if !ok {
 		return
 	}
-	if want, ok := desired["mode"].(string); ok {
+	if want, ok := desired.String("mode"); ok {
 		have := uint32(st.Mode) & 0o7777
 		if m, err := model.ParseMode(want); err == nil && m == have {
 			current["mode"] = want
@@ -32,10 +32,10 @@ func ReadMeta(info fs.FileInfo, desired, current model.Attributes) {
 			current["mode"] = model.FormatMode(have)
 		}
 	}
-	if want, ok := desired["owner"].(string); ok {
+	if want, ok := desired.String("owner"); ok {
 		current["owner"] = principalName(want, st.Uid, lookupUserName)
 	}
-	if want, ok := desired["group"].(string); ok {
+	if want, ok := desired.String("group"); ok {
 		current["group"] = principalName(want, st.Gid, lookupGroupName)
 	}
 }
@@ -98,12 +98,12 @@ func LookupGID(s string) (int, error) {
 // for what is not managed (os.Chown leaves -1 unchanged).
 func Ownership(desired model.Attributes) (uid, gid int, err error) {
 	uid, gid = -1, -1
-	if s, ok := desired["owner"].(string); ok {
+	if s, ok := desired.String("owner"); ok {
 		if uid, err = LookupUID(s); err != nil {
 			return -1, -1, err
 		}
 	}
-	if s, ok := desired["group"].(string); ok {
+	if s, ok := desired.String("group"); ok {
 		if gid, err = LookupGID(s); err != nil {
 			return -1, -1, err
 		}
@@ -125,7 +125,8 @@ func ApplyMeta(f *os.File, desired model.Attributes, changes Changes) error {
 		}
 	}
 	if changes.Has("mode") {
-		m, err := model.ParseMode(desired["mode"].(string))
+		s, _ := desired.String("mode")
+		m, err := model.ParseMode(s)
 		if err != nil {
 			return err
 		}
@@ -154,7 +155,7 @@ func modeBits(m uint32) fs.FileMode {
 
 // ModeOrDefault returns the desired mode, or def when the mode is unmanaged.
 func ModeOrDefault(desired model.Attributes, def uint32) fs.FileMode {
-	if s, ok := desired["mode"].(string); ok {
+	if s, ok := desired.String("mode"); ok {
 		if m, err := model.ParseMode(s); err == nil {
 			return modeBits(m)
 		}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/durable"
 )
 
 // Runtime is what the agent hands to every handler it constructs: the services
@@ -129,34 +130,25 @@ func (rt Runtime) SyncFile(f *os.File) error {
 	return rt.Sync.Sync(f)
 }
 
-// WriteFile replaces the file at host path p with data atomically: a
-// temporary file beside it, made durable, renamed over it. The new file has
-// mode perm and is owned by the agent's user (root on a host). Handlers that
-// render a whole configuration file (cron, repository) use it.
+// WriteFile replaces the file at host path p with data atomically
+// (durable.WriteFile): a temporary file beside it, made durable with
+// SyncFile, renamed over it; the directory is not synced, since a rename
+// lost in a crash leaves the complete old file, which the next deploy
+// repairs. The new file has mode perm and is owned by the agent's user
+// (root on a host). Handlers that render a whole configuration file (cron,
+// repository) use it.
 func (rt Runtime) WriteFile(p string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(p)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".tether-*")
+	err := durable.WriteFile(p, data, perm, rt.Durability()...)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("directory %s does not exist: install what provides it, or create it with a directory resource", dir)
+		return fmt.Errorf("directory %s does not exist: install what provides it, or create it with a directory resource", filepath.Dir(p))
 	}
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(perm)
-	}
-	if err == nil {
-		err = rt.SyncFile(tmp)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	return os.Rename(tmp.Name(), p)
+	return err
+}
+
+// Durability is how handlers replace files (durable.WriteFile): synced
+// with SyncFile, the directory left unsynced.
+func (rt Runtime) Durability() []durable.Option {
+	return []durable.Option{durable.SyncWith(rt.SyncFile), durable.NoDirSync()}
 }
 
 // ReadFile returns the content of the file at resource path p below the

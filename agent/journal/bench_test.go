@@ -12,7 +12,7 @@ import (
 func BenchmarkCommitResults(b *testing.B) {
 	for _, noSync := range []bool{false, true} {
 		b.Run(fmt.Sprintf("nosync=%v", noSync), func(b *testing.B) {
-			j, err := Open(b.TempDir(), "a", Options{NoSync: noSync})
+			j, err := Open(b.TempDir(), "a", Config{NoSync: noSync})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -32,5 +32,21 @@ func BenchmarkCommitResults(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkIdentityWrite measures one durable write of the identity file:
+// what a reserving signer pays once per 1,024 sequence numbers, and an
+// agent once per generation it takes.
+func BenchmarkIdentityWrite(b *testing.B) {
+	j, err := Open(b.TempDir(), "a", Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	for i := 0; b.Loop(); i++ {
+		if err := j.ReserveSeq(uint64(i+1) * 1024); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -13,9 +13,19 @@
 // Files in the state directory:
 //
 //	key            the agent's ed25519 private key (PKCS #8 PEM, mode 0600)
+//	identity       the agent's name, the server key it pinned at enrollment,
+//	               its sequence-number floor (JSON with a checksum)
 //	snapshot       the state as of the start of log N (JSON)
-//	wal.N          records after the snapshot: length, CRC-32C, JSON
+//	wal.N          records after the snapshot: length, CRC-32C, JSON; the
+//	               first record names the log
 //	lock           held (flock) while a process uses the directory
+//
+// The key and the identity are kept apart from the log and replaced only
+// atomically: damage to the log never costs the agent its identity. A torn
+// tail of the log (the last record, cut short by a crash) is dropped; damage
+// before it, a missing log or snapshot, stops Open with ErrCorrupt saying
+// what is damaged, and Reset moves the log aside so the agent can start
+// over from an empty one, keeping its identity.
 //
 // A journal opened without a directory keeps the same state in memory only:
 // the embedded mode, whose agents live as long as one command.
@@ -24,15 +34,14 @@ package journal
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -41,22 +50,38 @@ import (
 var (
 	// ErrLocked: another process uses the state directory.
 	ErrLocked = errors.New("state directory is used by another process")
-	// ErrCorrupt: a file of the journal cannot be read back.
+	// ErrCorrupt: a file of the journal cannot be read back. The error
+	// says which file, where, and what to do.
 	ErrCorrupt = errors.New("journal is corrupted")
 	// ErrBroken: an earlier write failed half way and could not be undone;
 	// the journal refuses further changes until reopened.
 	ErrBroken = errors.New("journal is broken by an earlier write error")
 )
 
-// Options tune a journal.
-type Options struct {
+// Config tunes a journal.
+type Config struct {
 	// CompactAt is the log size past which the next commit writes a
-	// snapshot and starts a new log. Default 8 MiB; never less than twice
-	// the last snapshot, so large slices are not rewritten at every commit.
+	// snapshot and starts a new log (0: the default, 8 MiB); never less
+	// than twice the last snapshot, so large slices are not rewritten at
+	// every commit.
 	CompactAt int64
 	// NoSync skips fsync: for benchmarks that measure everything else. A
 	// crash may then lose recent transactions.
 	NoSync bool
+}
+
+// Default returns the configuration Open uses for zero fields.
+func Default() Config { return Config{CompactAt: 8 << 20} }
+
+// ErrConfig is wrapped by every error Validate returns.
+var ErrConfig = errors.New("invalid journal configuration")
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.CompactAt < 0 {
+		return fmt.Errorf("%w: compact at %d bytes: want 0 (the default) or more", ErrConfig, c.CompactAt)
+	}
+	return nil
 }
 
 // dryRunKind is the Kind of a dry-run job (bus.KindDryRun, which the
@@ -87,6 +112,9 @@ type Job struct {
 	Generation int64 `json:"generation"`
 	// DriftPolicy is what to do about drift seen after the job.
 	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
+	// IssuedAt is when the server issued the command: of two jobs, the
+	// drift policy of the one issued last wins, whatever order they end in.
+	IssuedAt time.Time `json:"issued_at,omitzero"`
 }
 
 // Intent is a change about to be applied: recorded before the handler
@@ -103,16 +131,24 @@ type Out struct {
 	Data []byte `json:"data"`
 }
 
-// state is everything the journal keeps; snapshots hold it whole.
+// state is everything the log keeps; snapshots hold it whole.
 type state struct {
 	// Wal is the number of the first log that follows this state.
-	Wal       int    `json:"wal"`
+	Wal int `json:"wal"`
+	// ServerKey is read from journals written before the identity file
+	// held it, and moved there.
 	ServerKey []byte `json:"server_key,omitempty"`
-	Seq       uint64 `json:"seq"`
-	Paused    bool   `json:"paused,omitempty"`
-	// DriftPolicy is that of the last deploy or repair done: the watch
-	// after a restart keeps it until the next one.
+	// Seq is the highest sequence number of an event put in the outbox.
+	Seq    uint64 `json:"seq"`
+	Paused bool   `json:"paused,omitempty"`
+	// PausedAt is when the server issued the pause or resume in force: an
+	// older one is not applied over it.
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	// DriftPolicy is that of the last deploy or repair issued and done:
+	// the watch after a restart keeps it until the next one. PolicyAt is
+	// when that command was issued.
 	DriftPolicy model.DriftPolicy    `json:"drift_policy,omitempty"`
+	PolicyAt    time.Time            `json:"policy_at,omitzero"`
 	Slice       model.Slice          `json:"slice"`
 	Applied     map[model.ID]Applied `json:"applied,omitempty"`
 	Jobs        []Job                `json:"jobs,omitempty"`
@@ -127,9 +163,13 @@ type state struct {
 // use.
 type Journal struct {
 	dir  string
-	opts Options
+	cfg  Config
 	key  ed25519.PrivateKey
 	lock *os.File
+
+	// idMu guards the identity; it is never held with the locks below.
+	idMu sync.Mutex
+	id   identity
 
 	// syncMu is held while syncing the log; lock order: syncMu, then mu.
 	syncMu sync.Mutex
@@ -146,16 +186,22 @@ type Journal struct {
 	// snapSize is the size of the last snapshot written or read.
 	snapSize int64
 	broken   error
+	// repairs say what opening the journal put right (a torn tail cut
+	// off, an older format upgraded), for the agent to log.
+	repairs []string
 }
 
 // Open opens (creating it if needed) the journal in dir, replays it and
 // takes the directory's lock. dir "" keeps the journal in memory. A
 // directory is one agent's: opening another agent's fails.
-func Open(dir, agent string, opts Options) (*Journal, error) {
-	if opts.CompactAt <= 0 {
-		opts.CompactAt = 8 << 20
+func Open(dir, agent string, cfg Config) (*Journal, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	j := &Journal{dir: dir, opts: opts, st: emptyState()}
+	if cfg.CompactAt == 0 {
+		cfg.CompactAt = Default().CompactAt
+	}
+	j := &Journal{dir: dir, cfg: cfg, st: emptyState(), id: identity{Agent: agent}}
 	j.st.Slice.Agent = agent
 	if dir == "" {
 		_, key, err := ed25519.GenerateKey(rand.Reader)
@@ -173,13 +219,9 @@ func Open(dir, agent string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	j.lock = lock
-	if err := j.load(); err != nil {
-		j.unlock()
-		return nil, err
-	}
-	if j.st.Slice.Agent != agent {
+	if err := j.load(agent); err != nil {
 		j.Close()
-		return nil, fmt.Errorf("journal: %s holds the state of agent %q, not %q: give each agent its own state directory", dir, j.st.Slice.Agent, agent)
+		return nil, err
 	}
 	return j, nil
 }
@@ -217,25 +259,24 @@ func (j *Journal) Dir() string { return j.dir }
 // Key returns the agent's private key, created on first open.
 func (j *Journal) Key() ed25519.PrivateKey { return j.key }
 
-// ServerKey returns the server's public key, nil before enrollment.
-func (j *Journal) ServerKey() ed25519.PublicKey {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return ed25519.PublicKey(j.st.ServerKey)
-}
+// Repairs says what opening the journal put right: a torn tail of the log
+// cut off (records that never committed), an older format upgraded. The
+// agent logs them once.
+func (j *Journal) Repairs() []string { return slices.Clone(j.repairs) }
 
-// Seq returns the highest event sequence number the journal recorded.
+// Seq returns the highest sequence number of an event put in the outbox.
 func (j *Journal) Seq() uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.st.Seq
 }
 
-// Paused reports whether the server paused the agent.
-func (j *Journal) Paused() bool {
+// Paused reports whether the server paused the agent, and when it issued
+// the pause or resume in force (zero when it never did).
+func (j *Journal) Paused() (bool, time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.st.Paused
+	return j.st.Paused, j.st.PausedAt
 }
 
 // Slice returns the desired slice held. Its resources must not be changed.
@@ -269,8 +310,8 @@ func (j *Journal) Jobs() []Job {
 	return slices.Clone(j.st.Jobs)
 }
 
-// DriftPolicy returns the drift policy of the last deploy or repair done
-// ("" before the first, or when the server sent none).
+// DriftPolicy returns the drift policy of the last deploy or repair
+// issued and done ("" before the first, or when the server sent none).
 func (j *Journal) DriftPolicy() model.DriftPolicy {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -312,6 +353,26 @@ type Result struct {
 	Applied
 }
 
+// UnmarshalJSON reads a result as the log holds it. Logs written before
+// the forget operation existed dropped a result with an empty state: that
+// form is read back as a deletion (see state.apply).
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		ID    model.ID   `json:"id"`
+		Hash  model.Hash `json:"hash"`
+		State string     `json:"state"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	st := model.ResourceState(raw.State)
+	if st != "" && !st.Valid() {
+		return fmt.Errorf("unknown resource state %q", raw.State)
+	}
+	*r = Result{ID: raw.ID, Applied: Applied{Hash: raw.Hash, State: st}}
+	return nil
+}
+
 // op is one change of a transaction; a log record is a list of ops.
 type op struct {
 	Op        string       `json:"op"`
@@ -319,21 +380,29 @@ type op struct {
 	Slice     *model.Slice `json:"slice,omitempty"`
 	Diff      *model.Diff  `json:"diff,omitempty"`
 	Results   []Result     `json:"results,omitempty"`
+	IDs       []model.ID   `json:"ids,omitempty"`
 	Job       *Job         `json:"job,omitempty"`
 	ID        string       `json:"id,omitempty"`
 	Seq       uint64       `json:"seq,omitempty"`
 	Data      []byte       `json:"data,omitempty"`
 	Seqs      []uint64     `json:"seqs,omitempty"`
 	Paused    bool         `json:"paused,omitempty"`
+	At        time.Time    `json:"at,omitzero"`
 	Intent    *Intent      `json:"intent,omitempty"`
+	// Log and Agent are the header that opens every log: its number and
+	// the agent it belongs to.
+	Log   int    `json:"log,omitempty"`
+	Agent string `json:"agent,omitempty"`
 }
 
 // Operation names.
 const (
-	opServerKey = "server_key"
+	opLog       = "log"
+	opServerKey = "server_key" // read from older logs only: moved to the identity
 	opSlice     = "slice"
 	opDiff      = "diff"
 	opRecord    = "record"
+	opForget    = "forget"
 	opJob       = "job"
 	opJobDone   = "job_done"
 	opSeen      = "seen"
@@ -354,11 +423,6 @@ func (j *Journal) Begin() *Tx { return &Tx{j: j} }
 
 // Seen records that the command with this envelope id was handled.
 func (t *Tx) Seen(id string) *Tx { return t.add(op{Op: opSeen, ID: id}) }
-
-// Enroll records the server's public key.
-func (t *Tx) Enroll(serverKey ed25519.PublicKey) *Tx {
-	return t.add(op{Op: opServerKey, ServerKey: serverKey})
-}
 
 // SetSlice replaces the desired slice.
 func (t *Tx) SetSlice(s model.Slice) *Tx { return t.add(op{Op: opSlice, Slice: &s}) }
@@ -384,8 +448,11 @@ func (t *Tx) Intend(id model.ID, hash model.Hash, changes model.Changes) *Tx {
 	return t.add(op{Op: opIntent, ID: id.String(), Intent: &Intent{Hash: hash, Changes: changes}})
 }
 
-// Pause records whether the server paused the agent.
-func (t *Tx) Pause(paused bool) *Tx { return t.add(op{Op: opPaused, Paused: paused}) }
+// Pause records whether the server paused the agent, by a command it
+// issued at the time given.
+func (t *Tx) Pause(paused bool, at time.Time) *Tx {
+	return t.add(op{Op: opPaused, Paused: paused, At: at.UTC()})
+}
 
 func (t *Tx) add(o op) *Tx {
 	t.ops = append(t.ops, o)
@@ -397,7 +464,7 @@ func (t *Tx) Commit() error {
 	if len(t.ops) == 0 {
 		return nil
 	}
-	return t.j.commit(t.ops, !t.j.opts.NoSync)
+	return t.j.commit(t.ops, !t.j.cfg.NoSync)
 }
 
 // Sent drops confirmed events from the outbox. It is not synced on its own:
@@ -412,7 +479,7 @@ func (j *Journal) Sent(seqs ...uint64) error {
 
 func (j *Journal) commit(ops []op, sync bool) error {
 	n, err := j.write(ops)
-	if err != nil || !sync || j.dir == "" || j.opts.NoSync {
+	if err != nil || !sync || j.dir == "" || j.cfg.NoSync {
 		return err
 	}
 	return j.syncTo(n)
@@ -483,7 +550,7 @@ func (j *Journal) write(ops []op) (uint64, error) {
 		_ = j.st.apply(&ops[i], true) // cannot fail: the ops were built here
 	}
 	j.st.Slice = next
-	if j.dir != "" && j.walSize > max(j.opts.CompactAt, 2*j.snapSize) {
+	if j.dir != "" && j.walSize > max(j.cfg.CompactAt, 2*j.snapSize) {
 		if err := j.compact(); err != nil {
 			return 0, err
 		}
@@ -495,13 +562,21 @@ func (j *Journal) write(ops []op) (uint64, error) {
 // only when sliceDone is false (replay): commit computed the slice already.
 func (s *state) apply(o *op, sliceDone bool) error {
 	switch o.Op {
+	case opLog:
+		// The header: checked by replay, nothing to apply.
 	case opServerKey:
 		s.ServerKey = o.ServerKey
 	case opSlice:
+		if o.Slice == nil {
+			return errors.New("slice operation without a slice")
+		}
 		if !sliceDone {
 			s.Slice = *o.Slice
 		}
 	case opDiff:
+		if o.Diff == nil {
+			return errors.New("diff operation without a diff")
+		}
 		if !sliceDone {
 			next, err := s.Slice.Apply(*o.Diff)
 			if err != nil {
@@ -514,17 +589,27 @@ func (s *state) apply(o *op, sliceDone bool) error {
 		if err != nil {
 			return err
 		}
+		if o.Intent == nil {
+			return errors.New("intent operation without an intent")
+		}
 		s.Intents[id] = *o.Intent
 	case opRecord:
 		for _, r := range o.Results {
 			delete(s.Intents, r.ID)
 			if r.State == "" {
-				delete(s.Applied, r.ID) // Forget
+				delete(s.Applied, r.ID) // a forget, as older logs wrote it
 				continue
 			}
 			s.Applied[r.ID] = r.Applied
 		}
+	case opForget:
+		for _, id := range o.IDs {
+			delete(s.Applied, id)
+		}
 	case opJob:
+		if o.Job == nil {
+			return errors.New("job operation without a job")
+		}
 		if !slices.ContainsFunc(s.Jobs, func(j Job) bool { return j.ID == o.Job.ID && j.Kind == o.Job.Kind }) {
 			s.Jobs = append(s.Jobs, *o.Job)
 		}
@@ -533,8 +618,8 @@ func (s *state) apply(o *op, sliceDone bool) error {
 			if j.ID != o.ID {
 				return false
 			}
-			if j.DriftPolicy != "" && j.Kind != dryRunKind {
-				s.DriftPolicy = j.DriftPolicy
+			if j.DriftPolicy != "" && j.Kind != dryRunKind && !j.IssuedAt.Before(s.PolicyAt) {
+				s.DriftPolicy, s.PolicyAt = j.DriftPolicy, j.IssuedAt
 			}
 			return true
 		})
@@ -558,7 +643,7 @@ func (s *state) apply(o *op, sliceDone bool) error {
 			delete(s.outbox, seq)
 		}
 	case opPaused:
-		s.Paused = o.Paused
+		s.Paused, s.PausedAt = o.Paused, o.At
 	default:
 		return fmt.Errorf("unknown operation %q", o.Op)
 	}
@@ -574,79 +659,16 @@ func (j *Journal) Forget() (int, error) {
 	for i := range j.st.Slice.Resources {
 		held[j.st.Slice.Resources[i].ID] = true
 	}
-	var gone []Result
+	var gone []model.ID
 	for id := range j.st.Applied {
 		if !held[id] {
-			gone = append(gone, Result{ID: id})
+			gone = append(gone, id)
 		}
 	}
 	j.mu.Unlock()
 	if len(gone) == 0 {
 		return 0, nil
 	}
-	// A record with an empty state deletes: see state.apply.
-	return len(gone), j.commit([]op{{Op: opRecord, Results: gone}}, false)
-}
-
-// snapshotFile is the snapshot's name in the state directory.
-const snapshotFile = "snapshot"
-
-func walName(n int) string { return fmt.Sprintf("wal.%d", n) }
-
-func privateKeyPEM(key ed25519.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-func parseKey(path string, b []byte) (ed25519.PrivateKey, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("%w: %s is not a PEM private key", ErrCorrupt, path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
-	}
-	key, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s holds a %T, not an ed25519 key", ErrCorrupt, path, k)
-	}
-	return key, nil
-}
-
-// loadKey reads the key file, creating it on first start. A key others can
-// read is refused, as ssh does: it is the agent's identity.
-func (j *Journal) loadKey() error {
-	path := filepath.Join(j.dir, "key")
-	info, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		_, key, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return err
-		}
-		b, err := privateKeyPEM(key)
-		if err != nil {
-			return err
-		}
-		if err := writeFileSync(j.dir, "key", b, 0o600); err != nil {
-			return fmt.Errorf("journal: write key: %w", err)
-		}
-		j.key = key
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	if info.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("journal: key file %s is accessible by others (mode %04o): run chmod 600 %s", path, info.Mode().Perm(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	j.key, err = parseKey(path, b)
-	return err
+	slices.SortFunc(gone, model.ID.Compare)
+	return len(gone), j.commit([]op{{Op: opForget, IDs: gone}}, false)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -38,7 +39,7 @@ var flavours = []struct {
 func TestContract(t *testing.T) {
 	for _, f := range flavours {
 		t.Run(f.name, func(t *testing.T) {
-			j, err := Open(f.dir(t), "a", Options{})
+			j, err := Open(f.dir(t), "a", Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,11 +110,21 @@ func TestContract(t *testing.T) {
 			if _, ok := j.Intent(d.Upserts[0].ID); ok {
 				t.Fatal("intent kept after the result was recorded")
 			}
-			if err := j.Begin().Pause(true).Enroll(j.Key().Public().(ed25519.PublicKey)).Commit(); err != nil {
+			at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			if err := j.Begin().Pause(true, at).Commit(); err != nil {
 				t.Fatal(err)
 			}
-			if !j.Paused() || len(j.ServerKey()) != 32 {
-				t.Fatalf("paused=%v server key %d bytes", j.Paused(), len(j.ServerKey()))
+			if err := j.Enroll(j.Key().Public().(ed25519.PublicKey), at); err != nil {
+				t.Fatal(err)
+			}
+			if p, when := j.Paused(); !p || !when.Equal(at) || len(j.ServerKey()) != 32 {
+				t.Fatalf("paused=%v at %v, server key %d bytes; want true at %v, 32 bytes", p, when, len(j.ServerKey()), at)
+			}
+			if err := j.ReserveSeq(100); err != nil || j.SeqFloor() != 100 {
+				t.Fatalf("reserve 100: floor %d, %v", j.SeqFloor(), err)
+			}
+			if err := j.ReserveSeq(50); err != nil || j.SeqFloor() != 100 {
+				t.Fatalf("reserve 50 after 100: floor %d, %v; want 100", j.SeqFloor(), err)
 			}
 		})
 	}
@@ -123,7 +134,8 @@ func TestContract(t *testing.T) {
 func summary(j *Journal) string {
 	var b bytes.Buffer
 	s := j.Slice()
-	fmt.Fprintf(&b, "gen=%d n=%d paused=%v seq=%d key=%x jobs=%v out=%d", s.Generation, len(s.Resources), j.Paused(), j.Seq(), j.ServerKey(), j.Jobs(), len(j.Outbox()))
+	paused, at := j.Paused()
+	fmt.Fprintf(&b, "gen=%d n=%d paused=%v at=%v seq=%d floor=%d key=%x jobs=%v out=%d", s.Generation, len(s.Resources), paused, at, j.Seq(), j.SeqFloor(), j.ServerKey(), j.Jobs(), len(j.Outbox()))
 	for _, r := range s.Resources {
 		a, _ := j.Applied(r.ID)
 		fmt.Fprintf(&b, " %s=%v:%s", r.ID, r.Attributes["content"], a.State)
@@ -135,7 +147,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	for _, compactAt := range []int64{0, 256} {
 		t.Run(fmt.Sprintf("compact_at=%d", compactAt), func(t *testing.T) {
 			dir := t.TempDir()
-			j, err := Open(dir, "a", Options{CompactAt: compactAt})
+			j, err := Open(dir, "a", Config{CompactAt: compactAt})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +159,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 				err := j.Begin().Seen(fmt.Sprint("cmd", gen)).
 					ApplyDiff(model.Diff{From: s.Generation, To: gen, Upserts: []model.Resource{r}}).
 					Record([]Result{{ID: r.ID, Applied: Applied{Hash: h, State: model.StateDeployed}}}).
-					Out(uint64(gen), []byte("event")).Pause(gen%2 == 0).Commit()
+					Out(uint64(gen), []byte("event")).Pause(gen%2 == 0, time.Unix(gen, 0)).Commit()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -160,7 +172,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 			}
 			before := summary(j)
 			j.Close()
-			j2, err := Open(dir, "a", Options{CompactAt: compactAt})
+			j2, err := Open(dir, "a", Config{CompactAt: compactAt})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +196,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 
 func TestTornTailIsCut(t *testing.T) {
 	dir := t.TempDir()
-	j, err := Open(dir, "a", Options{})
+	j, err := Open(dir, "a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +218,7 @@ func TestTornTailIsCut(t *testing.T) {
 			if err := os.WriteFile(wal, append(append([]byte{}, good...), tail...), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			j, err := Open(dir, "a", Options{})
+			j, err := Open(dir, "a", Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +230,7 @@ func TestTornTailIsCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			j.Close()
-			j, err = Open(dir, "a", Options{})
+			j, err = Open(dir, "a", Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,7 +244,7 @@ func TestTornTailIsCut(t *testing.T) {
 
 func TestLeftoverLogOfACompactionIsDropped(t *testing.T) {
 	dir := t.TempDir()
-	j, err := Open(dir, "a", Options{CompactAt: 64})
+	j, err := Open(dir, "a", Config{CompactAt: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +260,7 @@ func TestLeftoverLogOfACompactionIsDropped(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, walName(n-1)), []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	j, err = Open(dir, "a", Options{CompactAt: 64})
+	j, err = Open(dir, "a", Config{CompactAt: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +273,53 @@ func TestLeftoverLogOfACompactionIsDropped(t *testing.T) {
 	}
 }
 
+// A write a crash interrupted leaves a temporary file (durable.WriteFile);
+// opening the journal removes it, and nothing else.
+func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, "a", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Begin().Seen("c1").Commit(); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	before, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftovers := []string{"." + snapshotFile + ".tether-1", "." + identityFile + ".tether-2"}
+	for _, name := range leftovers {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err = Open(dir, "a", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if !j.Seen("c1") {
+		t.Fatal("records lost")
+	}
+	after, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(es []os.DirEntry) (out []string) {
+		for _, e := range es {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	if got, want := names(after), names(before); !slices.Equal(got, want) {
+		t.Errorf("files after opening: got %v, want %v", got, want)
+	}
+}
+
 func TestSeenIsBounded(t *testing.T) {
-	j, err := Open("", "a", Options{})
+	j, err := Open("", "a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,15 +335,15 @@ func TestSeenIsBounded(t *testing.T) {
 
 func TestOneProcessPerDirectory(t *testing.T) {
 	dir := t.TempDir()
-	j, err := Open(dir, "a", Options{})
+	j, err := Open(dir, "a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, "a", Options{}); !errors.Is(err, ErrLocked) {
+	if _, err := Open(dir, "a", Config{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second open: got %v, want ErrLocked", err)
 	}
 	j.Close()
-	j, err = Open(dir, "a", Options{})
+	j, err = Open(dir, "a", Config{})
 	if err != nil {
 		t.Fatalf("open after close: %v", err)
 	}
@@ -295,7 +352,7 @@ func TestOneProcessPerDirectory(t *testing.T) {
 
 func TestKeyFile(t *testing.T) {
 	dir := t.TempDir()
-	j, err := Open(dir, "a", Options{})
+	j, err := Open(dir, "a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +367,7 @@ func TestKeyFile(t *testing.T) {
 	if err := os.Chmod(filepath.Join(dir, "key"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, "a", Options{}); err == nil {
+	if _, err := Open(dir, "a", Config{}); err == nil {
 		t.Fatal("a key readable by others was accepted")
 	}
 	if err := os.Chmod(filepath.Join(dir, "key"), 0o600); err != nil {
@@ -319,7 +376,7 @@ func TestKeyFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "key"), []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, "a", Options{}); !errors.Is(err, ErrCorrupt) {
+	if _, err := Open(dir, "a", Config{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("garbage key: got %v, want ErrCorrupt", err)
 	}
 }
@@ -366,7 +423,7 @@ func TestKillNineLosesNothingCommitted(t *testing.T) {
 			t.Fatalf("round %d: the child committed nothing", round)
 		}
 		t.Logf("round %d: killed after %d acknowledged commits", round, len(acked))
-		j, err := Open(dir, "a", Options{CompactAt: 4096})
+		j, err := Open(dir, "a", Config{CompactAt: 4096})
 		if err != nil {
 			t.Fatalf("round %d: reopen after kill -9: %v", round, err)
 		}
@@ -398,7 +455,7 @@ func TestMain(m *testing.M) {
 // childCommits commits diffs until it is killed, printing each one's id
 // once Commit returned.
 func childCommits(dir, round string) error {
-	j, err := Open(dir, "a", Options{CompactAt: 4096})
+	j, err := Open(dir, "a", Config{CompactAt: 4096})
 	if err != nil {
 		return err
 	}
@@ -420,7 +477,7 @@ func childCommits(dir, round string) error {
 // after a reopen, across compactions.
 func TestConcurrentCommits(t *testing.T) {
 	dir := t.TempDir()
-	j, err := Open(dir, "a", Options{CompactAt: 2048})
+	j, err := Open(dir, "a", Config{CompactAt: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +497,7 @@ func TestConcurrentCommits(t *testing.T) {
 	}
 	wg.Wait()
 	j.Close()
-	j, err = Open(dir, "a", Options{})
+	j, err = Open(dir, "a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +518,7 @@ func TestDriftPolicyOfTheLastJobDone(t *testing.T) {
 	for _, compactAt := range []int64{0, 1} {
 		t.Run(fmt.Sprintf("compact_at=%d", compactAt), func(t *testing.T) {
 			dir := t.TempDir()
-			j, err := Open(dir, "a", Options{CompactAt: compactAt})
+			j, err := Open(dir, "a", Config{CompactAt: compactAt})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -492,7 +549,7 @@ func TestDriftPolicyOfTheLastJobDone(t *testing.T) {
 				}
 			}
 			j.Close()
-			j2, err := Open(dir, "a", Options{CompactAt: compactAt})
+			j2, err := Open(dir, "a", Config{CompactAt: compactAt})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -501,5 +558,22 @@ func TestDriftPolicyOfTheLastJobDone(t *testing.T) {
 				t.Fatalf("after a reopen: policy %q, want alert", p)
 			}
 		})
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default: %v", err)
+	}
+	if _, err := Open(t.TempDir(), "a", Config{CompactAt: -1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("a negative CompactAt: got %v, want an error wrapping ErrConfig", err)
+	}
+	j, err := Open(t.TempDir(), "a", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if got, want := j.cfg.CompactAt, Default().CompactAt; got != want {
+		t.Errorf("CompactAt of a zero config: got %d, want %d", got, want)
 	}
 }

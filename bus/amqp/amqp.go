@@ -33,6 +33,8 @@ type Bus struct {
 	closeMu  sync.Once
 
 	deadLettered atomic.Int64
+	lostSubs     atomic.Int64
+	subs         *subscriptions
 
 	// claims are the claims this bus holds: the broker's exclusive queue
 	// keeps other connections out, this keeps out a second claim of the
@@ -60,6 +62,7 @@ func New(cfg Config, log zerolog.Logger) (*Bus, error) {
 		pubSlots: make(chan struct{}, cfg.PublisherChannels),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
+		subs:     newSubscriptions(),
 	}
 	go b.supervise()
 	return b, nil
@@ -129,23 +132,48 @@ func (b *Bus) declareTopology(s *session) error {
 		return err
 	}
 	for _, q := range []bus.Queue{bus.QueueEvents, bus.QueueCompliance} {
-		if _, err := ch.QueueDeclare(b.ServerQueue(q), true, false, false, false, b.queueArgs()); err != nil {
-			return fmt.Errorf("queue %s: %w", b.ServerQueue(q), err)
-		}
-	}
-	// Routing keys are <env>.<agent>.<kind>; agent names and kinds may hold
-	// dots, so each event kind is bound by its suffix.
-	for _, k := range bus.EventKinds() {
-		if err := ch.QueueBind(b.ServerQueue(bus.QueueFor(k)), "#."+string(k), b.eventsExchange(), false, nil); err != nil {
+		if err := b.declareServerQueue(ch, q); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// declareInbox declares an agent's inbox and binds it.
+// declareServerQueue declares server queue q and binds it to the events
+// exchange (declared too: it may have been deleted with the queue's
+// bindings) for each event kind routed to it. Agents never declare server
+// queues: the server owns them and their type.
+func (b *Bus) declareServerQueue(ch *amqp.Channel, q bus.Queue) error {
+	if b.cfg.Agent {
+		return nil
+	}
+	name := b.ServerQueue(q)
+	if err := ch.ExchangeDeclare(b.eventsExchange(), amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("exchange %s: %w", b.eventsExchange(), err)
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, b.queueArgs()); err != nil {
+		return fmt.Errorf("queue %s: %w", name, err)
+	}
+	// Routing keys are <env>.<agent>.<kind>; agent names and kinds may hold
+	// dots, so each event kind is bound by its suffix.
+	for _, k := range bus.EventKinds() {
+		if bus.QueueFor(k) != q {
+			continue
+		}
+		if err := ch.QueueBind(name, "#."+string(k), b.eventsExchange(), false, nil); err != nil {
+			return fmt.Errorf("bind queue %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// declareInbox declares an agent's inbox and binds it (declaring the
+// commands exchange too: it may have been deleted with the binding).
 func (b *Bus) declareInbox(ch *amqp.Channel, env, agent string) error {
 	name := b.InboxQueue(env, agent)
+	if err := ch.ExchangeDeclare(b.cmdExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("exchange %s: %w", b.cmdExchange(), err)
+	}
 	args := b.queueArgs()
 	args["x-single-active-consumer"] = true
 	args["x-max-length"] = int64(b.cfg.InboxMaxLength)
@@ -272,9 +300,9 @@ func (b *Bus) Publish(ctx context.Context, e *bus.Envelope) error {
 	err = b.publishConfirmed(ctx, b.eventsExchange(), bus.EventKey(e.Env, e.Agent, e.Kind), msg)
 	switch {
 	case errors.Is(err, errReturned):
-		return fmt.Errorf("publish %s: no server queue is bound for it (is the topology declared?)", e)
+		return fmt.Errorf("publish %s: %w (was %s deleted? the server declares it again)", e, bus.ErrUnroutable, b.ServerQueue(bus.QueueFor(e.Kind)))
 	case errors.Is(err, errNacked):
-		return fmt.Errorf("publish %s: the broker refused the message", e)
+		return fmt.Errorf("publish %s: the broker refused the message: %w", e, errNacked)
 	case err != nil:
 		return fmt.Errorf("publish %s: %w", e, err)
 	}
@@ -305,12 +333,18 @@ func (b *Bus) message(e *bus.Envelope) (amqp.Publishing, error) {
 var (
 	errReturned = errors.New("message returned: no queue bound")
 	errNacked   = errors.New("message nacked by the broker")
+	// errRefused: the broker closed the publishing channel over the
+	// message (an exchange deleted on the broker), the connection staying
+	// up: publishing again would meet the same refusal.
+	errRefused = errors.New("the broker refused the publish")
 )
 
-// publisher is a confirm-mode channel with its returns.
+// publisher is a confirm-mode channel with its returns and the reason the
+// broker closed it.
 type publisher struct {
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	closed  chan *amqp.Error
 }
 
 func (b *Bus) takePublisher(ctx context.Context) (*session, *publisher, error) {
@@ -344,9 +378,13 @@ func (b *Bus) takePublisher(ctx context.Context) (*session, *publisher, error) {
 		<-b.pubSlots
 		return s, nil, err
 	}
-	// Buffered so the connection's reader never blocks on it; drained
-	// after each confirm.
-	p := &publisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 16))}
+	// Buffered so the connection's reader never blocks on them; returns
+	// are drained after each confirm.
+	p := &publisher{
+		ch:      ch,
+		returns: ch.NotifyReturn(make(chan amqp.Return, 16)),
+		closed:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}
 	return s, p, nil
 }
 
@@ -361,16 +399,32 @@ func (b *Bus) givePublisher(s *session, p *publisher, healthy bool) {
 	<-b.pubSlots
 }
 
+// refusal says why the broker closed p's channel. The library sends the
+// reason before it fails the pending confirms; the bound is a guard.
+func (p *publisher) refusal() error {
+	select {
+	case e, ok := <-p.closed:
+		if ok && e != nil {
+			return fmt.Errorf("%w: %s", errRefused, e.Reason)
+		}
+	case <-time.After(time.Second):
+	}
+	return errRefused
+}
+
 // publishConfirmed publishes msg with mandatory set and waits for the
 // broker's confirm. A message the broker returned (no queue bound) gives
-// errReturned, a nack errNacked. When the connection breaks before the
-// confirm, the message is published again on the next connection: delivery
-// is at least once, and receivers deduplicate by envelope id.
+// errReturned, one nacked maxNacks times errNacked, a channel the broker
+// closed over it
+// (an exchange missing) errRefused. When the connection breaks before the
+// confirm, the message is published again on the next connection:
+// delivery is at least once, and receivers deduplicate by envelope id.
 func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	nacks := 0
 	for {
 		s, p, err := b.takePublisher(ctx)
 		if err != nil {
-			if s != nil && isConnectionError(err) {
+			if s != nil && s.conn.IsClosed() {
 				b.waitChange(ctx, s)
 				continue
 			}
@@ -383,25 +437,25 @@ func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg am
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			b.waitChange(ctx, s)
-			continue
+			if s.conn.IsClosed() {
+				b.waitChange(ctx, s)
+				continue
+			}
+			return err
 		}
 		acked, err := dc.WaitContext(ctx)
 		if err != nil { // ctx ended: the channel's state is unknown
 			b.givePublisher(s, p, false)
 			return err
 		}
-		if p.ch.IsClosed() {
-			// The confirm was lost with the channel: publish again.
-			b.givePublisher(s, p, false)
-			b.waitChange(ctx, s)
-			continue
-		}
 		returned := false
 	drain:
 		for {
 			select {
-			case r := <-p.returns:
+			case r, ok := <-p.returns:
+				if !ok { // closed with the channel
+					break drain
+				}
 				if r.MessageId == msg.MessageId {
 					returned = true
 				}
@@ -409,15 +463,73 @@ func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg am
 				break drain
 			}
 		}
-		b.givePublisher(s, p, true)
+		if p.ch.IsClosed() {
+			b.givePublisher(s, p, false)
+			switch {
+			case s.conn.IsClosed():
+				// The confirm was lost with the connection: publish
+				// again on the next one.
+				b.waitChange(ctx, s)
+				continue
+			case !acked:
+				// The connection is up: the broker closed the
+				// channel over this message. Waiting for a
+				// reconnect would wait forever.
+				return p.refusal()
+			}
+		} else {
+			b.givePublisher(s, p, true)
+		}
 		switch {
 		case returned:
 			return errReturned
 		case !acked:
+			// A queue just declared (a quorum queue electing its
+			// leader, after a deletion) refuses for a moment; a full
+			// inbox keeps refusing.
+			if nacks++; nacks < maxNacks {
+				select {
+				case <-time.After(nackPause << nacks):
+					continue
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			return errNacked
 		}
 		return nil
 	}
+}
+
+// A nacked publish is tried maxNacks times in all, pausing nackPause,
+// doubling, in between.
+const (
+	maxNacks  = 4
+	nackPause = 10 * time.Millisecond
+)
+
+// DeleteQueue deletes one queue of the broker cfg names, with its
+// messages: an inbox whose queue type must change (its agent declares it
+// again and says hello), or, in tests, a server queue, as any client with
+// rights on the broker could.
+func DeleteQueue(ctx context.Context, cfg Config, name string) error {
+	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	defer conn.Close()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	return nil
 }
 
 // DeleteTopology removes what a namespace declared on the broker: its

@@ -84,9 +84,9 @@ func (t *tracked) DeclareInbox(ctx context.Context, env, agent string) error {
 	return t.Bus.DeclareInbox(ctx, env, agent)
 }
 
-func (t *tracked) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error {
+func (t *tracked) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error {
 	t.note(env, agent)
-	return t.Bus.ConsumeInbox(ctx, env, agent, h)
+	return t.Bus.ConsumeInbox(ctx, env, agent, h, opts...)
 }
 
 // open makes a connected bus for a test and removes its topology after.
@@ -149,6 +149,9 @@ func TestContract(t *testing.T) {
 			bustest.Run(t, func(t *testing.T) bustest.Subject {
 				cfg := testConfig(t)
 				cfg.QueueType = qt
+				// A deleted queue must stay missing until a consumer
+				// declares it, whatever the timing.
+				cfg.TopologyCheck = time.Hour
 				b := open(t, cfg)
 				return bustest.Subject{
 					Bus: b,
@@ -157,6 +160,12 @@ func TestContract(t *testing.T) {
 					},
 					DeadLetters: func(ctx context.Context) (int, error) {
 						return queueLength(ctx, cfg, b.DeadQueue())
+					},
+					DeleteInbox: func(ctx context.Context, env, agent string) error {
+						return DeleteQueue(ctx, cfg, b.InboxQueue(env, agent))
+					},
+					DeleteServerQueue: func(ctx context.Context, q bus.Queue) error {
+						return DeleteQueue(ctx, cfg, b.ServerQueue(q))
 					},
 				}
 			})
@@ -174,6 +183,7 @@ func TestConfigValidate(t *testing.T) {
 		"queue type": func(c *Config) { c.QueueType = "stream" },
 		"heartbeat":  func(c *Config) { c.Heartbeat = 0 },
 		"backoff":    func(c *Config) { c.ReconnectMax = c.ReconnectMin / 2 },
+		"topology":   func(c *Config) { c.TopologyCheck = 0 },
 		"half cert":  func(c *Config) { c.URL = "amqps://h/"; c.CertFile = "c.pem" },
 		"tls plain":  func(c *Config) { c.CAFile = "ca.pem" },
 	} {

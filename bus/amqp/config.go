@@ -1,4 +1,4 @@
-// Package amqp is the bus over RabbitMQ (DESIGN.md §6): a direct exchange of
+// Package amqp is the bus over RabbitMQ: a direct exchange of
 // per-agent inboxes for commands, a topic exchange of events feeding the
 // server's queues, a dead-letter queue for what cannot be decoded or
 // verified, publisher confirms on every publish, manual acknowledgements,
@@ -57,8 +57,24 @@ type Config struct {
 	// PublisherChannels bounds the channels publishing at once.
 	PublisherChannels int
 	// ReconnectMin and ReconnectMax bound the back-off between reconnect
-	// attempts (full jitter: a random delay up to the current bound).
+	// attempts (full jitter: a random delay up to the current bound), and
+	// between subscriptions of a consumer whose queue keeps being deleted
+	// or cannot be declared.
 	ReconnectMin, ReconnectMax time.Duration
+	// TopologyCheck is how often the server declares its topology again
+	// (exchanges, server and dead-letter queues, bindings), so that what a
+	// client with rights on the broker deleted or unbound comes back
+	// without a restart. A deleted server queue comes back at once: its
+	// consumers declare it. Agents do not check.
+	TopologyCheck time.Duration
+	// SubscriptionCheck is how long a consumer may hear nothing before it
+	// makes sure its subscription still works: a server queue's consumer
+	// subscribes again, an inbox's consumer sends a probe through its
+	// inbox and subscribes again (the inbox lost) when the probe does not
+	// come back by the next check. RabbitMQ can drop a quorum queue's
+	// consumers without a cancel when the queue is deleted and declared
+	// again at once; this bounds how long one stays deaf.
+	SubscriptionCheck time.Duration
 	// TLS: CA certificate to trust, client certificate and key (PEM files),
 	// for amqps:// URLs.
 	CAFile, CertFile, KeyFile string
@@ -84,6 +100,8 @@ func Default() Config {
 		PublisherChannels: 8,
 		ReconnectMin:      500 * time.Millisecond,
 		ReconnectMax:      60 * time.Second,
+		TopologyCheck:     30 * time.Second,
+		SubscriptionCheck: 60 * time.Second,
 		ConnectionName:    "tether",
 	}
 }
@@ -92,7 +110,7 @@ func Default() Config {
 var ErrConfig = errors.New("invalid bus configuration")
 
 // Validate checks the configuration.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
 		return fmt.Errorf("%w: URL %q: want amqp://user:password@host:5672/vhost or amqps://…", ErrConfig, redactURL(c.URL))
@@ -116,6 +134,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: publisher channels %d: want at least 1", ErrConfig, c.PublisherChannels)
 	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
 		return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max", ErrConfig, c.ReconnectMin, c.ReconnectMax)
+	case c.TopologyCheck < time.Second:
+		return fmt.Errorf("%w: topology check every %v: want at least 1s", ErrConfig, c.TopologyCheck)
+	case c.SubscriptionCheck < time.Second:
+		return fmt.Errorf("%w: subscription check every %v: want at least 1s", ErrConfig, c.SubscriptionCheck)
 	case (c.CertFile == "") != (c.KeyFile == ""):
 		return fmt.Errorf("%w: a client certificate needs both a certificate and a key file", ErrConfig)
 	case (c.CAFile != "" || c.CertFile != "") && u.Scheme != "amqps":
@@ -126,7 +148,7 @@ func (c *Config) Validate() error {
 
 // tlsConfig builds the TLS configuration of an amqps:// URL (nil for
 // amqp://).
-func (c *Config) tlsConfig() (*tls.Config, error) {
+func (c Config) tlsConfig() (*tls.Config, error) {
 	u, _ := url.Parse(c.URL)
 	if u.Scheme != "amqps" {
 		return nil, nil

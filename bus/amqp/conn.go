@@ -51,16 +51,44 @@ func (b *Bus) supervise() {
 		bound = b.cfg.ReconnectMin
 		closed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
 		b.publish(s)
+		if b.watch(s, closed) {
+			return
+		}
+	}
+}
+
+// watch waits for s to close, declaring the topology again every
+// TopologyCheck meanwhile (server only), and reports whether the bus is
+// closing.
+func (b *Bus) watch(s *session, closed <-chan *amqp.Error) bool {
+	var check <-chan time.Time
+	if !b.cfg.Agent {
+		t := time.NewTicker(b.cfg.TopologyCheck)
+		defer t.Stop()
+		check = t.C
+	}
+	failing := false
+	for {
 		select {
 		case <-b.closing:
 			b.publish(nil)
 			_ = s.conn.Close()
-			return
+			return true
 		case err := <-closed:
 			b.publish(nil)
 			if err != nil {
 				b.log.Warn().Err(err).Msg("connection to the broker lost; reconnecting")
 			}
+			return false
+		case <-check:
+			err := b.declareTopology(s)
+			switch {
+			case err != nil && !failing && !s.conn.IsClosed():
+				b.log.Warn().Err(err).Msg("cannot declare the topology again; trying on the next check")
+			case err == nil && failing:
+				b.log.Info().Msg("topology declared again")
+			}
+			failing = err != nil
 		}
 	}
 }

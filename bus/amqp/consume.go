@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tetherhq/tether/bus"
@@ -22,36 +24,111 @@ const (
 // ConsumeInbox implements bus.Bus. Of several consumers of one inbox the
 // broker keeps one active (x-single-active-consumer); the others wait and
 // one takes over when it leaves. Commands are handled one at a time, in
-// order.
-func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error {
-	name := b.InboxQueue(env, agent)
-	return b.consume(ctx, name, func(ch *amqp.Channel) error { return b.declareInbox(ch, env, agent) }, h, 1)
+// order. An inbox deleted under its consumer is declared again, with its
+// arguments and binding, and consumed again; then bus.OnInboxLost's
+// callback runs. A consumer that hears nothing for SubscriptionCheck sends
+// a probe through its inbox: one that does not come back means the inbox
+// is gone or unbound, or the broker dropped the subscription without a
+// cancel, and is handled the same way.
+func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error {
+	return b.consume(ctx, &consumer{
+		queue:   b.InboxQueue(env, agent),
+		declare: func(ch *amqp.Channel) error { return b.declareInbox(ch, env, agent) },
+		h:       h,
+		conc:    1,
+		probe:   bus.CommandKey(env, agent),
+		lost:    bus.NewInboxOptions(opts...).Lost,
+	})
 }
 
 // ConsumeEvents implements bus.Bus. Up to EventConcurrency events are
 // handed to h at once, each in a goroutine of its own, and acknowledged
 // together as they finish: events carry no order the server relies on
-// (each carries its sender's counter).
+// (each carries its sender's counter). A server queue deleted under its
+// consumer is declared again, with its bindings, and consumed again; a
+// consumer that hears nothing for SubscriptionCheck subscribes again, in
+// case the broker dropped its subscription without a cancel.
 func (b *Bus) ConsumeEvents(ctx context.Context, q bus.Queue, h bus.Handler) error {
 	if q != bus.QueueEvents && q != bus.QueueCompliance {
 		return fmt.Errorf("consume %s: no such server queue", q)
 	}
-	return b.consume(ctx, b.ServerQueue(q), func(*amqp.Channel) error { return nil }, h, b.cfg.EventConcurrency)
+	return b.consume(ctx, &consumer{
+		queue:   b.ServerQueue(q),
+		declare: func(ch *amqp.Channel) error { return b.declareServerQueue(ch, q) },
+		h:       h,
+		conc:    b.cfg.EventConcurrency,
+	})
 }
 
-// consume delivers a queue's messages to h until ctx ends, across
-// reconnects: each connection gets a channel of its own, the queue is
-// declared again, and unacknowledged deliveries of a lost channel come back
-// marked redelivered. conc deliveries are handled at once.
-func (b *Bus) consume(ctx context.Context, queue string, declare func(*amqp.Channel) error, h bus.Handler, conc int) error {
-	log := b.log.With().Str("queue", queue).Logger()
+// consumer is one Consume call.
+type consumer struct {
+	queue   string
+	declare func(*amqp.Channel) error
+	h       bus.Handler
+	conc    int
+	// probe is the routing key on the commands exchange that reaches the
+	// queue (an inbox); "" for a server queue, which other replicas
+	// consume too, so a probe could not tell.
+	probe string
+	// lost runs once the queue is consumed again after it was lost.
+	lost func()
+	sub  *subscription
+}
+
+// Why a subscription ended, besides a lost connection or a channel error.
+var (
+	// errCancelled: the broker cancelled the consumer (basic.cancel):
+	// its queue was deleted, or moved to another node.
+	errCancelled = errors.New("the broker cancelled the consumer (queue deleted?)")
+	// errDropped: the broker dropped the subscription without a cancel.
+	// RabbitMQ does so to the consumers of a deleted quorum queue whose
+	// channels hear of the deletion after the queue was declared again:
+	// so when one consumer of a queue is cancelled, this bus subscribes
+	// its other consumers of the queue again too, and a probe through an
+	// inbox that does not come back tells the same.
+	errDropped = errors.New("the broker dropped the subscription (queue deleted and declared again?)")
+	// errSilent: nothing came for SubscriptionCheck; subscribing again
+	// costs little and heals a subscription dropped unseen.
+	errSilent = errors.New("no delivery for a whole subscription check")
+)
+
+// cancelSettle is the pause after a cancel before the queue is declared
+// again, so that every other consumer of it (other replicas too) hears of
+// the deletion before the queue exists again: RabbitMQ drops, without a
+// cancel, the quorum-queue consumers that hear of it after.
+const cancelSettle = 200 * time.Millisecond
+
+// probeType marks the probes a consumer sends through its own inbox; they
+// are acknowledged and never reach the handler.
+const probeType = "tether.probe"
+
+// consume delivers a queue's messages to c.h until ctx ends: after a lost
+// connection on the next one, after a lost subscription (errCancelled,
+// errDropped) once cancelSettle passed (then c.lost, if any, runs), after
+// a channel error with back-off. Each subscription is on a channel of its
+// own, after c.declare; unacknowledged deliveries of a lost channel come
+// back marked redelivered.
+func (b *Bus) consume(ctx context.Context, c *consumer) error {
+	c.sub = b.subs.join(c.queue)
+	defer b.subs.leave(c.sub)
+	c.conc = max(c.conc, 1)
 	pause := &backoff{}
+	var retry time.Duration // before subscribing again; doubles while stops repeat
+	pendingLost := false
 	for {
 		s, err := b.session(ctx)
 		if err != nil {
 			return err
 		}
-		err = b.consumeOn(ctx, s, queue, declare, h, pause, max(conc, 1))
+		var subscribedAt time.Time
+		err = b.consumeOn(ctx, s, c, pause, func() {
+			subscribedAt = time.Now()
+			b.subs.up(c.sub, b.log)
+			if pendingLost && c.lost != nil {
+				c.lost()
+			}
+			pendingLost = false
+		})
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -60,21 +137,55 @@ func (b *Bus) consume(ctx context.Context, queue string, declare func(*amqp.Chan
 			return bus.ErrClosed
 		default:
 		}
-		if err != nil && !isConnectionError(err) {
-			log.Warn().Err(err).Msg("consumer stopped; starting again")
-			// Not a lost connection: do not spin on a persistent error.
-			select {
-			case <-time.After(b.cfg.ReconnectMin):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if s.conn.IsClosed() {
+			// The supervisor logs the loss and reconnects.
+			b.subs.down(c.sub, errConnectionLost, b.log)
+			b.waitChange(ctx, s)
 			continue
 		}
-		b.waitChange(ctx, s)
+		if errors.Is(err, errSilent) {
+			continue // still counted as consuming: the gap is a round trip
+		}
+		if err == nil {
+			err = amqp.ErrClosed
+		}
+		lostSub := errors.Is(err, errCancelled) || errors.Is(err, errDropped)
+		if lostSub {
+			b.lostSubs.Add(1)
+			pendingLost = true
+		}
+		if errors.Is(err, errCancelled) {
+			b.subs.kickSiblings(c.sub)
+		}
+		b.subs.down(c.sub, err, b.log)
+		// Stops in a row (a queue deleted again and again, a declare
+		// that keeps failing) back off; the first after a steady
+		// subscription waits only for the cancel to settle.
+		if !subscribedAt.IsZero() && time.Since(subscribedAt) >= b.cfg.ReconnectMax {
+			retry = 0
+		} else {
+			retry = min(max(2*retry, b.cfg.ReconnectMin), b.cfg.ReconnectMax)
+		}
+		wait := retry
+		if lostSub {
+			wait = max(wait, cancelSettle)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.closing:
+			return bus.ErrClosed
+		}
 	}
 }
 
-func (b *Bus) consumeOn(ctx context.Context, s *session, queue string, declare func(*amqp.Channel) error, h bus.Handler, pause *backoff, conc int) error {
+// consumeOn subscribes to c's queue on a new channel of s, calls
+// subscribed, and handles deliveries until ctx ends or the subscription
+// ends: errCancelled when the broker cancelled it, errDropped when a
+// sibling was cancelled or a probe did not come back, errSilent after a
+// silent SubscriptionCheck of a queue without probes.
+func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *backoff, subscribed func()) error {
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return err
@@ -83,22 +194,34 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, queue string, declare f
 	// queue, marked redelivered.
 	defer ch.Close()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	if err := declare(ch); err != nil {
+	cancelled := ch.NotifyCancel(make(chan string, 1))
+	if err := c.declare(ch); err != nil {
 		return err
 	}
-	if err := ch.Qos(max(b.cfg.Prefetch, conc), 0, false); err != nil {
+	if err := ch.Qos(max(b.cfg.Prefetch, c.conc), 0, false); err != nil {
 		return err
 	}
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	c.sub.unkick()
+	deliveries, err := ch.Consume(c.queue, "", false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", queue, err)
+		return fmt.Errorf("consume %s: %w", c.queue, err)
 	}
+	subscribed()
 	// Deliveries in flight: handled in goroutines, settled through acks.
 	acks := &acker{ch: ch, settled: map[uint64]bool{}}
-	slots := make(chan struct{}, conc)
+	slots := make(chan struct{}, c.conc)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	failed := make(chan error, 1)
+	check := time.NewTicker(b.cfg.SubscriptionCheck)
+	defer check.Stop()
+	heard := false
+	probe := ""                         // the probe out, "" for none
+	probed := make(chan probeResult, 1) // the probe publisher's answer
+	// Stopped before wg is waited for: a probe waiting for a connection
+	// must not hold up the next subscription.
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
 	for {
 		select {
 		case <-ctx.Done():
@@ -110,14 +233,56 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, queue string, declare f
 				return amqp.ErrClosed
 			}
 			return err
+		case <-cancelled:
+			// What was prefetched and not handled yet returns to the
+			// queue with the channel, if the queue still exists.
+			return errCancelled
+		case <-c.sub.kicked:
+			return fmt.Errorf("%w: another consumer of the queue was cancelled", errDropped)
 		case err := <-failed:
 			return err
+		case <-check.C:
+			switch {
+			case heard:
+				heard, probe = false, ""
+			case c.probe == "":
+				return errSilent
+			case probe != "":
+				return fmt.Errorf("%w: a probe sent through the queue did not come back", errDropped)
+			default:
+				probe = b.sendProbe(probeCtx, c.probe, &wg, probed)
+			}
+		case r := <-probed:
+			switch {
+			case r.id != probe:
+			case errors.Is(r.err, errReturned), errors.Is(r.err, errRefused):
+				return fmt.Errorf("%w: a probe found no queue bound: %v", errDropped, r.err)
+			case r.err != nil:
+				probe = "" // not sent: no conclusion, try on the next check
+			}
 		case d, ok := <-deliveries:
 			if !ok {
-				return amqp.ErrClosed
+				// The library signals a cancel before it closes the
+				// deliveries.
+				select {
+				case <-cancelled:
+					return errCancelled
+				default:
+					return amqp.ErrClosed
+				}
 			}
-			if conc == 1 {
-				if err := b.handle(ctx, queue, d, h, pause, acks); err != nil {
+			heard = true
+			if c.probe != "" && d.Type == probeType {
+				if d.MessageId == probe {
+					probe = ""
+				}
+				if err := acks.ack(d.DeliveryTag); err != nil {
+					return err
+				}
+				continue
+			}
+			if c.conc == 1 {
+				if err := b.handle(ctx, c.queue, d, c.h, pause, acks); err != nil {
 					return err
 				}
 				continue
@@ -132,7 +297,7 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, queue string, declare f
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				if err := b.handle(ctx, queue, d, h, pause, acks); err != nil {
+				if err := b.handle(ctx, c.queue, d, c.h, pause, acks); err != nil {
 					select {
 					case failed <- err:
 					default:
@@ -141,6 +306,37 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, queue string, declare f
 			}()
 		}
 	}
+}
+
+// probeResult is how publishing a probe went.
+type probeResult struct {
+	id  string
+	err error
+}
+
+// sendProbe publishes a probe to the commands exchange with key, in a
+// goroutine wg tracks, and answers on out; it returns the probe's id. The
+// probe expires after two checks, so one no consumer takes does not pile
+// up.
+func (b *Bus) sendProbe(ctx context.Context, key string, wg *sync.WaitGroup, out chan<- probeResult) string {
+	id := uuid.NewString()
+	msg := amqp.Publishing{
+		Type:       probeType,
+		MessageId:  id,
+		Expiration: strconv.FormatInt((2 * b.cfg.SubscriptionCheck).Milliseconds(), 10),
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pctx, cancel := context.WithTimeout(ctx, b.cfg.SubscriptionCheck)
+		defer cancel()
+		r := probeResult{id: id, err: b.publishConfirmed(pctx, b.cmdExchange(), key, msg)}
+		select {
+		case out <- r:
+		default: // consumeOn returned: nobody reads
+		}
+	}()
+	return id
 }
 
 // handle decodes one delivery and hands it to h: acknowledged when h

@@ -101,7 +101,7 @@ func streamEvents(t *testing.T, n int, fault func(pub, sub *Bus)) (distinct, tot
 	return len(seen), int(deliveries.Load())
 }
 
-func mustKey(t *testing.T) []byte {
+func mustKey(t testing.TB) []byte {
 	t.Helper()
 	_, k, err := bus.GenerateKey()
 	if err != nil {

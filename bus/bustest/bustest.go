@@ -8,6 +8,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,10 @@ type Subject struct {
 	SendRaw func(ctx context.Context, env, agent string, data []byte) error
 	// DeadLetters counts messages dead-lettered so far.
 	DeadLetters func(ctx context.Context) (int, error)
+	// DeleteInbox and DeleteServerQueue delete a queue with its messages,
+	// as a client with rights on the broker could.
+	DeleteInbox       func(ctx context.Context, env, agent string) error
+	DeleteServerQueue func(ctx context.Context, q bus.Queue) error
 }
 
 // patience bounds every wait: a liveness guard against hangs, not a speed
@@ -48,6 +53,8 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"RejectedIsDeadLettered", testRejected},
 		{"DedupOnReceive", testDedup},
 		{"Claim", testClaim},
+		{"InboxDeletedIsDeclaredAgain", testInboxDeleted},
+		{"ServerQueueDeletedIsDeclaredAgain", testServerQueueDeleted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newSubject(t)) })
@@ -120,11 +127,11 @@ func (c *collector) waitFor(t *testing.T, n int) []bus.Delivery {
 
 // consume runs ConsumeInbox in the background; the returned stop cancels it
 // and waits for it to return.
-func consume(t *testing.T, b bus.Bus, agent string, h bus.Handler) (stop func()) {
+func consume(t *testing.T, b bus.Bus, agent string, h bus.Handler, opts ...bus.InboxOption) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- b.ConsumeInbox(ctx, env, agent, h) }()
+	go func() { done <- b.ConsumeInbox(ctx, env, agent, h, opts...) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -372,8 +379,11 @@ func testEventRouting(t *testing.T, s Subject) {
 	}
 	ev := events.waitFor(t, 2)
 	co := compliance.waitFor(t, 1)
-	if ev[0].Envelope.Kind != bus.KindResourceStatus || ev[1].Envelope.Kind != bus.KindHeartbeat {
-		t.Fatalf("events queue got %s, %s", ev[0].Envelope.Kind, ev[1].Envelope.Kind)
+	// Events are handled several at once, in no promised order.
+	kinds := []string{string(ev[0].Envelope.Kind), string(ev[1].Envelope.Kind)}
+	slices.Sort(kinds)
+	if want := []string{string(bus.KindHeartbeat), string(bus.KindResourceStatus)}; !slices.Equal(kinds, want) || len(ev) != 2 {
+		t.Fatalf("events queue got %d events, %v first, want %v", len(ev), kinds, want)
 	}
 	if co[0].Envelope.Kind != bus.KindCompliance {
 		t.Fatalf("compliance queue got %s", co[0].Envelope.Kind)
@@ -523,5 +533,107 @@ func testClaim(t *testing.T, s Subject) {
 			t.Fatalf("claim after release: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testInboxDeleted deletes an inbox under its consumer: the consumer
+// declares it again and consumes again, then calls OnInboxLost (so an agent
+// can ask for what it lost), and a command sent after that is handled.
+func testInboxDeleted(t *testing.T, s Subject) {
+	if s.DeleteInbox == nil {
+		t.Fatal("the subject must provide DeleteInbox for this contract")
+	}
+	sg := signer()
+	c := newCollector()
+	lost := make(chan struct{}, 16)
+	consume(t, s.Bus, "deleted", c.handle, bus.OnInboxLost(func() { lost <- struct{}{} }))
+	sendSoon(t, s.Bus, command(t, sg, "deleted", 1), bus.SendOptions{})
+	c.waitFor(t, 1)
+	select {
+	case <-lost:
+		t.Fatal("OnInboxLost was called while the inbox was there")
+	default:
+	}
+	if err := s.DeleteInbox(context.Background(), env, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(patience):
+		t.Fatalf("OnInboxLost not called within %v of the inbox's deletion", patience)
+	}
+	// Called once the inbox is declared and consumed again: no retry.
+	if err := s.Bus.Send(context.Background(), command(t, sg, "deleted", 2), bus.SendOptions{}); err != nil {
+		t.Fatalf("send after OnInboxLost: got %v, want the inbox back", err)
+	}
+	got := c.waitFor(t, 2)
+	if id := deployID(t, got[len(got)-1]); id != "2" {
+		t.Fatalf("last delivery is %s, want 2", id)
+	}
+}
+
+// testServerQueueDeleted deletes a server queue: an event published while
+// it is missing fails with ErrUnroutable (the publisher keeps it), a
+// consumer declares the queue again with its routing, and a queue deleted
+// under a running consumer is declared again by it.
+func testServerQueueDeleted(t *testing.T, s Subject) {
+	if s.DeleteServerQueue == nil {
+		t.Fatal("the subject must provide DeleteServerQueue for this contract")
+	}
+	ctx := context.Background()
+	sg := signer()
+	heartbeat := func() *bus.Envelope {
+		e, err := sg.Seal(bus.KindHeartbeat, env, "lonely", bus.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if err := s.DeleteServerQueue(ctx, bus.QueueEvents); err != nil {
+		t.Fatal(err)
+	}
+	first := heartbeat()
+	if err := s.Bus.Publish(ctx, first); !errors.Is(err, bus.ErrUnroutable) {
+		t.Fatalf("publish with the events queue deleted: got %v, want ErrUnroutable", err)
+	}
+	c := newCollector()
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Bus.ConsumeEvents(cctx, bus.QueueEvents, c.handle) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("ConsumeEvents returned %v", err)
+		}
+	})
+	publishSoon(t, s.Bus, first)
+	if got := c.waitFor(t, 1); got[0].Envelope.ID != first.ID {
+		t.Fatalf("got %s, want %s", got[0].Envelope, first)
+	}
+	if err := s.DeleteServerQueue(ctx, bus.QueueEvents); err != nil {
+		t.Fatal(err)
+	}
+	second := heartbeat()
+	publishSoon(t, s.Bus, second)
+	got := c.waitFor(t, 2)
+	if last := got[len(got)-1].Envelope; last.ID != second.ID {
+		t.Fatalf("last delivery is %s, want %s", last, second)
+	}
+}
+
+// publishSoon retries Publish while no server queue takes the event (a
+// consumer declares it asynchronously).
+func publishSoon(t *testing.T, b bus.Bus, e *bus.Envelope) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		err := b.Publish(context.Background(), e)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, bus.ErrUnroutable) || time.Now().After(deadline) {
+			t.Fatalf("publish %s: %v", e, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

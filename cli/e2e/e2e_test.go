@@ -18,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/testenv"
+	"github.com/tetherhq/tether/server/record"
 )
 
 func fileID(agent, path string) string { return fmt.Sprintf("file[%s,path=%s]", agent, path) }
@@ -218,10 +219,10 @@ func TestFaultDriftWhileBrokerStopped(t *testing.T) {
 	startBroker()
 
 	id := fileID("web", "/srv/f1")
-	var drift, healed *model.Alert
+	var drift, healed *record.Alert
 	waitFor(t, 120*time.Second, "the drift and the heal recorded by the server", func() bool {
 		code, out, _ := c.run("alert", "list", "--kind", "drift", "-o", "json")
-		var alerts []model.Alert
+		var alerts []record.Alert
 		if code != 0 || json.Unmarshal([]byte(out), &alerts) != nil {
 			return false
 		}
@@ -344,7 +345,7 @@ func TestForgedEventsChangeNothing(t *testing.T) {
 	}{{stranger, "web"}, {gateKey, "web"}, {gateKey, "gate"}}
 	ctx := context.Background()
 	for _, f := range forgeries {
-		e, err := bus.NewSigner(f.key, uint64(time.Now().UnixNano())).Seal(bus.KindResourceStatus, env, f.agent, failed)
+		e, err := bus.NewSigner(f.key, 1000).Seal(bus.KindResourceStatus, env, f.agent, failed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +353,7 @@ func TestForgedEventsChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var alerts []model.Alert
+	var alerts []record.Alert
 	waitFor(t, 30*time.Second, "three security alerts", func() bool {
 		alerts = c.securityAlerts()
 		return len(alerts) >= len(forgeries)

@@ -22,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/postgres"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
@@ -321,7 +322,7 @@ func (c *cluster) release(dir string) int64 {
 // read from the store).
 func (c *cluster) deployed() int {
 	c.t.Helper()
-	sts, err := c.store.Statuses(context.Background(), env, model.StatusFilter{State: model.StateDeployed})
+	sts, err := c.store.Statuses(context.Background(), env, record.StatusFilter{State: model.StateDeployed})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -329,11 +330,11 @@ func (c *cluster) deployed() int {
 }
 
 // statuses is the resource list of the environment by resource ID.
-func (c *cluster) statuses() map[string]model.ResourceStatus {
+func (c *cluster) statuses() map[string]record.ResourceStatus {
 	c.t.Helper()
-	var sts []model.ResourceStatus
+	var sts []record.ResourceStatus
 	c.cliJSON(&sts, "resource", "list")
-	out := map[string]model.ResourceStatus{}
+	out := map[string]record.ResourceStatus{}
 	for _, s := range sts {
 		out[s.ID.String()] = s
 	}
@@ -343,7 +344,7 @@ func (c *cluster) statuses() map[string]model.ResourceStatus {
 // converged waits until every resource of version v is deployed.
 func (c *cluster) converged(v int64, n int, within time.Duration) {
 	c.t.Helper()
-	var last map[string]model.ResourceStatus
+	var last map[string]record.ResourceStatus
 	ok := poll(within, func() bool {
 		last = c.statuses()
 		if len(last) != n {
@@ -383,11 +384,11 @@ type action struct {
 func (c *cluster) actions() []action {
 	c.t.Helper()
 	ctx := context.Background()
-	sts, err := c.store.Statuses(ctx, env, model.StatusFilter{})
+	sts, err := c.store.Statuses(ctx, env, record.StatusFilter{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var all []model.Action
+	var all []record.Action
 	for _, s := range sts {
 		as, err := c.store.Actions(ctx, env, s.ID, 10000)
 		if err != nil {
@@ -398,7 +399,7 @@ func (c *cluster) actions() []action {
 	sort.Slice(all, func(i, j int) bool { return all[i].Seq < all[j].Seq })
 	var out []action
 	for _, a := range all {
-		if a.Kind == model.ActionDeploy {
+		if a.Kind == record.ActionDeploy {
 			out = append(out, action{id: a.ID.String(), deploy: a.DeployID, state: string(a.State), version: a.Version, changed: len(a.Changes) > 0})
 		}
 	}
@@ -418,9 +419,9 @@ func changesPer(log []action, v int64) map[string]int {
 }
 
 // alerts returns the environment's security alerts.
-func (c *cluster) securityAlerts() []model.Alert {
+func (c *cluster) securityAlerts() []record.Alert {
 	c.t.Helper()
-	var as []model.Alert
+	var as []record.Alert
 	c.cliJSON(&as, "alert", "list", "--kind", "security")
 	return as
 }

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // natNet is a small network behind NAT: namespace lan (the agent's host)
@@ -153,7 +153,7 @@ func TestAgentBehindNAT(t *testing.T) {
 	var seen api.AgentView
 	waitFor(t, 30*time.Second, "the agent to be discovered and accepted", func() bool {
 		seen = c.agent("web")
-		return seen.State == model.AgentAccepted && seen.Online
+		return seen.State == record.AgentAccepted && seen.Online
 	})
 	t.Logf("discovered and accepted %s after starting it", time.Since(start).Round(time.Millisecond))
 	if seen.Labels["role"] != "web" || seen.Labels["site"] != "branch-office" {

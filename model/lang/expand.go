@@ -2,9 +2,7 @@ package lang
 
 import (
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
@@ -34,6 +32,9 @@ type dynamicRef struct {
 // it belongs to, applying applications recursively.
 func (c *compiler) expand(hosts []*hostInfo) {
 	for _, h := range hosts {
+		if c.halted() {
+			return
+		}
 		if h.decl != nil {
 			b := h.decl.body
 			c.expandBody(h, b, c.hostCtx(h, b.unit))
@@ -45,9 +46,9 @@ func (c *compiler) expand(hosts []*hostInfo) {
 				h.shared--
 			}
 		}
-		if c.count > c.opts.MaxResources {
+		if c.count > c.limits.resources {
 			c.diags = append(c.diags, errorf(nil, "Too many resources",
-				"the model expands to more than %d resources (at host %s); check for_each expressions", c.opts.MaxResources, h.name))
+				"the model expands to more than %d resources (at host %s); check for_each expressions", c.limits.resources, h.name))
 			return
 		}
 		h.ctxs = nil // the scopes are not needed after expansion
@@ -58,9 +59,15 @@ func (c *compiler) expandBody(h *hostInfo, b *body, ctx *hcl.EvalContext) {
 	scope := h.scopes
 	h.scopes++
 	for _, rb := range b.resources {
+		if c.halted() {
+			return
+		}
 		c.expandResource(h, rb, ctx, scope)
 	}
 	for _, ab := range b.applies {
+		if c.halted() {
+			return
+		}
 		c.expandApply(h, ab, ctx)
 	}
 }
@@ -100,8 +107,8 @@ func (c *compiler) forEach(h *hostInfo, ctx *hcl.EvalContext, a *hcl.Attribute) 
 	case !ty.IsMapType() && !ty.IsObjectType() && !ty.IsSetType():
 		return bad(fmt.Sprintf("for_each takes a map or a set of strings, got %s", ty.FriendlyName()))
 	}
-	if n := v.LengthInt(); n > c.opts.MaxResources {
-		return bad(fmt.Sprintf("for_each has %d elements, more than the %d resources a compile may have", n, c.opts.MaxResources))
+	if n := v.LengthInt(); n > c.limits.resources {
+		return bad(fmt.Sprintf("for_each has %d elements, more than the %d resources a compile may have", n, c.limits.resources))
 	}
 	for it := v.ElementIterator(); it.Next(); {
 		k, ev := it.Element()
@@ -155,6 +162,15 @@ func (c *compiler) expandApply(h *hostInfo, ab *applyBlock, ctx *hcl.EvalContext
 	h.shared++ // parameters' defaults and validations are the application's
 	defer func() { h.shared-- }()
 	for _, inst := range instances {
+		if c.halted() {
+			return
+		}
+		if c.instances++; c.instances > c.limits.resources {
+			c.diags = append(c.diags, errorf(ab.block.DefRange.Ptr(), "Too many applications",
+				"the model applies applications more than %d times (Options.MaxResources); check for_each expressions%s", c.limits.resources, hostSuffix(h)))
+			c.halt = true
+			return
+		}
 		ictx := inst.ctx
 		hctx := c.hostCtx(h, app.unit)
 		params := make(map[string]cty.Value, len(app.params))
@@ -176,7 +192,7 @@ func (c *compiler) expandApply(h *hostInfo, ab *applyBlock, ctx *hcl.EvalContext
 				ok = false
 				continue
 			}
-			conv, err := convert.Convert(v, p.typ)
+			conv, err := c.convert(v, p.typ)
 			if err != nil {
 				c.diags = append(c.diags, errorf(expr.Range().Ptr(), "Invalid value for parameter "+p.name,
 					"application %q takes %s as %s: %v%s", app.name, p.name, typeexpr.TypeString(p.typ), err, hostSuffix(h)))
@@ -231,6 +247,9 @@ func (c *compiler) expandResource(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalC
 	}
 	instances, _ := c.eachInstances(h, ctx, rb.forEach, rb.block)
 	for _, inst := range instances {
+		if c.halted() {
+			return
+		}
 		c.instance(h, rb, inst.ctx, scope, inst.item, true, purged)
 	}
 }
@@ -273,7 +292,18 @@ func (c *compiler) evalAttr(h *hostInfo, ctx *hcl.EvalContext, a *hcl.Attribute,
 		c.diags = append(c.diags, forHost(diags, h)...)
 		return attrValue{}, false
 	}
-	av, err := toAttr(v, t)
+	if err := c.checkValue(v, a.Name); err != nil {
+		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Value too large", "%v%s", err, hostSuffix(h)))
+		return attrValue{}, false
+	}
+	size, _ := c.sizeOf(v)
+	if c.attrSize += int64(size); c.attrSize > c.limits.resultSize {
+		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Compiled model too large",
+			"the resources' attributes add up to more than %s (Options.MaxResultSize)%s", bytesText(c.limits.resultSize), hostSuffix(h)))
+		c.halt = true
+		return attrValue{}, false
+	}
+	av, err := c.toAttr(v, t)
 	if err != nil {
 		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Invalid value",
 			"%s must be a %s: %v%s", a.Name, t, err, hostSuffix(h)))
@@ -288,6 +318,35 @@ func hostSuffix(h *hostInfo) string {
 		return ""
 	}
 	return " (for host " + h.name + ")"
+}
+
+// checkKind judges a resource's evaluated attributes by the catalogue's
+// rules (model.KindSpec.Problems, the rules the server and the handlers
+// apply) and reports each problem at its place: a value at its expression,
+// what is missing or too much at the block. Types are already right (the
+// values were converted to them) and unknown attributes cannot be written
+// (the block's schema refuses them).
+func (c *compiler) checkKind(h *hostInfo, rb *resourceBlock, attrs model.Attributes, purged, undefined bool) bool {
+	kind := rb.kind
+	problems := kind.Problems(attrs, purged, undefined)
+	for _, p := range problems {
+		rng := rb.block.DefRange.Ptr()
+		switch p.Rule {
+		case model.RuleValue, model.RuleType, model.RuleUnknown:
+			if i := slices.IndexFunc(rb.attrs, func(a *hcl.Attribute) bool { return a.Name == p.Attr }); i >= 0 {
+				rng = rb.attrs[i].Expr.Range().Ptr()
+			}
+			c.diags = append(c.diags, errorf(rng, "Invalid value for "+p.Attr, "%v%s", p.Err, hostSuffix(h)))
+		case model.RulePurged:
+			c.diags = append(c.diags, errorf(rng, "Purged resource with attributes",
+				"a purged %s only needs its %s: %s is set%s", kind.Kind, kind.Identity, p.Attr, hostSuffix(h)))
+		case model.RuleRequired:
+			c.diags = append(c.diags, errorf(rng, "Missing required attribute", "%v (it is null)%s", p.Err, hostSuffix(h)))
+		default:
+			c.diags = append(c.diags, errorf(rng, "Invalid resource", "%v%s", &p, hostSuffix(h)))
+		}
+	}
+	return len(problems) == 0
 }
 
 // instance evaluates one resource: its attributes, identity and the
@@ -320,16 +379,9 @@ func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext
 		if av.null {
 			continue
 		}
-		if spec.Check != nil {
-			if err := spec.Check(av.json); err != nil {
-				c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Invalid value for "+a.Name, "%v%s", err, hostSuffix(h)))
-				ok = false
-				continue
-			}
-		}
 		attrs[a.Name] = av.json
 	}
-	if !ok {
+	if !ok || !c.checkKind(h, rb, attrs, purged, undefined) {
 		return
 	}
 	if identityUnknown {
@@ -358,20 +410,6 @@ func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext
 		c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Invalid resource identity", "%v", err))
 		return
 	}
-	if purged {
-		if n := kind.NotWhenPurged(slices.Sorted(maps.Keys(attrs))); n != "" {
-			c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Purged resource with attributes",
-				"a purged %s only needs its %s: %s is set%s", kind.Kind, kind.Identity, n, hostSuffix(h)))
-			return
-		}
-	}
-	if !purged && !undefined {
-		if err := kind.CheckRequired(func(n string) bool { _, ok := attrs[n]; return ok }); err != nil {
-			c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Missing required attribute",
-				"%s (it is null)%s", strings.TrimPrefix(err.Error(), model.ErrInvalidAttribute.Error()+": "), hostSuffix(h)))
-			return
-		}
-	}
 	for i := range rb.refs {
 		for _, e := range rb.refs[i].dynamic {
 			refs, miss, good := c.dynamicRefs(h, ctx, e, refAttrNames[i])
@@ -392,7 +430,11 @@ func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext
 		h.undefined = append(h.undefined, Undefined{ID: d.res.ID.String(), Block: where(rb.block.DefRange), Agent: h.agent, Missing: slices.Compact(missing)})
 	}
 	h.decls = append(h.decls, d)
-	c.count++
+	if c.count++; c.count > c.limits.resources {
+		c.diags = append(c.diags, errorf(rb.block.DefRange.Ptr(), "Too many resources",
+			"the model expands to more than %d resources (Options.MaxResources); check for_each expressions%s", c.limits.resources, hostSuffix(h)))
+		c.halt = true
+	}
 }
 
 // dynamicRefs evaluates an element of requires or subscribes that is not a

@@ -9,7 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"os"
+	"maps"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
@@ -27,8 +27,8 @@ import (
 // cty's standard library (strings, numbers, collections, encoding, regular
 // expressions, dates), hashes and base64, try and can, yamlencode and
 // yamldecode, sensitive, and file and templatefile, whose paths are relative
-// to the unit's directory and may not leave the project. The map is built
-// once per unit.
+// to the unit's directory and may not leave the project. Each is bounded
+// (see bounded). The map is built once per unit.
 func (c *compiler) functions(u *unit) map[string]function.Function {
 	if u.funcs != nil {
 		return u.funcs
@@ -50,7 +50,7 @@ func (c *compiler) functions(u *unit) map[string]function.Function {
 		// collections
 		"chunklist": stdlib.ChunklistFunc, "coalesce": stdlib.CoalesceFunc, "coalescelist": stdlib.CoalesceListFunc,
 		"compact": stdlib.CompactFunc, "concat": stdlib.ConcatFunc, "contains": stdlib.ContainsFunc,
-		"distinct": stdlib.DistinctFunc, "element": stdlib.ElementFunc, "flatten": stdlib.FlattenFunc,
+		"distinct": distinctFunc, "element": stdlib.ElementFunc, "flatten": stdlib.FlattenFunc,
 		"index": stdlib.IndexFunc, "keys": stdlib.KeysFunc, "length": stdlib.LengthFunc,
 		"lookup": stdlib.LookupFunc, "merge": stdlib.MergeFunc, "range": stdlib.RangeFunc,
 		"reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc,
@@ -62,22 +62,25 @@ func (c *compiler) functions(u *unit) map[string]function.Function {
 		"yamlencode": ctyyaml.YAMLEncodeFunc, "yamldecode": ctyyaml.YAMLDecodeFunc,
 		"csvdecode": stdlib.CSVDecodeFunc, "formatdate": stdlib.FormatDateFunc, "timeadd": stdlib.TimeAddFunc,
 		"base64encode": base64EncodeFunc, "base64decode": base64DecodeFunc,
-		// conversion and errors
+		// conversion
 		"tostring": stdlib.MakeToFunc(cty.String), "tonumber": stdlib.MakeToFunc(cty.Number),
 		"tobool": stdlib.MakeToFunc(cty.Bool), "tolist": stdlib.MakeToFunc(cty.List(cty.DynamicPseudoType)),
 		"toset": stdlib.MakeToFunc(cty.Set(cty.DynamicPseudoType)), "tomap": stdlib.MakeToFunc(cty.Map(cty.DynamicPseudoType)),
-		"try": tryfunc.TryFunc, "can": tryfunc.CanFunc,
-		"sensitive": sensitiveFunc,
 		// hashing and files
 		"md5": hashFunc(md5.New), "sha1": hashFunc(sha1.New), "sha256": hashFunc(sha256.New), "sha512": hashFunc(sha512.New),
-		"file": c.fileFunc(u),
 	}
+	for name, f := range fns {
+		fns[name] = c.bounded(name, f)
+	}
+	// try and can evaluate their arguments themselves (whose expressions
+	// are guarded), sensitive only marks its argument, and file and
+	// templatefile are bounded by the file limits and the template's
+	// guards.
+	fns["try"], fns["can"], fns["sensitive"] = tryfunc.TryFunc, tryfunc.CanFunc, sensitiveFunc
+	fns["file"] = c.fileFunc(u)
 	// templatefile sees every function but itself: a template cannot
 	// render templates (no recursion to bound).
-	inner := make(map[string]function.Function, len(fns))
-	for k, v := range fns {
-		inner[k] = v
-	}
+	inner := maps.Clone(fns)
 	fns["templatefile"] = c.templateFileFunc(u, inner)
 	u.funcs = fns
 	return fns
@@ -151,78 +154,15 @@ var sensitiveFunc = function.New(&function.Spec{
 	},
 })
 
-// maxProduct bounds setproduct, whose result grows as the product of its
-// arguments' lengths.
-const maxProduct = 100_000
-
-var boundedSetProduct = function.New(&function.Spec{
-	Description: stdlib.SetProductFunc.Description(),
-	VarParam:    &function.Parameter{Name: "sets", Type: cty.DynamicPseudoType, AllowMarked: true},
-	Type: func(args []cty.Value) (cty.Type, error) {
-		n := 1
-		for _, a := range args {
-			a, _ = a.Unmark()
-			if a.IsKnown() && !a.IsNull() && a.CanIterateElements() {
-				n *= max(a.LengthInt(), 1)
-				if n > maxProduct {
-					return cty.NilType, fmt.Errorf("the product has more than %d elements", maxProduct)
-				}
-			}
-		}
-		return stdlib.SetProductFunc.ReturnTypeForValues(args)
-	},
-	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		return stdlib.SetProductFunc.Call(args)
-	},
-})
-
-// readModelFile reads a file named relative to a unit's directory, refusing
-// paths that leave the project.
-func (c *compiler) readModelFile(u *unit, name string) (string, string, error) {
-	if filepath.IsAbs(name) {
-		return "", "", fmt.Errorf("%q is absolute; name files relative to the model directory", name)
-	}
-	p := filepath.Join(u.dir, name)
-	if !within(c.root, p) {
-		return "", "", fmt.Errorf("%q is outside the model directory", name)
-	}
-	// A symbolic link may not lead out either.
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		root, rerr := filepath.EvalSymlinks(c.root)
-		if rerr == nil && !within(root, real) {
-			return "", "", fmt.Errorf("%q leads outside the model directory (to %s)", name, real)
-		}
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return "", "", fmt.Errorf("read %s: %w", name, unwrapPathError(err))
-	}
-	c.record(p, b)
-	if !utf8.Valid(b) {
-		return "", "", fmt.Errorf("%s is not UTF-8 text", name)
-	}
-	return p, string(b), nil
-}
-
-// within reports whether p is dir or below it.
-func within(dir, p string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-}
-
-func unwrapPathError(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
-}
-
 func (c *compiler) fileFunc(u *unit) function.Function {
 	return function.New(&function.Spec{
 		Description: "the content of a file of the model directory",
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if c.ctx.Err() != nil {
+				return cty.NilVal, c.timeoutError()
+			}
 			_, s, err := c.readModelFile(u, args[0].AsString())
 			if err != nil {
 				return cty.NilVal, err
@@ -243,6 +183,9 @@ func (c *compiler) templateFileFunc(u *unit, fns map[string]function.Function) f
 		},
 		Type: function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if c.ctx.Err() != nil {
+				return cty.NilVal, c.timeoutError()
+			}
 			name := args[0].AsString()
 			vars := args[1]
 			if !vars.Type().IsObjectType() && !vars.Type().IsMapType() {
@@ -284,12 +227,17 @@ func (c *compiler) template(u *unit, name string) (hcl.Expression, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d := c.scanSource([]byte(src), c.display(p), scanTemplate); d != nil {
+		return nil, fmt.Errorf("%s", diagsText(hcl.Diagnostics{d}))
+	}
 	expr, diags := hclsyntax.ParseTemplate([]byte(src), c.display(p), hcl.Pos{Line: 1, Column: 1, Byte: 0})
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("%s", diagsText(diags))
 	}
 	// The template may read facts or labels no model file does.
-	c.scanNode(expr.(hclsyntax.Node))
+	if diags := c.scan(expr.(hclsyntax.Node)); diags.HasErrors() {
+		return nil, fmt.Errorf("%s", diagsText(diags))
+	}
 	c.templates[key] = expr
 	return expr, nil
 }

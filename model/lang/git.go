@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/tetherhq/tether/model/durable"
 )
 
 // ModuleCacheDir is where git modules are cached, relative to the project.
@@ -36,12 +38,17 @@ func (c *compiler) fetchGit(url, ref string) (string, string, error) {
 	if strings.HasPrefix(ref, "-") || strings.ContainsAny(ref, " \t\n") || strings.HasPrefix(url, "-") {
 		return "", "", fmt.Errorf("invalid url or ref")
 	}
-	cache := filepath.Join(c.root, ModuleCacheDir)
+	// The cache is written through the project's root, so a .tether
+	// committed as a link out of the project does not lead the writes out.
+	root := c.project.root
 	sum := sha256.Sum256([]byte(url))
-	repoDir := filepath.Join(cache, hex.EncodeToString(sum[:8]))
-	lockPath := filepath.Join(cache, "lock.json")
+	repoRel := filepath.Join(ModuleCacheDir, hex.EncodeToString(sum[:8]))
+	lockRel := filepath.Join(ModuleCacheDir, "lock.json")
+	if err := root.MkdirAll(repoRel, 0o755); err != nil {
+		return "", "", c.cacheError(err)
+	}
 	lock := moduleLock{Refs: map[string]string{}}
-	if b, err := os.ReadFile(lockPath); err == nil {
+	if b, err := c.project.read(lockRel, c.limits.fileSize); err == nil {
 		_ = json.Unmarshal(b, &lock)
 		if lock.Refs == nil {
 			lock.Refs = map[string]string{}
@@ -54,18 +61,17 @@ func (c *compiler) fetchGit(url, ref string) (string, string, error) {
 		commit = lock.Refs[url+"@"+ref]
 	}
 	if commit != "" {
-		if st, err := os.Stat(filepath.Join(repoDir, commit)); err == nil && st.IsDir() {
-			return filepath.Join(repoDir, commit), commit, nil
+		if st, err := root.Stat(filepath.Join(repoRel, commit)); err == nil && st.IsDir() {
+			return filepath.Join(c.root, repoRel, commit), commit, nil
 		}
 	}
-	if err := os.MkdirAll(repoDir, 0o755); err != nil {
-		return "", "", err
-	}
+	repoDir := filepath.Join(c.root, repoRel)
 	tmp, err := os.MkdirTemp(repoDir, ".fetch-*")
 	if err != nil {
 		return "", "", err
 	}
 	defer os.RemoveAll(tmp)
+	tmpRel := filepath.Join(repoRel, filepath.Base(tmp))
 	ctx, cancel := context.WithTimeout(c.ctx, gitTimeout)
 	defer cancel()
 	if err := git(ctx, "", "clone", "--quiet", "--no-checkout", "--", url, tmp); err != nil {
@@ -79,20 +85,32 @@ func (c *compiler) fetchGit(url, ref string) (string, string, error) {
 		return "", "", fmt.Errorf("git rev-parse: %w", err)
 	}
 	commit = strings.TrimSpace(string(out))
-	if err := os.RemoveAll(filepath.Join(tmp, ".git")); err != nil {
+	if !commitRE.MatchString(commit) {
+		return "", "", fmt.Errorf("git rev-parse: %q is not a commit", commit)
+	}
+	if err := root.RemoveAll(filepath.Join(tmpRel, ".git")); err != nil {
 		return "", "", err
 	}
-	dest := filepath.Join(repoDir, commit)
-	if _, err := os.Stat(dest); err != nil {
-		if err := os.Rename(tmp, dest); err != nil {
+	destRel := filepath.Join(repoRel, commit)
+	if _, err := root.Stat(destRel); err != nil {
+		if err := root.Rename(tmpRel, destRel); err != nil {
 			return "", "", err
 		}
 	}
 	lock.Refs[url+"@"+ref] = commit
 	if b, err := json.MarshalIndent(lock, "", "  "); err == nil {
-		_ = writeFileAtomic(lockPath, b)
+		// Unsynced: a lock file lost in a crash costs one resolution.
+		_ = durable.WriteFile(lockRel, b, 0o644, durable.In(root), durable.NoSync())
 	}
-	return dest, commit, nil
+	return filepath.Join(c.root, destRel), commit, nil
+}
+
+// cacheError explains a module cache that cannot be created.
+func (c *compiler) cacheError(err error) error {
+	if _, inside := c.project.resolve(filepath.Join(c.root, ModuleCacheDir)); !inside {
+		return fmt.Errorf("the module cache %s leads outside the model directory (a symbolic link); remove it", ModuleCacheDir)
+	}
+	return fmt.Errorf("module cache %s: %w", ModuleCacheDir, unwrapPathError(err))
 }
 
 func git(ctx context.Context, dir string, args ...string) error {
@@ -110,20 +128,4 @@ func git(ctx context.Context, dir string, args ...string) error {
 		return fmt.Errorf("%w: %s", err, msg)
 	}
 	return nil
-}
-
-func writeFileAtomic(p string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".lock-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
 }

@@ -3,14 +3,12 @@ package lang
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/tetherhq/tether/model"
 )
 
 // Input is a file a compile read, relative to the model directory.
@@ -53,7 +51,9 @@ func Fingerprint(inputs []Input, opts Options, salt string) string {
 		write("var", k, opts.Vars[k])
 	}
 	if opts.Inventory != nil {
-		b, err := model.Canonical(opts.Inventory)
+		// encoding/json writes map keys sorted: the same inventory gives
+		// the same bytes.
+		b, err := json.Marshal(opts.Inventory)
 		if err != nil {
 			// Not canonical: never equal to another compile's.
 			b = []byte(fmt.Sprintf("%p", opts.Inventory))
@@ -69,12 +69,19 @@ func Fingerprint(inputs []Input, opts Options, salt string) string {
 // Unchanged reports whether the model in dir still consists of exactly the
 // recorded inputs with the same content: the same *.hcl files in every
 // directory a model file was read from (the project's and its modules'),
-// and every file read unchanged.
+// and every file read unchanged. Files are read as a compile reads them
+// (inside the directory, regular files, within DefaultMaxFileSize): one
+// that no longer is, is a change.
 func Unchanged(dir string, inputs []Input) bool {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return false
 	}
+	t, err := openTree(abs)
+	if err != nil {
+		return false
+	}
+	defer t.close()
 	recorded := map[string]string{}
 	dirs := map[string]bool{".": true}
 	for _, in := range inputs {
@@ -85,16 +92,12 @@ func Unchanged(dir string, inputs []Input) bool {
 	}
 	models := 0
 	for d := range dirs {
-		found, err := filepath.Glob(filepath.Join(abs, d, "*.hcl"))
+		found, err := t.modelFiles(d, maxFiles)
 		if err != nil {
 			return false
 		}
-		for _, m := range found {
-			rel, err := filepath.Rel(abs, m)
-			if err != nil {
-				return false
-			}
-			if _, ok := recorded[rel]; !ok {
+		for _, name := range found {
+			if _, ok := recorded[filepath.Join(d, name)]; !ok {
 				return false // a model file was added
 			}
 		}
@@ -105,9 +108,9 @@ func Unchanged(dir string, inputs []Input) bool {
 		if strings.HasSuffix(in.Path, ".hcl") {
 			recordedModels++
 		}
-		b, err := os.ReadFile(filepath.Join(abs, in.Path))
+		b, err := t.read(in.Path, DefaultMaxFileSize)
 		if err != nil {
-			return false // removed
+			return false // removed, or no longer a file to read
 		}
 		sum := sha256.Sum256(b)
 		if hex.EncodeToString(sum[:]) != in.SHA256 {
@@ -115,6 +118,6 @@ func Unchanged(dir string, inputs []Input) bool {
 		}
 	}
 	// A template named *.hcl is an input but not a model file: counts
-	// differ only if a model file was removed, which ReadFile caught.
+	// differ only if a model file was removed, which read caught.
 	return models <= recordedModels
 }

@@ -25,11 +25,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -49,14 +48,45 @@ type Options struct {
 	// UpdateModules resolves the refs of git modules again instead of using
 	// the commits recorded in the module cache.
 	UpdateModules bool
-	// MaxResources bounds the number of resources a compile may produce
-	// (0: DefaultMaxResources), so that a runaway for_each ends with a
-	// diagnostic instead of exhausting memory.
+	// MaxResources bounds the number of resources a compile may produce,
+	// and of applications it may apply (0: DefaultMaxResources), so that a
+	// runaway for_each ends with a diagnostic instead of exhausting memory.
 	MaxResources int
+
+	// The bounds below keep a hostile or broken model (say, from an
+	// untrusted commit) from exhausting the machine: whatever the model,
+	// a compile ends within them with a result or a diagnostic. Zero
+	// means the default.
+
+	// Timeout bounds the compile's time (DefaultTimeout). A compile past it
+	// ends with a diagnostic saying so; the caller's own cancellation of
+	// the context is returned as the context's error.
+	Timeout time.Duration
+	// MaxFileSize bounds each file the compile reads: model files,
+	// templates, files of file() (DefaultMaxFileSize).
+	MaxFileSize int64
+	// MaxTotalSize bounds all the files the compile reads, together
+	// (DefaultMaxTotalSize).
+	MaxTotalSize int64
+	// MaxTokens bounds the tokens of the model files and templates,
+	// together (DefaultMaxTokens).
+	MaxTokens int
+	// MaxValueSize bounds every value the compile builds
+	// (DefaultMaxValueSize).
+	MaxValueSize int
+	// MaxResultSize bounds the attributes of all compiled resources
+	// together (DefaultMaxResultSize).
+	MaxResultSize int64
+	// MaxNesting bounds how deep expressions, templates and decoded
+	// documents nest (DefaultMaxNesting).
+	MaxNesting int
 }
 
-// DefaultMaxResources is the default bound of Options.MaxResources.
-const DefaultMaxResources = 2_000_000
+// DefaultMaxResources is the default bound of Options.MaxResources: a
+// resource costs the compile about 2.5 KB, so this bounds its memory to
+// about 1.2 GiB, 2.5 times the largest fleet Tether aims at (10,000 agents
+// of 20 resources).
+const DefaultMaxResources = 500_000
 
 // Result is a compiled model.
 type Result struct {
@@ -138,54 +168,67 @@ func Compile(ctx context.Context, dir string, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := modelFiles(abs)
+	project, err := openTree(abs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("model directory %s: %w", dir, unwrapPathError(err))
 	}
-	if len(files) == 0 {
-		if _, statErr := os.Stat(abs); statErr != nil {
-			return nil, fmt.Errorf("model directory %s: %w", dir, unwrapPathError(statErr))
-		}
+	defer project.close()
+	if files, err := project.modelFiles(".", maxFiles); errors.Is(err, errTooManyFiles) {
+		return nil, &Error{Diagnostics: []Diagnostic{{Severity: SeverityError, Summary: "Model too large",
+			Detail: fmt.Sprintf("%s holds more than %d model files", dir, maxFiles)}}}
+	} else if err != nil {
+		return nil, fmt.Errorf("model directory %s: %w", dir, err)
+	} else if len(files) == 0 {
 		return nil, fmt.Errorf("%w in %s: write a main.hcl (see examples/quickstart)", ErrNoModel, dir)
 	}
-	if opts.MaxResources <= 0 {
-		opts.MaxResources = DefaultMaxResources
-	}
+	lim := newLimits(opts)
+	cctx, cancel := context.WithTimeout(ctx, lim.timeout)
+	defer cancel()
 	c := &compiler{
-		ctx:       ctx,
+		ctx:       cctx,
 		root:      abs,
 		shown:     dir,
+		project:   project,
+		limits:    lim,
 		parser:    hclparse.NewParser(),
 		opts:      opts,
 		templates: map[string]hcl.Expression{},
 		read:      map[string]bool{},
+		fileCache: map[string][]byte{},
+		guarded:   map[*hcl.File]bool{},
 		apps:      map[string]*application{},
 		factPaths: map[string][]string{},
 		labels:    map[string]bool{},
 	}
-	return c.compile()
-}
-
-// modelFiles lists the *.hcl files of a directory, sorted.
-func modelFiles(dir string) ([]string, error) {
-	matches, err := filepath.Glob(filepath.Join(dir, "*.hcl"))
-	if err != nil {
-		return nil, err
+	defer func() {
+		for _, t := range c.trees {
+			t.close()
+		}
+	}()
+	res, err := c.compile()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
-	sort.Strings(matches)
-	return matches, nil
+	return res, err
 }
 
 type compiler struct {
-	ctx    context.Context // the caller's, for module fetches
-	root   string          // absolute project directory
-	shown  string          // the directory as the user named it, for messages
-	parser *hclparse.Parser
-	opts   Options
-	diags  hcl.Diagnostics
+	ctx     context.Context // the caller's, with the compile's deadline
+	root    string          // absolute project directory
+	shown   string          // the directory as the user named it, for messages
+	project *tree
+	trees   []*tree // of git modules, closed with the compile
+	parser  *hclparse.Parser
+	opts    Options
+	limits  limits
+	diags   hcl.Diagnostics
 
 	inputs    []Input
 	read      map[string]bool
+	fileCache map[string][]byte // the files read, by absolute path
+	totalRead int64
+	tokens    int
+	guarded   map[*hcl.File]bool
 	templates map[string]hcl.Expression
 	modules   []Module
 
@@ -205,7 +248,12 @@ type compiler struct {
 	// groupsValue is hostgroup.* once hostgroups are matched.
 	groupsValue cty.Value
 
-	count int // resources expanded so far
+	count     int   // resources expanded so far
+	instances int   // applications applied so far
+	attrSize  int64 // the size of the resources' attributes so far
+	// halt stops the expansion after a bound was passed: the rest would
+	// only repeat the diagnostic.
+	halt bool
 
 	traversals map[hcl.Expression][]hcl.Traversal // see variablesOf
 }
@@ -224,18 +272,18 @@ func (c *compiler) compile() (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.diags.HasErrors() {
+	if c.diags.HasErrors() || c.ctx.Err() != nil {
 		return nil, c.fail()
 	}
 	c.values(root, nil)
-	if c.diags.HasErrors() {
+	if c.diags.HasErrors() || c.ctx.Err() != nil {
 		return nil, c.fail()
 	}
 	marked := len(c.diags)
 	var hosts []*hostInfo
 	for attempt := 0; ; attempt++ {
 		c.grew = false
-		c.count = 0
+		c.count, c.instances, c.attrSize = 0, 0, 0
 		c.groupsValue = cty.NilVal
 		hosts = c.buildHosts()
 		if !c.diags.HasErrors() {
@@ -246,18 +294,18 @@ func (c *compiler) compile() (*Result, error) {
 		}
 		// A template revealed fact or label names the hosts were built
 		// without: build them again (the set only grows, so this ends).
-		if !c.grew || attempt > 8 {
+		if !c.grew || attempt > 8 || c.halted() {
 			break
 		}
 		c.diags = c.diags[:marked]
 	}
-	if c.diags.HasErrors() {
+	if c.diags.HasErrors() || c.ctx.Err() != nil {
 		return nil, c.fail()
 	}
 	c.traversals = nil // expansion is over
 	res := &Result{}
 	res.Resources = c.link(hosts)
-	if c.diags.HasErrors() {
+	if c.diags.HasErrors() || c.ctx.Err() != nil {
 		return nil, c.fail()
 	}
 	res.Hosts, res.Undefined = c.report(hosts, res.Resources)
@@ -268,7 +316,20 @@ func (c *compiler) compile() (*Result, error) {
 	return res, nil
 }
 
+// fail is the compile's *Error. Past the deadline it is the one
+// diagnostic saying so, where it was noticed: the others may be the
+// deadline's consequences.
 func (c *compiler) fail() error {
+	if c.ctx.Err() != nil {
+		d := c.timedOut(nil)
+		for _, e := range c.diags {
+			if e.Summary == d.Summary {
+				d = e
+				break
+			}
+		}
+		return &Error{Diagnostics: convertDiags(hcl.Diagnostics{d})}
+	}
 	return &Error{Diagnostics: convertDiags(dedupe(c.diags)), files: c.parser.Files()}
 }
 

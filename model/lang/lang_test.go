@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -102,7 +103,8 @@ func TestSymlinkOutOfModel(t *testing.T) {
 }
 
 // FuzzCompile feeds arbitrary bytes as a model file: the compiler returns a
-// result or diagnostics, and never panics.
+// result or diagnostics, and never panics. Its seed corpus in
+// testdata/fuzz/FuzzCompile holds the hostile models of hostile_test.go.
 func FuzzCompile(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*.txtar")
 	for _, s := range seeds {
@@ -116,7 +118,9 @@ func FuzzCompile(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		res, err := Compile(t.Context(), dir, Options{})
+		// A short deadline: the fuzzer tries many inputs, and one running
+		// to its deadline ends with a diagnostic like any other.
+		res, err := Compile(t.Context(), dir, Options{Timeout: 10 * time.Second})
 		if err == nil && res == nil {
 			t.Fatal("no result and no error")
 		}

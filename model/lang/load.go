@@ -1,8 +1,8 @@
 package lang
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +21,7 @@ import (
 type unit struct {
 	name   string // "" for the project, "db" or "db.replica" for modules
 	dir    string // absolute
+	tree   *tree  // what its files may read: the project, or a git module's checkout
 	parent *unit
 	block  *hcl.Block // the module block (nil for the project)
 
@@ -237,11 +238,11 @@ func resourceSchema(k *model.KindSpec) *hcl.BodySchema { return resourceSchemas[
 
 // load parses the project and its modules and decodes their static shape.
 func (c *compiler) load() (*unit, error) {
-	root, err := c.loadUnit("", c.root, nil, nil, nil)
+	root, err := c.loadUnit("", c.root, c.project, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	if c.diags.HasErrors() {
+	if c.diags.HasErrors() || c.ctx.Err() != nil {
 		return root, nil
 	}
 	c.resolveApplies()
@@ -249,33 +250,35 @@ func (c *compiler) load() (*unit, error) {
 	return root, nil
 }
 
-// loadUnit parses the *.hcl files of dir as one unit. stack holds the
-// directories of the modules being loaded, to refuse cycles.
-func (c *compiler) loadUnit(name, dir string, parent *unit, block *hcl.Block, stack []string) (*unit, error) {
-	u := &unit{name: name, dir: dir, parent: parent, block: block, apps: map[string]*application{}, children: map[string]*moduleUse{}}
+// loadUnit parses the *.hcl files of dir, in tree t, as one unit. stack
+// holds the directories of the modules being loaded, to refuse cycles.
+func (c *compiler) loadUnit(name, dir string, t *tree, parent *unit, block *hcl.Block, stack []string) (*unit, error) {
+	u := &unit{name: name, dir: dir, tree: t, parent: parent, block: block, apps: map[string]*application{}, children: map[string]*moduleUse{}}
 	c.units = append(c.units, u)
-	files, err := modelFiles(dir)
+	rel, _ := t.rel(dir)
+	names, err := t.modelFiles(rel, maxFiles)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, errTooManyFiles) {
+			c.diags = append(c.diags, errorf(nil, "Model too large", "%s holds more than %d model files", c.display(dir), maxFiles))
+			return u, nil
+		}
+		return nil, fmt.Errorf("read %s: %w", c.display(dir), err)
 	}
-	if len(files) == 0 && block != nil {
+	if len(names) == 0 && block != nil {
 		c.diags = append(c.diags, errorf(block.DefRange.Ptr(), "Empty module",
 			"module %q has no *.hcl files in %s", name, c.display(dir)))
 		return u, nil
 	}
 	var modules []*hcl.Block
-	for _, p := range files {
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", c.display(p), err)
+	for _, n := range names {
+		if c.ctx.Err() != nil {
+			return u, nil
 		}
-		c.record(p, src)
-		f, diags := c.parser.ParseHCL(src, c.display(p))
-		c.diags = append(c.diags, diags...)
-		if f == nil || diags.HasErrors() {
+		p := filepath.Join(dir, n)
+		f, ok := c.parseModelFile(t, p)
+		if !ok {
 			continue
 		}
-		c.scan(f)
 		content, diags := f.Body.Content(unitSchema)
 		c.diags = append(c.diags, diags...)
 		for _, b := range content.Blocks {
@@ -311,26 +314,74 @@ func (c *compiler) loadUnit(name, dir string, parent *unit, block *hcl.Block, st
 	return u, nil
 }
 
-// scan walks a file's expressions for the fact paths and label names it
-// reads, and refuses for expressions nested too deep to evaluate in
-// bounded time.
-func (c *compiler) scan(f *hcl.File) {
-	body, ok := f.Body.(*hclsyntax.Body)
-	if !ok {
-		return
+// parseModelFile reads, checks and parses the model file at p (in tree t),
+// or gives diagnostics. A file is parsed once, however many modules use
+// its directory.
+func (c *compiler) parseModelFile(t *tree, p string) (*hcl.File, bool) {
+	shown := c.display(p)
+	if f, seen := c.parser.Files()[shown]; seen {
+		return f, f != nil && c.guarded[f]
 	}
-	c.scanNode(body)
+	src, err := c.readFile(t, p)
+	if err != nil {
+		if d := c.fileDiag(shown, err); d != nil {
+			c.diags = append(c.diags, d)
+			return nil, false
+		}
+		c.diags = append(c.diags, errorf(nil, "Model file not read", "read %s: %v", shown, err))
+		return nil, false
+	}
+	if d := c.scanSource(src, shown, scanConfig); d != nil {
+		c.diags = append(c.diags, d)
+		return nil, false
+	}
+	f, diags := c.parser.ParseHCL(src, shown)
+	c.diags = append(c.diags, diags...)
+	if f == nil || diags.HasErrors() {
+		return nil, false
+	}
+	if body, ok := f.Body.(*hclsyntax.Body); ok {
+		diags := c.scan(body)
+		c.diags = append(c.diags, diags...)
+		if diags.HasErrors() {
+			return nil, false
+		}
+	}
+	c.guarded[f] = true
+	return f, true
 }
 
-func (c *compiler) scanNode(n hclsyntax.Node) {
-	hclsyntax.Walk(n, &scanner{c: c})
+// scanSource checks a source before it is parsed (see nesting.go) and
+// counts its tokens against Options.MaxTokens.
+func (c *compiler) scanSource(src []byte, shown string, kind scanKind) *hcl.Diagnostic {
+	r := scanSource(src, shown, kind, c.limits.nesting)
+	if r.diag != nil {
+		return r.diag
+	}
+	c.tokens += r.tokens
+	if c.tokens > c.limits.tokens {
+		return errorf(fileStart(shown), "Model too large",
+			"with %s the model files and templates have more than %d tokens (Options.MaxTokens)", shown, c.limits.tokens)
+	}
+	return nil
+}
+
+// scan walks the expressions of a parsed file or template once: for the
+// fact paths and label names it reads, refusing for expressions nested too
+// deep to evaluate in bounded time, and installing the guards that bound
+// what its expressions build (see guard.go).
+func (c *compiler) scan(n hclsyntax.Node) hcl.Diagnostics {
+	s := &scanner{c: c, guards: guards{c: c}}
+	hclsyntax.Walk(n, s)
+	return s.guards.diags
 }
 
 // scanner is the hclsyntax.Walker of scan; depth counts the for
 // expressions around the node being visited.
 type scanner struct {
-	c     *compiler
-	depth int
+	c      *compiler
+	depth  int
+	guards guards
 }
 
 func (s *scanner) Enter(n hclsyntax.Node) hcl.Diagnostics {
@@ -353,6 +404,8 @@ func (s *scanner) Exit(n hclsyntax.Node) hcl.Diagnostics {
 	if _, ok := n.(*hclsyntax.ForExpr); ok {
 		s.depth--
 	}
+	// The node's children are walked: wrap them.
+	s.guards.exit(n)
 	return nil
 }
 
@@ -496,8 +549,7 @@ func (c *compiler) decodeResource(blk *hcl.Block) *resourceBlock {
 	}
 	if rb.purged == nil {
 		if err := kind.CheckRequired(func(n string) bool { _, ok := content.Attributes[n]; return ok }); err != nil {
-			c.diags = append(c.diags, errorf(blk.DefRange.Ptr(), "Missing required attribute",
-				"%s", strings.TrimPrefix(err.Error(), model.ErrInvalidAttribute.Error()+": ")))
+			c.diags = append(c.diags, errorf(blk.DefRange.Ptr(), "Missing required attribute", "%v", err))
 			return nil
 		}
 	}
@@ -588,13 +640,7 @@ func (c *compiler) mentionsKind(e hcl.Expression) bool {
 	return false
 }
 
-func kindNames() string {
-	var names []string
-	for _, k := range model.Kinds() {
-		names = append(names, k.Kind)
-	}
-	return strings.Join(names, ", ")
-}
+func kindNames() string { return strings.Join(model.KindNames(), ", ") }
 
 func (c *compiler) application(u *unit, b *hcl.Block) {
 	name := b.Labels[0]
@@ -900,6 +946,10 @@ func (c *compiler) module(u *unit, b *hcl.Block, stack []string) error {
 		c.diags = append(c.diags, errorf(b.DefRange.Ptr(), "Modules nested too deep", "modules use each other more than %d deep", maxModuleDepth))
 		return nil
 	}
+	if len(c.units) > maxModuleInstances {
+		c.diags = append(c.diags, errorf(b.DefRange.Ptr(), "Too many modules", "the model loads more than %d modules (counting each module block of each module)", maxModuleInstances))
+		return nil
+	}
 	content, diags := b.Body.Content(moduleSchema)
 	c.diags = append(c.diags, diags...)
 	if diags.HasErrors() {
@@ -915,7 +965,7 @@ func (c *compiler) module(u *unit, b *hcl.Block, stack []string) error {
 			return nil
 		}
 	}
-	dir, mod, err := c.moduleDir(u, u.qualify(name), source, ref, content.Attributes["source"])
+	dir, t, mod, err := c.moduleDir(u, u.qualify(name), source, ref, content.Attributes["source"])
 	if err != nil {
 		return err
 	}
@@ -928,7 +978,7 @@ func (c *compiler) module(u *unit, b *hcl.Block, stack []string) error {
 		return nil
 	}
 	c.modules = append(c.modules, mod)
-	child, err := c.loadUnit(u.qualify(name), dir, u, b, stack)
+	child, err := c.loadUnit(u.qualify(name), dir, t, u, b, stack)
 	if err != nil {
 		return err
 	}
@@ -958,50 +1008,71 @@ type Module struct {
 	Dir string `json:"dir"`
 }
 
-// moduleDir resolves a module source to a directory: a local path
-// (relative to the using unit, inside the project) or a git repository at a
-// ref, fetched into the module cache.
-func (c *compiler) moduleDir(u *unit, name, source, ref string, a *hcl.Attribute) (string, Module, error) {
+// moduleDir resolves a module source to a directory and the tree its
+// files may read: a local path (relative to the using unit, inside its
+// tree) or a git repository at a ref, fetched into the module cache (its
+// own tree).
+func (c *compiler) moduleDir(u *unit, name, source, ref string, a *hcl.Attribute) (string, *tree, Module, error) {
 	mod := Module{Name: name, Source: source, Ref: ref}
 	if rest, isGit := strings.CutPrefix(source, "git::"); isGit {
 		if ref == "" {
 			c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Git module without a ref",
 				"pin the module to a tag or commit: ref = \"v1.2.0\" (a compile must be repeatable)"))
-			return "", mod, nil
+			return "", nil, mod, nil
 		}
 		dir, commit, err := c.fetchGit(rest, ref)
 		if err != nil {
 			if c.ctx.Err() != nil {
-				return "", mod, c.ctx.Err()
+				if d := c.timedOut(a.Expr.Range().Ptr()); d != nil {
+					c.diags = append(c.diags, d)
+					return "", nil, mod, nil
+				}
+				return "", nil, mod, c.ctx.Err()
 			}
 			c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Cannot fetch module", "%v", err))
-			return "", mod, nil
+			return "", nil, mod, nil
 		}
+		t, err := openTree(dir)
+		if err != nil {
+			c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Cannot fetch module", "%v", unwrapPathError(err)))
+			return "", nil, mod, nil
+		}
+		c.trees = append(c.trees, t)
 		mod.Commit = commit
 		mod.Dir, _ = filepath.Rel(c.root, dir)
-		return dir, mod, nil
+		return dir, t, mod, nil
 	}
 	if ref != "" {
 		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Ref of a local module",
 			"ref pins git modules only (source = \"git::URL\"); remove it"))
-		return "", mod, nil
+		return "", nil, mod, nil
 	}
 	if !strings.HasPrefix(source, "./") && !strings.HasPrefix(source, "../") {
 		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Invalid module source",
 			"%q: a local module starts with ./ or ../ (a path inside the project); a git module with git:: (git::https://host/repo.git)", source))
-		return "", mod, nil
+		return "", nil, mod, nil
 	}
 	dir := filepath.Join(u.dir, filepath.FromSlash(source))
-	if !within(c.root, dir) {
+	rel, inside := u.tree.rel(dir)
+	if !inside {
 		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Module outside the project",
 			"%q leads outside the project directory %s; shared modules come from git (source = \"git::URL\", ref = …)", source, c.shown))
-		return "", mod, nil
+		return "", nil, mod, nil
 	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+	// Through the tree: a directory linked out of the project is refused.
+	st, err := u.tree.root.Stat(rel)
+	if err != nil {
+		if _, in := u.tree.resolve(dir); !in {
+			c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Module outside the project",
+				"%q leads outside the project directory %s (a symbolic link); it was not read", source, c.shown))
+			return "", nil, mod, nil
+		}
+	}
+	if err != nil || !st.IsDir() {
 		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Module not found",
 			"%s is not a directory", c.display(dir)))
-		return "", mod, nil
+		return "", nil, mod, nil
 	}
 	mod.Dir, _ = filepath.Rel(c.root, dir)
-	return dir, mod, nil
+	return dir, u.tree, mod, nil
 }

@@ -163,4 +163,19 @@ func TestFingerprintCoversInventory(t *testing.T) {
 	if a == b || a == Fingerprint(in, Options{}, "s") {
 		t.Fatal("the inventory does not change the fingerprint")
 	}
+	// Two equal inventories (facts of every JSON shape, maps built in
+	// another order) give the same fingerprint: a compile cache hits.
+	inv := func(order int) *model.Inventory {
+		facts := map[string]any{}
+		keys := []string{"ipv4", "cpus", "os", "interfaces"}
+		vals := []any{"10.0.0.1", 2, map[string]any{"family": "debian"}, map[string]any{"eth0": map[string]any{"ipv4": []string{"10.0.0.1"}}}}
+		for i := range keys {
+			j := (i + order) % len(keys)
+			facts[keys[j]] = vals[j]
+		}
+		return &model.Inventory{Agents: []model.InventoryAgent{{Name: "a", Labels: map[string]string{"role": "web"}, Facts: facts}}}
+	}
+	if Fingerprint(in, Options{Inventory: inv(0)}, "s") != Fingerprint(in, Options{Inventory: inv(3)}, "s") {
+		t.Fatal("two equal inventories give different fingerprints")
+	}
 }

@@ -189,6 +189,9 @@ func (c *compiler) variableValue(u *unit, name string, b *hcl.Block, content *hc
 			var v cty.Value
 			if ty == cty.String {
 				v = cty.StringVal(raw)
+			} else if d := scanSource([]byte(raw), "--var "+name, scanExpression, c.limits.nesting).diag; d != nil {
+				c.diags = append(c.diags, d)
+				return cty.NilVal, false
 			} else {
 				expr, diags := hclsyntax.ParseExpression([]byte(raw), "--var "+name, hcl.Pos{Line: 1, Column: 1})
 				if diags.HasErrors() {
@@ -198,7 +201,7 @@ func (c *compiler) variableValue(u *unit, name string, b *hcl.Block, content *hc
 					v = cty.StringVal(raw)
 				}
 			}
-			out, err := convert.Convert(v, ty)
+			out, err := c.convert(v, ty)
 			if err != nil {
 				c.diags = append(c.diags, errorf(b.DefRange.Ptr(), "Invalid value for variable",
 					"--var %s=%q: %v (the variable's type is %s)", name, raw, err, typeexpr.TypeString(ty)))
@@ -207,7 +210,7 @@ func (c *compiler) variableValue(u *unit, name string, b *hcl.Block, content *hc
 			return out, true
 		}
 	} else if v, ok := inputs[name]; ok {
-		out, err := convert.Convert(v, ty)
+		out, err := c.convert(v, ty)
 		if err != nil {
 			c.diags = append(c.diags, errorf(u.parent.children[lastName(u.name)].inputs.Expr.Range().Ptr(), "Invalid module input",
 				"input %s of module %q: %v (the variable's type is %s)", name, u.name, err, typeexpr.TypeString(ty)))
@@ -231,7 +234,7 @@ func (c *compiler) variableValue(u *unit, name string, b *hcl.Block, content *hc
 	if diags.HasErrors() {
 		return cty.NilVal, false
 	}
-	out, err := convert.Convert(v, ty)
+	out, err := c.convert(v, ty)
 	if err != nil {
 		c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Invalid default value",
 			"%v (the variable's type is %s)", err, typeexpr.TypeString(ty)))
@@ -301,6 +304,9 @@ func (c *compiler) locals(u *unit) {
 		return true
 	}
 	for _, name := range sortedKeys(byName) {
+		if c.ctx.Err() != nil {
+			break
+		}
 		eval(name, nil)
 	}
 	u.ctx.Variables["local"] = cty.ObjectVal(vals)
@@ -317,7 +323,7 @@ type attrValue struct {
 
 // toAttr converts a value to the JSON of an attribute type, collecting its
 // marks. It returns an error message for a value of the wrong type.
-func toAttr(v cty.Value, t model.AttrType) (attrValue, error) {
+func (c *compiler) toAttr(v cty.Value, t model.AttrType) (attrValue, error) {
 	v, marks := v.UnmarkDeep()
 	out := attrValue{}
 	for m := range marks {
@@ -333,7 +339,7 @@ func toAttr(v cty.Value, t model.AttrType) (attrValue, error) {
 		out.null = true
 		return out, nil
 	}
-	conv, err := convert.Convert(v, ctyType(t))
+	conv, err := c.convert(v, ctyType(t))
 	if err != nil {
 		return out, err
 	}

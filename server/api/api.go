@@ -10,45 +10,164 @@ package api
 
 import (
 	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log"
 	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/clientlimit"
+	"github.com/tetherhq/tether/server/record"
 )
 
-// Config tunes the API.
+// Config tunes the API and the HTTP server it runs in. Its settings are
+// named here as in the server's configuration file (the flags of tether
+// server).
 type Config struct {
-	// MaxBody bounds a request body (a version upload is the largest).
-	MaxBody int64
-	// OfflineAfter: an agent not heard from for this long is offline.
-	OfflineAfter time.Duration
 	// Version is the server's version, shown in the OpenAPI document.
 	Version string
+	// OfflineAfter: an agent not heard from for this long is offline.
+	OfflineAfter time.Duration
 	// KeepAlive is how often an idle event stream sends a comment, so
 	// proxies keep it open.
 	KeepAlive time.Duration
+
+	// MaxBody (max-body) bounds the body of a request other than a
+	// version upload.
+	MaxBody int64
+	// MaxUpload (max-upload) bounds the body of a version upload.
+	MaxUpload int64
+	// MinUploadRate (min-upload-rate) is the slowest upload, in bytes a
+	// second, the server waits for: an upload may take ReadTimeout plus
+	// its size at this rate to arrive, and as long again to be stored.
+	MinUploadRate int64
+	// MaxUploads (max-uploads) bounds the version uploads handled at once,
+	// since each holds its resource set in memory; another waits up to
+	// UploadWait for its turn, then is answered busy.
+	MaxUploads int
+	UploadWait time.Duration
+
+	// ReadHeaderTimeout (read-header-timeout) bounds the reading of a
+	// request's headers; ReadTimeout (read-timeout) of the whole request,
+	// body included, but for uploads (see MinUploadRate).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	// WriteTimeout (write-timeout) bounds the answer, from the end of the
+	// request's headers; the event stream renews it at every write.
+	WriteTimeout time.Duration
+	// IdleTimeout (idle-timeout) closes a kept-alive connection left
+	// idle this long.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes (max-header-bytes) bounds a request's headers.
+	MaxHeaderBytes int
+	// HandlerTimeout (handler-timeout) bounds the work behind a request
+	// (the database, the broker), but for uploads and the event stream;
+	// past it the answer is the error timeout.
+	HandlerTimeout time.Duration
+
+	// AnonymousRate and AnonymousBurst (anonymous-rate, anonymous-burst):
+	// the token bucket of each client address for requests without a
+	// token (health checks excepted), in requests a second.
+	AnonymousRate  float64
+	AnonymousBurst int
+	// AuthFailureRate and AuthFailureBurst (auth-failure-rate,
+	// auth-failure-burst): the bucket of each client address for failed
+	// authentications. While it is empty, every request of that address
+	// that carries a token is refused without looking the token up, so
+	// guessing tokens gains nothing.
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// TrustedProxies (trusted-proxy): requests from these networks are
+	// attributed to the address their X-Forwarded-For names (the
+	// right-most one that is not a trusted proxy itself).
+	TrustedProxies []netip.Prefix
+	// SeparateOps: health and metrics also have a listener of their own
+	// (OpsHandler); /metrics then leaves Handler.
+	SeparateOps bool
 }
 
-// DefaultConfig returns the configuration for zero fields.
-func DefaultConfig() Config {
-	return Config{MaxBody: 256 << 20, OfflineAfter: 90 * time.Second, Version: "dev", KeepAlive: 15 * time.Second}
+// Default returns the configuration for a server facing untrusted
+// clients.
+func Default() Config {
+	return Config{
+		Version:           "dev",
+		OfflineAfter:      90 * time.Second,
+		KeepAlive:         15 * time.Second,
+		MaxBody:           1 << 20,
+		MaxUpload:         64 << 20,
+		MinUploadRate:     256 << 10,
+		MaxUploads:        2,
+		UploadWait:        30 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		HandlerTimeout:    30 * time.Second,
+		AnonymousRate:     5,
+		AnonymousBurst:    20,
+		AuthFailureRate:   0.2,
+		AuthFailureBurst:  10,
+	}
+}
+
+// ErrConfig is wrapped by every error Validate returns.
+var ErrConfig = errors.New("invalid API configuration")
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.OfflineAfter <= 0 || c.KeepAlive <= 0:
+		return fmt.Errorf("%w: offline window %v and keep-alive %v: want both above 0", ErrConfig, c.OfflineAfter, c.KeepAlive)
+	case c.MaxBody < 1<<10:
+		return fmt.Errorf("%w: max-body %d: want at least 1024 bytes", ErrConfig, c.MaxBody)
+	case c.MaxUpload < c.MaxBody:
+		return fmt.Errorf("%w: max-upload %d: want at least max-body (%d)", ErrConfig, c.MaxUpload, c.MaxBody)
+	case c.MinUploadRate < 1<<10:
+		return fmt.Errorf("%w: min-upload-rate %d: want at least 1024 bytes a second", ErrConfig, c.MinUploadRate)
+	case c.MaxUploads < 1 || c.UploadWait < 0:
+		return fmt.Errorf("%w: max-uploads %d (want at least 1), upload wait %v (want 0 or more)", ErrConfig, c.MaxUploads, c.UploadWait)
+	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout < c.ReadHeaderTimeout:
+		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want 0 < read-header-timeout <= read-timeout", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
+	case c.HandlerTimeout <= 0 || c.WriteTimeout <= c.HandlerTimeout:
+		return fmt.Errorf("%w: handler-timeout %v, write-timeout %v: want 0 < handler-timeout < write-timeout, so that a timeout can still be answered", ErrConfig, c.HandlerTimeout, c.WriteTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("%w: idle-timeout %v: want above 0", ErrConfig, c.IdleTimeout)
+	case c.MaxHeaderBytes < 4<<10:
+		return fmt.Errorf("%w: max-header-bytes %d: want at least 4096", ErrConfig, c.MaxHeaderBytes)
+	case c.AnonymousRate <= 0 || c.AnonymousBurst < 1:
+		return fmt.Errorf("%w: anonymous-rate %g, anonymous-burst %d: want a rate above 0 and a burst of at least 1", ErrConfig, c.AnonymousRate, c.AnonymousBurst)
+	case c.AuthFailureRate <= 0 || c.AuthFailureBurst < 1:
+		return fmt.Errorf("%w: auth-failure-rate %g, auth-failure-burst %d: want a rate above 0 and a burst of at least 1", ErrConfig, c.AuthFailureRate, c.AuthFailureBurst)
+	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			return fmt.Errorf("%w: trusted-proxy %v: want a network such as 10.0.0.0/8", ErrConfig, p)
+		}
+	}
+	return nil
 }
 
 // Environments reads and changes environments.
 type Environments interface {
-	ListEnvs(ctx context.Context) ([]model.Environment, error)
-	GetEnv(ctx context.Context, name string) (model.Environment, error)
-	CreateEnv(ctx context.Context, env model.Environment) error
+	ListEnvs(ctx context.Context) ([]record.Environment, error)
+	GetEnv(ctx context.Context, name string) (record.Environment, error)
+	CreateEnv(ctx context.Context, env record.Environment) error
 	DeleteEnv(ctx context.Context, name string) error
 }
 
 // Settings changes an environment's settings and carries out what a change
 // implies (a halt pauses agents).
 type Settings interface {
-	UpdateEnvSettings(ctx context.Context, name string, fn func(*model.EnvSettings) error) (model.Environment, error)
+	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
 }
 
 // Versions reads versions.
@@ -56,66 +175,78 @@ type Versions interface {
 	ListVersions(ctx context.Context, env string) ([]model.Version, error)
 	GetVersion(ctx context.Context, env string, n int64, withResources bool) (model.Version, error)
 	ReleasedVersion(ctx context.Context, env string) (model.Version, error)
-	ResourceHashes(ctx context.Context, env string, n int64) ([]model.ResourceHash, error)
+	ResourceHashes(ctx context.Context, env string, n int64) ([]record.ResourceHash, error)
 }
 
-// Exporter stores and releases versions.
+// Exporter stores and releases versions. A release stands once stored:
+// agents it did not reach at once are listed in the answer, not an error.
 type Exporter interface {
 	Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error)
-	Release(ctx context.Context, env string, n int64) (model.Version, error)
+	Release(ctx context.Context, env string, n int64) (record.Release, error)
 }
 
 // Resources reads resources, their state and their history.
 type Resources interface {
-	Statuses(ctx context.Context, env string, f model.StatusFilter) ([]model.ResourceStatus, error)
+	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 	Resource(ctx context.Context, env string, n int64, id model.ID) (model.Resource, error)
-	Actions(ctx context.Context, env string, id model.ID, limit int) ([]model.Action, error)
-	ResourceHistory(ctx context.Context, env string, id model.ID) ([]model.ResourceHash, error)
+	Actions(ctx context.Context, env string, id model.ID, limit int) ([]record.Action, error)
+	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
 }
 
 // Agents reads agents.
 type Agents interface {
-	ListAgents(ctx context.Context, env string) ([]model.Agent, error)
-	GetAgent(ctx context.Context, env, name string) (model.Agent, error)
+	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
+	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 }
 
-// AgentControl accepts, rejects, pauses and resumes agents.
+// AgentControl accepts, rejects, pauses and resumes agents, and asks them
+// to report their facts again.
 type AgentControl interface {
-	AgentAction(ctx context.Context, env, name string, action model.AgentAction) (model.Agent, error)
+	AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error)
+	RefreshFacts(ctx context.Context, env, name string) (record.Agent, error)
+}
+
+// Compiles asks the server for compiles of environments' models and reads
+// their reports.
+type Compiles interface {
+	RequestCompile(ctx context.Context, env, by string) (record.CompileRequest, error)
+	ListCompiles(ctx context.Context, env string, limit int) ([]record.Compile, error)
+	GetCompile(ctx context.Context, env, id string) (record.Compile, error)
 }
 
 // Operations sends deploys, repairs and dry runs and reads what they did.
 type Operations interface {
-	Deploy(ctx context.Context, env string, req model.DeployRequest) (model.Deployment, error)
-	DeployActions(ctx context.Context, env, deployID string, limit int) ([]model.Action, error)
+	Deploy(ctx context.Context, env string, req record.DeployRequest) (record.Deployment, error)
+	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
 }
 
 // Records reads alerts and keeps the audit log.
 type Records interface {
-	Alerts(ctx context.Context, f model.AlertFilter) ([]model.Alert, error)
-	Audit(ctx context.Context, f model.AuditFilter) ([]model.AuditEntry, error)
-	RecordAudit(ctx context.Context, e model.AuditEntry) error
+	Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert, error)
+	Audit(ctx context.Context, f record.AuditFilter) ([]record.AuditEntry, error)
+	RecordAudit(ctx context.Context, e record.AuditEntry) error
 }
 
 // Tokens keeps API tokens.
 type Tokens interface {
-	CreateToken(ctx context.Context, t model.Token) error
-	TokenByHash(ctx context.Context, hash []byte) (model.Token, error)
-	ListTokens(ctx context.Context) ([]model.Token, error)
+	CreateToken(ctx context.Context, t record.Token) error
+	TokenByHash(ctx context.Context, hash []byte) (record.Token, error)
+	ListTokens(ctx context.Context) ([]record.Token, error)
 	DeleteToken(ctx context.Context, id string) error
 }
 
 // EnrollmentTokens keeps the tokens agents enroll with.
 type EnrollmentTokens interface {
-	CreateEnrollToken(ctx context.Context, t model.EnrollmentToken) error
-	ListEnrollTokens(ctx context.Context, env string) ([]model.EnrollmentToken, error)
+	CreateEnrollToken(ctx context.Context, t record.EnrollmentToken) error
+	ListEnrollTokens(ctx context.Context, env string) ([]record.EnrollmentToken, error)
 	DeleteEnrollToken(ctx context.Context, env, id string) error
 }
 
 // Events follows the server's live events of env ("" for all) until ctx
-// ends, calling send for each with its kind and JSON encoding.
+// ends: it calls opened once subscribed (an event published after that is
+// not missed), then send for each event with its kind and JSON encoding.
 type Events interface {
-	Follow(ctx context.Context, env string, send func(kind string, data []byte) error) error
+	Follow(ctx context.Context, env string, opened func() error, send func(kind string, data []byte) error) error
 }
 
 // Observer is told of every request served (for metrics).
@@ -137,12 +268,17 @@ type Services struct {
 	Tokens     Tokens
 	Enrollment EnrollmentTokens
 	Events     Events
+	// Compiles are the server's own compiles (nil: answered as none).
+	Compiles Compiles
 	// Ready lists what /readyz checks (name → check).
 	Ready map[string]func(context.Context) error
 	// Metrics serves /metrics; nil: not served.
 	Metrics http.Handler
 	// Observer, if set, is told of every request.
 	Observer Observer
+	// ServerKey is the key the server signs commands with: agents pin it,
+	// and enrollment tokens carry its fingerprint.
+	ServerKey ed25519.PublicKey
 }
 
 // API serves the REST API.
@@ -151,28 +287,110 @@ type API struct {
 	svc  Services
 	log  zerolog.Logger
 	echo *echo.Echo
+	ops  *echo.Echo
 	now  func() time.Time
+
+	// anonymous and authFailures are the per-client buckets of requests
+	// without a token and of failed authentications.
+	anonymous    *clientlimit.Rates
+	authFailures *clientlimit.Rates
+	// uploads holds a token per version upload in progress.
+	uploads chan struct{}
+	// ready remembers what each readiness check said last, so that a
+	// failing check is logged when it starts failing, not at every probe.
+	readyMu sync.Mutex
+	ready   map[string]string
+	// streams ends with EndStreams: event streams follow it.
+	streams    context.Context
+	endStreams context.CancelFunc
 }
 
-// New returns the API over svc.
+// New returns the API over svc. Zero fields of cfg take their defaults;
+// the caller validates cfg (Config.Validate).
 func New(cfg Config, svc Services, log zerolog.Logger) *API {
-	def := DefaultConfig()
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = def.MaxBody
+	cfg = cfg.withDefaults()
+	a := &API{
+		cfg:          cfg,
+		svc:          svc,
+		log:          log.With().Str("component", "api").Logger(),
+		now:          time.Now,
+		anonymous:    clientlimit.NewRates(cfg.AnonymousRate, cfg.AnonymousBurst),
+		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
+		uploads:      make(chan struct{}, cfg.MaxUploads),
+		ready:        map[string]string{},
 	}
-	if cfg.OfflineAfter <= 0 {
-		cfg.OfflineAfter = def.OfflineAfter
-	}
-	if cfg.Version == "" {
-		cfg.Version = def.Version
-	}
-	if cfg.KeepAlive <= 0 {
-		cfg.KeepAlive = def.KeepAlive
-	}
-	a := &API{cfg: cfg, svc: svc, log: log.With().Str("component", "api").Logger(), now: time.Now}
-	a.echo = a.build()
+	// A process-lifetime context: it only tells event streams to end.
+	a.streams, a.endStreams = context.WithCancel(context.Background())
+	a.echo = a.build(false)
+	a.ops = a.build(true)
 	return a
 }
 
-// Handler returns the API as a net/http handler.
+// EndStreams ends the event streams in progress and any started later:
+// a server shutting down calls it (http.Server.RegisterOnShutdown), since
+// a stream never finishes by itself.
+func (a *API) EndStreams() { a.endStreams() }
+
+// withDefaults fills the zero fields of c from Default.
+func (c Config) withDefaults() Config {
+	def := Default()
+	orDefault(&c.Version, def.Version)
+	orDefault(&c.OfflineAfter, def.OfflineAfter)
+	orDefault(&c.KeepAlive, def.KeepAlive)
+	orDefault(&c.MaxBody, def.MaxBody)
+	orDefault(&c.MaxUpload, def.MaxUpload)
+	orDefault(&c.MinUploadRate, def.MinUploadRate)
+	orDefault(&c.MaxUploads, def.MaxUploads)
+	orDefault(&c.UploadWait, def.UploadWait)
+	orDefault(&c.ReadHeaderTimeout, def.ReadHeaderTimeout)
+	orDefault(&c.ReadTimeout, def.ReadTimeout)
+	orDefault(&c.WriteTimeout, def.WriteTimeout)
+	orDefault(&c.IdleTimeout, def.IdleTimeout)
+	orDefault(&c.MaxHeaderBytes, def.MaxHeaderBytes)
+	orDefault(&c.HandlerTimeout, def.HandlerTimeout)
+	orDefault(&c.AnonymousRate, def.AnonymousRate)
+	orDefault(&c.AnonymousBurst, def.AnonymousBurst)
+	orDefault(&c.AuthFailureRate, def.AuthFailureRate)
+	orDefault(&c.AuthFailureBurst, def.AuthFailureBurst)
+	return c
+}
+
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Handler returns the API as a net/http handler: /api/v1, /healthz,
+// /readyz, and /metrics unless health and metrics have a listener of their
+// own.
 func (a *API) Handler() http.Handler { return a.echo }
+
+// OpsHandler returns what a listener of its own serves for operations:
+// /healthz, /readyz (saying why a check fails) and /metrics. It has no
+// rate limit: that listener is meant for a private network.
+func (a *API) OpsHandler() http.Handler { return a.ops }
+
+// HTTPServer returns an http.Server for h with the configured timeouts and
+// header limit; its own complaints (TLS handshakes, bad requests) go to
+// the debug log, since hostile clients could otherwise fill the log.
+func (a *API) HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
+		ReadTimeout:       a.cfg.ReadTimeout,
+		WriteTimeout:      a.cfg.WriteTimeout,
+		IdleTimeout:       a.cfg.IdleTimeout,
+		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		ErrorLog:          log.New(debugWriter{a.log}, "", 0),
+	}
+}
+
+// debugWriter writes net/http's log lines to the debug log.
+type debugWriter struct{ log zerolog.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

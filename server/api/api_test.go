@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 	"github.com/tetherhq/tether/server/store/sqlite"
@@ -35,8 +36,8 @@ type rig struct {
 	admin string
 }
 
-func openSQLite(t *testing.T) store.Store {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "t.db"), sqlite.Options{})
+func openSQLite(t testing.TB) store.Store {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "t.db"), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,16 +47,25 @@ func openSQLite(t *testing.T) store.Store {
 
 func newRig(t *testing.T, st store.Store) *rig {
 	t.Helper()
+	return newRigWith(t, st, api.Config{MaxUpload: 1 << 20, KeepAlive: 50 * time.Millisecond}, zerolog.Nop())
+}
+
+// newRigWith serves the API with cfg (zero fields: defaults) from the
+// http.Server it configures, timeouts included, logging to log.
+func newRigWith(t *testing.T, st store.Store, cfg api.Config, log zerolog.Logger) *rig {
+	t.Helper()
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(func() { b.Close() })
 	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := api.New(api.Config{MaxBody: 1 << 20, KeepAlive: 50 * time.Millisecond}, server.APIServices(srv, nil), zerolog.Nop())
-	ts := httptest.NewServer(a.Handler())
+	a := api.New(cfg, server.APIServices(srv, nil), log)
+	ts := httptest.NewUnstartedServer(a.Handler())
+	ts.Config = a.HTTPServer(a.Handler())
+	ts.Start()
 	t.Cleanup(ts.Close)
-	tok, secret, err := api.IssueToken("root", model.RoleAdmin, "", "test", time.Now())
+	tok, secret, err := api.IssueToken("root", record.RoleAdmin, "", "test", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +126,7 @@ func (r *rig) must(token, method, path string, body, out any, want int) {
 	}
 }
 
-func (r *rig) token(name string, role model.Role, env string) string {
+func (r *rig) token(name string, role record.Role, env string) string {
 	r.t.Helper()
 	var nt api.NewToken
 	r.must(r.admin, "POST", "/api/v1/tokens", api.TokenRequest{Name: name, Role: role, Env: env}, &nt, 201)
@@ -173,7 +183,7 @@ func testFlow(t *testing.T, st store.Store) {
 			t.Fatal("a sensitive value came back in clear")
 		}
 	}
-	var sts []model.ResourceStatus
+	var sts []record.ResourceStatus
 	r.must(r.admin, "GET", "/api/v1/envs/prod/resources?agent=web-1", nil, &sts, 200)
 	if len(sts) != 2 || sts[0].State != model.StateAvailable {
 		t.Fatalf("statuses %+v", sts)
@@ -183,19 +193,19 @@ func testFlow(t *testing.T, st store.Store) {
 	if view.Resource == nil || view.Resource.Attributes["content"] != model.RedactedValue || view.Compliance != model.ComplianceUnknown {
 		t.Fatalf("resource view %+v", view)
 	}
-	var hist []model.ResourceHash
+	var hist []record.ResourceHash
 	r.must(r.admin, "GET", "/api/v1/envs/prod/resources/"+esc(motd.ID)+"/history", nil, &hist, 200)
 	if len(hist) != 2 || hist[0].Version != 2 {
 		t.Fatalf("history %+v", hist)
 	}
-	var log []model.Action
+	var log []record.Action
 	r.must(r.admin, "GET", "/api/v1/envs/prod/resources/"+esc(motd.ID)+"/log", nil, &log, 200)
 	if len(log) != 0 {
 		t.Fatalf("log of a never-deployed resource: %+v", log)
 	}
 
 	// Agents: a discovered one is accepted, paused, resumed.
-	if err := st.UpsertAgent(context.Background(), model.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now(), Connected: true}); err != nil {
+	if err := st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now(), Connected: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "no_agents" {
@@ -203,7 +213,7 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 	var ag api.AgentView
 	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/accept", nil, &ag, 200)
-	var d model.Deployment
+	var d record.Deployment
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/dryrun", nil, &d); code != "no_agents" {
 		t.Fatalf("dry run to an agent that never connected: %q, want no_agents", code)
 	}
@@ -211,7 +221,7 @@ func testFlow(t *testing.T, st store.Store) {
 	if err := r.bus.DeclareInbox(context.Background(), "prod", "web-1"); err != nil {
 		t.Fatal(err)
 	}
-	if ag.State != model.AgentAccepted || !ag.Online || !strings.HasPrefix(ag.Key, "SHA256:") {
+	if ag.State != record.AgentAccepted || !ag.Online || !strings.HasPrefix(ag.Key, "SHA256:") {
 		t.Fatalf("accepted agent %+v", ag)
 	}
 	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/pause", nil, &ag, 200)
@@ -220,7 +230,7 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/resume", nil, &ag, 200)
 	r.must(r.admin, "POST", "/api/v1/envs/prod/dryrun", map[string]any{"agents": []string{"web-1"}}, &d, 202)
-	if d.Operation != model.OpDryRun || len(d.Agents) != 1 || d.Generation != 1 {
+	if d.Operation != record.OpDryRun || len(d.Agents) != 1 || d.Generation != 1 {
 		t.Fatalf("dry run %+v", d)
 	}
 	var rep api.Report
@@ -234,7 +244,7 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 	r.must(r.admin, "POST", "/api/v1/envs/prod/resume", nil, nil, 200)
 	r.must(r.admin, "POST", "/api/v1/envs/prod/deploy", map[string]any{"full": true}, &d, 202)
-	if d.Operation != model.OpDeploy {
+	if d.Operation != record.OpDeploy {
 		t.Fatalf("deploy %+v", d)
 	}
 	r.must(r.admin, "PATCH", "/api/v1/envs/prod/settings", map[string]string{"deploy_interval": "5m", "purge_on_delete": "true"}, &settings, 200)
@@ -243,7 +253,7 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 
 	// Every change is in the audit log, newest first, with who did it.
-	var audit []model.AuditEntry
+	var audit []record.AuditEntry
 	r.must(r.admin, "GET", "/api/v1/audit?env=prod", nil, &audit, 200)
 	var actions []string
 	for _, e := range audit {
@@ -260,18 +270,91 @@ func testFlow(t *testing.T, st store.Store) {
 	r.must(r.admin, "GET", "/api/v1/envs/prod", nil, nil, 404)
 }
 
+// POST .../facts-refresh puts a facts.refresh, signed by the server, in
+// the agent's inbox; only an operator may, only for an accepted agent, and
+// the audit log says who did.
+func TestFactsRefresh(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	if err := r.st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now(), Connected: true}); err != nil {
+		t.Fatal(err)
+	}
+	const path = "/api/v1/envs/prod/agents/web-1/facts-refresh"
+	if _, code := r.do(r.admin, "POST", path, nil, nil); code != "conflict" {
+		t.Fatalf("refresh of a pending agent: %q, want conflict", code)
+	}
+	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/agents/nobody/facts-refresh", nil, nil); code != "not_found" {
+		t.Fatalf("refresh of an unknown agent: %q, want not_found", code)
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/accept", nil, nil, 200)
+	viewer := r.token("dash", record.RoleViewer, "")
+	if _, code := r.do(viewer, "POST", path, nil, nil); code != "forbidden" {
+		t.Fatalf("refresh by a viewer: %q, want forbidden", code)
+	}
+	// Not connected yet: nothing to send (its hello will carry its facts).
+	var ag api.AgentView
+	r.must(r.admin, "POST", path, nil, &ag, 202)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.bus.DeclareInbox(ctx, "prod", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	operator := r.token("ops", record.RoleOperator, "prod")
+	r.must(operator, "POST", path, nil, &ag, 202)
+	if ag.Name != "web-1" || ag.State != record.AgentAccepted {
+		t.Fatalf("answer %+v, want the accepted agent web-1", ag)
+	}
+	got := make(chan *bus.Envelope, 1)
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		_ = r.bus.ConsumeInbox(ctx, "prod", "web-1", func(_ context.Context, d bus.Delivery) error {
+			if d.Envelope.Kind == bus.KindFactsRefresh {
+				select {
+				case got <- d.Envelope:
+				default:
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case e := <-got:
+		if err := bus.Verify(e, r.srv.PublicKey()); err != nil {
+			t.Fatalf("facts.refresh not signed by the server: %v", err)
+		}
+		if e.Env != "prod" || e.Agent != "web-1" {
+			t.Fatalf("facts.refresh addressed to %s/%s, want prod/web-1", e.Env, e.Agent)
+		}
+	case <-ctx.Done():
+		t.Fatal("no facts.refresh reached the agent's inbox")
+	}
+	cancel()
+	<-consumed
+
+	var audit []record.AuditEntry
+	r.must(r.admin, "GET", "/api/v1/audit?env=prod", nil, &audit, 200)
+	if len(audit) == 0 {
+		t.Fatal("empty audit log")
+	}
+	if e := audit[0]; e.Action != "agent.facts-refresh" || e.Target != "web-1" || !strings.HasPrefix(e.Actor, "ops (") {
+		t.Fatalf("newest audit entry %+v, want agent.facts-refresh of web-1 by ops", e)
+	}
+}
+
 func TestAuthorization(t *testing.T) {
 	r := newRig(t, openSQLite(t))
 	for _, env := range []string{"a", "b"} {
 		r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: env}, nil, 201)
 		r.must(r.admin, "POST", "/api/v1/envs/"+env+"/versions", api.ExportRequest{Resources: []model.Resource{file("h", "/f", env)}}, nil, 201)
-		if err := r.st.UpsertAgent(context.Background(), model.Agent{Env: env, Name: "h"}); err != nil {
+		if err := r.st.UpsertAgent(context.Background(), record.Agent{Env: env, Name: "h"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	viewer := r.token("dash", model.RoleViewer, "")
-	opA := r.token("ci-a", model.RoleOperator, "a")
-	adminA := r.token("admin-a", model.RoleAdmin, "a")
+	viewer := r.token("dash", record.RoleViewer, "")
+	opA := r.token("ci-a", record.RoleOperator, "a")
+	adminA := r.token("admin-a", record.RoleAdmin, "a")
 
 	tests := []struct {
 		name, token, method, path string
@@ -284,13 +367,13 @@ func TestAuthorization(t *testing.T) {
 		{"viewer deploys", viewer, "POST", "/api/v1/envs/a/deploy", nil, "forbidden"},
 		{"viewer accepts", viewer, "POST", "/api/v1/envs/a/agents/h/accept", nil, "forbidden"},
 		{"viewer exports", viewer, "POST", "/api/v1/envs/a/versions", api.ExportRequest{Resources: []model.Resource{}}, "forbidden"},
-		{"viewer creates tokens", viewer, "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleAdmin}, "forbidden"},
+		{"viewer creates tokens", viewer, "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: record.RoleAdmin}, "forbidden"},
 		{"A reads B", opA, "GET", "/api/v1/envs/b", nil, "forbidden"},
 		{"A lists B's resources", opA, "GET", "/api/v1/envs/b/resources", nil, "forbidden"},
 		{"A lists B's agents", opA, "GET", "/api/v1/envs/b/agents", nil, "forbidden"},
 		{"A releases in B", opA, "POST", "/api/v1/envs/b/versions/1/release", nil, "forbidden"},
 		{"A follows B", opA, "GET", "/api/v1/events?env=b", nil, "forbidden"},
-		{"scoped admin makes tokens", adminA, "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleAdmin}, "forbidden"},
+		{"scoped admin makes tokens", adminA, "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: record.RoleAdmin}, "forbidden"},
 		{"scoped admin deletes B", adminA, "DELETE", "/api/v1/envs/b", nil, "forbidden"},
 		{"scoped admin reads audit", adminA, "GET", "/api/v1/audit", nil, "forbidden"},
 	}
@@ -302,7 +385,7 @@ func TestAuthorization(t *testing.T) {
 		})
 	}
 	// What they may do works, and a scoped token sees only its environment.
-	var envs []model.Environment
+	var envs []record.Environment
 	r.must(opA, "GET", "/api/v1/envs", nil, &envs, 200)
 	if len(envs) != 1 || envs[0].Name != "a" {
 		t.Fatalf("envs seen by a token for a: %+v", envs)
@@ -313,7 +396,7 @@ func TestAuthorization(t *testing.T) {
 	}
 	r.must(opA, "POST", "/api/v1/envs/a/versions/1/release", nil, nil, 200)
 	r.must(opA, "POST", "/api/v1/envs/a/agents/h/accept", nil, nil, 200)
-	var who model.Token
+	var who record.Token
 	r.must(opA, "GET", "/api/v1/whoami", nil, &who, 200)
 	if who.Name != "ci-a" || who.Env != "a" {
 		t.Fatalf("whoami %+v", who)
@@ -323,7 +406,7 @@ func TestAuthorization(t *testing.T) {
 		t.Fatalf("B's version is %s", vb.State)
 	}
 	// A revoked token stops working; an expired one never works.
-	var list []model.Token
+	var list []record.Token
 	r.must(r.admin, "GET", "/api/v1/tokens", nil, &list, 200)
 	for _, tok := range list {
 		if tok.Name == "ci-a" {
@@ -334,7 +417,7 @@ func TestAuthorization(t *testing.T) {
 		t.Fatalf("revoked token: %s", code)
 	}
 	var nt api.NewToken
-	r.must(r.admin, "POST", "/api/v1/tokens", api.TokenRequest{Name: "brief", Role: model.RoleViewer, ExpiresIn: "1ns"}, &nt, 201)
+	r.must(r.admin, "POST", "/api/v1/tokens", api.TokenRequest{Name: "brief", Role: record.RoleViewer, ExpiresIn: "1ns"}, &nt, 201)
 	time.Sleep(time.Millisecond)
 	if _, code := r.do(nt.Secret, "GET", "/api/v1/envs", nil, nil); code != "unauthorized" {
 		t.Fatalf("expired token: %s", code)
@@ -374,7 +457,7 @@ func TestBadInput(t *testing.T) {
 		{"unparsable resource ID", "GET", "/api/v1/envs/prod/resources/" + url.PathEscape("file[h"), nil, "bad_request"},
 		{"SQL in a resource ID", "GET", "/api/v1/envs/prod/resources/" + url.PathEscape("file[h,path=/' OR 1=1 --]"), nil, "not_found"},
 		{"SQL in env", "GET", "/api/v1/envs/" + url.PathEscape("x' OR '1'='1") + "/resources", nil, "bad_request"},
-		{"SQL in a filter", "GET", "/api/v1/envs/prod/resources?agent=" + url.QueryEscape("' OR 1=1 --"), nil, ""},
+		{"SQL in a filter", "GET", "/api/v1/envs/prod/resources?agent=" + url.QueryEscape("' OR 1=1 --"), nil, "bad_request"},
 		{"bad state filter", "GET", "/api/v1/envs/prod/resources?state=evil", nil, "bad_request"},
 		{"bad limit", "GET", "/api/v1/envs/prod/resources/" + esc(dangling.ID) + "/log?limit=-1", nil, "bad_request"},
 		{"bad deploy id", "GET", "/api/v1/envs/prod/deploys/xyz", nil, "bad_request"},
@@ -382,8 +465,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown env", "GET", "/api/v1/envs/nope/versions", nil, "not_found"},
 		{"deploy without release", "POST", "/api/v1/envs/prod/deploy", nil, "no_release"},
 		{"bad token role", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: "root"}, "invalid"},
-		{"bad expiry", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleViewer, ExpiresIn: "soon"}, "invalid"},
-		{"token for a missing env", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: model.RoleViewer, Env: "nope"}, "not_found"},
+		{"bad expiry", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: record.RoleViewer, ExpiresIn: "soon"}, "invalid"},
+		{"token for a missing env", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: record.RoleViewer, Env: "nope"}, "not_found"},
 		{"unknown route", "GET", "/api/v1/nothing", nil, "no_route"},
 		{"wrong method", "PUT", "/api/v1/envs", nil, "bad_method"},
 	}
@@ -404,7 +487,7 @@ func TestBadInput(t *testing.T) {
 	if len(vs) != 0 {
 		t.Fatalf("bad uploads left %d versions", len(vs))
 	}
-	var envs []model.Environment
+	var envs []record.Environment
 	r.must(r.admin, "GET", "/api/v1/envs", nil, &envs, 200)
 	if len(envs) != 1 {
 		t.Fatalf("bad creates left environments: %+v", envs)
@@ -416,11 +499,11 @@ func TestEventsStream(t *testing.T) {
 	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
 	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "dev"}, nil, 201)
 	for _, env := range []string{"prod", "dev"} {
-		if err := r.st.UpsertAgent(context.Background(), model.Agent{Env: env, Name: "h"}); err != nil {
+		if err := r.st.UpsertAgent(context.Background(), record.Agent{Env: env, Name: "h"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	prodViewer := r.token("watch", model.RoleViewer, "prod")
+	prodViewer := r.token("watch", record.RoleViewer, "prod")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", r.ts.URL+"/api/v1/events", nil)

@@ -13,11 +13,15 @@ import (
 // events streams live events as server-sent events: "event: <kind>" and
 // "data: <json>" per event, a comment every KeepAlive while idle. A token
 // scoped to one environment sees that environment's events only.
+//
+// The stream lasts as long as its client: each write gets WriteTimeout
+// from now, so a client that stops reading is dropped and one that reads
+// is never cut off by the server's WriteTimeout.
 func (a *API) events(r *request) (int, any, error) {
 	env := r.QueryParam("env")
 	if env != "" {
-		if err := model.ValidateEnvName(env); err != nil {
-			return 0, nil, newError("bad_request", "", "env=%q: %v", env, err)
+		if err := model.ValidateEnvName(clip(env)); err != nil {
+			return 0, nil, newError("bad_request", "", "env=: %v", err)
 		}
 		if !r.token.Covers(env) {
 			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", r.token.Name, r.token.Env, env)
@@ -35,16 +39,16 @@ func (a *API) events(r *request) (int, any, error) {
 	write := func(s string) error {
 		mu.Lock()
 		defer mu.Unlock()
+		// A writer without deadlines (a test recorder) has none to renew.
+		_ = ctrl.SetWriteDeadline(a.now().Add(a.cfg.WriteTimeout))
 		if _, err := io.WriteString(w, s); err != nil {
 			return err
 		}
 		return ctrl.Flush()
 	}
-	if err := write(": following " + orAll(env) + "\n\n"); err != nil {
-		return 0, nil, nil // the client left
-	}
 	ctx, cancel := context.WithCancel(r.ctx())
 	defer cancel()
+	defer context.AfterFunc(a.streams, cancel)()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // owned here: waited for below
@@ -63,7 +67,10 @@ func (a *API) events(r *request) (int, any, error) {
 			}
 		}
 	}()
-	err := a.svc.Events.Follow(ctx, env, func(kind string, data []byte) error {
+	// The first line says the stream follows: every event from then on
+	// comes (a client may act once it reads it).
+	opened := func() error { return write(": following " + orAll(env) + "\n\n") }
+	err := a.svc.Events.Follow(ctx, env, opened, func(kind string, data []byte) error {
 		return write("event: " + kind + "\ndata: " + string(data) + "\n\n")
 	})
 	cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 )
 
 func (r *request) ctx() context.Context { return r.Request().Context() }
@@ -21,10 +22,49 @@ func (r *request) ctx() context.Context { return r.Request().Context() }
 // envName returns the :env parameter, checked.
 func (r *request) envName() (string, error) {
 	env := r.Param("env")
-	if err := model.ValidateEnvName(env); err != nil {
-		return "", newError("bad_request", "", "environment %q: %v", env, err)
+	if err := model.ValidateEnvName(clip(env)); err != nil {
+		return "", newError("bad_request", "", "%v", err)
 	}
 	return env, nil
+}
+
+// agentName returns the :name parameter, checked.
+func (r *request) agentName() (string, error) {
+	name := r.Param("name")
+	if err := validAgentName(name); err != nil {
+		return "", newError("bad_request", "", "%v", err)
+	}
+	return name, nil
+}
+
+// validAgentName checks an agent name a client sent; the error repeats
+// at most the start of a long one.
+func validAgentName(name string) error { return model.ValidateAgentName(model.Clip(name, 254)) }
+
+// uuidParam returns the parameter name, which must be a UUID (what
+// identifies tokens and deploys).
+func (r *request) uuidParam(name, what string) (string, error) {
+	id := r.Param(name)
+	if _, err := uuid.Parse(id); err != nil {
+		return "", newError("bad_request", "", "%s ID %q: want a UUID", what, clip(id))
+	}
+	return id, nil
+}
+
+// filters checks the agent and type filters of a listing.
+func (r *request) filters() (agent, typ string, err error) {
+	agent, typ = r.QueryParam("agent"), r.QueryParam("type")
+	if agent != "" {
+		if err := validAgentName(agent); err != nil {
+			return "", "", newError("bad_request", "", "agent=: %v", err)
+		}
+	}
+	if typ != "" {
+		if err := model.ValidateType(model.Clip(typ, 65)); err != nil {
+			return "", "", newError("bad_request", "", "type=: %v", err)
+		}
+	}
+	return agent, typ, nil
 }
 
 // existingEnv is envName for listings: an environment that does not exist
@@ -44,7 +84,7 @@ func (a *API) existingEnv(r *request) (string, error) {
 func (r *request) number(name string) (int64, error) {
 	n, err := strconv.ParseInt(r.Param(name), 10, 64)
 	if err != nil || n <= 0 {
-		return 0, newError("bad_request", "", "version %q: want a positive number", r.Param(name))
+		return 0, newError("bad_request", "", "version %q: want a positive number", clip(r.Param(name)))
 	}
 	return n, nil
 }
@@ -63,14 +103,21 @@ func (r *request) envResource() (string, model.ID, error) {
 func (r *request) resourceID() (model.ID, error) {
 	raw, err := url.PathUnescape(r.Param("id"))
 	if err != nil {
-		return model.ID{}, newError("bad_request", "URL-escape the ID", "resource ID %q: %v", r.Param("id"), err)
+		return model.ID{}, newError("bad_request", "URL-escape the ID", "resource ID %q: %v", clip(r.Param("id")), err)
+	}
+	if len(raw) > maxIDLen {
+		return model.ID{}, newError("bad_request", "", "resource ID of %d bytes: at most %d", len(raw), maxIDLen)
 	}
 	id, err := model.ParseID(raw)
 	if err != nil {
-		return model.ID{}, newError("bad_request", "IDs look like file[web-1,path=/etc/motd], URL-escaped", "resource ID %q: %v", raw, err)
+		return model.ID{}, newError("bad_request", "IDs look like file[web-1,path=/etc/motd], URL-escaped", "resource ID %q: %s", clip(raw), clip(err.Error()))
 	}
 	return id, nil
 }
+
+// maxIDLen bounds a printed resource ID: model's limits on its parts, and
+// its punctuation.
+const maxIDLen = 64 + 253 + 64 + 4096 + 4
 
 func (r *request) limit() (int, error) {
 	s := r.QueryParam("limit")
@@ -79,7 +126,7 @@ func (r *request) limit() (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n <= 0 || n > 10000 {
-		return 0, newError("bad_request", "", "limit %q: want 1 to 10000", s)
+		return 0, newError("bad_request", "", "limit %q: want 1 to 10000", clip(s))
 	}
 	return n, nil
 }
@@ -97,7 +144,7 @@ func (a *API) listEnvs(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	out := []model.Environment{}
+	out := []record.Environment{}
 	for _, e := range envs {
 		if r.token.Covers(e.Name) {
 			out = append(out, e)
@@ -111,33 +158,38 @@ func (a *API) createEnv(r *request) (int, any, error) {
 	if err := a.decode(r, &req); err != nil {
 		return 0, nil, err
 	}
-	if err := model.ValidateEnvName(req.Name); err != nil {
-		return 0, nil, newError("invalid", "", "environment name %q: %v", req.Name, err)
+	if err := model.ValidateEnvName(clip(req.Name)); err != nil {
+		return 0, nil, newError("invalid", "", "%v", err)
 	}
-	env := model.Environment{Name: req.Name, Settings: model.DefaultEnvSettings(), CreatedAt: a.now().UTC()}
+	env := record.Environment{Name: req.Name, Settings: record.DefaultEnvSettings(), CreatedAt: a.now().UTC()}
 	if err := setAll(&env.Settings, req.Settings); err != nil {
 		return 0, nil, err
 	}
+	// The environment is the target from here on: in the audit log, and
+	// in errors (exists: environment prod).
+	r.SetParamNames("env")
+	r.SetParamValues(req.Name)
 	if err := a.svc.Envs.CreateEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
-	r.SetParamNames("env")
-	r.SetParamValues(req.Name)
 	got, err := a.svc.Envs.GetEnv(r.ctx(), req.Name)
 	return http.StatusCreated, got, err
 }
 
 // setAll applies settings in a stable order; none is applied on error.
-func setAll(s *model.EnvSettings, kv map[string]string) error {
+func setAll(s *record.EnvSettings, kv map[string]string) error {
 	next := *s
 	keys := make([]string, 0, len(kv))
-	for k := range kv {
+	for k, v := range kv {
+		if len(k) > model.MaxSettingLen || len(v) > model.MaxSettingLen {
+			return newError("invalid", "settings: "+strings.Join(record.SettingKeys(), ", "), "setting %q: keys and values have at most %d bytes", clip(k), model.MaxSettingLen)
+		}
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
 		if err := next.Set(k, kv[k]); err != nil {
-			return newError("invalid", "settings: "+strings.Join(model.SettingKeys(), ", "), "%v", err)
+			return newError("invalid", "settings: "+strings.Join(record.SettingKeys(), ", "), "%v", err)
 		}
 	}
 	*s = next
@@ -162,9 +214,9 @@ func (a *API) deleteEnv(r *request) (int, any, error) {
 }
 
 // settingsView is settings as operators write them, key → value.
-func settingsView(s model.EnvSettings) map[string]string {
+func settingsView(s record.EnvSettings) map[string]string {
 	out := map[string]string{}
-	for _, k := range model.SettingKeys() {
+	for _, k := range record.SettingKeys() {
 		out[k], _ = s.Get(k)
 	}
 	return out
@@ -194,7 +246,7 @@ func (a *API) patchSettings(r *request) (int, any, error) {
 	if len(kv) == 0 {
 		return 0, nil, newError("bad_request", "send {\"key\": \"value\"}", "no setting to change")
 	}
-	got, err := a.svc.Settings.UpdateEnvSettings(r.ctx(), env, func(s *model.EnvSettings) error { return setAll(s, kv) })
+	got, err := a.svc.Settings.UpdateEnvSettings(r.ctx(), env, func(s *record.EnvSettings) error { return setAll(s, kv) })
 	if err != nil {
 		return 0, nil, err
 	}
@@ -208,7 +260,7 @@ func (a *API) halt(halted bool) func(*request) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		got, err := a.svc.Settings.UpdateEnvSettings(r.ctx(), env, func(s *model.EnvSettings) error {
+		got, err := a.svc.Settings.UpdateEnvSettings(r.ctx(), env, func(s *record.EnvSettings) error {
 			s.Halted = halted
 			return nil
 		})
@@ -230,6 +282,9 @@ type ExportResponse struct {
 	// Reused: the newest version already held exactly this resource set.
 	Reused   bool `json:"reused"`
 	Released bool `json:"released"`
+	// Fanout lists, when released, the agents the release did not reach
+	// at once and what brings it to them.
+	record.Fanout
 }
 
 func (a *API) listVersions(r *request) (int, any, error) {
@@ -250,27 +305,39 @@ func (a *API) putVersion(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	var req ExportRequest
-	if err := a.decode(r, &req); err != nil {
+	done, err := a.uploadSlot(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer done()
+	a.uploadDeadlines(r)
+	req, err := a.decodeExport(r)
+	if err != nil {
 		return 0, nil, err
 	}
 	if req.Resources == nil {
 		return 0, nil, newError("invalid", "compile the model with tether compile -o json", "no \"resources\" in the upload")
 	}
 	req.Meta.ExportedBy = r.token.Name
+	if err := req.Meta.Validate(); err != nil {
+		return 0, nil, err
+	}
 	v, reused, err := a.svc.Exporter.Export(r.ctx(), env, req.Resources, req.Meta)
 	if err != nil {
 		return 0, nil, err
 	}
+	req.Resources = nil // what follows does not need them: let them go
 	out := ExportResponse{Version: v, Reused: reused}
-	if release && v.State != model.VersionReleased {
-		if out.Version, err = a.svc.Exporter.Release(r.ctx(), env, v.Number); err != nil {
-			return 0, nil, err
-		}
-	}
-	out.Released = out.Version.State == model.VersionReleased
 	r.SetParamNames("env", "n")
 	r.SetParamValues(env, strconv.FormatInt(v.Number, 10))
+	if release && v.State != model.VersionReleased {
+		rel, err := a.svc.Exporter.Release(r.ctx(), env, v.Number)
+		if err != nil {
+			return 0, nil, a.releaseError(r, env, v.Number, err)
+		}
+		out.Version, out.Fanout = rel.Version, rel.Fanout
+	}
+	out.Released = out.Version.State == model.VersionReleased
 	r.detail = fmt.Sprintf("%d resources, reused %v, released %v", v.Count, reused, out.Released)
 	status := http.StatusCreated
 	if reused {
@@ -361,7 +428,7 @@ func (a *API) diffVersions(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	var prev []model.ResourceHash
+	var prev []record.ResourceHash
 	if from > 0 {
 		if prev, err = a.svc.Versions.ResourceHashes(r.ctx(), env, from); err != nil {
 			return 0, nil, err
@@ -371,7 +438,7 @@ func (a *API) diffVersions(r *request) (int, any, error) {
 }
 
 // diffHashes compares two ID-sorted hash lists.
-func diffHashes(from, to int64, prev, next []model.ResourceHash) Diff {
+func diffHashes(from, to int64, prev, next []record.ResourceHash) Diff {
 	d := Diff{From: from, To: to, Added: []model.ID{}, Removed: []model.ID{}, Changed: []model.ID{}}
 	i, j := 0, 0
 	for i < len(prev) || j < len(next) {
@@ -413,8 +480,25 @@ func (a *API) release(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	v, err := a.svc.Exporter.Release(r.ctx(), env, n)
-	return http.StatusOK, v, err
+	rel, err := a.svc.Exporter.Release(r.ctx(), env, n)
+	if err != nil {
+		return 0, nil, a.releaseError(r, env, n, err)
+	}
+	if rel.PendingCount > 0 {
+		r.detail = fmt.Sprintf("%d agents pending", rel.PendingCount)
+	}
+	return http.StatusOK, rel, nil
+}
+
+// releaseError explains a release that was refused for the version's state.
+func (a *API) releaseError(r *request, env string, n int64, err error) error {
+	if !errors.Is(err, model.ErrConflict) {
+		return err
+	}
+	if v, gerr := a.svc.Versions.GetVersion(r.ctx(), env, n, false); gerr == nil && v.State == model.VersionRetired {
+		return newError("conflict", "export it again to roll back: an unchanged set becomes a new version", "version %d of %s is retired", n, env)
+	}
+	return err
 }
 
 // --- resources
@@ -422,7 +506,7 @@ func (a *API) release(r *request) (int, any, error) {
 // ResourceView is a resource as the API shows it: where it stands and, for
 // one resource, what it is (sensitive values redacted).
 type ResourceView struct {
-	model.ResourceStatus
+	record.ResourceStatus
 	Resource *model.Resource `json:"resource,omitempty"`
 }
 
@@ -431,13 +515,17 @@ func (a *API) listResources(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	f := model.StatusFilter{Agent: r.QueryParam("agent"), Type: r.QueryParam("type"),
+	agent, typ, err := r.filters()
+	if err != nil {
+		return 0, nil, err
+	}
+	f := record.StatusFilter{Agent: agent, Type: typ,
 		State: model.ResourceState(r.QueryParam("state")), Compliance: model.Compliance(r.QueryParam("compliance"))}
 	if f.State != "" && !f.State.Valid() {
-		return 0, nil, newError("bad_request", "", "state=%q: not a resource state", f.State)
+		return 0, nil, newError("bad_request", "", "state=%q: not a resource state", clip(string(f.State)))
 	}
 	if f.Compliance != "" && !f.Compliance.Valid() {
-		return 0, nil, newError("bad_request", "", "compliance=%q: want compliant, non_compliant or unknown", f.Compliance)
+		return 0, nil, newError("bad_request", "", "compliance=%q: want compliant, non_compliant or unknown", clip(string(f.Compliance)))
 	}
 	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
@@ -451,11 +539,11 @@ func (a *API) getResource(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	sts, err := a.svc.Resources.Statuses(r.ctx(), env, model.StatusFilter{Agent: id.Agent, Type: id.Type})
+	sts, err := a.svc.Resources.Statuses(r.ctx(), env, record.StatusFilter{Agent: id.Agent, Type: id.Type})
 	if err != nil {
 		return 0, nil, err
 	}
-	i := slices.IndexFunc(sts, func(s model.ResourceStatus) bool { return s.ID == id })
+	i := slices.IndexFunc(sts, func(s record.ResourceStatus) bool { return s.ID == id })
 	if i < 0 {
 		return 0, nil, newError("not_found", "tether resource list shows what there is", "no resource %s in environment %s", id, env)
 	}
@@ -496,12 +584,12 @@ func (a *API) resourceHistory(r *request) (int, any, error) {
 
 // AgentView is an agent as the API shows it.
 type AgentView struct {
-	model.Agent
+	record.Agent
 	Online bool   `json:"online"`
 	Key    string `json:"key_fingerprint,omitempty"`
 }
 
-func (a *API) view(ag model.Agent) AgentView {
+func (a *API) view(ag record.Agent) AgentView {
 	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
@@ -522,30 +610,78 @@ func (a *API) listAgents(r *request) (int, any, error) {
 	return http.StatusOK, out, err
 }
 
-func (a *API) getAgent(r *request) (int, any, error) {
-	env, err := r.envName()
+// agentParams returns the environment and agent a request names.
+func agentParams(r *request) (env, name string, err error) {
+	if env, err = r.envName(); err != nil {
+		return "", "", err
+	}
+	name, err = r.agentName()
+	return env, name, err
+}
+
+// inventory answers the environment's live inventory: every accepted
+// agent, by name, with its labels and the facts it reported, as
+// model.Inventory (what tether compile --inventory reads), built by
+// record.Inventory as the server's own compiles build it.
+func (a *API) inventory(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
 	if err != nil {
 		return 0, nil, err
 	}
-	ag, err := a.svc.Agents.GetAgent(r.ctx(), env, r.Param("name"))
+	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, record.Inventory(ags), nil
+}
+
+func (a *API) getAgent(r *request) (int, any, error) {
+	env, name, err := agentParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Agents.GetAgent(r.ctx(), env, name)
 	if err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, a.view(ag), nil
 }
 
-func (a *API) agentAction(action model.AgentAction) func(*request) (int, any, error) {
+func (a *API) agentAction(action record.AgentAction) func(*request) (int, any, error) {
 	return func(r *request) (int, any, error) {
-		env, err := r.envName()
+		env, name, err := agentParams(r)
 		if err != nil {
 			return 0, nil, err
 		}
-		ag, err := a.svc.Control.AgentAction(r.ctx(), env, r.Param("name"), action)
+		ag, err := a.svc.Control.AgentAction(r.ctx(), env, name, action)
+		if errors.Is(err, model.ErrConflict) {
+			if ag, gerr := a.svc.Agents.GetAgent(r.ctx(), env, name); gerr == nil && ag.State != record.AgentAccepted {
+				return 0, nil, newError("conflict", fmt.Sprintf("accept it first (tether agent accept %s)", name), "agent %s is %s: only an accepted agent can be paused or resumed", name, ag.State)
+			}
+		}
 		if err != nil {
 			return 0, nil, err
 		}
 		return http.StatusOK, a.view(ag), nil
 	}
+}
+
+// factsRefresh asks an agent to report its facts again. The answer, 202,
+// is the agent as recorded now: the report comes later, as an agent
+// event on the event stream.
+func (a *API) factsRefresh(r *request) (int, any, error) {
+	env, name, err := agentParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Control.RefreshFacts(r.ctx(), env, name)
+	if errors.Is(err, model.ErrConflict) {
+		return 0, nil, newError("conflict", fmt.Sprintf("accept it first (tether agent accept %s)", name), "agent %s is %s: only an accepted agent can be asked for its facts", name, ag.State)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, a.view(ag), nil
 }
 
 // --- operations
@@ -556,7 +692,7 @@ type OperationRequest struct {
 	Full   bool     `json:"full,omitempty"`
 }
 
-func (a *API) operation(op model.Operation) func(*request) (int, any, error) {
+func (a *API) operation(op record.Operation) func(*request) (int, any, error) {
 	return func(r *request) (int, any, error) {
 		env, err := r.envName()
 		if err != nil {
@@ -568,7 +704,15 @@ func (a *API) operation(op model.Operation) func(*request) (int, any, error) {
 				return 0, nil, err
 			}
 		}
-		d, err := a.svc.Operations.Deploy(r.ctx(), env, model.DeployRequest{Agents: req.Agents, Operation: op, Full: req.Full})
+		if len(req.Agents) > model.MaxAgentsPerRequest {
+			return 0, nil, newError("invalid", "", "agents: %d names: at most %d", len(req.Agents), model.MaxAgentsPerRequest)
+		}
+		for i, name := range req.Agents {
+			if err := validAgentName(name); err != nil {
+				return 0, nil, newError("invalid", "", "agents[%d]: %v", i, err)
+			}
+		}
+		d, err := a.svc.Operations.Deploy(r.ctx(), env, record.DeployRequest{Agents: req.Agents, Operation: op, Full: req.Full})
 		if err != nil && len(d.Agents) == 0 {
 			return 0, nil, err
 		}
@@ -583,8 +727,8 @@ func (a *API) operation(op model.Operation) func(*request) (int, any, error) {
 
 // Report is what a deploy, repair or dry run reported.
 type Report struct {
-	ID      string         `json:"id"`
-	Actions []model.Action `json:"actions"`
+	ID      string          `json:"id"`
+	Actions []record.Action `json:"actions"`
 }
 
 func (a *API) deployReport(r *request) (int, any, error) {
@@ -592,12 +736,61 @@ func (a *API) deployReport(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	id := r.Param("id")
-	if _, err := uuid.Parse(id); err != nil {
-		return 0, nil, newError("bad_request", "", "deploy ID %q: want a UUID", id)
+	id, err := r.uuidParam("id", "deploy")
+	if err != nil {
+		return 0, nil, err
 	}
 	acts, err := a.svc.Operations.DeployActions(r.ctx(), env, id, 10000)
 	return http.StatusOK, Report{ID: id, Actions: nonNil(acts)}, err
+}
+
+// --- compiles
+
+func (a *API) requestCompile(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Compiles == nil {
+		return 0, nil, newError("conflict", "", "this server compiles no models: export versions instead (tether export)")
+	}
+	q, err := a.svc.Compiles.RequestCompile(r.ctx(), env, r.token.Name)
+	if errors.Is(err, model.ErrConflict) {
+		return 0, nil, newError("conflict", "give the environment a source first, or export versions (tether export)", "%s", err)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, q, nil
+}
+
+func (a *API) listCompiles(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Compiles == nil {
+		return http.StatusOK, []record.Compile{}, nil
+	}
+	cs, err := a.svc.Compiles.ListCompiles(r.ctx(), env, limit)
+	return http.StatusOK, nonNil(cs), err
+}
+
+func (a *API) getCompile(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := r.Param("id")
+	if a.svc.Compiles == nil {
+		return 0, nil, newError("not_found", "", "no compile %q in %s", clip(id), env)
+	}
+	c, err := a.svc.Compiles.GetCompile(r.ctx(), env, id)
+	return http.StatusOK, c, err
 }
 
 // --- alerts, tokens, audit
@@ -611,26 +804,30 @@ func (a *API) listAlerts(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	kind := model.AlertKind(r.QueryParam("kind"))
-	if kind != "" && kind != model.AlertDrift && kind != model.AlertSecurity {
-		return 0, nil, newError("bad_request", "", "kind=%q: want drift or security", kind)
+	kind := record.AlertKind(r.QueryParam("kind"))
+	if kind != "" && !kind.Valid() {
+		return 0, nil, newError("bad_request", "", "kind=%q: want drift, security or compile.failed", clip(string(kind)))
 	}
-	al, err := a.svc.Records.Alerts(r.ctx(), model.AlertFilter{Env: env, Agent: r.QueryParam("agent"), Kind: kind, Limit: limit})
+	agent, _, err := r.filters()
+	if err != nil {
+		return 0, nil, err
+	}
+	al, err := a.svc.Records.Alerts(r.ctx(), record.AlertFilter{Env: env, Agent: agent, Kind: kind, Limit: limit})
 	return http.StatusOK, nonNil(al), err
 }
 
 // TokenRequest creates an API token.
 type TokenRequest struct {
-	Name string     `json:"name"`
-	Role model.Role `json:"role"`
-	Env  string     `json:"env,omitempty"`
+	Name string      `json:"name"`
+	Role record.Role `json:"role"`
+	Env  string      `json:"env,omitempty"`
 	// ExpiresIn: "720h"; empty: never.
 	ExpiresIn string `json:"expires_in,omitempty"`
 }
 
 // NewToken is a created token with its secret, shown this once.
 type NewToken struct {
-	model.Token
+	record.Token
 	Secret string `json:"secret"`
 }
 
@@ -651,6 +848,13 @@ func (a *API) createToken(r *request) (int, any, error) {
 	if t.ExpiresAt, err = a.expiry(req.ExpiresIn, "720h"); err != nil {
 		return 0, nil, err
 	}
+	if t.Env != "" {
+		if _, err := a.svc.Envs.GetEnv(r.ctx(), t.Env); isNotFound(err) {
+			return 0, nil, newError("not_found", "create it first, or leave env out for a token of every environment", "environment %s does not exist", t.Env)
+		} else if err != nil {
+			return 0, nil, err
+		}
+	}
 	if err := a.svc.Tokens.CreateToken(r.ctx(), t); err != nil {
 		return 0, nil, err
 	}
@@ -668,27 +872,31 @@ func (a *API) expiry(expiresIn, example string) (*time.Time, error) {
 	}
 	d, err := time.ParseDuration(expiresIn)
 	if err != nil || d <= 0 {
-		return nil, newError("invalid", "", "expires_in %q: want a duration such as %s", expiresIn, example)
+		return nil, newError("invalid", "", "expires_in %q: want a duration such as %s", clip(expiresIn), example)
 	}
 	exp := a.now().Add(d).UTC()
 	return &exp, nil
 }
 
 // IssueToken makes a token and its secret (not stored).
-func IssueToken(name string, role model.Role, env, by string, now time.Time) (model.Token, string, error) {
-	secret, err := model.NewSecret()
+func IssueToken(name string, role record.Role, env, by string, now time.Time) (record.Token, string, error) {
+	secret, err := record.NewSecret()
 	if err != nil {
-		return model.Token{}, "", err
+		return record.Token{}, "", err
 	}
-	t := model.Token{ID: uuid.NewString(), Name: name, Role: role, Env: env, Hash: model.HashSecret(secret), CreatedBy: by, CreatedAt: now.UTC()}
+	t := record.Token{ID: uuid.NewString(), Name: name, Role: role, Env: env, Hash: record.HashSecret(secret), CreatedBy: by, CreatedAt: now.UTC()}
 	if err := t.Validate(); err != nil {
-		return model.Token{}, "", newError("invalid", "", "%v", err)
+		return record.Token{}, "", newError("invalid", "", "%v", err)
 	}
 	return t, secret, nil
 }
 
 func (a *API) revokeToken(r *request) (int, any, error) {
-	return http.StatusNoContent, nil, a.svc.Tokens.DeleteToken(r.ctx(), r.Param("id"))
+	id, err := r.uuidParam("id", "token")
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, a.svc.Tokens.DeleteToken(r.ctx(), id)
 }
 
 func (a *API) listAudit(r *request) (int, any, error) {
@@ -696,11 +904,31 @@ func (a *API) listAudit(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	es, err := a.svc.Records.Audit(r.ctx(), model.AuditFilter{Env: r.QueryParam("env"), Limit: limit})
+	env := r.QueryParam("env")
+	if env != "" {
+		if err := model.ValidateEnvName(clip(env)); err != nil {
+			return 0, nil, newError("bad_request", "", "env=: %v", err)
+		}
+	}
+	es, err := a.svc.Records.Audit(r.ctx(), record.AuditFilter{Env: env, Limit: limit})
 	return http.StatusOK, nonNil(es), err
 }
 
 func (a *API) whoami(r *request) (int, any, error) { return http.StatusOK, r.token, nil }
+
+// ServerInfo is what agents need to know of the server: the key it signs
+// commands with.
+type ServerInfo struct {
+	// PublicKey is the server's ed25519 public key (base64 in JSON).
+	PublicKey []byte `json:"public_key"`
+	// Fingerprint names the key: SHA256:<base64>.
+	Fingerprint string `json:"fingerprint"`
+	Version     string `json:"version"`
+}
+
+func (a *API) serverInfo(r *request) (int, any, error) {
+	return http.StatusOK, ServerInfo{PublicKey: a.svc.ServerKey, Fingerprint: model.Fingerprint(a.svc.ServerKey), Version: a.cfg.Version}, nil
+}
 
 // nonNil makes an empty listing [] rather than null in JSON.
 func nonNil[T any](s []T) []T {
@@ -726,7 +954,7 @@ type EnrollmentTokenRequest struct {
 // NewEnrollmentToken is a created enrollment token with its secret, shown
 // this once: agents pass it as --token.
 type NewEnrollmentToken struct {
-	model.EnrollmentToken
+	record.EnrollmentToken
 	Token string `json:"token"`
 }
 
@@ -751,11 +979,16 @@ func (a *API) createEnrollToken(r *request) (int, any, error) {
 	if req.Name == "" {
 		return 0, nil, newError("invalid", "", "name is required: say what the token is for (a rack, a team, an image)")
 	}
-	secret, err := model.NewSecret()
+	if req.MaxUses < 0 {
+		return 0, nil, newError("invalid", "", "max_uses %d: want 0 (no bound) or more", req.MaxUses)
+	}
+	// The token carries the server key's fingerprint: an agent started
+	// with it trusts only this server.
+	secret, err := model.NewEnrollmentToken(a.svc.ServerKey)
 	if err != nil {
 		return 0, nil, err
 	}
-	t := model.EnrollmentToken{ID: uuid.NewString(), Env: env, Name: req.Name, Hash: model.HashSecret(secret), MaxUses: req.MaxUses,
+	t := record.EnrollmentToken{ID: uuid.NewString(), Env: env, Name: req.Name, Hash: record.HashSecret(secret), MaxUses: req.MaxUses,
 		CreatedBy: r.token.Name, CreatedAt: a.now().UTC()}
 	if t.ExpiresAt, err = a.expiry(req.ExpiresIn, "24h"); err != nil {
 		return 0, nil, err
@@ -777,5 +1010,9 @@ func (a *API) revokeEnrollToken(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusNoContent, nil, a.svc.Enrollment.DeleteEnrollToken(r.ctx(), env, r.Param("id"))
+	id, err := r.uuidParam("id", "enrollment token")
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, a.svc.Enrollment.DeleteEnrollToken(r.ctx(), env, id)
 }

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/clientlimit"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // route is one endpoint: how it is reached, who may call it, what it is
@@ -18,7 +22,7 @@ import (
 type route struct {
 	method, path string
 	// role is the least role that may call it; "" needs no token.
-	role model.Role
+	role record.Role
 	// global routes need a token valid for every environment.
 	global bool
 	// action names a change in the audit log; reads have none.
@@ -26,96 +30,122 @@ type route struct {
 	summary string
 	// query lists the query parameters it reads (for the OpenAPI document).
 	query []string
-	// body describes the request body, if any.
-	body  string
-	serve func(r *request) (int, any, error)
+	// body describes the request body, if any: a route without one reads
+	// none. Bodies are bounded by MaxBody, an upload's by MaxUpload.
+	body string
+	// upload marks the version upload: its own body limit, deadlines
+	// that fit its size, a bounded number at once.
+	upload bool
+	// stream marks the event stream, which lasts as long as its client.
+	stream bool
+	serve  func(r *request) (int, any, error)
 }
 
 // request is one call, authenticated.
 type request struct {
 	echo.Context
 	api   *API
-	token model.Token
+	token record.Token
+	// bodyMax bounds the body; upload says which limit it is.
+	bodyMax int64
+	upload  bool
 	// detail is what the audit log says of the change beyond its target.
 	detail string
 }
 
 func (a *API) routes() []route {
 	return []route{
-		{method: "GET", path: "/envs", role: model.RoleViewer, summary: "List environments (those the token may see)", serve: a.listEnvs},
-		{method: "POST", path: "/envs", role: model.RoleAdmin, global: true, action: "env.create", summary: "Create an environment", body: "{name, settings?: {key: value}}", serve: a.createEnv},
-		{method: "GET", path: "/envs/:env", role: model.RoleViewer, summary: "Show an environment", serve: a.getEnv},
-		{method: "DELETE", path: "/envs/:env", role: model.RoleAdmin, global: true, action: "env.delete", summary: "Delete an environment and everything in it", serve: a.deleteEnv},
-		{method: "GET", path: "/envs/:env/settings", role: model.RoleViewer, summary: "Show an environment's settings", serve: a.getSettings},
-		{method: "PATCH", path: "/envs/:env/settings", role: model.RoleOperator, action: "env.settings", summary: "Change settings", body: "{key: value}", serve: a.patchSettings},
-		{method: "POST", path: "/envs/:env/halt", role: model.RoleOperator, action: "env.halt", summary: "Halt every deploy of the environment", serve: a.halt(true)},
-		{method: "POST", path: "/envs/:env/resume", role: model.RoleOperator, action: "env.resume", summary: "Resume a halted environment", serve: a.halt(false)},
+		{method: "GET", path: "/envs", role: record.RoleViewer, summary: "List environments (those the token may see)", serve: a.listEnvs},
+		{method: "POST", path: "/envs", role: record.RoleAdmin, global: true, action: "env.create", summary: "Create an environment", body: "{name, settings?: {key: value}}", serve: a.createEnv},
+		{method: "GET", path: "/envs/:env", role: record.RoleViewer, summary: "Show an environment", serve: a.getEnv},
+		{method: "DELETE", path: "/envs/:env", role: record.RoleAdmin, global: true, action: "env.delete", summary: "Delete an environment and everything in it", serve: a.deleteEnv},
+		{method: "GET", path: "/envs/:env/settings", role: record.RoleViewer, summary: "Show an environment's settings", serve: a.getSettings},
+		{method: "PATCH", path: "/envs/:env/settings", role: record.RoleOperator, action: "env.settings", summary: "Change settings", body: "{key: value}", serve: a.patchSettings},
+		{method: "POST", path: "/envs/:env/halt", role: record.RoleOperator, action: "env.halt", summary: "Halt every deploy of the environment", serve: a.halt(true)},
+		{method: "POST", path: "/envs/:env/resume", role: record.RoleOperator, action: "env.resume", summary: "Resume a halted environment", serve: a.halt(false)},
 
-		{method: "GET", path: "/envs/:env/versions", role: model.RoleViewer, summary: "List versions, newest first", serve: a.listVersions},
-		{method: "POST", path: "/envs/:env/versions", role: model.RoleOperator, action: "version.export", summary: "Upload a compiled resource set as a new version", query: []string{"release"}, body: "{resources: [Resource], meta?: VersionMeta}", serve: a.putVersion},
-		{method: "GET", path: "/envs/:env/versions/:n", role: model.RoleViewer, summary: "Show a version (with its resources, sensitive values redacted, if resources=true)", query: []string{"resources"}, serve: a.getVersion},
-		{method: "GET", path: "/envs/:env/versions/:n/diff", role: model.RoleViewer, summary: "What changed from version `from` (default: the released one, or n-1) to n", query: []string{"from"}, serve: a.diffVersions},
-		{method: "POST", path: "/envs/:env/versions/:n/release", role: model.RoleOperator, action: "version.release", summary: "Release a version", serve: a.release},
+		{method: "GET", path: "/envs/:env/versions", role: record.RoleViewer, summary: "List versions, newest first", serve: a.listVersions},
+		{method: "POST", path: "/envs/:env/versions", role: record.RoleOperator, action: "version.export", summary: "Upload a compiled resource set as a new version", query: []string{"release"}, body: "{resources: [Resource], meta?: VersionMeta}", upload: true, serve: a.putVersion},
+		{method: "GET", path: "/envs/:env/versions/:n", role: record.RoleViewer, summary: "Show a version (with its resources, sensitive values redacted, if resources=true)", query: []string{"resources"}, serve: a.getVersion},
+		{method: "GET", path: "/envs/:env/versions/:n/diff", role: record.RoleViewer, summary: "What changed from version `from` (default: the released one, or n-1) to n", query: []string{"from"}, serve: a.diffVersions},
+		{method: "POST", path: "/envs/:env/versions/:n/release", role: record.RoleOperator, action: "version.release", summary: "Release a version", serve: a.release},
 
-		{method: "GET", path: "/envs/:env/resources", role: model.RoleViewer, summary: "List resources with their state and compliance", query: []string{"agent", "type", "state", "compliance"}, serve: a.listResources},
-		{method: "GET", path: "/envs/:env/resources/:id", role: model.RoleViewer, summary: "Show a resource of the released version (id URL-escaped)", serve: a.getResource},
-		{method: "GET", path: "/envs/:env/resources/:id/log", role: model.RoleViewer, summary: "A resource's action log, newest first", query: []string{"limit"}, serve: a.resourceLog},
-		{method: "GET", path: "/envs/:env/resources/:id/history", role: model.RoleViewer, summary: "The versions that hold a resource, with its hash in each", serve: a.resourceHistory},
+		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance", query: []string{"agent", "type", "state", "compliance"}, serve: a.listResources},
+		{method: "GET", path: "/envs/:env/resources/:id", role: record.RoleViewer, summary: "Show a resource of the released version (id URL-escaped)", serve: a.getResource},
+		{method: "GET", path: "/envs/:env/resources/:id/log", role: record.RoleViewer, summary: "A resource's action log, newest first", query: []string{"limit"}, serve: a.resourceLog},
+		{method: "GET", path: "/envs/:env/resources/:id/history", role: record.RoleViewer, summary: "The versions that hold a resource, with its hash in each", serve: a.resourceHistory},
 
-		{method: "GET", path: "/envs/:env/agents", role: model.RoleViewer, summary: "List agents, online or not", serve: a.listAgents},
-		{method: "GET", path: "/envs/:env/agents/:name", role: model.RoleViewer, summary: "Show an agent with its facts", serve: a.getAgent},
-		{method: "POST", path: "/envs/:env/agents/:name/accept", role: model.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", serve: a.agentAction(model.AgentAccept)},
-		{method: "POST", path: "/envs/:env/agents/:name/reject", role: model.RoleOperator, action: "agent.reject", summary: "Reject an agent", serve: a.agentAction(model.AgentReject)},
-		{method: "POST", path: "/envs/:env/agents/:name/pause", role: model.RoleOperator, action: "agent.pause", summary: "Pause an agent: it is sent no deploy until resumed", serve: a.agentAction(model.AgentPause)},
-		{method: "POST", path: "/envs/:env/agents/:name/resume", role: model.RoleOperator, action: "agent.resume", summary: "Resume a paused agent", serve: a.agentAction(model.AgentResume)},
+		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not", serve: a.listAgents},
+		{method: "GET", path: "/envs/:env/agents/:name", role: record.RoleViewer, summary: "Show an agent with its facts", serve: a.getAgent},
+		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", serve: a.inventory},
+		{method: "POST", path: "/envs/:env/agents/:name/accept", role: record.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", serve: a.agentAction(record.AgentAccept)},
+		{method: "POST", path: "/envs/:env/agents/:name/reject", role: record.RoleOperator, action: "agent.reject", summary: "Reject an agent", serve: a.agentAction(record.AgentReject)},
+		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it is sent no deploy until resumed", serve: a.agentAction(record.AgentPause)},
+		{method: "POST", path: "/envs/:env/agents/:name/resume", role: record.RoleOperator, action: "agent.resume", summary: "Resume a paused agent", serve: a.agentAction(record.AgentResume)},
+		{method: "POST", path: "/envs/:env/agents/:name/facts-refresh", role: record.RoleOperator, action: "agent.facts-refresh", summary: "Ask an agent to report its facts again; its record is updated when the report arrives", serve: a.factsRefresh},
 
-		{method: "POST", path: "/envs/:env/deploy", role: model.RoleOperator, action: "env.deploy", summary: "Deploy the released version", body: "{agents?: [name], full?: bool}", serve: a.operation(model.OpDeploy)},
-		{method: "POST", path: "/envs/:env/repair", role: model.RoleOperator, action: "env.repair", summary: "Verify everything and repair drift", body: "{agents?: [name]}", serve: a.operation(model.OpRepair)},
-		{method: "POST", path: "/envs/:env/dryrun", role: model.RoleViewer, action: "env.dryrun", summary: "Ask agents what a deploy would change", body: "{agents?: [name]}", serve: a.operation(model.OpDryRun)},
-		{method: "GET", path: "/envs/:env/deploys/:id", role: model.RoleViewer, summary: "What a deploy, repair or dry run reported (the dry-run report)", serve: a.deployReport},
+		{method: "POST", path: "/envs/:env/deploy", role: record.RoleOperator, action: "env.deploy", summary: "Deploy the released version", body: "{agents?: [name], full?: bool}", serve: a.operation(record.OpDeploy)},
+		{method: "POST", path: "/envs/:env/repair", role: record.RoleOperator, action: "env.repair", summary: "Verify everything and repair drift", body: "{agents?: [name]}", serve: a.operation(record.OpRepair)},
+		{method: "POST", path: "/envs/:env/dryrun", role: record.RoleViewer, action: "env.dryrun", summary: "Ask agents what a deploy would change", body: "{agents?: [name]}", serve: a.operation(record.OpDryRun)},
+		{method: "POST", path: "/envs/:env/compile", role: record.RoleOperator, action: "env.compile", summary: "Ask the server to compile the environment's model from its source (202 with the compile queue's state; 409 when the environment has no source)", serve: a.requestCompile},
+		{method: "GET", path: "/envs/:env/compiles", role: record.RoleViewer, summary: "The server's compiles of the environment's model, newest first", query: []string{"limit"}, serve: a.listCompiles},
+		{method: "GET", path: "/envs/:env/compiles/:id", role: record.RoleViewer, summary: "One compile's report: triggers, revision, outcome, diagnostics, resources per agent, version", serve: a.getCompile},
+		{method: "GET", path: "/envs/:env/deploys/:id", role: record.RoleViewer, summary: "What a deploy, repair or dry run reported (the dry-run report)", serve: a.deployReport},
 
-		{method: "GET", path: "/envs/:env/enrollment-tokens", role: model.RoleOperator, summary: "List the environment's enrollment tokens (never their secrets)", serve: a.listEnrollTokens},
-		{method: "POST", path: "/envs/:env/enrollment-tokens", role: model.RoleOperator, action: "enrollment_token.create", summary: "Create an enrollment token: agents that say hello with it are accepted (enrollment policy token); its secret is shown once", body: "{name, max_uses?, expires_in?}", serve: a.createEnrollToken},
-		{method: "DELETE", path: "/envs/:env/enrollment-tokens/:id", role: model.RoleOperator, action: "enrollment_token.revoke", summary: "Revoke an enrollment token (agents it enrolled stay enrolled)", serve: a.revokeEnrollToken},
-		{method: "GET", path: "/envs/:env/alerts", role: model.RoleViewer, summary: "Compliance and security alerts, newest first", query: []string{"agent", "kind", "limit"}, serve: a.listAlerts},
+		{method: "GET", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, summary: "List the environment's enrollment tokens (never their secrets)", serve: a.listEnrollTokens},
+		{method: "POST", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, action: "enrollment_token.create", summary: "Create an enrollment token: agents that say hello with it are accepted (enrollment policy token); its secret is shown once", body: "{name, max_uses?, expires_in?}", serve: a.createEnrollToken},
+		{method: "DELETE", path: "/envs/:env/enrollment-tokens/:id", role: record.RoleOperator, action: "enrollment_token.revoke", summary: "Revoke an enrollment token (agents it enrolled stay enrolled)", serve: a.revokeEnrollToken},
+		{method: "GET", path: "/envs/:env/alerts", role: record.RoleViewer, summary: "Compliance and security alerts, newest first", query: []string{"agent", "kind", "limit"}, serve: a.listAlerts},
 
-		{method: "GET", path: "/tokens", role: model.RoleAdmin, global: true, summary: "List API tokens", serve: a.listTokens},
-		{method: "POST", path: "/tokens", role: model.RoleAdmin, global: true, action: "token.create", summary: "Create an API token; its secret is shown once", body: "{name, role, env?, expires_in?}", serve: a.createToken},
-		{method: "DELETE", path: "/tokens/:id", role: model.RoleAdmin, global: true, action: "token.revoke", summary: "Revoke an API token", serve: a.revokeToken},
-		{method: "GET", path: "/audit", role: model.RoleAdmin, global: true, summary: "The audit log, newest first", query: []string{"env", "limit"}, serve: a.listAudit},
+		{method: "GET", path: "/tokens", role: record.RoleAdmin, global: true, summary: "List API tokens", serve: a.listTokens},
+		{method: "POST", path: "/tokens", role: record.RoleAdmin, global: true, action: "token.create", summary: "Create an API token; its secret is shown once", body: "{name, role, env?, expires_in?}", serve: a.createToken},
+		{method: "DELETE", path: "/tokens/:id", role: record.RoleAdmin, global: true, action: "token.revoke", summary: "Revoke an API token", serve: a.revokeToken},
+		{method: "GET", path: "/audit", role: record.RoleAdmin, global: true, summary: "The audit log, newest first", query: []string{"env", "limit"}, serve: a.listAudit},
 
-		{method: "GET", path: "/events", role: model.RoleViewer, summary: "Live events as server-sent events", query: []string{"env"}, serve: a.events},
-		{method: "GET", path: "/whoami", role: model.RoleViewer, summary: "The calling token", serve: a.whoami},
+		{method: "GET", path: "/events", role: record.RoleViewer, summary: "Live events as server-sent events", query: []string{"env"}, stream: true, serve: a.events},
+		{method: "GET", path: "/whoami", role: record.RoleViewer, summary: "The calling token", serve: a.whoami},
+		{method: "GET", path: "/server", role: record.RoleViewer, summary: "The server's public key and its fingerprint (agents pin it with --server-key)", serve: a.serverInfo},
 		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", serve: a.openapi},
 	}
 }
 
-func (a *API) build() *echo.Echo {
+// build makes the public handler, or (ops) the operations one.
+func (a *API) build(ops bool) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = a.errorHandler
+	if !ops {
+		e.Pre(a.limitAnonymous)
+	}
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
-		a.log.Error().Err(err).Bytes("stack", stack).Str("path", c.Request().URL.Path).Msg("panic serving a request")
-		return newError("internal", "see the server log", "internal error")
+		a.log.Error().Err(err).Bytes("stack", stack).Str("path", clip(c.Request().URL.Path)).Msg("panic serving a request")
+		return errors.New("panic serving a request")
 	}}))
-	v1 := e.Group("/api/v1")
-	for _, rt := range a.routes() {
-		v1.Add(rt.method, rt.path, a.handler(rt))
+	if !ops {
+		v1 := e.Group("/api/v1")
+		for _, rt := range a.routes() {
+			v1.Add(rt.method, rt.path, a.handler(rt))
+		}
 	}
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/readyz", a.readyz)
-	if a.svc.Metrics != nil {
+	e.GET("/readyz", a.readyz(ops))
+	if a.svc.Metrics != nil && (ops || !a.cfg.SeparateOps) {
 		e.GET("/metrics", echo.WrapHandler(a.svc.Metrics))
 	}
 	return e
 }
 
-// handler wraps a route: authentication, authorization, the audit log and
-// the request metric.
+// handler wraps a route: authentication, authorization, the body limit,
+// the time its work may take, the audit log and the request metric.
 func (a *API) handler(rt route) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := a.now()
 		r := &request{Context: c, api: a}
+		if !rt.stream && !rt.upload {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), a.cfg.HandlerTimeout)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+		}
 		status, body, err := a.call(rt, r)
 		var werr error
 		switch {
@@ -128,14 +158,18 @@ func (a *API) handler(rt route) echo.HandlerFunc {
 		default:
 			werr = c.JSON(status, body)
 		}
-		if a.svc.Observer != nil {
-			a.svc.Observer.ObserveRequest(rt.path, rt.method, c.Response().Status, time.Since(start))
-		}
+		a.observe(rt.path, rt.method, c.Response().Status, time.Since(start))
 		if werr != nil {
 			// The client went away mid-answer; nothing more to tell it.
-			a.log.Debug().Err(werr).Str("path", c.Request().URL.Path).Msg("response not fully written")
+			a.log.Debug().Err(werr).Str("path", clip(c.Request().URL.Path)).Msg("response not fully written")
 		}
 		return nil
+	}
+}
+
+func (a *API) observe(route, method string, status int, d time.Duration) {
+	if a.svc.Observer != nil {
+		a.svc.Observer.ObserveRequest(route, method, status, d)
 	}
 }
 
@@ -153,7 +187,12 @@ func (a *API) call(rt route, r *request) (int, any, error) {
 			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s; this needs a token for every environment", tok.Name, tok.Env)
 		}
 		if env := r.Param("env"); env != "" && !tok.Covers(env) {
-			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", tok.Name, tok.Env, env)
+			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", tok.Name, tok.Env, clip(env))
+		}
+	}
+	if rt.body != "" {
+		if err := a.bodyLimit(r, rt); err != nil {
+			return 0, nil, err
 		}
 	}
 	status, body, err := rt.serve(r)
@@ -163,28 +202,143 @@ func (a *API) call(rt route, r *request) (int, any, error) {
 	return status, body, err
 }
 
-// authenticate finds the request's bearer token.
-func (a *API) authenticate(r *request) (model.Token, error) {
-	h := r.Request().Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || strings.TrimSpace(secret) == "" {
-		return model.Token{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether)", "no bearer token")
+// bodyLimit bounds the request body of rt: a body announced larger than
+// the limit is refused before a byte of it is read, one that turns out
+// larger fails its read.
+func (a *API) bodyLimit(r *request, rt route) error {
+	r.bodyMax, r.upload = a.cfg.MaxBody, rt.upload
+	if rt.upload {
+		r.bodyMax = a.cfg.MaxUpload
 	}
-	tok, err := a.svc.Tokens.TokenByHash(r.Request().Context(), model.HashSecret(strings.TrimSpace(secret)))
+	req := r.Request()
+	if req.ContentLength > r.bodyMax {
+		return r.tooLarge()
+	}
+	req.Body = http.MaxBytesReader(r.Response().Writer, req.Body, r.bodyMax)
+	return nil
+}
+
+// tooLarge is the answer to a body over its limit, naming the limit and
+// the setting that raises it.
+func (r *request) tooLarge() *Error {
+	got := ""
+	if n := r.Request().ContentLength; n > r.bodyMax {
+		got = " (" + size(n) + ")"
+	}
+	if r.upload {
+		return newError("too_large", "split the model across environments, or raise the server's max-upload setting (tether server --max-upload, TETHER_MAX_UPLOAD)",
+			"the version upload%s is larger than %s, the server's max-upload", got, size(r.bodyMax))
+	}
+	return newError("too_large", "raise the server's max-body setting (tether server --max-body, TETHER_MAX_BODY)",
+		"request body%s is larger than %s, the server's max-body", got, size(r.bodyMax))
+}
+
+// limitAnonymous holds requests without a bearer token to their client's
+// bucket (AnonymousRate), health checks excepted: a prober must always get
+// through. Requests with a token are counted when their authentication
+// fails (authenticate).
+func (a *API) limitAnonymous(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.URL.Path == "/healthz" || bearer(req) != "" {
+			return next(c)
+		}
+		if ok, wait := a.anonymous.Take(a.client(req), a.now()); !ok {
+			a.errorHandler(rateLimited(wait, "too many requests without a token from this address", "wait the Retry-After seconds; requests with a valid token are not limited so"), c)
+			a.observe("", req.Method, http.StatusTooManyRequests, 0)
+			return nil
+		}
+		return next(c)
+	}
+}
+
+func rateLimited(wait time.Duration, why, hint string) *Error {
+	e := newError("rate_limited", hint, "%s: retry in %s", why, wait.Round(time.Second).String())
+	if wait < time.Second {
+		e.Message = why + ": retry in a second"
+	}
+	e.RetryAfter = wait
+	return e
+}
+
+// bearer returns the request's bearer token, if any.
+func bearer(req *http.Request) string {
+	secret, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(secret)
+}
+
+// client returns the key the request's client is counted under: its
+// address, or, from a trusted proxy, the address the proxy says it
+// forwards for.
+func (a *API) client(req *http.Request) clientlimit.Client {
+	ap, err := netip.ParseAddrPort(req.RemoteAddr)
+	if err != nil {
+		return clientlimit.ClientOfRemote(req.RemoteAddr)
+	}
+	addr := ap.Addr().Unmap()
+	if a.trusted(addr) {
+		hops := strings.Split(strings.Join(req.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0; i-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				break
+			}
+			addr = hop.Unmap()
+			if !a.trusted(addr) {
+				break
+			}
+		}
+	}
+	return clientlimit.ClientOf(addr)
+}
+
+func (a *API) trusted(addr netip.Addr) bool {
+	for _, p := range a.cfg.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// authenticate finds the request's bearer token. A client whose recent
+// authentications failed too often is refused before its token is looked
+// up (AuthFailureRate).
+func (a *API) authenticate(r *request) (record.Token, error) {
+	secret := bearer(r.Request())
+	if secret == "" {
+		return record.Token{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether)", "no bearer token")
+	}
+	client := a.client(r.Request())
+	if wait := a.authFailures.Wait(client, a.now()); wait > 0 {
+		return record.Token{}, rateLimited(wait, "too many failed authentications from this address",
+			"wait the Retry-After seconds, and check the tokens sent from here: too many were unknown, revoked or expired")
+	}
+	failed := func(e *Error) (record.Token, error) {
+		a.authFailures.Take(client, a.now())
+		return record.Token{}, e
+	}
+	if len(secret) > 256 {
+		return failed(newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token"))
+	}
+	tok, err := a.svc.Tokens.TokenByHash(r.ctx(), record.HashSecret(secret))
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Token{}, newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token")
+		return failed(newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token"))
 	}
 	if err != nil {
-		return model.Token{}, err
+		return record.Token{}, err
 	}
 	if tok.Expired(a.now()) {
-		return model.Token{}, newError("unauthorized", "ask an admin for a new token", "token %q expired at %s", tok.Name, tok.ExpiresAt.Format(time.RFC3339))
+		return failed(newError("unauthorized", "ask an admin for a new token", "token %q expired at %s", tok.Name, tok.ExpiresAt.Format(time.RFC3339)))
 	}
 	return tok, nil
 }
 
 // audit records a change that was made. The change stands if the record
-// cannot be written; that is logged.
+// cannot be written; that is logged. Its texts are clipped, never refused.
 func (a *API) audit(r *request, rt route) {
 	var target []string
 	for _, name := range r.ParamNames() {
@@ -193,23 +347,42 @@ func (a *API) audit(r *request, rt route) {
 			target = append(target, v)
 		}
 	}
-	e := model.AuditEntry{Actor: r.token.Name + " (" + r.token.ID + ")", Action: rt.action, Env: r.Param("env"),
-		Target: strings.Join(target, " "), Detail: r.detail}
-	if err := a.svc.Records.RecordAudit(r.Request().Context(), e); err != nil {
+	e := record.AuditEntry{Actor: model.Clip(r.token.Name+" ("+r.token.ID+")", model.MaxAuditLen), Action: rt.action, Env: r.Param("env"),
+		Target: model.Clip(strings.Join(target, " "), model.MaxAuditLen), Detail: model.Clip(r.detail, model.MaxAuditLen)}
+	if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
 		a.log.Error().Err(err).Str("action", rt.action).Str("actor", e.Actor).Msg("audit log entry lost")
 	}
 }
 
-func (a *API) readyz(c echo.Context) error {
-	out := map[string]string{}
-	status := http.StatusOK
-	for name, check := range a.svc.Ready {
-		if err := check(c.Request().Context()); err != nil {
-			out[name] = err.Error()
-			status = http.StatusServiceUnavailable
-			continue
+// readyz runs the readiness checks. The public answer says which check
+// fails, not why (the why may name hosts and drivers): the reason is
+// logged when a check starts failing, and shown on the operations
+// listener (detail).
+func (a *API) readyz(detail bool) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		out := map[string]string{}
+		status := http.StatusOK
+		for name, check := range a.svc.Ready {
+			why := "ok"
+			if err := check(c.Request().Context()); err != nil {
+				status = http.StatusServiceUnavailable
+				why = err.Error()
+			}
+			a.readyMu.Lock()
+			if was := a.ready[name]; was != why {
+				a.ready[name] = why
+				if why != "ok" {
+					a.log.Warn().Str("check", name).Str("reason", why).Msg("not ready")
+				} else if was != "" {
+					a.log.Info().Str("check", name).Msg("ready again")
+				}
+			}
+			a.readyMu.Unlock()
+			if why != "ok" && !detail {
+				why = "unavailable"
+			}
+			out[name] = why
 		}
-		out[name] = "ok"
+		return c.JSON(status, out)
 	}
-	return c.JSON(status, out)
 }

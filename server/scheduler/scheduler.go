@@ -24,11 +24,12 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // Environments reads environments.
 type Environments interface {
-	GetEnv(ctx context.Context, name string) (model.Environment, error)
+	GetEnv(ctx context.Context, name string) (record.Environment, error)
 }
 
 // Versions reads released versions and agents' slices of them.
@@ -40,13 +41,13 @@ type Versions interface {
 
 // Agents reads what the server knows of agents.
 type Agents interface {
-	GetAgent(ctx context.Context, env, name string) (model.Agent, error)
-	ListAgents(ctx context.Context, env string) ([]model.Agent, error)
+	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
+	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
 }
 
 // Statuses reads where resources stand.
 type Statuses interface {
-	Statuses(ctx context.Context, env string, f model.StatusFilter) ([]model.ResourceStatus, error)
+	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 }
 
 // Store is everything the scheduler reads.
@@ -105,21 +106,10 @@ func New(store Store, send Sender, signer *bus.Signer, log zerolog.Logger) *Sche
 	}
 }
 
-// Errors of operations, from model so the API matches them.
-var (
-	// ErrHalted is returned for deploys of a halted environment.
-	ErrHalted = model.ErrHalted
-	// ErrNoAgents is returned for a deploy that targets no agent.
-	ErrNoAgents = model.ErrNoAgents
-	// ErrNoRelease is returned for a deploy of an environment without a
-	// released version.
-	ErrNoRelease = model.ErrNoRelease
-)
-
 // Online handles an accepted agent that said hello: it holds generation
 // a.Generation. It is sent what it misses, and deployed if the environment
 // deploys automatically.
-func (s *Scheduler) Online(ctx context.Context, a model.Agent) error {
+func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 	s.mu.Lock()
 	s.sent[agentKey{a.Env, a.Name}] = a.Generation
 	s.mu.Unlock()
@@ -148,49 +138,67 @@ func (s *Scheduler) Online(ctx context.Context, a model.Agent) error {
 }
 
 // Released sends the new version to every accepted agent and deploys it when
-// the environment deploys automatically.
-func (s *Scheduler) Released(ctx context.Context, envName string, n int64) error {
+// the environment deploys automatically. The release stands whatever the
+// fan-out meets: an agent that is not connected, whose inbox is full or
+// that the broker did not take a message for is listed in the Fanout with
+// what brings it the version later, and logged here. The error is for a
+// fan-out that could not start (the environment or the version could not
+// be read).
+func (s *Scheduler) Released(ctx context.Context, envName string, n int64) (record.Fanout, error) {
+	var f record.Fanout
 	env, err := s.store.GetEnv(ctx, envName)
 	if err != nil {
-		return err
+		return f, err
 	}
 	if err := s.buildIndex(ctx, envName, n); err != nil {
-		return err
+		return f, err
 	}
 	agents, err := s.store.ListAgents(ctx, envName)
 	if err != nil {
-		return err
+		return f, err
 	}
-	var errs []error
+	later := laterText(env.Settings)
+	var failed []error
 	for _, a := range agents {
-		if a.State != model.AgentAccepted {
+		if a.State != record.AgentAccepted {
 			continue
 		}
 		behind, err := s.sync(ctx, envName, a.Name, a.Generation, n)
-		if errors.Is(err, bus.ErrNoInbox) {
-			// Not connected yet: it gets the version in answer to its hello.
-			s.log.Debug().Str("env", envName).Str("agent", a.Name).Int64("version", n).
-				Msg("agent not connected; it gets the release when it says hello")
-			continue
+		if err == nil && behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
+			_, err = s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
 		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
-			if _, err := s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy); err != nil {
-				errs = append(errs, err)
-			}
+		switch {
+		case err == nil:
+		case errors.Is(err, bus.ErrNoInbox):
+			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingNotConnected, Later: "when it next says hello"})
+		case errors.Is(err, bus.ErrInboxFull):
+			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingInboxFull, Later: later})
+		default:
+			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingSendFailed, Later: later})
+			failed = append(failed, err)
 		}
 	}
-	return errors.Join(errs...)
+	if f.PendingCount > 0 {
+		s.log.Warn().Err(errors.Join(failed...)).Str("env", envName).Int64("version", n).Int("pending", f.PendingCount).
+			Msg("the release did not reach every agent at once; they get it later")
+	}
+	return f, nil
+}
+
+// laterText says what brings an agent a release it missed although
+// connected: its next hello, and the deploy-interval retry if there is one.
+func laterText(s record.EnvSettings) string {
+	if s.AutoDeploy && !s.Halted && s.DeployInterval > 0 {
+		return fmt.Sprintf("with the next deploy-interval retry (every %s) or when it next says hello", s.DeployInterval)
+	}
+	return "when it next says hello, or with the next deploy"
 }
 
 // DeployRequest is an operator's deploy, repair or dry run.
-type DeployRequest = model.DeployRequest
+type DeployRequest = record.DeployRequest
 
 // Deployment is a deploy, repair or dry run that was sent.
-type Deployment = model.Deployment
+type Deployment = record.Deployment
 
 // Deploy sends a deploy, repair or dry run of the released version to
 // agents, after the desired state each one misses. Dry runs are allowed on a
@@ -198,7 +206,7 @@ type Deployment = model.Deployment
 // out unless named.
 func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployRequest) (Deployment, error) {
 	if req.Operation == "" {
-		req.Operation = model.OpDeploy
+		req.Operation = record.OpDeploy
 	}
 	if !req.Operation.Valid() {
 		return Deployment{}, fmt.Errorf("%w: operation %q: want deploy, repair or dryrun", model.ErrInvalid, req.Operation)
@@ -207,12 +215,12 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 	if err != nil {
 		return Deployment{}, err
 	}
-	if env.Settings.Halted && req.Operation != model.OpDryRun {
-		return Deployment{}, fmt.Errorf("%s %s: %w: resume it first (tether env resume %s)", req.Operation, envName, ErrHalted, envName)
+	if env.Settings.Halted && req.Operation != record.OpDryRun {
+		return Deployment{}, fmt.Errorf("%s %s: %w: resume it first (tether env resume %s)", req.Operation, envName, record.ErrHalted, envName)
 	}
 	v, err := s.store.ReleasedVersion(ctx, envName)
 	if err != nil {
-		return Deployment{}, fmt.Errorf("%s %s: %w: %w", req.Operation, envName, ErrNoRelease, err)
+		return Deployment{}, fmt.Errorf("%s %s: %w: %w", req.Operation, envName, record.ErrNoRelease, err)
 	}
 	if err := s.ensureIndex(ctx, envName, v.Number); err != nil {
 		return Deployment{}, err
@@ -222,21 +230,21 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 		return Deployment{}, err
 	}
 	var opts bus.SendOptions
-	if req.Operation == model.OpRepair {
+	if req.Operation == record.OpRepair {
 		// A repair nobody took within an interval is stale: the next
 		// one is on its way.
 		opts.Expiration = time.Duration(env.Settings.RepairInterval)
 	}
 	d, err := s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, req, opts)
 	if len(d.Agents) == 0 && err == nil {
-		return d, fmt.Errorf("%s %s: %w: %s never connected: start them (tether agent run)", req.Operation, envName, ErrNoAgents, strings.Join(d.Unreached, ", "))
+		return d, fmt.Errorf("%s %s: %w: %s cannot be reached now (never connected, or inbox full while offline): start them (tether agent run)", req.Operation, envName, record.ErrNoAgents, model.Clip(strings.Join(d.Unreached, ", "), 1024))
 	}
 	return d, err
 }
 
 // dispatch sends each target the desired state it misses of generation gen,
 // then the operation's command.
-func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.DriftPolicy, gen int64, targets []model.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
+func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.DriftPolicy, gen int64, targets []record.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
 	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: gen}
 	var errs []error
 	for _, a := range targets {
@@ -245,7 +253,7 @@ func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.D
 			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, policy, opts)
 		}
 		switch {
-		case errors.Is(err, bus.ErrNoInbox):
+		case errors.Is(err, bus.ErrNoInbox), errors.Is(err, bus.ErrInboxFull):
 			d.Unreached = append(d.Unreached, a.Name)
 		case err != nil:
 			errs = append(errs, err)
@@ -272,7 +280,7 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 	}
 	behind := map[string]bool{}
 	for _, st := range unfinished {
-		rows, err := s.store.Statuses(ctx, envName, model.StatusFilter{State: st})
+		rows, err := s.store.Statuses(ctx, envName, record.StatusFilter{State: st})
 		if err != nil {
 			return Deployment{}, err
 		}
@@ -280,11 +288,11 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 			behind[r.ID.Agent] = true
 		}
 	}
-	targets, err := s.active(ctx, envName, func(a model.Agent) bool { return behind[a.Name] })
+	targets, err := s.active(ctx, envName, func(a record.Agent) bool { return behind[a.Name] })
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
-	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: model.OpDeploy},
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: record.OpDeploy},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.DeployInterval)})
 }
 
@@ -298,13 +306,13 @@ func (s *Scheduler) Verify(ctx context.Context, envName string) (Deployment, err
 	if err != nil || !ok || env.Settings.RepairInterval <= 0 {
 		return Deployment{}, err
 	}
-	targets, err := s.active(ctx, envName, func(model.Agent) bool { return true })
+	targets, err := s.active(ctx, envName, func(record.Agent) bool { return true })
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
-	op := model.OpDryRun
+	op := record.OpDryRun
 	if env.Settings.DriftPolicy == model.DriftHeal && env.Settings.AutoDeploy {
-		op = model.OpRepair
+		op = record.OpRepair
 	}
 	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: op},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.RepairInterval)})
@@ -312,7 +320,7 @@ func (s *Scheduler) Verify(ctx context.Context, envName string) (Deployment, err
 
 // periodic reads what a periodic trigger needs; ok is false when there is
 // nothing to do (halted, nothing released).
-func (s *Scheduler) periodic(ctx context.Context, envName string) (model.Environment, model.Version, bool, error) {
+func (s *Scheduler) periodic(ctx context.Context, envName string) (record.Environment, model.Version, bool, error) {
 	env, err := s.store.GetEnv(ctx, envName)
 	if err != nil || env.Settings.Halted {
 		return env, model.Version{}, false, err
@@ -328,25 +336,25 @@ func (s *Scheduler) periodic(ctx context.Context, envName string) (model.Environ
 }
 
 // active returns the accepted, unpaused agents of env that keep says to.
-func (s *Scheduler) active(ctx context.Context, env string, keep func(model.Agent) bool) ([]model.Agent, error) {
+func (s *Scheduler) active(ctx context.Context, env string, keep func(record.Agent) bool) ([]record.Agent, error) {
 	all, err := s.store.ListAgents(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	var out []model.Agent
+	var out []record.Agent
 	for _, a := range all {
-		if a.State == model.AgentAccepted && !a.Paused && keep(a) {
+		if a.State == record.AgentAccepted && !a.Paused && keep(a) {
 			out = append(out, a)
 		}
 	}
 	return out, nil
 }
 
-func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]model.Agent, error) {
-	var out []model.Agent
+func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]record.Agent, error) {
+	var out []record.Agent
 	if len(names) == 0 {
 		var err error
-		if out, err = s.active(ctx, env, func(model.Agent) bool { return true }); err != nil {
+		if out, err = s.active(ctx, env, func(record.Agent) bool { return true }); err != nil {
 			return nil, err
 		}
 	} else {
@@ -355,14 +363,14 @@ func (s *Scheduler) targets(ctx context.Context, env string, names []string) ([]
 			if err != nil {
 				return nil, fmt.Errorf("agent %s: %w", n, err)
 			}
-			if a.State != model.AgentAccepted {
-				return nil, fmt.Errorf("agent %s is %s, not accepted: %w", n, a.State, ErrNoAgents)
+			if a.State != record.AgentAccepted {
+				return nil, fmt.Errorf("agent %s is %s, not accepted: %w", n, a.State, record.ErrNoAgents)
 			}
 			out = append(out, a)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("deploy %s: %w: start an agent (tether agent run) and accept it, or resume a paused one", env, ErrNoAgents)
+		return nil, fmt.Errorf("deploy %s: %w: start an agent (tether agent run) and accept it, or resume a paused one", env, record.ErrNoAgents)
 	}
 	return out, nil
 }
@@ -433,9 +441,9 @@ func (s *Scheduler) previousSlice(ctx context.Context, env, agent string, gen in
 }
 
 func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64, id string, mode bus.DeployMode, dryRun bool, policy model.DriftPolicy) (string, error) {
-	op := model.OpDeploy
+	op := record.OpDeploy
 	if dryRun {
-		op = model.OpDryRun
+		op = record.OpDryRun
 	}
 	return id, s.sendOperation(ctx, env, agent, gen, id, DeployRequest{Operation: op, Full: mode == bus.DeployFull}, policy, bus.SendOptions{})
 }
@@ -445,9 +453,9 @@ func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64
 // between deploys.
 func (s *Scheduler) sendOperation(ctx context.Context, env, agent string, gen int64, id string, req DeployRequest, policy model.DriftPolicy, opts bus.SendOptions) error {
 	switch req.Operation {
-	case model.OpDryRun:
+	case record.OpDryRun:
 		return s.sendTo(ctx, bus.KindDryRun, env, agent, bus.DryRun{DeployID: id, Generation: gen}, opts)
-	case model.OpRepair:
+	case record.OpRepair:
 		return s.sendTo(ctx, bus.KindRepair, env, agent, bus.Deploy{DeployID: id, Mode: bus.DeployFull, Generation: gen, DriftPolicy: policy}, opts)
 	}
 	mode := bus.DeployIncremental
@@ -471,6 +479,17 @@ func (s *Scheduler) Pause(ctx context.Context, env, agent string, paused bool) e
 	return err
 }
 
+// RefreshFacts asks an agent to report its facts again (it answers with a
+// facts event). An agent that never connected has no inbox: its hello
+// carries its facts.
+func (s *Scheduler) RefreshFacts(ctx context.Context, env, agent string) error {
+	err := s.sendTo(ctx, bus.KindFactsRefresh, env, agent, bus.Empty{}, bus.SendOptions{})
+	if errors.Is(err, bus.ErrNoInbox) {
+		return nil
+	}
+	return err
+}
+
 // Halt pauses (or resumes) every accepted agent of env that is not paused
 // on its own.
 func (s *Scheduler) Halt(ctx context.Context, env string, halted bool) error {
@@ -480,7 +499,7 @@ func (s *Scheduler) Halt(ctx context.Context, env string, halted bool) error {
 	}
 	var errs []error
 	for _, a := range agents {
-		if a.State == model.AgentAccepted && !a.Paused {
+		if a.State == record.AgentAccepted && !a.Paused {
 			errs = append(errs, s.Pause(ctx, env, a.Name, halted))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,18 +14,21 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
 // recorder is a Sender that keeps what was sent, and refuses agents listed
-// in offline as a broker would refuse a missing inbox.
+// in offline as a broker would refuse a missing inbox, and those in full as
+// it would refuse a full one.
 type recorder struct {
 	mu      sync.Mutex
 	sent    []*bus.Envelope
 	opts    []bus.SendOptions
 	taken   int // sent[:taken] were returned by take
 	offline map[string]bool
+	full    map[string]bool
 }
 
 func (r *recorder) Send(_ context.Context, e *bus.Envelope, opts bus.SendOptions) error {
@@ -32,6 +36,9 @@ func (r *recorder) Send(_ context.Context, e *bus.Envelope, opts bus.SendOptions
 	defer r.mu.Unlock()
 	if r.offline[e.Agent] {
 		return fmt.Errorf("send: %w", bus.ErrNoInbox)
+	}
+	if r.full[e.Agent] {
+		return fmt.Errorf("send: %w (10000 messages)", bus.ErrInboxFull)
 	}
 	r.sent = append(r.sent, e)
 	r.opts = append(r.opts, opts)
@@ -72,25 +79,25 @@ type fixture struct {
 	s     *Scheduler
 }
 
-func newFixture(t *testing.T, settings model.EnvSettings) *fixture {
+func newFixture(t *testing.T, settings record.EnvSettings) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "t.db"), sqlite.Options{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "t.db"), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if err := st.CreateEnv(ctx, model.Environment{Name: "prod", Settings: settings}); err != nil {
+	if err := st.CreateEnv(ctx, record.Environment{Name: "prod", Settings: settings}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, _ := bus.GenerateKey()
-	rec := &recorder{offline: map[string]bool{}}
+	rec := &recorder{offline: map[string]bool{}, full: map[string]bool{}}
 	return &fixture{ctx: ctx, store: st, rec: rec, s: New(st, rec, bus.NewSigner(key, 0), zerolog.Nop())}
 }
 
-func (f *fixture) agent(t *testing.T, name string, gen int64) model.Agent {
+func (f *fixture) agent(t *testing.T, name string, gen int64) record.Agent {
 	t.Helper()
-	a := model.Agent{Env: "prod", Name: name, State: model.AgentAccepted, Generation: gen}
+	a := record.Agent{Env: "prod", Name: name, State: record.AgentAccepted, Generation: gen}
 	if err := f.store.UpsertAgent(f.ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +106,13 @@ func (f *fixture) agent(t *testing.T, name string, gen int64) model.Agent {
 
 func (f *fixture) release(t *testing.T, rs ...model.Resource) int64 {
 	t.Helper()
+	n, _ := f.releaseFanout(t, rs...)
+	return n
+}
+
+// releaseFanout releases rs and returns what the fan-out did not reach.
+func (f *fixture) releaseFanout(t *testing.T, rs ...model.Resource) (int64, record.Fanout) {
+	t.Helper()
 	v, err := f.store.PutVersion(f.ctx, "prod", model.VersionMeta{}, rs)
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +120,11 @@ func (f *fixture) release(t *testing.T, rs ...model.Resource) int64 {
 	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.s.Released(f.ctx, "prod", v.Number); err != nil {
+	fan, err := f.s.Released(f.ctx, "prod", v.Number)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Number
+	return v.Number, fan
 }
 
 func file(agent, path, content string, requires ...model.ID) model.Resource {
@@ -118,7 +133,7 @@ func file(agent, path, content string, requires ...model.ID) model.Resource {
 }
 
 func TestFullThenDiff(t *testing.T) {
-	f := newFixture(t, model.EnvSettings{AutoDeploy: true})
+	f := newFixture(t, record.EnvSettings{AutoDeploy: true})
 	a := f.agent(t, "web", 0)
 	f.release(t, file("web", "/a", "1"), file("web", "/b", "1"))
 	if got := fmt.Sprint(f.rec.take()); got != "[web:desired.full web:deploy]" {
@@ -144,7 +159,7 @@ func TestFullThenDiff(t *testing.T) {
 		t.Fatalf("deploy %+v", dep)
 	}
 	// Nothing is sent twice for the same generation.
-	if err := f.s.Released(f.ctx, "prod", 2); err != nil {
+	if _, err := f.s.Released(f.ctx, "prod", 2); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.rec.take(); len(got) != 0 {
@@ -152,8 +167,46 @@ func TestFullThenDiff(t *testing.T) {
 	}
 }
 
+// A release whose fan-out meets a full inbox or an agent that never
+// connected stands: those agents are listed with why and what brings them
+// the version, and the deploy-interval retry brings it once the inbox has
+// room again.
+func TestReleaseWithUnreachedAgents(t *testing.T) {
+	f := newFixture(t, record.EnvSettings{AutoDeploy: true, DeployInterval: record.Duration(10 * time.Minute)})
+	f.agent(t, "web", 0)
+	f.agent(t, "db", 0)
+	f.agent(t, "cache", 0)
+	f.rec.full["db"] = true
+	f.rec.offline["cache"] = true
+	n, fan := f.releaseFanout(t, file("web", "/a", "1"), file("db", "/b", "1"), file("cache", "/c", "1"))
+	if got := fmt.Sprint(f.rec.take()); got != "[web:desired.full web:deploy]" {
+		t.Fatalf("release sent %s, want web's full state and deploy", got)
+	}
+	if fan.PendingCount != 2 || len(fan.Pending) != 2 {
+		t.Fatalf("got %+v, want db and cache pending", fan)
+	}
+	want := map[string]record.PendingReason{"db": record.PendingInboxFull, "cache": record.PendingNotConnected}
+	for _, p := range fan.Pending {
+		if want[p.Agent] != p.Reason || p.Later == "" {
+			t.Fatalf("got %+v, want reason %s and what brings it later", p, want[p.Agent])
+		}
+	}
+	if !strings.Contains(fan.Pending[0].Later+fan.Pending[1].Later, "deploy-interval retry (every 10m0s)") {
+		t.Fatalf("got %+v, want the deploy-interval retry named for the full inbox", fan.Pending)
+	}
+	// The inbox has room again: the next retry brings db the version.
+	f.rec.full["db"] = false
+	d, err := f.s.Retry(f.ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.rec.take()); !strings.Contains(got, "db:desired.full") || d.Generation != n {
+		t.Fatalf("retry sent %s (generation %d), want db's full state of version %d", got, d.Generation, n)
+	}
+}
+
 func TestOnlineAgentGetsWhatItMissed(t *testing.T) {
-	f := newFixture(t, model.EnvSettings{AutoDeploy: false})
+	f := newFixture(t, record.EnvSettings{AutoDeploy: false})
 	f.rec.offline["web"] = true
 	f.agent(t, "web", 0)
 	f.release(t, file("web", "/a", "1")) // unreachable: no error, nothing sent
@@ -161,7 +214,7 @@ func TestOnlineAgentGetsWhatItMissed(t *testing.T) {
 		t.Fatalf("sent to an offline agent: %v", got)
 	}
 	delete(f.rec.offline, "web")
-	if err := f.s.Online(f.ctx, model.Agent{Env: "prod", Name: "web", State: model.AgentAccepted, Generation: 0}); err != nil {
+	if err := f.s.Online(f.ctx, record.Agent{Env: "prod", Name: "web", State: record.AgentAccepted, Generation: 0}); err != nil {
 		t.Fatal(err)
 	}
 	// auto_deploy off: the state, no deploy.
@@ -169,7 +222,7 @@ func TestOnlineAgentGetsWhatItMissed(t *testing.T) {
 		t.Fatalf("online sent %s", got)
 	}
 	// An agent already at the released generation is sent nothing.
-	if err := f.s.Online(f.ctx, model.Agent{Env: "prod", Name: "web", State: model.AgentAccepted, Generation: 1}); err != nil {
+	if err := f.s.Online(f.ctx, record.Agent{Env: "prod", Name: "web", State: record.AgentAccepted, Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.rec.take(); len(got) != 0 {
@@ -178,17 +231,17 @@ func TestOnlineAgentGetsWhatItMissed(t *testing.T) {
 }
 
 func TestDeployRequests(t *testing.T) {
-	f := newFixture(t, model.EnvSettings{})
-	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrNoRelease) {
+	f := newFixture(t, record.EnvSettings{})
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{}); !errors.Is(err, record.ErrNoRelease) {
 		t.Fatalf("deploy without a release: %v", err)
 	}
 	f.release(t, file("web", "/a", "1"))
-	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrNoAgents) {
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{}); !errors.Is(err, record.ErrNoAgents) {
 		t.Fatalf("deploy without agents: %v", err)
 	}
 	f.agent(t, "web", 1)
 	f.agent(t, "db", 1)
-	if err := f.store.UpsertAgent(f.ctx, model.Agent{Env: "prod", Name: "new", State: model.AgentPending}); err != nil {
+	if err := f.store.UpsertAgent(f.ctx, record.Agent{Env: "prod", Name: "new", State: record.AgentPending}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Full: true})
@@ -201,7 +254,7 @@ func TestDeployRequests(t *testing.T) {
 	if got := fmt.Sprint(f.rec.take()); got != "[db:deploy web:deploy]" {
 		t.Fatalf("sent %s", got)
 	}
-	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Agents: []string{"new"}}); !errors.Is(err, ErrNoAgents) {
+	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Agents: []string{"new"}}); !errors.Is(err, record.ErrNoAgents) {
 		t.Fatalf("deploy to a pending agent: %v", err)
 	}
 	if _, err := f.s.Deploy(f.ctx, "prod", DeployRequest{Agents: []string{"ghost"}}); !errors.Is(err, model.ErrNotFound) {
@@ -215,10 +268,10 @@ func TestDeployRequests(t *testing.T) {
 	f2.agent(t, "web", 0)
 	f2.release(t, file("web", "/a", "1"))
 	f2.rec.take()
-	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{}); !errors.Is(err, ErrHalted) {
+	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{}); !errors.Is(err, record.ErrHalted) {
 		t.Fatalf("deploy on a halted env: %v", err)
 	}
-	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{Operation: model.OpDryRun}); err != nil {
+	if _, err := f2.s.Deploy(f2.ctx, "prod", DeployRequest{Operation: record.OpDryRun}); err != nil {
 		t.Fatalf("dry run on a halted env: %v", err)
 	}
 	if got := fmt.Sprint(f2.rec.take()); got != "[web:dryrun]" {
@@ -227,7 +280,7 @@ func TestDeployRequests(t *testing.T) {
 }
 
 func TestDependencyStatusGoesToWaitingAgents(t *testing.T) {
-	f := newFixture(t, model.EnvSettings{})
+	f := newFixture(t, record.EnvSettings{})
 	db := file("db", "/ready", "1")
 	f.agent(t, "db", 1)
 	f.agent(t, "web", 1)
@@ -253,7 +306,7 @@ func TestDependencyStatusGoesToWaitingAgents(t *testing.T) {
 }
 
 func TestStateRequestSendsFull(t *testing.T) {
-	f := newFixture(t, model.EnvSettings{})
+	f := newFixture(t, record.EnvSettings{})
 	f.agent(t, "web", 1)
 	f.release(t, file("web", "/a", "1"))
 	f.rec.take()
@@ -269,7 +322,7 @@ func TestStateRequestSendsFull(t *testing.T) {
 }
 
 func TestPeriodicTriggers(t *testing.T) {
-	settings := model.DefaultEnvSettings()
+	settings := record.DefaultEnvSettings()
 	f := newFixture(t, settings)
 	for _, n := range []string{"web", "db", "idle", "paused"} {
 		f.agent(t, n, 0)
@@ -296,7 +349,7 @@ func TestPeriodicTriggers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(d.Agents) != "[db]" || d.Operation != model.OpDeploy {
+	if fmt.Sprint(d.Agents) != "[db]" || d.Operation != record.OpDeploy {
 		t.Fatalf("retry %+v: want a deploy to db only (web is done, idle holds nothing, paused is paused)", d)
 	}
 	if got := fmt.Sprint(f.rec.take()); got != "[db:deploy]" {
@@ -309,7 +362,7 @@ func TestPeriodicTriggers(t *testing.T) {
 	// Verify: a dry run under drift policy alert, a repair under heal,
 	// to every active agent.
 	d, err = f.s.Verify(f.ctx, "prod")
-	if err != nil || d.Operation != model.OpDryRun || fmt.Sprint(d.Agents) != "[db idle web]" {
+	if err != nil || d.Operation != record.OpDryRun || fmt.Sprint(d.Agents) != "[db idle web]" {
 		t.Fatalf("verify under alert: %+v, %v; want a dry run of db, idle and web", d, err)
 	}
 	if exp := f.rec.opts[len(f.rec.opts)-1].Expiration; exp != time.Duration(settings.RepairInterval) {
@@ -318,10 +371,10 @@ func TestPeriodicTriggers(t *testing.T) {
 	f.rec.take()
 	heal := settings
 	heal.DriftPolicy = model.DriftHeal
-	if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *model.EnvSettings) error { *s = heal; return nil }); err != nil {
+	if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *record.EnvSettings) error { *s = heal; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if d, err = f.s.Verify(f.ctx, "prod"); err != nil || d.Operation != model.OpRepair {
+	if d, err = f.s.Verify(f.ctx, "prod"); err != nil || d.Operation != record.OpRepair {
 		t.Fatalf("verify under heal: %+v, %v; want a repair", d, err)
 	}
 	if got := fmt.Sprint(f.rec.take()); got != "[db:repair idle:repair web:repair]" {
@@ -330,11 +383,11 @@ func TestPeriodicTriggers(t *testing.T) {
 
 	// Halted, or not deploying automatically: retries stop; halted:
 	// verifications stop too.
-	for _, change := range []func(*model.EnvSettings){
-		func(s *model.EnvSettings) { s.AutoDeploy = false },
-		func(s *model.EnvSettings) { s.AutoDeploy, s.Halted = true, true },
+	for _, change := range []func(*record.EnvSettings){
+		func(s *record.EnvSettings) { s.AutoDeploy = false },
+		func(s *record.EnvSettings) { s.AutoDeploy, s.Halted = true, true },
 	} {
-		if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *model.EnvSettings) error { change(s); return nil }); err != nil {
+		if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *record.EnvSettings) error { change(s); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if d, err := f.s.Retry(f.ctx, "prod"); err != nil || len(d.Agents) != 0 {

@@ -1,8 +1,17 @@
 // Package store declares the server's persistent state: environments,
 // immutable versions with resource bodies stored once, agents, the status of
-// every resource and its action log. Two implementations satisfy it and pass
-// the storetest contract suite: PostgreSQL for servers, SQLite (package
-// sqlite) for the embedded mode.
+// every resource and its action log, the reports of compiles. Two
+// implementations satisfy it and pass the storetest contract suite:
+// PostgreSQL for servers, SQLite (package sqlite) for the embedded mode.
+//
+// Both embed SQL, which holds their queries and the rules that are not
+// storage (validation, which result wins over a stored status), written
+// once; a store brings only what differs: how statements run and its errors
+// read (db.go), its bulk writes, its leases (store.go). The files are by
+// topic, with the same names here and in both stores where a topic has code
+// of its own there: envs, versions, agents, status (results, statuses, the
+// action log, ingest deduplication), alerts, access (tokens, audit,
+// secrets), enroll, compiles (the reports of the server's compiles).
 package store
 
 import (
@@ -11,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // Store is the server's persistent state. Every method is safe for concurrent
@@ -22,17 +32,17 @@ type Store interface {
 	Ping(ctx context.Context) error
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
-	CreateEnv(ctx context.Context, env model.Environment) error
+	CreateEnv(ctx context.Context, env record.Environment) error
 	// GetEnv returns an environment; ErrNotFound if there is none.
-	GetEnv(ctx context.Context, name string) (model.Environment, error)
+	GetEnv(ctx context.Context, name string) (record.Environment, error)
 	// ListEnvs returns every environment, by name.
-	ListEnvs(ctx context.Context) ([]model.Environment, error)
+	ListEnvs(ctx context.Context) ([]record.Environment, error)
 	// UpdateEnvSettings changes an environment's settings with fn, in one
 	// transaction: concurrent updates never lose each other's changes.
 	// Settings fn leaves invalid are refused with ErrInvalid.
-	UpdateEnvSettings(ctx context.Context, name string, fn func(*model.EnvSettings) error) (model.Environment, error)
+	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
-	// action log, alerts and tokens. The audit log keeps its entries.
+	// action log, alerts, tokens and compile reports. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error
 
 	// PutVersion stores a resource set as the environment's next version
@@ -55,23 +65,29 @@ type Store interface {
 	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
 	// ResourceHashes returns the ID and intent hash of every resource of
 	// version n, sorted by ID, without reading their bodies.
-	ResourceHashes(ctx context.Context, env string, n int64) ([]ResourceHash, error)
+	ResourceHashes(ctx context.Context, env string, n int64) ([]record.ResourceHash, error)
 	// Resource returns one resource of version n.
 	Resource(ctx context.Context, env string, n int64, id model.ID) (model.Resource, error)
 	// ResourceHistory returns the versions that hold resource id, with its
 	// hash in each, newest first.
-	ResourceHistory(ctx context.Context, env string, id model.ID) ([]ResourceHash, error)
+	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
 	// PruneVersions deletes the oldest versions beyond the newest keep,
 	// never the released one, and the bodies no version uses any more. It
 	// returns how many versions it deleted.
 	PruneVersions(ctx context.Context, env string, keep int) (int, error)
 
 	// UpsertAgent records an agent: first sight, or what it says of itself.
-	UpsertAgent(ctx context.Context, a model.Agent) error
+	// Its LastSeq only grows (the greater of the stored and the given).
+	UpsertAgent(ctx context.Context, a record.Agent) error
+	// ResetSequence starts an agent's sequence over, for a new key: its
+	// LastSeq, the sequence numbers its resources' states were set at,
+	// and its deduplication marks go, so nothing the old key said holds
+	// the new one back.
+	ResetSequence(ctx context.Context, env, agent string) error
 	// GetAgent returns one agent; ErrNotFound if unknown.
-	GetAgent(ctx context.Context, env, name string) (model.Agent, error)
+	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	// ListAgents returns the environment's agents, by name.
-	ListAgents(ctx context.Context, env string) ([]model.Agent, error)
+	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
 
 	// RecordResults records batches of agents' results in one transaction:
 	// the status of each resource, and an action-log entry for each result
@@ -88,43 +104,66 @@ type Store interface {
 	// before t; redeliveries older than that are not expected.
 	ForgetIngested(ctx context.Context, before time.Time) error
 	// Statuses returns resource statuses matching the filter, by ID.
-	Statuses(ctx context.Context, env string, f StatusFilter) ([]model.ResourceStatus, error)
+	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 	// Actions returns the newest entries of a resource's action log, newest first.
-	Actions(ctx context.Context, env string, id model.ID, limit int) ([]model.Action, error)
+	Actions(ctx context.Context, env string, id model.ID, limit int) ([]record.Action, error)
 	// DeployActions returns the action-log entries of one deploy, repair or
 	// dry run, in the order they were recorded.
-	DeployActions(ctx context.Context, env, deployID string, limit int) ([]model.Action, error)
+	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
 
 	// RecordAlerts stores compliance and security alerts.
-	RecordAlerts(ctx context.Context, alerts []model.Alert) error
+	RecordAlerts(ctx context.Context, alerts []record.Alert) error
 	// Alerts returns the newest alerts matching the filter, newest first.
-	Alerts(ctx context.Context, f AlertFilter) ([]model.Alert, error)
+	Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert, error)
+
+	// StartCompile records a compile of c.Env starting: running, with its
+	// triggers (and its revision, if known). An empty ID gets a new UUID,
+	// a zero StartedAt the time now. ErrNotFound if the environment does
+	// not exist, ErrInvalid for triggers that are missing, of unknown kinds
+	// or of a kind twice.
+	StartCompile(ctx context.Context, c record.Compile) (record.Compile, error)
+	// FinishCompile records how the running compile c.ID of c.Env ended:
+	// its Outcome, Revision (when not empty), FinishedAt (zero: now) and
+	// result, bounded (CompileResult.Bound). ErrNotFound if there is no
+	// such compile, ErrConflict if it ended already, ErrInvalid for an
+	// outcome that is not an end or that disagrees with its version.
+	FinishCompile(ctx context.Context, c record.Compile) (record.Compile, error)
+	// GetCompile returns one compile report; ErrNotFound if env has none
+	// with that ID.
+	GetCompile(ctx context.Context, env, id string) (record.Compile, error)
+	// ListCompiles returns env's newest compile reports, newest first, at
+	// most limit (0: 100).
+	ListCompiles(ctx context.Context, env string, limit int) ([]record.Compile, error)
+	// PruneCompiles deletes env's compile reports beyond the newest keep,
+	// never a running one (keep 0 keeps all). It returns how many it
+	// deleted.
+	PruneCompiles(ctx context.Context, env string, keep int) (int, error)
 
 	// CreateToken stores an API token; ErrExists if its ID or hash is taken.
-	CreateToken(ctx context.Context, t model.Token) error
+	CreateToken(ctx context.Context, t record.Token) error
 	// TokenByHash returns the token whose secret hashes to hash.
-	TokenByHash(ctx context.Context, hash []byte) (model.Token, error)
+	TokenByHash(ctx context.Context, hash []byte) (record.Token, error)
 	// ListTokens returns every token, oldest first.
-	ListTokens(ctx context.Context) ([]model.Token, error)
+	ListTokens(ctx context.Context) ([]record.Token, error)
 	// DeleteToken revokes a token; ErrNotFound if there is none.
 	DeleteToken(ctx context.Context, id string) error
 	// CreateEnrollToken stores an enrollment token; ErrExists if its ID or
 	// hash is taken, ErrNotFound if its environment does not exist.
-	CreateEnrollToken(ctx context.Context, t model.EnrollmentToken) error
+	CreateEnrollToken(ctx context.Context, t record.EnrollmentToken) error
 	// ListEnrollTokens returns an environment's enrollment tokens, oldest first.
-	ListEnrollTokens(ctx context.Context, env string) ([]model.EnrollmentToken, error)
+	ListEnrollTokens(ctx context.Context, env string) ([]record.EnrollmentToken, error)
 	// DeleteEnrollToken revokes an enrollment token; ErrNotFound if there is none.
 	DeleteEnrollToken(ctx context.Context, env, id string) error
 	// UseEnrollToken spends one use of the environment's enrollment token
 	// whose secret hashes to hash, atomically: ErrNotFound when there is
 	// none (or it was revoked), ErrConflict when it expired at now or is
 	// used up.
-	UseEnrollToken(ctx context.Context, env string, hash []byte, now time.Time) (model.EnrollmentToken, error)
+	UseEnrollToken(ctx context.Context, env string, hash []byte, now time.Time) (record.EnrollmentToken, error)
 
 	// RecordAudit appends to the audit log.
-	RecordAudit(ctx context.Context, e model.AuditEntry) error
+	RecordAudit(ctx context.Context, e record.AuditEntry) error
 	// Audit returns the newest audit entries matching the filter, newest first.
-	Audit(ctx context.Context, f AuditFilter) ([]model.AuditEntry, error)
+	Audit(ctx context.Context, f record.AuditFilter) ([]record.AuditEntry, error)
 
 	// Secret returns the installation-wide secret called name, creating it
 	// with create when there is none; concurrent callers all get the one
@@ -147,16 +186,8 @@ type ResultBatch struct {
 	DeployID string
 	Results  []model.Result
 	// Alerts are the batch's drift alerts (a compliance message).
-	Alerts []model.Alert
+	Alerts []record.Alert
 }
-
-// Query types, shared with the API and the scheduler through model.
-type (
-	ResourceHash = model.ResourceHash
-	AlertFilter  = model.AlertFilter
-	AuditFilter  = model.AuditFilter
-	StatusFilter = model.StatusFilter
-)
 
 // Lease is a held leadership.
 type Lease interface {
@@ -166,14 +197,10 @@ type Lease interface {
 	Release()
 }
 
-// Errors every implementation returns (wrapped, with context).
+// Errors of the store's own. Implementations also return model's
+// ErrNotFound, ErrExists, ErrConflict, ErrInvalid and ErrUnavailable
+// (wrapped, with context).
 var (
-	ErrNotFound = model.ErrNotFound
-	ErrExists   = model.ErrExists
-	ErrConflict = model.ErrConflict
-	ErrInvalid  = model.ErrInvalid
-	// ErrUnavailable: the database cannot be reached; retry later.
-	ErrUnavailable = model.ErrUnavailable
 	// ErrLocked: another process holds the store.
 	ErrLocked = errors.New("store is locked by another process")
 	// ErrCorrupt: the store's files are damaged.

@@ -80,7 +80,7 @@ func TestUserConformance(t *testing.T) {
 				})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
 					l := line(t, root, "etc/passwd", "alice")
-					if !strings.Contains(l, ":"+number(r.Attributes["uid"])+":") || !strings.HasSuffix(l, ":"+r.Attributes["shell"].(string)) {
+					if !strings.Contains(l, ":"+integer(r.Attributes, "uid")+":") || !strings.HasSuffix(l, ":"+r.Attributes["shell"].(string)) {
 						t.Fatalf("passwd entry %q does not match %v", l, r.Attributes)
 					}
 					if s := line(t, root, "etc/shadow", "alice"); !strings.HasPrefix(s, "alice:"+r.Attributes["password"].(string)+":") {
@@ -135,7 +135,8 @@ func TestGroupConformance(t *testing.T) {
 				Resource: resource(GroupKind, "ops", model.Attributes{"gid": 2000, "members": []any{"ann", "ben"}}),
 				Update:   new(resource(GroupKind, "ops", model.Attributes{"gid": 2001, "members": []any{"ben"}})),
 				Check: func(t *testing.T, root string, r *model.Resource) {
-					want := "ops:x:" + number(r.Attributes["gid"]) + ":" + strings.Join(model.StringList(r.Attributes["members"]), ",")
+					members, _ := r.Attributes.StringList("members")
+					want := "ops:x:" + integer(r.Attributes, "gid") + ":" + strings.Join(members, ",")
 					if l := line(t, root, "etc/group", "ops"); l != want {
 						t.Fatalf("group entry %q, want %q", l, want)
 					}

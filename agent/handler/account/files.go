@@ -152,16 +152,11 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-// number reads a number attribute as its decimal text.
-func number(v any) string {
-	switch n := v.(type) {
-	case fmt.Stringer: // json.Number
-		return n.String()
-	case float64:
-		return strconv.FormatFloat(n, 'f', -1, 64)
-	default:
-		return fmt.Sprint(n)
-	}
+// integer reads a uid or gid attribute as its decimal text for the
+// shadow-utils.
+func integer(a model.Attributes, name string) string {
+	n, _ := a.Int(name)
+	return strconv.FormatInt(n, 10)
 }
 
 // prefixArgs returns the shadow-utils arguments that point the tools at the

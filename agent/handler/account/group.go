@@ -43,8 +43,7 @@ func (h *Group) Read(_ context.Context, res *model.Resource) (model.Attributes, 
 		if v, ok := res.Attributes["system"]; ok {
 			cur["system"] = v // chosen at creation only (the gid range)
 		}
-		if w, ok := res.Attributes["members"]; ok {
-			want := model.StringList(w)
+		if want, ok := res.Attributes.StringList("members"); ok {
 			switch {
 			case sameSet(want, g.members):
 				cur["members"] = want
@@ -69,22 +68,23 @@ func (h *Group) Apply(ctx context.Context, res *model.Resource, _ model.Attribut
 		args = append([]string{"groupdel"}, args...)
 	case changes.Created():
 		args = append([]string{"groupadd"}, args...)
-		if v, ok := want["gid"]; ok {
-			args = append(args, "--gid", number(v))
+		if _, ok := want["gid"]; ok {
+			args = append(args, "--gid", integer(want, "gid"))
 		}
-		if want["system"] == true {
+		if system, _ := want.Bool("system"); system {
 			args = append(args, "--system")
 		}
-		if v, ok := want["members"]; ok {
-			args = append(args, "--users", strings.Join(model.StringList(v), ","))
+		if members, ok := want.StringList("members"); ok {
+			args = append(args, "--users", strings.Join(members, ","))
 		}
 	default:
 		args = append([]string{"groupmod"}, args...)
 		if changes.Has("gid") {
-			args = append(args, "--gid", number(want["gid"]))
+			args = append(args, "--gid", integer(want, "gid"))
 		}
 		if changes.Has("members") {
-			args = append(args, "--users", strings.Join(model.StringList(want["members"]), ","))
+			members, _ := want.StringList("members")
+			args = append(args, "--users", strings.Join(members, ","))
 		}
 	}
 	_, err := h.rt.Output(ctx, nil, append(args, name)...)

@@ -44,11 +44,11 @@ func (h *User) Read(_ context.Context, res *model.Resource) (model.Attributes, b
 			return nil, false, err
 		}
 	}
-	if g, ok := want["group"].(string); ok {
+	if g, ok := want.String("group"); ok {
 		cur["group"] = groupName(groups, g, u.gid)
 	}
-	if w, ok := want["groups"]; ok {
-		cur["groups"] = supplementary(groups, name, model.StringList(w))
+	if w, ok := want.StringList("groups"); ok {
+		cur["groups"] = supplementary(groups, name, w)
 	}
 	for k, v := range map[string]string{"home": u.home, "shell": u.shell, "comment": u.comment} {
 		if _, ok := want[k]; ok {
@@ -122,32 +122,34 @@ func userFlags(want model.Attributes, changes handler.Changes, create bool) []st
 		_, ok := want[attr]
 		return ok && (create || changes.Has(attr))
 	}
+	str := func(attr string) string { s, _ := want.String(attr); return s }
 	if set("uid") {
-		out = append(out, "--uid", number(want["uid"]))
+		out = append(out, "--uid", integer(want, "uid"))
 	}
 	if set("group") {
-		out = append(out, "--gid", want["group"].(string))
+		out = append(out, "--gid", str("group"))
 	}
 	if set("groups") {
-		out = append(out, "--groups", strings.Join(model.StringList(want["groups"]), ","))
+		groups, _ := want.StringList("groups")
+		out = append(out, "--groups", strings.Join(groups, ","))
 	}
 	if set("home") {
-		out = append(out, "--home-dir", want["home"].(string))
+		out = append(out, "--home-dir", str("home"))
 		if create {
 			out = append(out, "--create-home")
 		}
 	}
 	if set("shell") {
-		out = append(out, "--shell", want["shell"].(string))
+		out = append(out, "--shell", str("shell"))
 	}
 	if set("comment") {
-		out = append(out, "--comment", want["comment"].(string))
+		out = append(out, "--comment", str("comment"))
 	}
-	if create && want["system"] == true {
+	if system, _ := want.Bool("system"); create && system {
 		out = append(out, "--system")
 	}
 	if set("password") {
-		out = append(out, "--password", want["password"].(string))
+		out = append(out, "--password", str("password"))
 	}
 	return out
 }

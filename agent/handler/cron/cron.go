@@ -45,15 +45,17 @@ func Render(res *model.Resource) []byte {
 	a := res.Attributes
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by Tether (%s): changes made here are undone.\n", res.ID)
-	env := model.StringMap(a["env"])
+	env, _ := a.StringMap("env")
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(&b, "%s=%s\n", k, env[k])
 	}
-	user, _ := a["user"].(string)
+	user, _ := a.String("user")
 	if user == "" {
 		user = "root"
 	}
-	fmt.Fprintf(&b, "%s %s %s\n", strings.Join(strings.Fields(a["schedule"].(string)), " "), user, a["command"])
+	schedule, _ := a.String("schedule")
+	command, _ := a.String("command")
+	fmt.Fprintf(&b, "%s %s %s\n", strings.Join(strings.Fields(schedule), " "), user, command)
 	return []byte(b.String())
 }
 

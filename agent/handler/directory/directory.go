@@ -60,7 +60,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return err
 	}
 	if changes.Removed() {
-		if res.Attributes["recurse"] == true {
+		if recurse, _ := res.Attributes.Bool("recurse"); recurse {
 			// The path is never / (model.CheckAbsPath), so never the root.
 			// RemoveAll removes links inside, never what they point to.
 			return os.RemoveAll(p)

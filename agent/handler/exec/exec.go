@@ -64,10 +64,10 @@ func (h *Handler) Read(ctx context.Context, res *model.Resource) (model.Attribut
 // changed: refreshonly commands then run too.
 func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool) (bool, error) {
 	a := res.Attributes
-	if a["refreshonly"] == true && !refresh {
+	if only, _ := a.Bool("refreshonly"); only && !refresh {
 		return false, nil
 	}
-	if p, ok := a["creates"].(string); ok {
+	if p, ok := a.String("creates"); ok {
 		host, err := h.rt.HostPath(p)
 		if err != nil {
 			return false, err
@@ -78,7 +78,7 @@ func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool)
 			return false, fmt.Errorf("creates: %w", err)
 		}
 	}
-	if c, ok := a["onlyif"].(string); ok {
+	if c, ok := a.String("onlyif"); ok {
 		out, err := h.shell(ctx, res, c)
 		if err != nil {
 			return false, fmt.Errorf("onlyif: %w", err)
@@ -87,7 +87,7 @@ func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool)
 			return false, nil
 		}
 	}
-	if c, ok := a["unless"].(string); ok {
+	if c, ok := a.String("unless"); ok {
 		out, err := h.shell(ctx, res, c)
 		if err != nil {
 			return false, fmt.Errorf("unless: %w", err)
@@ -125,7 +125,7 @@ func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied hand
 }
 
 func (h *Handler) run(ctx context.Context, res *model.Resource) error {
-	c := res.Attributes["command"].(string)
+	c, _ := res.Attributes.String("command")
 	out, err := h.shell(ctx, res, c)
 	if err != nil {
 		return err
@@ -141,12 +141,10 @@ func (h *Handler) run(ctx context.Context, res *model.Resource) error {
 func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (handler.Output, error) {
 	a := res.Attributes
 	cmd := handler.Command{Args: []string{"/bin/sh", "-c", line}, Timeout: DefaultTimeout}
-	if t, ok := a["timeout"]; ok {
-		if f, err := strconv.ParseFloat(fmt.Sprint(t), 64); err == nil && f > 0 {
-			cmd.Timeout = time.Duration(f * float64(time.Second))
-		}
+	if t, ok := a.Number("timeout"); ok && t > 0 {
+		cmd.Timeout = time.Duration(t * float64(time.Second))
 	}
-	if d, ok := a["cwd"].(string); ok {
+	if d, ok := a.String("cwd"); ok {
 		cmd.Dir = h.rt.Root
 		if d != "/" {
 			host, err := h.rt.HostPath(d)
@@ -159,8 +157,8 @@ func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (
 			cmd.Dir = "/"
 		}
 	}
-	env := model.StringMap(a["env"])
-	if u, ok := a["user"].(string); ok {
+	env, _ := a.StringMap("env")
+	if u, ok := a.String("user"); ok {
 		cred, home, name, err := credential(u)
 		if err != nil {
 			return handler.Output{}, err

@@ -11,10 +11,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/durable"
 )
 
 // Kind is the resource type this package handles.
@@ -56,7 +58,7 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 		current["content"] = fmt.Sprintf("(%s, not a regular file)", info.Mode().Type())
 		return current, true, nil
 	}
-	if want, ok := res.Attributes["content"].(string); ok {
+	if want, ok := res.Attributes.String("content"); ok {
 		if current["content"], err = readContent(p, info.Size(), want); err != nil {
 			return nil, false, err
 		}
@@ -143,54 +145,30 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 	return handler.ApplyMeta(f, res.Attributes, changes)
 }
 
-// replace writes the desired file next to p and renames it over p. Metadata
-// that the model does not manage is kept from the file it replaces.
+// replace writes the desired file next to p and renames it over p
+// (durable.WriteFrom). Metadata that the model does not manage is kept from
+// the file it replaces.
 func (h *Handler) replace(p string, res *model.Resource, old fs.FileInfo) error {
-	dir := filepath.Dir(p)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".tether-*")
+	uid, gid, mode, err := meta(res, old)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", dir)
-		}
-		return fmt.Errorf("write %s: %w", p, unwrapPath(err))
-	}
-	tmpName := tmp.Name()
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-
-	content, _ := res.Attributes["content"].(string)
-	if _, err := tmp.WriteString(content); err != nil {
 		return err
 	}
-	if err := h.setMeta(tmp, res, old); err != nil {
-		return err
+	content, _ := res.Attributes.String("content")
+	err = durable.WriteFrom(p, strings.NewReader(content), mode, append(h.rt.Durability(), durable.Owner(uid, gid))...)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", filepath.Dir(p))
 	}
-	if err := h.rt.SyncFile(tmp); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmpName, p); err != nil {
-		return fmt.Errorf("write %s: %w", p, unwrapPath(err))
-	}
-	committed = true
-	return nil
+	return err
 }
 
-// setMeta gives the new file its desired metadata, or the replaced file's
-// where unmanaged, or the defaults for a new file.
-func (h *Handler) setMeta(f *os.File, res *model.Resource, old fs.FileInfo) error {
-	uid, gid, err := handler.Ownership(res.Attributes)
+// meta is the new file's desired metadata, or the replaced file's where
+// unmanaged, or the defaults for a new file (-1: the agent's user or group).
+func meta(res *model.Resource, old fs.FileInfo) (uid, gid int, mode fs.FileMode, err error) {
+	uid, gid, err = handler.Ownership(res.Attributes)
 	if err != nil {
-		return err
+		return 0, 0, 0, err
 	}
-	mode := handler.ModeOrDefault(res.Attributes, defaultMode)
+	mode = handler.ModeOrDefault(res.Attributes, defaultMode)
 	if st, ok := statOf(old); ok {
 		if _, managed := res.Attributes["owner"]; !managed {
 			uid = int(st.Uid)
@@ -202,26 +180,7 @@ func (h *Handler) setMeta(f *os.File, res *model.Resource, old fs.FileInfo) erro
 			mode = old.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 		}
 	}
-	if uid >= 0 || gid >= 0 {
-		if err := f.Chown(uid, gid); err != nil {
-			return err
-		}
-	}
-	return f.Chmod(mode)
-}
-
-// unwrapPath drops the *fs.PathError naming the temporary file, keeping the
-// OS error, so messages name the managed path instead.
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
+	return uid, gid, mode, nil
 }
 
 func statOf(info fs.FileInfo) (*syscall.Stat_t, bool) {

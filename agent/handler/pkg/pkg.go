@@ -54,7 +54,8 @@ type manager interface {
 var providers = [][2]string{{"apt", "dpkg-query"}, {"dnf", "rpm"}, {"apk", "apk"}}
 
 func (h *Handler) manager(res *model.Resource) (string, manager, error) {
-	p, err := handler.PickProvider(res.Attributes["provider"], h.host(), providers)
+	want, _ := res.Attributes.String("provider")
+	p, err := handler.PickProvider(want, h.host(), providers)
 	if err != nil {
 		return "", nil, err
 	}
@@ -83,7 +84,7 @@ func (h *Handler) Read(ctx context.Context, res *model.Resource) (model.Attribut
 	if _, ok := res.Attributes["provider"]; ok {
 		cur["provider"] = provider
 	}
-	switch want, _ := res.Attributes["version"].(string); want {
+	switch want, _ := res.Attributes.String("version"); want {
 	case "":
 	case Installed:
 		cur["version"] = Installed
@@ -112,7 +113,7 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 	if changes.Removed() {
 		return m.remove(ctx, name)
 	}
-	version, _ := res.Attributes["version"].(string)
+	version, _ := res.Attributes.String("version")
 	if version == Installed {
 		version = ""
 	}

@@ -63,7 +63,7 @@ func (h *Handler) Validate(res *model.Resource) error {
 	if res.Purged {
 		return nil
 	}
-	p, err := handler.PickProvider(res.Attributes["provider"], h.host(), providers)
+	p, err := h.provider(res)
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", handler.ErrInvalid, res.ID, err)
 	}
@@ -79,18 +79,21 @@ func Render(provider string, res *model.Resource) string {
 	name := res.ID.Value
 	_, keyPath := Files(provider, name)
 	_, hasKey := a["key"]
-	enabled := a["enabled"] != false
+	url, _ := a.String("url")
+	suite, _ := a.String("suite")
+	enabled, set := a.Bool("enabled")
+	enabled = enabled || !set // default true
 	var b strings.Builder
 	if provider == "dnf" {
 		fmt.Fprintf(&b, "# Managed by Tether (%s): changes made here are undone.\n", res.ID)
-		fmt.Fprintf(&b, "[%s]\nname=%s\nbaseurl=%s\nenabled=%d\ngpgcheck=1\n", name, name, a["url"], btoi(enabled))
+		fmt.Fprintf(&b, "[%s]\nname=%s\nbaseurl=%s\nenabled=%d\ngpgcheck=1\n", name, name, url, btoi(enabled))
 		if hasKey {
 			fmt.Fprintf(&b, "gpgkey=file://%s\n", keyPath)
 		}
 		return b.String()
 	}
 	fmt.Fprintf(&b, "# Managed by Tether (%s): changes made here are undone.\n", res.ID)
-	fmt.Fprintf(&b, "Types: deb\nURIs: %s\nSuites: %s\n", a["url"], a["suite"])
+	fmt.Fprintf(&b, "Types: deb\nURIs: %s\nSuites: %s\n", url, suite)
 	comps := components(a)
 	if len(comps) > 0 {
 		fmt.Fprintf(&b, "Components: %s\n", strings.Join(comps, " "))
@@ -105,10 +108,10 @@ func Render(provider string, res *model.Resource) string {
 // components are the apt components: as given, else main (none for a flat
 // repository, whose suite ends in '/').
 func components(a model.Attributes) []string {
-	if v, ok := a["components"]; ok {
-		return model.StringList(v)
+	if c, ok := a.StringList("components"); ok {
+		return c
 	}
-	if s, _ := a["suite"].(string); strings.HasSuffix(s, "/") {
+	if s, _ := a.String("suite"); strings.HasSuffix(s, "/") {
 		return nil
 	}
 	return []string{"main"}
@@ -148,7 +151,7 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 	} else {
 		parse(provider, string(data), res, cur)
 	}
-	if want, ok := res.Attributes["key"].(string); ok {
+	if want, ok := res.Attributes.String("key"); ok {
 		_, k, kexists, err := h.rt.ReadFile(key)
 		if err != nil {
 			return nil, false, err
@@ -230,7 +233,7 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 		}
 		return nil
 	}
-	if k, ok := res.Attributes["key"].(string); ok {
+	if k, ok := res.Attributes.String("key"); ok {
 		if err := os.MkdirAll(filepath.Dir(key), 0o755); err != nil {
 			return err
 		}
@@ -241,7 +244,7 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 	if err := h.rt.WriteFile(src, []byte(Render(provider, res)), 0o644); err != nil {
 		return err
 	}
-	if provider == "apt" && h.onHost() && res.Attributes["enabled"] != false {
+	if enabled, set := res.Attributes.Bool("enabled"); provider == "apt" && h.onHost() && (enabled || !set) {
 		// Fetch this source's lists only: the rest of the host's sources
 		// are none of this resource's business.
 		_, err := h.rt.Output(ctx, nil, "apt-get", "update", "-q",
@@ -254,7 +257,8 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 }
 
 func (h *Handler) provider(res *model.Resource) (string, error) {
-	return handler.PickProvider(res.Attributes["provider"], h.host(), providers)
+	want, _ := res.Attributes.String("provider")
+	return handler.PickProvider(want, h.host(), providers)
 }
 
 // onHost reports whether the agent works on the host's own root, where the

@@ -185,7 +185,7 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 // reloads, by its reload attribute) after a subscribed resource changed,
 // unless this deploy just started it or it must be stopped.
 func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied handler.Changes) (string, error) {
-	if res.Attributes["state"] == "stopped" {
+	if state, _ := res.Attributes.String("state"); state == "stopped" {
 		return "", nil
 	}
 	if ch, ok := applied["state"]; ok && ch.Desired == "running" {
@@ -201,7 +201,7 @@ func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied hand
 		return "", err
 	}
 	action := "restart"
-	if res.Attributes["reload"] == "reload" {
+	if how, _ := res.Attributes.String("reload"); how == "reload" {
 		action = "reload"
 	}
 	if err := m.do(ctx, name, action); err != nil {

@@ -69,7 +69,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return nil
 	}
 	if changes.Created() || changes.Has("target") {
-		target, _ := res.Attributes["target"].(string)
+		target, _ := res.Attributes.String("target")
 		// A new link beside the old one, renamed over it: readers see the
 		// old target or the new one, never no link.
 		tmp := filepath.Join(filepath.Dir(p), ".tether-"+filepath.Base(p)+"."+strconv.FormatInt(time.Now().UnixNano(), 36))

@@ -66,9 +66,9 @@ func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
 }
 
 // ConsumeInbox implements bus.Bus.
-func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler) error {
+func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error {
 	b.note(env, agent)
-	return b.Bus.ConsumeInbox(ctx, env, agent, h)
+	return b.Bus.ConsumeInbox(ctx, env, agent, h, opts...)
 }
 
 // Open connects a bus on cfg; it is closed, and the namespace's topology

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
+	"github.com/tetherhq/tether/server/store/postgres/pgbaseline"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
 
@@ -17,7 +19,7 @@ func benchBatches(b *testing.B, st store.Store, n int, seq0 uint64) []store.Resu
 	b.Helper()
 	ctx := context.Background()
 	if _, err := st.GetEnv(ctx, "prod"); err != nil {
-		if err := st.CreateEnv(ctx, model.Environment{Name: "prod", Settings: model.DefaultEnvSettings()}); err != nil {
+		if err := st.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
 			b.Fatal(err)
 		}
 		var rs []model.Resource
@@ -66,7 +68,7 @@ func BenchmarkBare8(b *testing.B) {
 	defer st.Close()
 	batches := benchBatches(b, st, 8*b.N, 1)
 	b.ResetTimer()
-	if _, err := postgres.WriteBare(context.Background(), url, batches, 8); err != nil {
+	if _, err := pgbaseline.WriteBare(context.Background(), url, batches, 8); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/schema"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
@@ -47,7 +48,7 @@ func TestConcurrentMigrations(t *testing.T) {
 		}
 	}
 	// Reopening applies nothing and keeps data.
-	if err := stores[0].CreateEnv(ctx, model.Environment{Name: "prod", Settings: model.DefaultEnvSettings()}); err != nil {
+	if err := stores[0].CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := postgres.Open(ctx, postgres.Config{URL: u})
@@ -95,7 +96,18 @@ func TestBadURL(t *testing.T) {
 		t.Fatal("no URL: want an error")
 	}
 	_, err := postgres.Open(ctx, postgres.Config{URL: "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"})
-	if !errors.Is(err, store.ErrUnavailable) {
+	if !errors.Is(err, model.ErrUnavailable) {
 		t.Fatalf("closed port: got %v, want ErrUnavailable", err)
 	}
+}
+
+// TestUpgradeFromEveryStep: a database an earlier tether left at any step
+// opens, upgrades and keeps its data.
+func TestUpgradeFromEveryStep(t *testing.T) {
+	storetest.Upgrade(t, schema.Postgres, func(t *testing.T) func(storetest.Migrations) (storetest.Migrated, error) {
+		cfg := postgres.Config{URL: pgtest.Fresh(t)}
+		return func(ms storetest.Migrations) (storetest.Migrated, error) {
+			return postgres.OpenWith(context.Background(), cfg, ms)
+		}
+	})
 }

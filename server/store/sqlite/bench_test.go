@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -22,12 +23,12 @@ func benchResources(n int) []model.Resource {
 }
 
 func benchStore(b *testing.B) *Store {
-	s, err := Open(context.Background(), filepath.Join(b.TempDir(), "t.db"), Options{})
+	s, err := Open(context.Background(), filepath.Join(b.TempDir(), "t.db"), Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	if err := s.CreateEnv(context.Background(), model.Environment{Name: "local"}); err != nil {
+	if err := s.CreateEnv(context.Background(), record.Environment{Name: "local"}); err != nil {
 		b.Fatal(err)
 	}
 	return s

@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/schema"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/storetest"
 )
 
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "tether.db"), Options{})
+		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "tether.db"), Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,15 +31,15 @@ func TestContract(t *testing.T) {
 func TestReopenKeepsDataAndSkipsMigrations(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tether.db")
-	s, err := Open(ctx, path, Options{})
+	s, err := Open(ctx, path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateEnv(ctx, model.Environment{Name: "local"}); err != nil {
+	if err := s.CreateEnv(ctx, record.Environment{Name: "local"}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = Open(ctx, path, Options{})
+	s, err = Open(ctx, path, Config{})
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -49,12 +51,12 @@ func TestReopenKeepsDataAndSkipsMigrations(t *testing.T) {
 
 func TestBodiesStoredOnce(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "tether.db"), Options{})
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "tether.db"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.CreateEnv(ctx, model.Environment{Name: "prod"}); err != nil {
+	if err := s.CreateEnv(ctx, record.Environment{Name: "prod"}); err != nil {
 		t.Fatal(err)
 	}
 	var rs []model.Resource
@@ -82,12 +84,12 @@ func TestBodiesStoredOnce(t *testing.T) {
 func TestSecondProcessIsLockedOut(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tether.db")
-	s, err := Open(ctx, path, Options{})
+	s, err := Open(ctx, path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	_, err = Open(ctx, path, Options{})
+	_, err = Open(ctx, path, Config{})
 	if !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("got %v, want ErrLocked", err)
 	}
@@ -103,7 +105,7 @@ func TestSecondProcessIsLockedOut(t *testing.T) {
 func TestLockedByAnotherProgram(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tether.db")
-	s, err := Open(ctx, path, Options{BusyTimeout: 50 * time.Millisecond})
+	s, err := Open(ctx, path, Config{BusyTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func TestLockedByAnotherProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.ExecContext(ctx, "ROLLBACK")
-	err = s.CreateEnv(ctx, model.Environment{Name: "x"})
+	err = s.CreateEnv(ctx, record.Environment{Name: "x"})
 	if !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), "close it and retry") {
 		t.Fatalf("got %v, want ErrLocked telling what to do", err)
 	}
@@ -133,7 +135,7 @@ func TestCorruptFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Repeat("this is not a database\n", 500)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(context.Background(), path, Options{})
+	_, err := Open(context.Background(), path, Config{})
 	if !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("got %v, want ErrCorrupt", err)
 	}
@@ -147,7 +149,7 @@ func TestCorruptFile(t *testing.T) {
 func TestNewerSchemaRefused(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tether.db")
-	s, err := Open(ctx, path, Options{})
+	s, err := Open(ctx, path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,62 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := Open(ctx, path, Options{}); err == nil || !strings.Contains(err.Error(), "upgrade tether") {
+	if _, err := Open(ctx, path, Config{}); err == nil || !strings.Contains(err.Error(), "upgrade tether") {
 		t.Fatalf("got %v, want a newer-schema error", err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default: %v", err)
+	}
+	_, err := Open(context.Background(), filepath.Join(t.TempDir(), "t.db"), Config{BusyTimeout: -time.Second})
+	if !errors.Is(err, ErrConfig) {
+		t.Errorf("a negative busy timeout: got %v, want an error wrapping ErrConfig", err)
+	}
+}
+
+// TestUpgradeFromEveryStep: a store file an earlier tether left at any
+// step opens, upgrades and keeps its data.
+func TestUpgradeFromEveryStep(t *testing.T) {
+	storetest.Upgrade(t, schema.SQLite, func(t *testing.T) func(storetest.Migrations) (storetest.Migrated, error) {
+		path := filepath.Join(t.TempDir(), "tether.db")
+		return func(ms storetest.Migrations) (storetest.Migrated, error) {
+			return open(context.Background(), path, Config{}, ms)
+		}
+	})
+}
+
+// TestSharedSQL: the store reads the shared statements as PostgreSQL
+// would: $N is the Nth argument wherever it stands, and now() is the start
+// of the transaction.
+func TestSharedSQL(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "tether.db"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := database{conn{h: s.db, path: s.path}, s.db}
+	var got string
+	if err := db.QueryRow(ctx, `SELECT $2 || '/' || $1 || '/' || $2`, "a", "b").Scan(&got); err != nil || got != "b/a/b" {
+		t.Fatalf("$2/$1/$2 of a, b: %q, %v; want b/a/b", got, err)
+	}
+	err = db.Tx(ctx, func(tx store.Tx) error {
+		var first, second int64
+		var arg string
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&first); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT $1, now()`, "x").Scan(&arg, &second); err != nil {
+			return err
+		}
+		if start := tx.(conn).now.UnixNano(); first != start || second != start || arg != "x" {
+			t.Errorf("now() %d then %d (argument %q), want the transaction's start %d both times", first, second, arg, start)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -50,7 +51,7 @@ func testDuplicateBatches(t *testing.T, s store.Store) {
 	}
 	bad := b
 	bad.Seq, bad.Results = 8, []model.Result{{ID: file("b", "/y", "").ID, State: model.StateDeployed}}
-	if _, err := s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 9, Results: []model.Result{changed}}, bad}); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 9, Results: []model.Result{changed}}, bad}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("batch with another agent's resource: got %v, want ErrInvalid", err)
 	}
 	if fresh, err = s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 9}}); err != nil || !fresh[0] {
@@ -60,14 +61,14 @@ func testDuplicateBatches(t *testing.T, s store.Store) {
 
 func testUpdateSettings(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
-	env, err := s.UpdateEnvSettings(ctx, "prod", func(st *model.EnvSettings) error { return st.Set("drift_policy", "heal") })
+	env, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { return st.Set("drift_policy", "heal") })
 	if err != nil || env.Settings.DriftPolicy != model.DriftHeal {
 		t.Fatalf("update: %+v, %v", env.Settings, err)
 	}
-	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *model.EnvSettings) error { st.VersionsToKeep = -1; return nil }); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.VersionsToKeep = -1; return nil }); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("invalid settings: got %v, want ErrInvalid", err)
 	}
-	if _, err := s.UpdateEnvSettings(ctx, "nope", func(*model.EnvSettings) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.UpdateEnvSettings(ctx, "nope", func(*record.EnvSettings) error { return nil }); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("unknown env: got %v, want ErrNotFound", err)
 	}
 	// Concurrent updates of different settings lose nothing.
@@ -77,7 +78,7 @@ func testUpdateSettings(t *testing.T, s store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.UpdateEnvSettings(ctx, "prod", func(st *model.EnvSettings) error {
+			_, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error {
 				st.VersionsToKeep++
 				return nil
 			})
@@ -92,7 +93,7 @@ func testUpdateSettings(t *testing.T, s store.Store) {
 		}
 	}
 	got, _ := s.GetEnv(ctx, "prod")
-	if want := model.DefaultEnvSettings().VersionsToKeep + 20; got.Settings.VersionsToKeep != want || got.Settings.DriftPolicy != model.DriftHeal {
+	if want := record.DefaultEnvSettings().VersionsToKeep + 20; got.Settings.VersionsToKeep != want || got.Settings.DriftPolicy != model.DriftHeal {
 		t.Fatalf("after 20 concurrent increments: versions_to_keep %d, drift %s; want %d, heal", got.Settings.VersionsToKeep, got.Settings.DriftPolicy, want)
 	}
 }
@@ -104,25 +105,26 @@ func testDeleteEnv(t *testing.T, s store.Store) {
 	v := mustPut(t, s, "prod", shared, file("a", "/only-prod", "1"))
 	mustPut(t, s, "dev", shared)
 	mustRelease(t, s, "prod", v.Number)
-	if err := s.UpsertAgent(ctx, model.Agent{Env: "prod", Name: "a"}); err != nil {
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateToken(ctx, model.Token{ID: "t1", Name: "ci", Role: model.RoleViewer, Env: "prod", Hash: []byte("h1")}); err != nil {
+	if err := s.CreateToken(ctx, record.Token{ID: "t1", Name: "ci", Role: record.RoleViewer, Env: "prod", Hash: []byte("h1")}); err != nil {
 		t.Fatal(err)
 	}
+	compile := mustStartCompile(t, s, "prod", record.Trigger{Kind: record.TriggerOperator})
 	if err := s.DeleteEnv(ctx, "prod"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetEnv(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetEnv(ctx, "prod"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("deleted env: got %v, want ErrNotFound", err)
 	}
-	if err := s.DeleteEnv(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+	if err := s.DeleteEnv(ctx, "prod"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("deleting twice: got %v, want ErrNotFound", err)
 	}
-	if sts, err := s.Statuses(ctx, "prod", store.StatusFilter{}); err != nil || len(sts) != 0 {
+	if sts, err := s.Statuses(ctx, "prod", record.StatusFilter{}); err != nil || len(sts) != 0 {
 		t.Fatalf("statuses of a deleted env: %v, %v", sts, err)
 	}
-	if _, err := s.TokenByHash(ctx, []byte("h1")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TokenByHash(ctx, []byte("h1")); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("token scoped to a deleted env: got %v, want ErrNotFound", err)
 	}
 	// The other environment still reads its shared body.
@@ -134,6 +136,12 @@ func testDeleteEnv(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	if vs, _ := s.ListVersions(ctx, "prod"); len(vs) != 0 {
 		t.Fatalf("a re-created env starts empty, has %d versions", len(vs))
+	}
+	if cs, err := s.ListCompiles(ctx, "prod", 0); err != nil || len(cs) != 0 {
+		t.Fatalf("a re-created env starts without compiles, has %d (%v)", len(cs), err)
+	}
+	if _, err := s.GetCompile(ctx, "prod", compile.ID); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a deleted env's compile: got %v, want ErrNotFound", err)
 	}
 }
 
@@ -151,14 +159,14 @@ func testHashesAndHistory(t *testing.T, s store.Store) {
 	if hs[0].ID != y.ID || hs[1].ID != x1.ID || hs[1].Hash != hx1 || hs[1].Version != 1 {
 		t.Fatalf("hashes %+v: want sorted by ID, with x's hash", hs)
 	}
-	if _, err := s.ResourceHashes(ctx, "prod", 9); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.ResourceHashes(ctx, "prod", 9); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("hashes of a missing version: got %v, want ErrNotFound", err)
 	}
 	r, err := s.Resource(ctx, "prod", 2, x2.ID)
 	if err != nil || r.Attributes["content"] != "2" {
 		t.Fatalf("resource: %+v, %v", r, err)
 	}
-	if _, err := s.Resource(ctx, "prod", 2, y.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Resource(ctx, "prod", 2, y.ID); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("resource not in version: got %v, want ErrNotFound", err)
 	}
 	hist, err := s.ResourceHistory(ctx, "prod", x1.ID)
@@ -204,28 +212,28 @@ func testAlerts(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	mustEnv(t, s, "dev")
 	id := file("a", "/x", "").ID
-	err := s.RecordAlerts(ctx, []model.Alert{
-		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &id, Message: "content changed",
+	err := s.RecordAlerts(ctx, []record.Alert{
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &id, Message: "content changed",
 			Changes: model.Changes{"content": {Current: "hacked", Desired: "1"}}},
-		{Env: "prod", Agent: "b", Kind: model.AlertSecurity, Message: "signed by another key"},
-		{Env: "dev", Kind: model.AlertSecurity, Message: "unknown agent"},
+		{Env: "prod", Agent: "b", Kind: record.AlertSecurity, Message: "signed by another key"},
+		{Env: "dev", Kind: record.AlertSecurity, Message: "unknown agent"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := s.Alerts(ctx, store.AlertFilter{Env: "prod"})
+	all, err := s.Alerts(ctx, record.AlertFilter{Env: "prod"})
 	if err != nil || len(all) != 2 {
 		t.Fatalf("alerts of prod: %v, %v", all, err)
 	}
-	if all[0].Kind != model.AlertSecurity || all[1].ID == nil || *all[1].ID != id || all[1].Changes["content"].Current != "hacked" || all[1].At.IsZero() {
+	if all[0].Kind != record.AlertSecurity || all[1].ID == nil || *all[1].ID != id || all[1].Changes["content"].Current != "hacked" || all[1].At.IsZero() {
 		t.Fatalf("alerts %+v: want newest first, with the drifted resource and its changes", all)
 	}
-	drift, _ := s.Alerts(ctx, store.AlertFilter{Kind: model.AlertDrift})
-	one, _ := s.Alerts(ctx, store.AlertFilter{Limit: 1})
+	drift, _ := s.Alerts(ctx, record.AlertFilter{Kind: record.AlertDrift})
+	one, _ := s.Alerts(ctx, record.AlertFilter{Limit: 1})
 	if len(drift) != 1 || len(one) != 1 || one[0].Env != "dev" {
 		t.Fatalf("filters: drift %d, limit 1 %v", len(drift), one)
 	}
-	if err := s.RecordAlerts(ctx, []model.Alert{{Env: "nope", Kind: model.AlertDrift, Message: "x"}}); !errors.Is(err, store.ErrNotFound) {
+	if err := s.RecordAlerts(ctx, []record.Alert{{Env: "nope", Kind: record.AlertDrift, Message: "x"}}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("alert of an unknown env: got %v, want ErrNotFound", err)
 	}
 }
@@ -233,27 +241,27 @@ func testAlerts(t *testing.T, s store.Store) {
 func testTokens(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
-	admin := model.Token{ID: "t-admin", Name: "bootstrap", Role: model.RoleAdmin, Hash: []byte("hash-a"), CreatedBy: "server"}
-	viewer := model.Token{ID: "t-view", Name: "dash", Role: model.RoleViewer, Env: "prod", Hash: []byte("hash-v"), CreatedBy: "bootstrap", ExpiresAt: &exp}
-	for _, tok := range []model.Token{admin, viewer} {
+	admin := record.Token{ID: "t-admin", Name: "bootstrap", Role: record.RoleAdmin, Hash: []byte("hash-a"), CreatedBy: "server"}
+	viewer := record.Token{ID: "t-view", Name: "dash", Role: record.RoleViewer, Env: "prod", Hash: []byte("hash-v"), CreatedBy: "bootstrap", ExpiresAt: &exp}
+	for _, tok := range []record.Token{admin, viewer} {
 		if err := s.CreateToken(ctx, tok); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.CreateToken(ctx, model.Token{ID: "t-other", Name: "x", Role: model.RoleViewer, Hash: []byte("hash-a")}); !errors.Is(err, store.ErrExists) {
+	if err := s.CreateToken(ctx, record.Token{ID: "t-other", Name: "x", Role: record.RoleViewer, Hash: []byte("hash-a")}); !errors.Is(err, model.ErrExists) {
 		t.Fatalf("same hash twice: got %v, want ErrExists", err)
 	}
-	if err := s.CreateToken(ctx, model.Token{ID: "t-bad", Name: "x", Role: "root", Hash: []byte("h")}); !errors.Is(err, store.ErrInvalid) {
+	if err := s.CreateToken(ctx, record.Token{ID: "t-bad", Name: "x", Role: "root", Hash: []byte("h")}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("bad role: got %v, want ErrInvalid", err)
 	}
-	if err := s.CreateToken(ctx, model.Token{ID: "t-noenv", Name: "x", Role: model.RoleViewer, Env: "nope", Hash: []byte("h2")}); !errors.Is(err, store.ErrNotFound) {
+	if err := s.CreateToken(ctx, record.Token{ID: "t-noenv", Name: "x", Role: record.RoleViewer, Env: "nope", Hash: []byte("h2")}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("token for an unknown env: got %v, want ErrNotFound", err)
 	}
 	got, err := s.TokenByHash(ctx, []byte("hash-v"))
-	if err != nil || got.ID != "t-view" || got.Env != "prod" || got.Role != model.RoleViewer || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
+	if err != nil || got.ID != "t-view" || got.Env != "prod" || got.Role != record.RoleViewer || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
 		t.Fatalf("token by hash: %+v, %v", got, err)
 	}
-	if _, err := s.TokenByHash(ctx, []byte("nope")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TokenByHash(ctx, []byte("nope")); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("unknown hash: got %v, want ErrNotFound", err)
 	}
 	list, err := s.ListTokens(ctx)
@@ -263,10 +271,10 @@ func testTokens(t *testing.T, s store.Store) {
 	if err := s.DeleteToken(ctx, "t-view"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteToken(ctx, "t-view"); !errors.Is(err, store.ErrNotFound) {
+	if err := s.DeleteToken(ctx, "t-view"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("revoking twice: got %v, want ErrNotFound", err)
 	}
-	if _, err := s.TokenByHash(ctx, []byte("hash-v")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TokenByHash(ctx, []byte("hash-v")); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("revoked token still found: %v", err)
 	}
 }
@@ -278,22 +286,22 @@ func testAudit(t *testing.T, s store.Store) {
 		if i == 0 {
 			env = ""
 		}
-		if err := s.RecordAudit(ctx, model.AuditEntry{Actor: "ops", Action: a, Env: env, Target: fmt.Sprint(i)}); err != nil {
+		if err := s.RecordAudit(ctx, record.AuditEntry{Actor: "ops", Action: a, Env: env, Target: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	all, err := s.Audit(ctx, store.AuditFilter{})
+	all, err := s.Audit(ctx, record.AuditFilter{})
 	if err != nil || len(all) != 3 || all[0].Action != "agent.accept" || all[2].Action != "env.create" || all[0].At.IsZero() {
 		t.Fatalf("audit %+v, %v: want 3 entries newest first", all, err)
 	}
-	prod, _ := s.Audit(ctx, store.AuditFilter{Env: "prod", Limit: 1})
+	prod, _ := s.Audit(ctx, record.AuditFilter{Env: "prod", Limit: 1})
 	if len(prod) != 1 || prod[0].Action != "agent.accept" {
 		t.Fatalf("audit of prod, limit 1: %+v", prod)
 	}
 	if err := s.DeleteEnv(ctx, "prod"); err != nil {
 		t.Fatal(err)
 	}
-	if kept, _ := s.Audit(ctx, store.AuditFilter{Env: "prod"}); len(kept) != 2 {
+	if kept, _ := s.Audit(ctx, record.AuditFilter{Env: "prod"}); len(kept) != 2 {
 		t.Fatalf("audit entries of a deleted env: %d, want 2 kept", len(kept))
 	}
 }
@@ -382,6 +390,94 @@ func testOutOfOrderBatches(t *testing.T, s store.Store) {
 	}
 }
 
+// testResetSequence: an agent's LastSeq is the highest number recorded and
+// never goes down through UpsertAgent; ResetSequence starts it over, with
+// the numbers its resources' states were set at and its deduplication
+// marks, so a low number applies again.
+func testResetSequence(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x := file("a", "/x", "1")
+	v := mustPut(t, s, "prod", x)
+	mustRelease(t, s, "prod", v.Number)
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "a", LastSeq: 5}); err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := func() int64 {
+		a, err := s.GetAgent(ctx, "prod", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.LastSeq
+	}
+	batch := func(seq uint64, state model.ResourceState) []store.ResultBatch {
+		return []store.ResultBatch{{Env: "prod", Agent: "a", Seq: seq, Version: v.Number, DeployID: "d", Results: []model.Result{result(x, state, nil)}}}
+	}
+	if _, err := s.RecordResults(ctx, batch(1000, model.StateFailed)); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSeq(); got != 1000 {
+		t.Fatalf("last seq after recording #1000: %d", got)
+	}
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "a", LastSeq: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSeq(); got != 1000 {
+		t.Fatalf("last seq after an upsert with 7: %d, want 1000 kept", got)
+	}
+	if _, err := s.RecordResults(ctx, batch(10, model.StateDeployed)); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateFailed {
+		t.Fatalf("x %s: a lower number applied over #1000", st.State)
+	}
+	if err := s.ResetSequence(ctx, "prod", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSeq(); got != 0 {
+		t.Fatalf("last seq after a reset: %d, want 0", got)
+	}
+	fresh, err := s.RecordResults(ctx, batch(10, model.StateDeployed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; !fresh[0] || st.State != model.StateDeployed {
+		t.Fatalf("after a reset #10 fresh=%v, x %s; want it recorded and applied", fresh[0], st.State)
+	}
+}
+
+// testFarAheadYields: a state numbered further ahead of a message than
+// store.ReorderWindow (a forged number) does not hold over it; order
+// within the window holds again after.
+func testFarAheadYields(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x := file("a", "/x", "1")
+	v := mustPut(t, s, "prod", x)
+	mustRelease(t, s, "prod", v.Number)
+	batch := func(seq uint64, state model.ResourceState) []store.ResultBatch {
+		return []store.ResultBatch{{Env: "prod", Agent: "a", Seq: seq, Version: v.Number, DeployID: "d", Results: []model.Result{result(x, state, nil)}}}
+	}
+	steps := []struct {
+		seq  uint64
+		st   model.ResourceState
+		want model.ResourceState
+	}{
+		{100, model.StateDeployed, model.StateDeployed},
+		{100 + store.ReorderWindow, model.StateFailed, model.StateFailed},     // ahead, within the window
+		{101, model.StateDeployed, model.StateFailed},                         // older: held over
+		{1 << 40, model.StateFailed, model.StateFailed},                       // forged, far ahead
+		{200 + store.ReorderWindow, model.StateDeployed, model.StateDeployed}, // yields
+		{150 + store.ReorderWindow, model.StateFailed, model.StateDeployed},   // order holds again
+	}
+	for _, st := range steps {
+		if _, err := s.RecordResults(ctx, batch(st.seq, st.st)); err != nil {
+			t.Fatal(err)
+		}
+		if got := statusOf(t, s, "prod")["/x"]; got.State != st.want {
+			t.Fatalf("after #%d (%s): x %s, want %s", st.seq, st.st, got.State, st.want)
+		}
+	}
+}
+
 // testCompliance: dry runs and drift alerts set the compliance of deployed
 // resources of their version, and nothing else.
 func testCompliance(t *testing.T, s store.Store) {
@@ -389,7 +485,7 @@ func testCompliance(t *testing.T, s store.Store) {
 	x, y, z := file("a", "/x", "1"), file("a", "/y", "1"), file("a", "/z", "1")
 	v := mustPut(t, s, "prod", x, y, z)
 	mustRelease(t, s, "prod", v.Number)
-	if err := record(s, "prod", "a", v.Number, "d", []model.Result{result(x, model.StateDeployed, nil), result(y, model.StateDeployed, nil)}); err != nil {
+	if err := recordBatch(s, "prod", "a", v.Number, "d", []model.Result{result(x, model.StateDeployed, nil), result(y, model.StateDeployed, nil)}); err != nil {
 		t.Fatal(err)
 	}
 	// A dry run finds x drifted, y fine, z (never deployed) would change.
@@ -413,9 +509,9 @@ func testCompliance(t *testing.T, s store.Store) {
 	}
 	// A compliance message: y drifted, x restored; stored as alerts.
 	yID, xID := y.ID, x.ID
-	msg := store.ResultBatch{Env: "prod", Agent: "a", Seq: 6, Version: v.Number, Alerts: []model.Alert{
-		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &yID, Compliance: model.NonCompliant, Version: v.Number, Message: "drift", Changes: drifted},
-		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &xID, Compliance: model.Compliant, Version: v.Number, Message: "restored"},
+	msg := store.ResultBatch{Env: "prod", Agent: "a", Seq: 6, Version: v.Number, Alerts: []record.Alert{
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &yID, Compliance: model.NonCompliant, Version: v.Number, Message: "drift", Changes: drifted},
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &xID, Compliance: model.Compliant, Version: v.Number, Message: "restored"},
 	}}
 	for range 2 { // the redelivery stores nothing more
 		if _, err := s.RecordResults(ctx, []store.ResultBatch{msg}); err != nil {
@@ -426,7 +522,7 @@ func testCompliance(t *testing.T, s store.Store) {
 	if st["/y"].Compliance != model.NonCompliant || st["/x"].Compliance != model.Compliant {
 		t.Fatalf("after the compliance message: x %s, y %s; want x compliant, y non_compliant", st["/x"].Compliance, st["/y"].Compliance)
 	}
-	alerts, err := s.Alerts(ctx, store.AlertFilter{Env: "prod", Kind: model.AlertDrift})
+	alerts, err := s.Alerts(ctx, record.AlertFilter{Env: "prod", Kind: record.AlertDrift})
 	if err != nil || len(alerts) != 2 {
 		t.Fatalf("drift alerts: %+v, %v; want 2 (one message, delivered twice)", alerts, err)
 	}
@@ -440,8 +536,8 @@ func testCompliance(t *testing.T, s store.Store) {
 	v2 := mustPut(t, s, "prod", x, y, z, w)
 	mustRelease(t, s, "prod", v2.Number)
 	wID := w.ID
-	early := store.ResultBatch{Env: "prod", Agent: "a", Seq: 20, Version: v2.Number, Alerts: []model.Alert{
-		{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &wID, Compliance: model.NonCompliant, Version: v2.Number, Message: "drift"}}}
+	early := store.ResultBatch{Env: "prod", Agent: "a", Seq: 20, Version: v2.Number, Alerts: []record.Alert{
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &wID, Compliance: model.NonCompliant, Version: v2.Number, Message: "drift"}}}
 	late := store.ResultBatch{Env: "prod", Agent: "a", Seq: 19, Version: v2.Number, DeployID: "d2", Results: []model.Result{result(w, model.StateDeployed, nil)}}
 	for _, b := range []store.ResultBatch{early, late} {
 		if _, err := s.RecordResults(ctx, []store.ResultBatch{b}); err != nil {
@@ -454,8 +550,8 @@ func testCompliance(t *testing.T, s store.Store) {
 
 	// An agent cannot report on another agent's resource.
 	other := file("b", "/x", "").ID
-	bad := store.ResultBatch{Env: "prod", Agent: "a", Seq: 7, Alerts: []model.Alert{{Env: "prod", Agent: "a", Kind: model.AlertDrift, ID: &other, Message: "x"}}}
-	if _, err := s.RecordResults(ctx, []store.ResultBatch{bad}); !errors.Is(err, store.ErrInvalid) {
+	bad := store.ResultBatch{Env: "prod", Agent: "a", Seq: 7, Alerts: []record.Alert{{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &other, Message: "x"}}}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{bad}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("alert about another agent's resource: got %v, want ErrInvalid", err)
 	}
 }
@@ -465,20 +561,20 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	mustEnv(t, s, "dev")
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	soon := now.Add(time.Hour)
-	twice := model.EnrollmentToken{ID: "e-1", Env: "prod", Name: "rack 4", Hash: []byte("enroll-1"), MaxUses: 2, CreatedBy: "ops", ExpiresAt: &soon}
-	forever := model.EnrollmentToken{ID: "e-2", Env: "prod", Name: "fleet", Hash: []byte("enroll-2"), CreatedBy: "ops"}
-	for _, tok := range []model.EnrollmentToken{twice, forever} {
+	twice := record.EnrollmentToken{ID: "e-1", Env: "prod", Name: "rack 4", Hash: []byte("enroll-1"), MaxUses: 2, CreatedBy: "ops", ExpiresAt: &soon}
+	forever := record.EnrollmentToken{ID: "e-2", Env: "prod", Name: "fleet", Hash: []byte("enroll-2"), CreatedBy: "ops"}
+	for _, tok := range []record.EnrollmentToken{twice, forever} {
 		if err := s.CreateEnrollToken(ctx, tok); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-3", Env: "prod", Name: "x", Hash: []byte("enroll-1"), CreatedBy: "ops"}); !errors.Is(err, store.ErrExists) {
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-3", Env: "prod", Name: "x", Hash: []byte("enroll-1"), CreatedBy: "ops"}); !errors.Is(err, model.ErrExists) {
 		t.Fatalf("same hash twice: got %v, want ErrExists", err)
 	}
-	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-4", Env: "nope", Name: "x", Hash: []byte("h"), CreatedBy: "ops"}); !errors.Is(err, store.ErrNotFound) {
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-4", Env: "nope", Name: "x", Hash: []byte("h"), CreatedBy: "ops"}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("token of an unknown env: got %v, want ErrNotFound", err)
 	}
-	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-5", Env: "prod", Name: "x", Hash: []byte("h5"), MaxUses: -1, CreatedBy: "ops"}); !errors.Is(err, store.ErrInvalid) {
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-5", Env: "prod", Name: "x", Hash: []byte("h5"), MaxUses: -1, CreatedBy: "ops"}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("negative max uses: got %v, want ErrInvalid", err)
 	}
 	// Two uses, then it is used up; a token works only in its environment.
@@ -488,10 +584,10 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 			t.Fatalf("use %d: %+v, %v", i, got, err)
 		}
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), now); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), now); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("third use of a two-use token: got %v, want ErrConflict", err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "dev", []byte("enroll-2"), now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.UseEnrollToken(ctx, "dev", []byte("enroll-2"), now); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("token of prod used in dev: got %v, want ErrNotFound", err)
 	}
 	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); err != nil {
@@ -499,10 +595,10 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	}
 	// Expired.
 	past := now.Add(-time.Minute)
-	if err := s.CreateEnrollToken(ctx, model.EnrollmentToken{ID: "e-6", Env: "prod", Name: "old", Hash: []byte("enroll-6"), CreatedBy: "ops", ExpiresAt: &past}); err != nil {
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-6", Env: "prod", Name: "old", Hash: []byte("enroll-6"), CreatedBy: "ops", ExpiresAt: &past}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-6"), now); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-6"), now); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("expired token: got %v, want ErrConflict", err)
 	}
 	list, err := s.ListEnrollTokens(ctx, "prod")
@@ -512,10 +608,10 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	if err := s.DeleteEnrollToken(ctx, "prod", "e-2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteEnrollToken(ctx, "prod", "e-2"); !errors.Is(err, store.ErrNotFound) {
+	if err := s.DeleteEnrollToken(ctx, "prod", "e-2"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("revoking twice: got %v, want ErrNotFound", err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("revoked token: got %v, want ErrNotFound", err)
 	}
 	if err := s.DeleteEnv(ctx, "prod"); err != nil {
@@ -528,7 +624,7 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 
 func testAgentConnected(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
-	a := model.Agent{Env: "prod", Name: "web-1", State: model.AgentAccepted, Connected: true}
+	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, Connected: true}
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -32,6 +33,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentIngest", testConcurrentIngest},
 		{"DuplicateBatches", testDuplicateBatches},
 		{"OutOfOrderBatches", testOutOfOrderBatches},
+		{"ResetSequence", testResetSequence},
+		{"FarAheadYields", testFarAheadYields},
 		{"Compliance", testCompliance},
 		{"UpdateSettings", testUpdateSettings},
 		{"DeleteEnv", testDeleteEnv},
@@ -44,6 +47,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"Lead", testLead},
 		{"Secret", testSecret},
+		{"Compiles", testCompiles},
+		{"PruneCompiles", testPruneCompiles},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -68,7 +73,7 @@ func dir(agent, path string) model.Resource {
 
 func mustEnv(t *testing.T, s store.Store, name string) {
 	t.Helper()
-	if err := s.CreateEnv(ctx, model.Environment{Name: name, Settings: model.DefaultEnvSettings()}); err != nil {
+	if err := s.CreateEnv(ctx, record.Environment{Name: name, Settings: record.DefaultEnvSettings()}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -89,21 +94,21 @@ func mustRelease(t *testing.T, s store.Store, env string, n int64) {
 	}
 }
 
-func statusOf(t *testing.T, s store.Store, env string) map[string]model.ResourceStatus {
+func statusOf(t *testing.T, s store.Store, env string) map[string]record.ResourceStatus {
 	t.Helper()
-	sts, err := s.Statuses(ctx, env, store.StatusFilter{})
+	sts, err := s.Statuses(ctx, env, record.StatusFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]model.ResourceStatus{}
+	out := map[string]record.ResourceStatus{}
 	for _, st := range sts {
 		out[st.ID.Value] = st
 	}
 	return out
 }
 
-// record records one batch without a sequence number.
-func record(s store.Store, env, agent string, version int64, deployID string, results []model.Result) error {
+// recordBatch records one batch without a sequence number.
+func recordBatch(s store.Store, env, agent string, version int64, deployID string, results []model.Result) error {
 	_, err := s.RecordResults(ctx, []store.ResultBatch{{Env: env, Agent: agent, Version: version, DeployID: deployID, Results: results}})
 	return err
 }
@@ -113,16 +118,16 @@ func result(r model.Resource, state model.ResourceState, changes model.Changes) 
 }
 
 func testEnvironments(t *testing.T, s store.Store) {
-	settings := model.DefaultEnvSettings()
+	settings := record.DefaultEnvSettings()
 	settings.AutoDeploy = false
-	if err := s.CreateEnv(ctx, model.Environment{Name: "prod", Settings: settings}); err != nil {
+	if err := s.CreateEnv(ctx, record.Environment{Name: "prod", Settings: settings}); err != nil {
 		t.Fatal(err)
 	}
 	mustEnv(t, s, "dev")
-	if err := s.CreateEnv(ctx, model.Environment{Name: "prod"}); !errors.Is(err, store.ErrExists) {
+	if err := s.CreateEnv(ctx, record.Environment{Name: "prod"}); !errors.Is(err, model.ErrExists) {
 		t.Fatalf("duplicate: got %v, want ErrExists", err)
 	}
-	if err := s.CreateEnv(ctx, model.Environment{Name: "Bad Name"}); !errors.Is(err, store.ErrInvalid) {
+	if err := s.CreateEnv(ctx, record.Environment{Name: "Bad Name"}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("bad name: got %v, want ErrInvalid", err)
 	}
 	got, err := s.GetEnv(ctx, "prod")
@@ -132,7 +137,7 @@ func testEnvironments(t *testing.T, s store.Store) {
 	if got.Settings != settings || got.CreatedAt.IsZero() {
 		t.Fatalf("got %+v, want settings %+v and a creation time", got, settings)
 	}
-	if _, err := s.GetEnv(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetEnv(ctx, "nope"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("missing: got %v, want ErrNotFound", err)
 	}
 	list, err := s.ListEnvs(ctx)
@@ -143,7 +148,7 @@ func testEnvironments(t *testing.T, s store.Store) {
 
 func testVersions(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
-	if _, err := s.LatestVersion(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.LatestVersion(ctx, "prod"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("no versions yet: got %v, want ErrNotFound", err)
 	}
 	rs := []model.Resource{file("a", "/x", "1"), dir("a", "/d"), file("b", "/x", "1")}
@@ -182,18 +187,18 @@ func testVersions(t *testing.T, s store.Store) {
 	if err != nil || len(list) != 2 || list[0].Number != 2 {
 		t.Fatalf("ListVersions = %v, %v", list, err)
 	}
-	if _, err := s.GetVersion(ctx, "prod", 9, false); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetVersion(ctx, "prod", 9, false); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("missing version: got %v, want ErrNotFound", err)
 	}
-	if _, err := s.PutVersion(ctx, "nope", model.VersionMeta{}, rs); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.PutVersion(ctx, "nope", model.VersionMeta{}, rs); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("unknown env: got %v, want ErrNotFound", err)
 	}
 	bad := file("a", "/y", "1")
 	bad.Attributes["path"] = "/other"
-	if _, err := s.PutVersion(ctx, "prod", model.VersionMeta{}, []model.Resource{bad}); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.PutVersion(ctx, "prod", model.VersionMeta{}, []model.Resource{bad}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("invalid resource: got %v, want ErrInvalid", err)
 	}
-	if _, err := s.PutVersion(ctx, "prod", model.VersionMeta{}, []model.Resource{rs[1], rs[1]}); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.PutVersion(ctx, "prod", model.VersionMeta{}, []model.Resource{rs[1], rs[1]}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("duplicate id: got %v, want ErrInvalid", err)
 	}
 	if latest, _ := s.LatestVersion(ctx, "prod"); latest.Number != 2 {
@@ -211,7 +216,7 @@ func testReleaseStates(t *testing.T, s store.Store) {
 			t.Fatalf("%s after first release: %+v", name, st)
 		}
 	}
-	err := record(s, "prod", "a", 1, "d1", []model.Result{
+	err := recordBatch(s, "prod", "a", 1, "d1", []model.Result{
 		result(same, model.StateDeployed, nil), result(changed, model.StateDeployed, nil), result(removed, model.StateDeployed, nil),
 	})
 	if err != nil {
@@ -242,13 +247,13 @@ func testReleaseStates(t *testing.T, s store.Store) {
 	if v1.State != model.VersionRetired || v2.Number != 2 || v2.ReleasedAt == nil {
 		t.Fatalf("v1 %s, released %d", v1.State, v2.Number)
 	}
-	if _, err := s.Release(ctx, "prod", 1); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.Release(ctx, "prod", 1); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("releasing a retired version: got %v, want ErrConflict", err)
 	}
 	if _, err := s.Release(ctx, "prod", 2); err != nil {
 		t.Fatalf("releasing the released version again: %v", err)
 	}
-	if _, err := s.Release(ctx, "prod", 7); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Release(ctx, "prod", 7); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("releasing a missing version: got %v, want ErrNotFound", err)
 	}
 	// A resource that comes back after being orphaned is new intent again.
@@ -282,12 +287,12 @@ func testAgentSlice(t *testing.T, s store.Store) {
 func testAgents(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	first := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	a := model.Agent{Env: "prod", Name: "web-1", PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
+	a := record.Agent{Env: "prod", Name: "web-1", PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
 		Facts: map[string]any{"os": map[string]any{"family": "debian"}, "cpus": 2}, Kinds: []string{"file"}, FirstSeen: first, LastSeen: first}
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	a.State, a.Generation, a.LastSeen, a.FirstSeen, a.Paused = model.AgentAccepted, 4, time.Now(), time.Now(), true
+	a.State, a.Generation, a.LastSeen, a.FirstSeen, a.Paused = record.AgentAccepted, 4, time.Now(), time.Now(), true
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +300,7 @@ func testAgents(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != model.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 || !got.Paused {
+	if got.State != record.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 || !got.Paused {
 		t.Fatalf("agent %+v", got)
 	}
 	if !got.FirstSeen.Equal(first) {
@@ -304,13 +309,13 @@ func testAgents(t *testing.T, s store.Store) {
 	if fam := got.Facts["os"].(map[string]any)["family"]; fam != "debian" {
 		t.Fatalf("facts %v", got.Facts)
 	}
-	if _, err := s.GetAgent(ctx, "prod", "ghost"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetAgent(ctx, "prod", "ghost"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("unknown agent: got %v, want ErrNotFound", err)
 	}
-	if err := s.UpsertAgent(ctx, model.Agent{Env: "nope", Name: "x"}); !errors.Is(err, store.ErrNotFound) {
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "nope", Name: "x"}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("agent of an unknown env: got %v, want ErrNotFound", err)
 	}
-	if err := s.UpsertAgent(ctx, model.Agent{Env: "prod", Name: "bad name"}); !errors.Is(err, store.ErrInvalid) {
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "bad name"}); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("bad agent name: got %v, want ErrInvalid", err)
 	}
 	list, err := s.ListAgents(ctx, "prod")
@@ -325,7 +330,7 @@ func testRecordResults(t *testing.T, s store.Store) {
 	mustPut(t, s, "prod", ok, bad, skipped, quiet)
 	mustRelease(t, s, "prod", 1)
 	created := model.Changes{model.AttrPresent: {Current: false, Desired: true}, "content": {Current: nil, Desired: "x"}}
-	err := record(s, "prod", "a", 1, "d1", []model.Result{
+	err := recordBatch(s, "prod", "a", 1, "d1", []model.Result{
 		result(ok, model.StateDeployed, created),
 		{ID: bad.ID, State: model.StateFailed, Message: "apply: permission denied"},
 		{ID: skipped.ID, State: model.StateSkipped, Message: "requirement failed"},
@@ -348,7 +353,7 @@ func testRecordResults(t *testing.T, s store.Store) {
 	if err != nil || len(actions) != 1 {
 		t.Fatalf("actions of ok: %v, %v", actions, err)
 	}
-	if a := actions[0]; a.Kind != model.ActionDeploy || a.DeployID != "d1" || a.Version != 1 || !a.Changes.Created() || a.Duration != time.Millisecond {
+	if a := actions[0]; a.Kind != record.ActionDeploy || a.DeployID != "d1" || a.Version != 1 || !a.Changes.Created() || a.Duration != time.Millisecond {
 		t.Fatalf("action %+v", a)
 	}
 	if actions, _ := s.Actions(ctx, "prod", quiet.ID, 10); len(actions) != 0 {
@@ -360,7 +365,7 @@ func testRecordResults(t *testing.T, s store.Store) {
 
 	// A dry run logs what it found and leaves the state alone; what it
 	// found is the resource's compliance (testCompliance).
-	err = record(s, "prod", "a", 1, "dry1", []model.Result{
+	err = recordBatch(s, "prod", "a", 1, "dry1", []model.Result{
 		{ID: ok.ID, State: model.StateDeployed, DryRun: true, Changes: model.Changes{"content": {Current: "y", Desired: "x"}}},
 	})
 	if err != nil {
@@ -370,7 +375,7 @@ func testRecordResults(t *testing.T, s store.Store) {
 		t.Fatalf("dry run that found a change: %+v, want deployed and non_compliant", st)
 	}
 	actions, _ = s.Actions(ctx, "prod", ok.ID, 10)
-	if len(actions) != 2 || actions[0].Kind != model.ActionDryRun || actions[0].Seq <= actions[1].Seq {
+	if len(actions) != 2 || actions[0].Kind != record.ActionDryRun || actions[0].Seq <= actions[1].Seq {
 		t.Fatalf("actions after dry run (newest first): %+v", actions)
 	}
 	if actions, _ := s.Actions(ctx, "prod", ok.ID, 1); len(actions) != 1 {
@@ -387,8 +392,8 @@ func testAllOrNothing(t *testing.T, s store.Store) {
 		"other agent's resource": {result(x, model.StateDeployed, nil), result(file("b", "/y", ""), model.StateDeployed, nil)},
 		"unknown state":          {result(x, model.StateDeployed, nil), {ID: x.ID, State: "exploded"}},
 	} {
-		err := record(s, "prod", "a", 1, "d", batch)
-		if !errors.Is(err, store.ErrInvalid) {
+		err := recordBatch(s, "prod", "a", 1, "d", batch)
+		if !errors.Is(err, model.ErrInvalid) {
 			t.Fatalf("%s: got %v, want ErrInvalid", name, err)
 		}
 		if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateAvailable {
@@ -416,7 +421,7 @@ func testStaleResults(t *testing.T, s store.Store) {
 		res.Hash = h
 		return res
 	}
-	if err := record(s, "prod", "a", 1, "old", []model.Result{hashed(file("a", "/x", "1")), hashed(same)}); err != nil {
+	if err := recordBatch(s, "prod", "a", 1, "old", []model.Result{hashed(file("a", "/x", "1")), hashed(same)}); err != nil {
 		t.Fatal(err)
 	}
 	st := statusOf(t, s, "prod")
@@ -426,7 +431,7 @@ func testStaleResults(t *testing.T, s store.Store) {
 	if st["/same"].State != model.StateDeployed || st["/same"].Version != 2 {
 		t.Fatalf("a result of version 1 for a resource version 2 holds unchanged: %+v, want deployed", st["/same"])
 	}
-	if err := record(s, "prod", "a", 2, "new", []model.Result{result(file("a", "/x", "2"), model.StateDeployed, nil)}); err != nil {
+	if err := recordBatch(s, "prod", "a", 2, "new", []model.Result{result(file("a", "/x", "2"), model.StateDeployed, nil)}); err != nil {
 		t.Fatal(err)
 	}
 	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateDeployed {
@@ -439,10 +444,10 @@ func testStatusFilters(t *testing.T, s store.Store) {
 	rs := []model.Resource{file("a", "/1", ""), dir("a", "/d"), file("b", "/1", ""), file("b", "/2", "")}
 	mustPut(t, s, "prod", rs...)
 	mustRelease(t, s, "prod", 1)
-	if err := record(s, "prod", "b", 1, "d", []model.Result{result(rs[2], model.StateDeployed, nil), {ID: rs[3].ID, State: model.StateFailed}}); err != nil {
+	if err := recordBatch(s, "prod", "b", 1, "d", []model.Result{result(rs[2], model.StateDeployed, nil), {ID: rs[3].ID, State: model.StateFailed}}); err != nil {
 		t.Fatal(err)
 	}
-	count := func(f store.StatusFilter) int {
+	count := func(f record.StatusFilter) int {
 		sts, err := s.Statuses(ctx, "prod", f)
 		if err != nil {
 			t.Fatal(err)
@@ -450,24 +455,24 @@ func testStatusFilters(t *testing.T, s store.Store) {
 		return len(sts)
 	}
 	tests := []struct {
-		f    store.StatusFilter
+		f    record.StatusFilter
 		want int
 	}{
-		{store.StatusFilter{}, 4},
-		{store.StatusFilter{Agent: "a"}, 2},
-		{store.StatusFilter{Type: "file"}, 3},
-		{store.StatusFilter{Type: "fil"}, 0},
-		{store.StatusFilter{Type: "directory", Agent: "a"}, 1},
-		{store.StatusFilter{State: model.StateFailed}, 1},
-		{store.StatusFilter{Compliance: model.Compliant}, 1},
-		{store.StatusFilter{Agent: "a", State: model.StateDeployed}, 0},
+		{record.StatusFilter{}, 4},
+		{record.StatusFilter{Agent: "a"}, 2},
+		{record.StatusFilter{Type: "file"}, 3},
+		{record.StatusFilter{Type: "fil"}, 0},
+		{record.StatusFilter{Type: "directory", Agent: "a"}, 1},
+		{record.StatusFilter{State: model.StateFailed}, 1},
+		{record.StatusFilter{Compliance: model.Compliant}, 1},
+		{record.StatusFilter{Agent: "a", State: model.StateDeployed}, 0},
 	}
 	for _, tt := range tests {
 		if got := count(tt.f); got != tt.want {
 			t.Errorf("Statuses(%+v): %d, want %d", tt.f, got, tt.want)
 		}
 	}
-	if sts, _ := s.Statuses(ctx, "other", store.StatusFilter{}); len(sts) != 0 {
+	if sts, _ := s.Statuses(ctx, "other", record.StatusFilter{}); len(sts) != 0 {
 		t.Fatalf("another environment sees %d statuses", len(sts))
 	}
 }
@@ -492,7 +497,7 @@ func testConcurrentIngest(t *testing.T, s store.Store) {
 			for _, r := range rs[a*50 : (a+1)*50] {
 				batch = append(batch, result(r, model.StateDeployed, model.Changes{"content": {Desired: "x"}}))
 			}
-			errs <- record(s, "prod", fmt.Sprintf("agent-%d", a), 1, "d", batch)
+			errs <- recordBatch(s, "prod", fmt.Sprintf("agent-%d", a), 1, "d", batch)
 		}()
 	}
 	wg.Wait()
@@ -502,7 +507,7 @@ func testConcurrentIngest(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
-	sts, err := s.Statuses(ctx, "prod", store.StatusFilter{State: model.StateDeployed})
+	sts, err := s.Statuses(ctx, "prod", record.StatusFilter{State: model.StateDeployed})
 	if err != nil || len(sts) != 200 {
 		t.Fatalf("%d deployed after concurrent ingest, want 200 (%v)", len(sts), err)
 	}

@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
+)
+
+func agentCommand(term *terminal) *ucli.Command {
+	action := func(verb record.AgentAction, usage string) *ucli.Command {
+		return remoteCommand(term, string(verb), usage, "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			a, err := postAgent(c, cl, string(verb))
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, a)
+			}
+			fmt.Fprintf(term.stdout, "agent %s: %s, paused=%v\n", a.Name, a.State, a.Paused)
+			return nil
+		})
+	}
+	return &ucli.Command{
+		Name:  "agent",
+		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens",
+		Subcommands: []*ucli.Command{
+			agentRunCommand(term),
+			agentTokenCommand(term),
+			agentResetJournalCommand(term),
+			remoteCommand(term, "list", "agents with their state, and whether they are online", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/agents")
+				if err != nil {
+					return err
+				}
+				var as []api.AgentView
+				if err := cl.call(c.Context, "GET", p, nil, &as); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, as)
+				}
+				t := newTable(term.stdout, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS")
+				for _, a := range as {
+					var labels []string
+					for k, v := range a.Labels {
+						labels = append(labels, k+"="+v)
+					}
+					sort.Strings(labels)
+					platform := platformOf(a.Facts)
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), strconv.FormatBool(a.Paused), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
+				}
+				return t.flush()
+			}),
+			remoteCommand(term, "show", "an agent with its facts", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/agents/"+url.PathEscape(c.Args().First()))
+				if err != nil {
+					return err
+				}
+				var a api.AgentView
+				if err := cl.call(c.Context, "GET", p, nil, &a); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, a)
+				}
+				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %v\n  generation  %d\n  key         %s\n  last seen   %s\n  facts:\n",
+					a.Name, a.State, a.Online, a.Paused, a.Generation, a.Key, a.LastSeen.Local().Format(time.DateTime))
+				return writeJSON(term.stdout, a.Facts)
+			}),
+			action(record.AgentAccept, "accept a discovered agent: it is enrolled and gets its desired state"),
+			action(record.AgentReject, "reject an agent: its events are dropped"),
+			action(record.AgentPause, "pause an agent: it is sent no deploy until resumed"),
+			action(record.AgentResume, "resume a paused agent"),
+			agentFactsRefreshCommand(term),
+		},
+	}
+}
+
+func agentTokenCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:  "token",
+		Usage: "manage enrollment tokens: agents started with one are accepted at once (enrollment policy token)",
+		Subcommands: []*ucli.Command{
+			remoteCommand(term, "create", "create an enrollment token; its secret is printed once", "NAME", []ucli.Flag{
+				&ucli.IntFlag{Name: "max-uses", Usage: "how many agents it may enroll (default: no bound)"},
+				&ucli.StringFlag{Name: "expires-in", Usage: "lifetime, e.g. 24h (default: never expires)"},
+			}, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/enrollment-tokens")
+				if err != nil {
+					return err
+				}
+				if c.Args().First() == "" {
+					return usageError("name the token: tether agent token create NAME (what it is for: a rack, a team, an image)")
+				}
+				var nt api.NewEnrollmentToken
+				req := api.EnrollmentTokenRequest{Name: c.Args().First(), MaxUses: c.Int("max-uses"), ExpiresIn: c.String("expires-in")}
+				if err := cl.call(c.Context, "POST", p, req, &nt); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, nt)
+				}
+				fp, _ := model.TokenFingerprint(nt.Token)
+				fmt.Fprintf(term.stdout, "enrollment token %s (%s) for environment %s: shown once, store it now:\n\n    %s\n\n"+
+					"Start agents with: tether agent run --env %s --token %s ...\n"+
+					"It carries the server key's fingerprint (%s): agents started with it trust only this server.\n"+
+					"It enrolls agents only while the environment's enrollment is token: tether env settings set enrollment token\n",
+					nt.Name, nt.ID, nt.Env, nt.Token, nt.Env, nt.Token, fp)
+				return nil
+			}),
+			remoteCommand(term, "list", "list enrollment tokens (never their secrets)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/enrollment-tokens")
+				if err != nil {
+					return err
+				}
+				var ts []record.EnrollmentToken
+				if err := cl.call(c.Context, "GET", p, nil, &ts); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, ts)
+				}
+				t := newTable(term.stdout, "ID", "NAME", "USES", "CREATED", "EXPIRES")
+				for _, tok := range ts {
+					exp, uses := "never", fmt.Sprintf("%d", tok.Uses)
+					if tok.ExpiresAt != nil {
+						exp = tok.ExpiresAt.Local().Format(time.DateTime)
+					}
+					if tok.MaxUses > 0 {
+						uses += fmt.Sprintf("/%d", tok.MaxUses)
+					}
+					t.row(tok.ID, tok.Name, uses, tok.CreatedAt.Local().Format(time.DateTime), exp)
+				}
+				return t.flush()
+			}),
+			remoteCommand(term, "revoke", "revoke an enrollment token (agents it enrolled stay enrolled)", "ID", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/enrollment-tokens/"+url.PathEscape(c.Args().First()))
+				if err != nil {
+					return err
+				}
+				return cl.call(c.Context, "DELETE", p, nil, nil)
+			}),
+		},
+	}
+}
+
+// platformOf is the short platform an agent's facts describe: "debian 12
+// amd64", or "-" when it did not report it.
+func platformOf(facts map[string]any) string {
+	var parts []string
+	if osf, ok := facts["os"].(map[string]any); ok {
+		for _, k := range []string{"id", "release"} {
+			if v, ok := osf[k].(string); ok && v != "" {
+				parts = append(parts, v)
+			}
+		}
+	}
+	if arch, ok := facts["arch"].(string); ok {
+		parts = append(parts, arch)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// agentFactsRefreshCommand is `tether agent facts-refresh NAME`: the server
+// asks the agent to report its host's facts again, rather than at its next
+// check (every minute) or only when they changed.
+func agentFactsRefreshCommand(term *terminal) *ucli.Command {
+	cmd := remoteCommand(term, "facts-refresh", "ask an agent to report its facts again (tether agent show NAME shows them once reported)", "NAME", nil,
+		func(c *ucli.Context, cl *client, asJSON bool) error {
+			a, err := postAgent(c, cl, "facts-refresh")
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, a)
+			}
+			fmt.Fprintf(term.stdout, "agent %s: asked to report its facts again; `tether agent show %s` shows them once it has\n", a.Name, a.Name)
+			return nil
+		})
+	cmd.Description = "The agent reports its host's facts at once, changed or not: use it after changing\n" +
+		"a host (an address, a package manager) to compile against its new facts without waiting for the\n" +
+		"agent's next check. An agent that is not connected reports its facts when it says hello again.\n" +
+		"Needs an operator token; only an accepted agent can be asked."
+	return cmd
+}
+
+// postAgent posts an operation on the agent named by the first argument
+// and returns the agent as the server answers it.
+func postAgent(c *ucli.Context, cl *client, op string) (api.AgentView, error) {
+	var a api.AgentView
+	p, err := envPath(cl, "/agents/"+url.PathEscape(c.Args().First())+"/"+op)
+	if err != nil {
+		return a, err
+	}
+	err = cl.call(c.Context, "POST", p, nil, &a)
+	return a, err
+}

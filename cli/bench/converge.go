@@ -1,0 +1,393 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/agent"
+	"github.com/tetherhq/tether/agent/facts"
+	"github.com/tetherhq/tether/agent/handler"
+	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/bus/amqp"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/store/postgres"
+)
+
+// ConvergeOptions configure the converge scenario: a release of Agents ×
+// Resources files converging on Agents agents.
+type ConvergeOptions struct {
+	// Tether is the tether binary run as the server (default: this
+	// process's).
+	Tether string
+	// Postgres is the database URL; the scenario works in a new schema,
+	// dropped after.
+	Postgres string
+	// AMQP is the broker URL; the scenario uses a namespace of its own,
+	// deleted after.
+	AMQP string
+	// Dir holds the agents' journals and files (default: a new temporary
+	// directory); it is removed after.
+	Dir               string
+	Agents, Resources int
+	PerConnection     int // agents sharing one AMQP connection
+	Timeout           time.Duration
+	Progress          io.Writer // if not nil, shows how far it got (a terminal)
+}
+
+// ConvergeResult is what the converge scenario measured.
+type ConvergeResult struct {
+	Agents           int     `json:"agents"`
+	Resources        int     `json:"resources"`
+	EnrollSeconds    float64 `json:"enroll_seconds"`
+	ConvergeSeconds  float64 `json:"converge_seconds"`
+	ResultsPerSecond float64 `json:"results_per_second"`
+	ServerPeakMiB    float64 `json:"server_peak_rss_mib"`
+	ServerRSSMiB     float64 `json:"server_rss_mib"`
+	Dir              string  `json:"dir"`
+	Command          string  `json:"command"`
+}
+
+// RunConverge starts `tether server` (a child process, so that its memory
+// is its own) on a new PostgreSQL schema and RabbitMQ namespace, then the
+// agents in this process: each a real agent (journal, engine, file handler)
+// with a bus client shared by PerConnection agents, writing below Dir. Once
+// every agent is enrolled (open enrollment), a version of Agents ×
+// Resources files is released through the REST API and timed until the
+// server has recorded every resource deployed. The server's resident
+// memory is read from /proc at the end.
+func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error) {
+	if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
+		return nil, errors.New("bench converge: agents, resources and agents per connection must be at least 1")
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	pgURL, drop, err := newSchema(ctx, o.Postgres)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	work := o.Dir
+	if work == "" {
+		if work, err = os.MkdirTemp("", "tether-converge-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+
+	bcfg := amqp.Default()
+	bcfg.URL, bcfg.QueueType = o.AMQP, amqp.QueueClassic
+	bcfg.Namespace = "tetherbench." + uuid.NewString()[:8]
+	bcfg.Agent = true
+	names := make([]string, o.Agents)
+	inboxes := make([]string, o.Agents)
+	for i := range names {
+		names[i] = fmt.Sprintf("host%05d", i)
+	}
+	defer func() {
+		_ = amqp.DeleteTopology(context.WithoutCancel(ctx), bcfg, inboxes)
+	}()
+
+	// The server, a process of its own so that its memory is its own.
+	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: time.Minute}}
+	settings := map[string]string{"enrollment": "open", "auto_deploy": "true", "deploy_interval": "0s", "repair_interval": "0s"}
+	if err := cl.call(ctx, "POST", "/envs", map[string]any{"name": "bench", "settings": settings}, nil); err != nil {
+		return nil, fmt.Errorf("create the environment: %w", err)
+	}
+	// The agents pin the server's key, as they would on a host.
+	var srvInfo api.ServerInfo
+	if err := cl.call(ctx, "GET", "/server", nil, &srvInfo); err != nil {
+		return nil, fmt.Errorf("the server's key: %w", err)
+	}
+
+	// The agents.
+	actx, stopAgents := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var buses []*amqp.Bus
+	var agents []*agent.Agent
+	defer func() {
+		stopAgents()
+		wg.Wait()
+		for _, a := range agents {
+			a.Close()
+		}
+		for _, b := range buses {
+			b.Close()
+		}
+	}()
+	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
+	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
+	enrollStart := time.Now()
+	for i, name := range names {
+		if i%o.PerConnection == 0 {
+			cfg := bcfg
+			cfg.ConnectionName = fmt.Sprintf("tether bench agents %d", i/o.PerConnection)
+			b, err := amqp.New(cfg, zerolog.Nop())
+			if err != nil {
+				return nil, err
+			}
+			buses = append(buses, b)
+		}
+		b := buses[len(buses)-1]
+		inboxes[i] = b.InboxQueue("bench", name)
+		root := filepath.Join(work, name, "root")
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, err
+		}
+		reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: syncs})
+		if err != nil {
+			return nil, err
+		}
+		a, err := agent.New(agent.Config{Env: "bench", Name: name, StateDir: filepath.Join(work, name, "state"),
+			Heartbeat: time.Minute, Facts: gather, ServerKey: srvInfo.PublicKey}, b, reg, zerolog.Nop())
+		if err != nil {
+			return nil, err
+		}
+		agents = append(agents, a)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = a.Run(actx)
+		}()
+	}
+	for {
+		var as []record.Agent
+		if err := cl.call(ctx, "GET", "/envs/bench/agents", nil, &as); err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, a := range as {
+			if a.State == record.AgentAccepted {
+				n++
+			}
+		}
+		showProgress(o.Progress, "agents enrolled: %d/%d", n, o.Agents)
+		if n == o.Agents {
+			break
+		}
+		if err := waitServer(ctx, srv, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	enroll := time.Since(enrollStart)
+
+	// The release, timed until every resource is recorded deployed.
+	rs := make([]model.Resource, 0, o.Agents*o.Resources)
+	for _, name := range names {
+		for j := range o.Resources {
+			path := fmt.Sprintf("/f%03d.conf", j)
+			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: name, Key: "path", Value: path},
+				Attributes: model.Attributes{"path": path, "content": name + " " + path + "\n", "mode": "0644"}})
+		}
+	}
+	st, err := postgres.Open(ctx, postgres.Config{URL: pgURL})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	start := time.Now()
+	var out api.ExportResponse
+	if err := cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	// First the agents' side, cheap to look at: every resource applied
+	// and every result confirmed by the broker; then the server's record.
+	for {
+		n := 0
+		for _, a := range agents {
+			j := a.Journal()
+			s := j.Slice()
+			if s.Generation != out.Version.Number || j.OutboxLen() > 0 {
+				continue
+			}
+			for _, r := range s.Resources {
+				if ap, ok := j.Applied(r.ID); ok && ap.State == model.StateDeployed {
+					n++
+				}
+			}
+		}
+		showProgress(o.Progress, "reported by the agents: %d/%d", n, len(rs))
+		if n == len(rs) {
+			break
+		}
+		if err := waitServer(ctx, srv, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		sts, err := st.Statuses(ctx, "bench", record.StatusFilter{State: model.StateDeployed})
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, s := range sts {
+			if s.Version == out.Version.Number {
+				n++
+			}
+		}
+		showProgress(o.Progress, "deployed: %d/%d", n, len(rs))
+		if n == len(rs) {
+			break
+		}
+		if err := waitServer(ctx, srv, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	converge := time.Since(start)
+	showProgress(o.Progress, "")
+	peak, cur, err := procMemory(srv.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	cmd := fmt.Sprintf("tether bench converge --agents %d --resources %d", o.Agents, o.Resources)
+	if o.Dir != "" {
+		cmd += " --dir " + o.Dir
+	}
+	return &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
+		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(len(rs)) / converge.Seconds(),
+		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work, Command: cmd}, nil
+}
+
+// serverProcess is a `tether server` child process.
+type serverProcess struct {
+	cmd  *exec.Cmd
+	done chan error
+	mu   sync.Mutex
+	log  strings.Builder // its stderr, for the error when it stops
+}
+
+func (s *serverProcess) output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// startServer starts tether (default: this process's binary) as a server
+// on the database and broker namespace given, and returns it with its API's
+// base URL and admin token once it is ready.
+func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config) (*serverProcess, string, string, error) {
+	if self == "" {
+		var err error
+		if self, err = os.Executable(); err != nil {
+			return nil, "", "", err
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", "", err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	token := "bench-" + hex.EncodeToString(secret)
+	cmd := exec.Command(self, "server", "--listen", addr, "--postgres", pgURL, "--amqp", bcfg.URL,
+		"--amqp-namespace", bcfg.Namespace, "--queue-type", amqp.QueueClassic, "--admin-token", token, "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "TETHER_SERVER_CONFIG=/dev/null")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", "", fmt.Errorf("start tether server: %w", err)
+	}
+	s := &serverProcess{cmd: cmd, done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			s.mu.Lock()
+			if s.log.Len() < 1<<16 {
+				s.log.WriteString(sc.Text() + "\n")
+			}
+			s.mu.Unlock()
+		}
+		s.done <- cmd.Wait()
+	}()
+	base := "http://" + addr
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, base, token, nil
+			}
+		}
+		if err := waitServer(ctx, s, 50*time.Millisecond); err != nil {
+			s.stop()
+			return nil, "", "", err
+		}
+	}
+}
+
+// waitServer waits d, or fails when the server stopped or ctx ended.
+func waitServer(ctx context.Context, s *serverProcess, d time.Duration) error {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return fmt.Errorf("tether server stopped during the benchmark (%v): %s", err, s.output())
+	case <-ctx.Done():
+		return fmt.Errorf("benchmark: %w (raise --timeout?)", ctx.Err())
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func (s *serverProcess) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		s.done <- err
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+	}
+}
+
+// procMemory reads a process's peak and current resident memory, in kB.
+func procMemory(pid int) (peak, cur int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "VmHWM:":
+			peak, _ = strconv.ParseInt(f[1], 10, 64)
+		case "VmRSS:":
+			cur, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	if peak == 0 {
+		return 0, 0, errors.New("no VmHWM in /proc/PID/status")
+	}
+	return peak, cur, nil
+}

@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
+)
+
+func envCommand(term *terminal) *ucli.Command {
+	op := func(name string, op record.Operation, usage string) *ucli.Command {
+		return remoteCommand(term, name, usage, "", []ucli.Flag{
+			&ucli.StringSliceFlag{Name: "agent", Usage: "act on this agent only (repeatable)"},
+			&ucli.BoolFlag{Name: "full", Usage: "deploy every resource, not only what changed or has not succeeded"},
+		}, func(c *ucli.Context, cl *client, asJSON bool) error {
+			p, err := envPath(cl, "/"+string(op))
+			if err != nil {
+				return err
+			}
+			var d record.Deployment
+			if err := cl.call(c.Context, "POST", p, api.OperationRequest{Agents: c.StringSlice("agent"), Full: c.Bool("full")}, &d); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, d)
+			}
+			fmt.Fprintf(term.stdout, "%s %s of version %d sent to %s\n", op, d.ID, d.Generation, strings.Join(d.Agents, ", "))
+			if len(d.Unreached) > 0 {
+				fmt.Fprintf(term.stdout, "not connected (they get it on their next hello): %s\n", strings.Join(d.Unreached, ", "))
+			}
+			if op == record.OpDryRun {
+				fmt.Fprintf(term.stdout, "report: tether env report %s\n", d.ID)
+			}
+			return nil
+		})
+	}
+	showEnv := func(asJSON bool, env record.Environment) error {
+		if asJSON {
+			return writeJSON(term.stdout, env)
+		}
+		t := newTable(term.stdout, "NAME", "CREATED", "HALTED", "ENROLLMENT", "DRIFT POLICY")
+		t.row(env.Name, env.CreatedAt.Local().Format(time.DateTime), strconv.FormatBool(env.Settings.Halted), string(env.Settings.Enrollment), string(env.Settings.DriftPolicy))
+		return t.flush()
+	}
+	return &ucli.Command{
+		Name:  "env",
+		Usage: "manage environments on a server: create, list, settings, deploy, repair, dry run, halt",
+		Description: "Environments (prod, staging…) each hold their own versions, agents and settings.\n" +
+			"The server, environment and token come from --server/--env/--token, TETHER_SERVER/TETHER_ENV/TETHER_TOKEN,\n" +
+			"or a .tether file in the project (server = \"…\", env = \"…\", token = \"…\").",
+		Subcommands: []*ucli.Command{
+			remoteCommand(term, "create", "create an environment", "NAME", []ucli.Flag{
+				&ucli.StringSliceFlag{Name: "set", Usage: "a setting: --set drift_policy=heal (repeatable)"},
+			}, func(c *ucli.Context, cl *client, asJSON bool) error {
+				settings := map[string]string{}
+				for _, kv := range c.StringSlice("set") {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok {
+						return usageError("--set %q: want KEY=VALUE", kv)
+					}
+					settings[k] = v
+				}
+				var env record.Environment
+				if err := cl.call(c.Context, "POST", "/envs", api.EnvRequest{Name: c.Args().First(), Settings: settings}, &env); err != nil {
+					return err
+				}
+				return showEnv(asJSON, env)
+			}),
+			remoteCommand(term, "list", "list environments", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				var envs []record.Environment
+				if err := cl.call(c.Context, "GET", "/envs", nil, &envs); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, envs)
+				}
+				t := newTable(term.stdout, "NAME", "CREATED", "HALTED", "ENROLLMENT", "DRIFT POLICY")
+				for _, e := range envs {
+					t.row(e.Name, e.CreatedAt.Local().Format(time.DateTime), strconv.FormatBool(e.Settings.Halted), string(e.Settings.Enrollment), string(e.Settings.DriftPolicy))
+				}
+				return t.flush()
+			}),
+			remoteCommand(term, "show", "show the environment (--env)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "")
+				if err != nil {
+					return err
+				}
+				var env record.Environment
+				if err := cl.call(c.Context, "GET", p, nil, &env); err != nil {
+					return err
+				}
+				return showEnv(asJSON, env)
+			}),
+			remoteCommand(term, "delete", "delete an environment and everything in it", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				if err := cl.call(c.Context, "DELETE", "/envs/"+url.PathEscape(c.Args().First()), nil, nil); err != nil {
+					return err
+				}
+				fmt.Fprintf(term.stderr, "environment %s deleted\n", c.Args().First())
+				return nil
+			}),
+			{
+				Name: "settings", Usage: "show settings, or change one: tether env settings set KEY VALUE",
+				Flags: remoteFlags(),
+				Action: remoteAction("", func(c *ucli.Context, cl *client, asJSON bool) error {
+					return showSettings(c, cl, term, asJSON, "GET", nil)
+				}),
+				Subcommands: []*ucli.Command{remoteCommand(term, "set", "change a setting ("+strings.Join(record.SettingKeys(), ", ")+")", "KEY VALUE", nil,
+					func(c *ucli.Context, cl *client, asJSON bool) error {
+						return showSettings(c, cl, term, asJSON, "PATCH", map[string]string{c.Args().Get(0): c.Args().Get(1)})
+					})},
+			},
+			op("deploy", record.OpDeploy, "deploy the released version (to every agent, or --agent NAME)"),
+			op("repair", record.OpRepair, "verify every resource and repair drift"),
+			op("dryrun", record.OpDryRun, "ask agents what a deploy would change; see the answer with `env report`"),
+			remoteCommand(term, "report", "what a deploy, repair or dry run reported", "ID", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/deploys/"+url.PathEscape(c.Args().First()))
+				if err != nil {
+					return err
+				}
+				var rep api.Report
+				if err := cl.call(c.Context, "GET", p, nil, &rep); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, rep)
+				}
+				return actionTable(term, rep.Actions)
+			}),
+			remoteCommand(term, "halt", "halt every deploy of the environment (agents pause)", "", nil, haltAction(term, "halt")),
+			remoteCommand(term, "resume", "resume a halted environment", "", nil, haltAction(term, "resume")),
+		},
+	}
+}
+
+func haltAction(term *terminal, verb string) func(c *ucli.Context, cl *client, asJSON bool) error {
+	return func(c *ucli.Context, cl *client, asJSON bool) error {
+		p, err := envPath(cl, "/"+verb)
+		if err != nil {
+			return err
+		}
+		var env record.Environment
+		if err := cl.call(c.Context, "POST", p, nil, &env); err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(term.stdout, env)
+		}
+		fmt.Fprintf(term.stdout, "environment %s: halted=%v\n", env.Name, env.Settings.Halted)
+		return nil
+	}
+}
+
+func showSettings(c *ucli.Context, cl *client, term *terminal, asJSON bool, method string, body any) error {
+	p, err := envPath(cl, "/settings")
+	if err != nil {
+		return err
+	}
+	var s map[string]string
+	if err := cl.call(c.Context, method, p, body, &s); err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(term.stdout, s)
+	}
+	t := newTable(term.stdout, "SETTING", "VALUE")
+	for _, k := range record.SettingKeys() {
+		t.row(k, s[k])
+	}
+	return t.flush()
+}

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
+)
+
+func exportCommand(term *terminal) *ucli.Command {
+	flags := append(remoteFlags(), modelFlags()...)
+	flags = append(flags,
+		&ucli.BoolFlag{Name: "release", Usage: "release the version at once: agents get it"},
+		&ucli.BoolFlag{Name: "wait", Usage: "with --release: wait until every resource is deployed or failed"},
+		&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "how long --wait waits"},
+	)
+	return &ucli.Command{
+		Name:      "export",
+		Usage:     "compile a model here and upload it to the server as a new version",
+		ArgsUsage: "DIR",
+		Description: "Compiles DIR like `tether compile` and uploads the resource set to the environment (--env).\n" +
+			"The model is compiled against the environment's live inventory on the server (its accepted\n" +
+			"agents with their labels and facts), unless --inventory FILE names another.\n" +
+			"An unchanged model adds no version. --release releases it; --wait then follows the deploy.\n\n" +
+			"   tether export --release --wait examples/quickstart",
+		Flags: flags,
+		Action: remoteAction("DIR", func(c *ucli.Context, cl *client, asJSON bool) error {
+			p, err := envPath(cl, "/versions?release="+strconv.FormatBool(c.Bool("release")))
+			if err != nil {
+				return err
+			}
+			opts, err := compileOptions(c)
+			if err != nil {
+				return err
+			}
+			if opts.Inventory == nil {
+				if opts.Inventory, err = serverInventory(c.Context, cl); err != nil {
+					return err
+				}
+			}
+			res, err := compileDir(c.Context, term, c.Args().First(), opts)
+			if err != nil {
+				return err
+			}
+			var out api.ExportResponse
+			meta := model.VersionMeta{Compiler: "tether " + readBuildInfo().Version, Source: c.Args().First()}
+			if err := cl.call(c.Context, "POST", p, api.ExportRequest{Resources: res.Resources, Meta: meta}, &out); err != nil {
+				return err
+			}
+			if !asJSON {
+				what := "new version"
+				if out.Reused {
+					what = "unchanged; version"
+				}
+				fmt.Fprintf(term.stdout, "%s %d (%d resources), %s\n", what, out.Version.Number, out.Version.Count, out.Version.State)
+				printFanout(term.stdout, out.Fanout)
+			}
+			if c.Bool("wait") && out.Released {
+				if err := waitDeployed(c, cl, term, out.Version.Number, c.Duration("timeout"), asJSON); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				return writeJSON(term.stdout, out)
+			}
+			return nil
+		}),
+	}
+}
+
+// waitDeployed polls the environment's resources of version n until none is
+// still available or deploying, showing progress; it fails if any failed.
+func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout time.Duration, quiet bool) error {
+	p, err := envPath(cl, "/resources")
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var sts []record.ResourceStatus
+		if err := cl.call(c.Context, "GET", p, nil, &sts); err != nil {
+			return err
+		}
+		counts := map[model.ResourceState]int{}
+		pending, total := 0, 0
+		for _, s := range sts {
+			if s.Version != n || s.State == model.StateOrphaned {
+				continue
+			}
+			total++
+			counts[s.State]++
+			if s.State == model.StateAvailable || s.State == model.StateDeploying {
+				pending++
+			}
+		}
+		if !quiet && term.progress {
+			fmt.Fprintf(term.stderr, "\r%d/%d done (%d deployed, %d failed)   ", total-pending, total, counts[model.StateDeployed], counts[model.StateFailed])
+		}
+		if pending == 0 {
+			if !quiet && term.progress {
+				fmt.Fprintln(term.stderr)
+			}
+			if counts[model.StateFailed]+counts[model.StateSkipped] > 0 {
+				return &exitError{code: exitFailed, err: fmt.Errorf("version %d: %d failed, %d skipped: see tether resource list --state failed", n, counts[model.StateFailed], counts[model.StateSkipped])}
+			}
+			if !quiet {
+				fmt.Fprintf(term.stdout, "version %d deployed: %d resources\n", n, counts[model.StateDeployed])
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("version %d: %d of %d resources not deployed after %s: are the agents running? (tether agent list)", n, pending, total, timeout)
+		}
+		select {
+		case <-c.Context.Done():
+			return c.Context.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1048576", 1 << 20, true},
+		{"64MiB", 64 << 20, true},
+		{"512KiB", 512 << 10, true},
+		{"1GiB", 1 << 30, true},
+		{"100B", 100, true},
+		{"64MB", 0, false},
+		{"-1MiB", 0, false},
+		{"lots", 0, false},
+		{"99999999999GiB", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseSize(tt.in)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Fatalf("got %d, %v; want %d, ok %v", got, err, tt.want, tt.ok)
+			}
+			if tt.ok {
+				if back, _ := parseSize(formatSize(got)); back != got {
+					t.Fatalf("formatSize(%d) = %q reads back as %d", got, formatSize(got), back)
+				}
+			}
+		})
+	}
+}
+
+// Bad HTTP settings are usage errors naming the setting, found before the
+// server connects to anything.
+func TestServerHTTPFlagErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		config string
+		args   []string
+		want   string
+	}{
+		{"size", "", []string{"--max-upload", "lots"}, "--max-upload"},
+		{"per client above total", "", []string{"--max-conns", "10", "--max-conns-per-client", "20"}, "max-conns-per-client"},
+		{"handler timeout too long", "", []string{"--handler-timeout", "5m", "--write-timeout", "1m"}, "handler-timeout"},
+		{"upload below body", "", []string{"--max-body", "2MiB", "--max-upload", "1MiB"}, "max-upload"},
+		{"upload below body, from the config file", "max-body = \"2MiB\"\nmax-upload = \"1MiB\"\n", nil, "max-upload"},
+		{"bad proxy", "", []string{"--trusted-proxy", "the load balancer"}, "--trusted-proxy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			config := filepath.Join(t.TempDir(), "server.toml")
+			if err := os.WriteFile(config, []byte(tt.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"server", "--config", config, "--postgres", "postgres://nobody@127.0.0.1:1/x"}, tt.args...)
+			code, _, errs := invoke(t, args...)
+			if code != exitUsage || !strings.Contains(errs, tt.want) {
+				t.Fatalf("got exit %d, %q; want exit %d naming %s", code, errs, exitUsage, tt.want)
+			}
+		})
+	}
+}

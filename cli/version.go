@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/record"
+)
+
+func versionCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:        "version",
+		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, release)",
+		UsageText:   "tether version [-o json]\n   tether version list|show|diff|release …",
+		Flags:       []ucli.Flag{outputFlag()},
+		Subcommands: versionSubcommands(term),
+		Action: func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			if c.NArg() > 0 {
+				return usageError("version takes no arguments")
+			}
+			bi := readBuildInfo()
+			if format == "json" {
+				return writeJSON(term.stdout, bi)
+			}
+			commit := ""
+			if bi.Commit != "" {
+				commit = " (" + shortCommit(bi.Commit)
+				if bi.Modified {
+					commit += ", modified"
+				}
+				commit += ")"
+			}
+			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s\n", bi.Version, commit, bi.Go, bi.Platform)
+			return err
+		},
+	}
+}
+
+func versionSubcommands(term *terminal) []*ucli.Command {
+	return []*ucli.Command{
+		remoteCommand(term, "list", "list the environment's versions, newest first", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			p, err := envPath(cl, "/versions")
+			if err != nil {
+				return err
+			}
+			var vs []model.Version
+			if err := cl.call(c.Context, "GET", p, nil, &vs); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, vs)
+			}
+			t := newTable(term.stdout, "VERSION", "STATE", "RESOURCES", "CREATED", "EXPORTED BY", "SOURCE")
+			for _, v := range vs {
+				t.row(strconv.FormatInt(v.Number, 10), string(v.State), strconv.Itoa(v.Count), v.CreatedAt.Local().Format(time.DateTime), v.Meta.ExportedBy, v.Meta.Source)
+			}
+			return t.flush()
+		}),
+		remoteCommand(term, "show", "show a version", "N", []ucli.Flag{&ucli.BoolFlag{Name: "resources", Usage: "include its resources (sensitive values redacted)"}},
+			func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"?resources="+strconv.FormatBool(c.Bool("resources") || asJSON))
+				if err != nil {
+					return err
+				}
+				var v model.Version
+				if err := cl.call(c.Context, "GET", p, nil, &v); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, v)
+				}
+				fmt.Fprintf(term.stdout, "version %d (%s): %d resources, created %s, exported by %s\n", v.Number, v.State, v.Count, v.CreatedAt.Local().Format(time.DateTime), v.Meta.ExportedBy)
+				for _, r := range v.Resources {
+					fmt.Fprintf(term.stdout, "  %s\n", r.ID)
+				}
+				return nil
+			}),
+		remoteCommand(term, "diff", "what changed between two versions (default FROM: the released one)", "[FROM] TO", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			if c.NArg() < 1 || c.NArg() > 2 {
+				return usageError("version diff takes [FROM] TO")
+			}
+			q := ""
+			to := c.Args().Get(c.NArg() - 1)
+			if c.NArg() == 2 {
+				q = "?from=" + url.QueryEscape(c.Args().First())
+			}
+			p, err := envPath(cl, "/versions/"+url.PathEscape(to)+"/diff"+q)
+			if err != nil {
+				return err
+			}
+			var d api.Diff
+			if err := cl.call(c.Context, "GET", p, nil, &d); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, d)
+			}
+			fmt.Fprintf(term.stdout, "version %d → %d: %d added, %d changed, %d removed, %d unchanged\n", d.From, d.To, len(d.Added), len(d.Changed), len(d.Removed), d.Unchanged)
+			for _, set := range []struct {
+				mark string
+				ids  []model.ID
+			}{{"+", d.Added}, {"~", d.Changed}, {"-", d.Removed}} {
+				for _, id := range set.ids {
+					fmt.Fprintf(term.stdout, "  %s %s\n", set.mark, id)
+				}
+			}
+			return nil
+		}),
+		remoteCommand(term, "release", "release a version: agents get it", "N", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"/release")
+			if err != nil {
+				return err
+			}
+			var v record.Release
+			if err := cl.call(c.Context, "POST", p, nil, &v); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, v)
+			}
+			fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
+			printFanout(term.stdout, v.Fanout)
+			return nil
+		}),
+	}
+}
+
+// printFanout lists the agents a release did not reach at once, and what
+// brings it to them.
+func printFanout(w io.Writer, f record.Fanout) {
+	if f.Note != "" {
+		fmt.Fprintln(w, f.Note)
+	}
+	if f.PendingCount == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%d agent(s) not reached at once; they get it later:\n", f.PendingCount)
+	for _, p := range f.Pending {
+		fmt.Fprintf(w, "  %s  %s: %s\n", p.Agent, p.Reason, p.Later)
+	}
+	if n := f.PendingCount - len(f.Pending); n > 0 {
+		fmt.Fprintf(w, "  … and %d more\n", n)
+	}
+}
+
+// version is set at build time (-ldflags "-X github.com/tetherhq/tether/cli.version=v1.2.3");
+// otherwise it comes from the module's build information.
+var version = ""
+
+type buildInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+	Platform string `json:"platform"`
+}
+
+func readBuildInfo() buildInfo {
+	out := buildInfo{Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		out.Go = bi.GoVersion
+		if out.Version == "" {
+			out.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				out.Commit = s.Value
+			case "vcs.modified":
+				out.Modified = s.Value == "true"
+			}
+		}
+	}
+	if out.Version == "" || out.Version == "(devel)" {
+		out.Version = "dev"
+	}
+	return out
+}
+
+// compilerSalt identifies this tether binary: a rebuild, even of the same
+// version, may compile differently.
+func compilerSalt() string {
+	bi := readBuildInfo()
+	salt := fmt.Sprintf("%s %s %v", bi.Version, bi.Commit, bi.Modified)
+	if exe, err := os.Executable(); err == nil {
+		if st, err := os.Stat(exe); err == nil {
+			salt += fmt.Sprintf(" %d %d", st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return salt
+}
+
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}

@@ -1,0 +1,361 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/lang"
+	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// Server-side compiles: the server compiles an environment's model itself
+// when something asks (an operator, an agent accepted or rejected, an
+// agent's facts or labels that changed), from the source Config.Sources
+// gives it, with the environment's live inventory. The compile queue folds
+// the triggers (one compile running per environment, one waiting); a lease
+// in the store ("compile/ENV") makes the replicas of a server take turns,
+// so two never compile one environment at once, and no trigger a replica
+// received is dropped for another's compile.
+
+// Sources is where the server reads environments' models: a git repository
+// or an uploaded archive. The server does not know which: it asks for a copy
+// in a directory of its own.
+type Sources interface {
+	// Has reports whether env has a source to compile.
+	Has(ctx context.Context, env string) (bool, error)
+	// Fetch writes env's model into dst, an empty directory the server
+	// owns (and removes), and returns the revision it wrote: a commit id,
+	// an archive's hash.
+	Fetch(ctx context.Context, env, dst string) (revision string, err error)
+}
+
+// ErrNoSource: the environment has no source to compile, or the server
+// compiles none (no Sources).
+var ErrNoSource = errors.New("no source to compile")
+
+// compileBy is who a server-side compile's versions say exported them.
+const compileBy = "server compile"
+
+// RequestCompile asks for a compile of env on behalf of by (an operator's
+// token). It returns at once: the compile's report is in ListCompiles when
+// it ends. An environment without a source is refused (model.ErrConflict,
+// wrapping ErrNoSource), as is any when the server compiles nothing.
+func (s *Server) RequestCompile(ctx context.Context, env, by string) (record.CompileRequest, error) {
+	if _, err := s.store.GetEnv(ctx, env); err != nil {
+		return record.CompileRequest{}, err
+	}
+	q := s.compiles.Load()
+	if s.cfg.Sources == nil {
+		return record.CompileRequest{}, fmt.Errorf("%w: %w: this server compiles no models (it was started without sources)", model.ErrConflict, ErrNoSource)
+	}
+	if q == nil {
+		return record.CompileRequest{}, fmt.Errorf("%w: compile %s: the server is not running", model.ErrUnavailable, env)
+	}
+	has, err := s.cfg.Sources.Has(ctx, env)
+	if err != nil {
+		return record.CompileRequest{}, fmt.Errorf("compile %s: %w", env, err)
+	}
+	if !has {
+		return record.CompileRequest{}, fmt.Errorf("%w: %w: environment %s has none: give it a source first", model.ErrConflict, ErrNoSource, env)
+	}
+	if err := q.Trigger(env, record.Trigger{Kind: record.TriggerOperator, By: by}); err != nil {
+		return record.CompileRequest{}, fmt.Errorf("%w: compile %s: %w", model.ErrUnavailable, env, err)
+	}
+	running, queued := q.Pending(env)
+	return record.CompileRequest{Env: env, Running: running, Queued: queued}, nil
+}
+
+// triggerCompile asks for a compile of env when the server compiles and
+// env has a source; what cannot be asked is logged, not returned: it is
+// a consequence of something that happened already.
+func (s *Server) triggerCompile(ctx context.Context, env string, t record.Trigger) {
+	q := s.compiles.Load()
+	if q == nil {
+		return
+	}
+	has, err := s.cfg.Sources.Has(ctx, env)
+	if err != nil {
+		s.log.Warn().Err(err).Str("env", env).Str("trigger", string(t.Kind)).Msg("cannot tell whether the environment has a source; not compiled")
+		return
+	}
+	if !has {
+		return
+	}
+	if err := q.Trigger(env, t); err != nil && !errors.Is(err, compilequeue.ErrClosed) {
+		s.log.Warn().Err(err).Str("env", env).Msg("compile not asked for")
+	}
+}
+
+// ListCompiles returns env's newest compile reports, newest first.
+func (s *Server) ListCompiles(ctx context.Context, env string, limit int) ([]record.Compile, error) {
+	if _, err := s.store.GetEnv(ctx, env); err != nil {
+		return nil, err
+	}
+	return s.store.ListCompiles(ctx, env, limit)
+}
+
+// GetCompile returns one compile report of env.
+func (s *Server) GetCompile(ctx context.Context, env, id string) (record.Compile, error) {
+	return s.store.GetCompile(ctx, env, id)
+}
+
+// startCompiles creates the compile queue when the server compiles, after
+// marking failed the compiles a stopped server left running. The queue
+// lives until stop is called.
+func (s *Server) startCompiles(ctx context.Context) (stop func(), err error) {
+	if s.cfg.Sources == nil {
+		return func() {}, nil
+	}
+	q, err := compilequeue.New(ctx, compilequeue.Config{Settle: s.cfg.CompileSettle}, s.compile, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.failAbandoned(ctx)
+	s.compiles.Store(q)
+	return func() {
+		s.compiles.Store(nil)
+		q.Close()
+	}, nil
+}
+
+// failAbandoned marks failed the compiles left running by a server that
+// stopped before they ended. Replicas take turns compiling an environment
+// under its compile lease: holding it, none of them runs.
+func (s *Server) failAbandoned(ctx context.Context) {
+	envs, err := s.store.ListEnvs(ctx)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("cannot list environments to mark abandoned compiles failed")
+		return
+	}
+	for _, env := range envs {
+		lease, ok, err := s.store.Lead(ctx, compileLease(env.Name))
+		if err != nil || !ok {
+			continue // another replica compiles it now: its compile runs
+		}
+		cs, err := s.store.ListCompiles(ctx, env.Name, 20)
+		for _, c := range cs {
+			if c.Outcome != record.CompileRunning {
+				continue
+			}
+			c.Outcome = record.CompileFailed
+			c.Diagnostics = []record.CompileDiagnostic{{Severity: string(lang.SeverityError), Message: "the server stopped before the compile ended"}}
+			if _, err := s.store.FinishCompile(ctx, c); err != nil {
+				s.log.Warn().Err(err).Str("env", env.Name).Str("compile", c.ID).Msg("cannot mark an abandoned compile failed")
+			}
+		}
+		lease.Release()
+		if err != nil {
+			s.log.Warn().Err(err).Str("env", env.Name).Msg("cannot list compiles to mark abandoned ones failed")
+		}
+	}
+}
+
+func compileLease(env string) string { return "compile/" + env }
+
+// takeCompileLease waits until this server holds env's compile lease.
+func (s *Server) takeCompileLease(ctx context.Context, env string) (release func(), err error) {
+	for {
+		lease, ok, err := s.store.Lead(ctx, compileLease(env))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return lease.Release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// compile is the compile queue's function: it compiles env once, records
+// the report, and stores and releases what the policy says.
+func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) error {
+	release, err := s.takeCompileLease(ctx, env)
+	if err != nil {
+		return fmt.Errorf("compile %s: take the compile lease: %w", env, err)
+	}
+	defer release()
+	c, err := s.store.StartCompile(ctx, record.Compile{Env: env, Triggers: b.Triggers})
+	if err != nil {
+		return err
+	}
+	s.feed.publish(Event{Kind: EventCompileStarted, Env: env, Compile: &c})
+	s.runCompile(ctx, &c)
+	// The report is written even when the server stops: a compile left
+	// running is marked failed only at the next start.
+	done, err := s.store.FinishCompile(context.WithoutCancel(ctx), c)
+	if err != nil {
+		return err
+	}
+	s.alertCompile(context.WithoutCancel(ctx), done)
+	s.feed.publish(Event{Kind: EventCompileFinished, Env: env, Compile: &done})
+	if done.Outcome == record.CompileFailed {
+		return fmt.Errorf("compile %s: %s", env, firstError(done.Diagnostics))
+	}
+	return nil
+}
+
+// runCompile fetches, compiles, stores and releases, and says how it went
+// in c: its outcome, revision and result.
+func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
+	fail := func(format string, args ...any) {
+		c.Outcome, c.Version = record.CompileFailed, 0
+		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityError), Message: fmt.Sprintf(format, args...)})
+	}
+	dir, err := os.MkdirTemp("", "tether-compile-*")
+	if err != nil {
+		fail("make a directory for the source: %v", err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	if c.Revision, err = s.cfg.Sources.Fetch(ctx, c.Env, dir); err != nil {
+		fail("fetch the source: %v", err)
+		return
+	}
+	agents, err := s.store.ListAgents(ctx, c.Env)
+	if err != nil {
+		fail("read the inventory: %v", err)
+		return
+	}
+	inv := record.Inventory(agents)
+	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: s.cfg.CompileTimeout})
+	var le *lang.Error
+	switch {
+	case errors.As(err, &le):
+		c.Outcome = record.CompileFailed
+		c.Diagnostics = diagnostics(dir, le.Diagnostics)
+		return
+	case err != nil:
+		fail("%v", err)
+		return
+	}
+	c.Diagnostics = diagnostics(dir, res.Warnings)
+	c.ResourcesPerAgent = map[string]int{}
+	for _, h := range res.Hosts {
+		c.ResourcesPerAgent[h.Agent] += h.Resources
+	}
+	for _, u := range res.Undefined {
+		name := u.ID
+		if name == "" {
+			name = u.Block
+		}
+		facts := make([]string, 0, len(u.Missing))
+		for _, f := range u.Missing {
+			facts = append(facts, f.String())
+		}
+		c.Undefined = append(c.Undefined, record.UndefinedBlock{Name: name, Facts: facts})
+	}
+
+	e, err := s.store.GetEnv(ctx, c.Env)
+	if err != nil {
+		fail("read the environment's settings: %v", err)
+		return
+	}
+	setHash, err := prepareExport(res.Resources)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	released, err := s.store.ReleasedVersion(ctx, c.Env)
+	switch {
+	case err == nil && released.SetHash == setHash:
+		c.Outcome = record.CompileUnchanged
+		return
+	case err != nil && !errors.Is(err, model.ErrNotFound):
+		fail("read the released version: %v", err)
+		return
+	}
+	v, _, err := s.Export(ctx, c.Env, res.Resources, model.VersionMeta{Compiler: "tether server", Source: c.Revision, ExportedBy: compileBy})
+	if err != nil {
+		fail("store the version: %v", err)
+		return
+	}
+	c.Version = v.Number
+	if !e.Settings.AutoRelease {
+		c.Outcome = record.CompileCandidate
+		return
+	}
+	if _, err := s.Release(ctx, c.Env, v.Number); err != nil {
+		// Stored, not released: an operator can release it.
+		c.Outcome = record.CompileCandidate
+		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityWarning),
+			Message: fmt.Sprintf("version %d stored but not released: %v; release it with tether version release", v.Number, err)})
+		return
+	}
+	c.Outcome = record.CompileReleased
+}
+
+// diagnostics are the compiler's diagnostics of the model in dir as a
+// report keeps them, their files relative to the source's root.
+func diagnostics(dir string, ds []lang.Diagnostic) []record.CompileDiagnostic {
+	out := make([]record.CompileDiagnostic, 0, len(ds))
+	for _, d := range ds {
+		if rel, err := filepath.Rel(dir, d.File); err == nil && filepath.IsAbs(d.File) && !strings.HasPrefix(rel, "..") {
+			d.File = filepath.ToSlash(rel)
+		}
+		msg := d.Summary
+		if d.Detail != "" {
+			msg += ": " + d.Detail
+		}
+		out = append(out, record.CompileDiagnostic{File: d.File, Line: d.Start.Line, Col: d.Start.Column, Severity: string(d.Severity), Message: msg})
+	}
+	return out
+}
+
+// firstError is the first error of a report's diagnostics, as file:line:col:
+// message.
+func firstError(ds []record.CompileDiagnostic) string {
+	i := slices.IndexFunc(ds, func(d record.CompileDiagnostic) bool { return d.Severity == string(lang.SeverityError) })
+	if i < 0 {
+		return "failed"
+	}
+	return diagnosticString(ds[i])
+}
+
+func diagnosticString(d record.CompileDiagnostic) string {
+	if d.File == "" {
+		return d.Message
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", d.File, d.Line, d.Col, d.Message)
+}
+
+// alertCompile raises a compile.failed alert when a compile fails after
+// one that did not (the first of a streak), and a resolving one when a
+// compile succeeds after a streak of failures. The newest compile alert
+// says where the environment stands, so the streak survives a restart.
+func (s *Server) alertCompile(ctx context.Context, c record.Compile) {
+	last, err := s.store.Alerts(ctx, record.AlertFilter{Env: c.Env, Kind: record.AlertCompileFailed, Limit: 1})
+	if err != nil {
+		s.log.Warn().Err(err).Str("env", c.Env).Msg("cannot read the compile alerts; none raised")
+		return
+	}
+	failing := len(last) > 0 && last[0].Compliance == model.NonCompliant
+	var a record.Alert
+	switch {
+	case c.Outcome == record.CompileFailed && !failing:
+		a = record.Alert{Compliance: model.NonCompliant,
+			Message: fmt.Sprintf("compile %s of revision %q failed: %s", c.ID, c.Revision, firstError(c.Diagnostics))}
+	case c.Outcome != record.CompileFailed && failing:
+		a = record.Alert{Compliance: model.Compliant, Version: c.Version,
+			Message: fmt.Sprintf("compile %s of revision %q succeeded (%s): compiles fail no more", c.ID, c.Revision, c.Outcome)}
+	default:
+		return
+	}
+	a.At, a.Env, a.Kind = time.Now().UTC(), c.Env, record.AlertCompileFailed
+	if err := s.store.RecordAlerts(ctx, []record.Alert{a}); err != nil {
+		s.log.Warn().Err(err).Str("env", c.Env).Msg("cannot record a compile alert")
+		return
+	}
+	s.feed.publish(Event{Kind: EventCompileAlert, Env: c.Env, Alert: &a})
+}

@@ -1,0 +1,223 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// models is a fake server.Sources: each environment's model is the files
+// a test wrote, its revision the name the test gave them.
+type models struct {
+	mu    sync.Mutex
+	files map[string]map[string]string // env → file → content
+	rev   map[string]string
+}
+
+var _ server.Sources = (*models)(nil)
+
+func (m *models) set(env, rev string, files map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.files[env], m.rev[env] = files, rev
+}
+
+func (m *models) Has(_ context.Context, env string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.files[env]
+	return ok, nil
+}
+
+func (m *models) Fetch(_ context.Context, env, dst string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	files, ok := m.files[env]
+	if !ok {
+		return "", errors.New("no source")
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return m.rev[env], nil
+}
+
+// compileRig is a server that compiles the models of m, with an
+// environment "test".
+func compileRig(t *testing.T, m *models, settings record.EnvSettings) *rig {
+	t.Helper()
+	r := startRig(t, server.Config{Sources: m}, map[string]record.EnvSettings{"test": settings, "nosource": settings})
+	srv, ctx := r.srv, r.ctx
+	// Triggers are heard once Run made the compile queue.
+	for {
+		if _, err := srv.RequestCompile(ctx, "nosource", "test"); !errors.Is(err, model.ErrUnavailable) {
+			break
+		}
+		runtime.Gosched()
+	}
+	return r
+}
+
+// compiled asks for a compile and returns its report.
+func (r *rig) compiled() record.Compile {
+	r.t.Helper()
+	if _, err := r.srv.RequestCompile(r.ctx, "test", "alice"); err != nil {
+		r.t.Fatalf("request a compile: %v", err)
+	}
+	return r.finished()
+}
+
+// finished returns the report of the next compile that ends.
+func (r *rig) finished() record.Compile {
+	r.t.Helper()
+	e := r.next(server.EventCompileFinished)
+	if e.Compile == nil {
+		r.t.Fatalf("compile.finished without its report: %+v", e)
+	}
+	return *e.Compile
+}
+
+func (r *rig) compileAlerts() []record.Alert {
+	r.t.Helper()
+	al, err := r.store.Alerts(r.ctx, record.AlertFilter{Env: "test", Kind: record.AlertCompileFailed})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return al
+}
+
+const (
+	goodModel   = "host \"web-1\" {\n  file \"/srv/a\" { content = \"one\" }\n}\n"
+	goodModel2  = "host \"web-1\" {\n  file \"/srv/a\" { content = \"two\" }\n}\n"
+	brokenModel = "host \"web-1\" {\n  file \"/srv/a\" {\n    content = nope.nothing\n  }\n}\n"
+)
+
+// A good model is released, the same again is unchanged; a broken one
+// fails with its file:line, releases nothing and raises one alert per
+// streak of failures, resolved by the next success.
+func TestCompileOutcomes(t *testing.T) {
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	m.set("test", "r1", map[string]string{"main.hcl": goodModel})
+	r := compileRig(t, m, record.DefaultEnvSettings())
+
+	c := r.compiled()
+	if c.Outcome != record.CompileReleased || c.Version == 0 || c.Revision != "r1" || c.ResourcesPerAgent["web-1"] != 1 {
+		t.Fatalf("first compile: %+v, want released, revision r1, one resource for web-1", c)
+	}
+	if len(c.Triggers) != 1 || c.Triggers[0].Kind != record.TriggerOperator || c.Triggers[0].By != "alice" {
+		t.Fatalf("triggers %v, want operator (alice)", c.Triggers)
+	}
+	released, err := r.store.ReleasedVersion(r.ctx, "test")
+	if err != nil || released.Number != c.Version {
+		t.Fatalf("released version %d (%v), want %d", released.Number, err, c.Version)
+	}
+	if got, err := r.srv.GetCompile(r.ctx, "test", c.ID); err != nil || got.Outcome != record.CompileReleased {
+		t.Fatalf("stored report: %+v (%v)", got, err)
+	}
+
+	if again := r.compiled(); again.Outcome != record.CompileUnchanged || again.Version != 0 {
+		t.Fatalf("same model again: %+v, want unchanged, no version", again)
+	}
+
+	m.set("test", "r2", map[string]string{"main.hcl": brokenModel})
+	for i := range 2 {
+		bad := r.compiled()
+		if bad.Outcome != record.CompileFailed || bad.Version != 0 || len(bad.Diagnostics) == 0 {
+			t.Fatalf("broken model, compile %d: %+v, want failed", i, bad)
+		}
+		if d := bad.Diagnostics[0]; d.File != "main.hcl" || d.Line != 3 || d.Col == 0 || d.Severity != "error" {
+			t.Fatalf("diagnostic %+v, want an error at main.hcl:3", d)
+		}
+	}
+	if v, _ := r.store.ReleasedVersion(r.ctx, "test"); v.Number != c.Version {
+		t.Fatalf("released version %d after failed compiles, want still %d", v.Number, c.Version)
+	}
+	if al := r.compileAlerts(); len(al) != 1 || al[0].Compliance != model.NonCompliant || !strings.Contains(al[0].Message, "main.hcl:3") {
+		t.Fatalf("alerts after two failures: %+v, want one, naming main.hcl:3", al)
+	}
+
+	m.set("test", "r3", map[string]string{"main.hcl": goodModel2})
+	ok := r.compiled()
+	if ok.Outcome != record.CompileReleased || ok.Version <= c.Version {
+		t.Fatalf("fixed model: %+v, want a new version released", ok)
+	}
+	al := r.compileAlerts()
+	if len(al) != 2 || al[0].Compliance != model.Compliant {
+		t.Fatalf("alerts after the fix: %+v, want the failure and its resolution", al)
+	}
+	list, err := r.srv.ListCompiles(r.ctx, "test", 0)
+	if err != nil || len(list) != 5 || list[0].ID != ok.ID {
+		t.Fatalf("listed %d compiles (%v), want 5, newest first", len(list), err)
+	}
+}
+
+// With auto_release off, a new version is left a candidate.
+func TestCompileCandidate(t *testing.T) {
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	m.set("test", "r1", map[string]string{"main.hcl": goodModel})
+	settings := record.DefaultEnvSettings()
+	settings.AutoRelease = false
+	r := compileRig(t, m, settings)
+
+	c := r.compiled()
+	if c.Outcome != record.CompileCandidate || c.Version == 0 {
+		t.Fatalf("compile: %+v, want candidate with a version", c)
+	}
+	if _, err := r.store.ReleasedVersion(r.ctx, "test"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("released version: %v, want none", err)
+	}
+}
+
+// An environment without a source is refused; a server without sources
+// compiles nothing.
+func TestCompileNoSource(t *testing.T) {
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	r := compileRig(t, m, record.DefaultEnvSettings())
+	if _, err := r.srv.RequestCompile(r.ctx, "test", "alice"); !errors.Is(err, server.ErrNoSource) || !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("compile without a source: %v, want ErrNoSource, a conflict", err)
+	}
+	plain := newRig(t, record.EnrollManual)
+	if _, err := plain.srv.RequestCompile(plain.ctx, "test", "alice"); !errors.Is(err, server.ErrNoSource) {
+		t.Fatalf("compile on a server without sources: %v, want ErrNoSource", err)
+	}
+}
+
+// Accepting an agent whose labels a hostgroup matches compiles, and the
+// agent gets its resources without an operator asking.
+func TestCompileOnAcceptance(t *testing.T) {
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	m.set("test", "r1", map[string]string{"main.hcl": "hostgroup \"web\" {\n  match = host.labels.role == \"web\"\n  file \"/srv/index.html\" { content = \"hi\" }\n}\n"})
+	r := compileRig(t, m, record.DefaultEnvSettings())
+	a := record.Agent{Env: "test", Name: "web-7", State: record.AgentPending, Labels: map[string]string{"role": "web"}}
+	if err := r.store.UpsertAgent(r.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.srv.AgentAction(r.ctx, "test", "web-7", record.AgentAccept); err != nil {
+		t.Fatal(err)
+	}
+	c := r.finished()
+	if c.Outcome != record.CompileReleased || c.ResourcesPerAgent["web-7"] != 1 {
+		t.Fatalf("compile after the acceptance: %+v, want released with one resource for web-7", c)
+	}
+	if len(c.Triggers) != 1 || c.Triggers[0].Kind != record.TriggerAgent || c.Triggers[0].By != "web-7" {
+		t.Fatalf("triggers %v, want agent (web-7)", c.Triggers)
+	}
+	v, err := r.store.GetVersion(r.ctx, "test", c.Version, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Resources) != 1 || v.Resources[0].ID.Agent != "web-7" {
+		t.Fatalf("released resources %+v, want one for web-7", v.Resources)
+	}
+}

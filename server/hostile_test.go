@@ -1,0 +1,182 @@
+package server_test
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tetherhq/tether/agent"
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/scheduler"
+)
+
+// What a compromised host can send with its own agent's key, and what the
+// server makes of it.
+
+// forge publishes an event of kind signed with key, numbered seq.
+func (r *rig) forge(key ed25519.PrivateKey, seq uint64, kind bus.Kind, agent string, body any) {
+	r.t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	e := &bus.Envelope{V: bus.ProtocolVersion, ID: uuid.NewString(), Kind: kind, Env: "test", Agent: agent, Seq: seq, TS: time.Now().UTC(), Body: b}
+	bus.Sign(e, key)
+	if err := r.bus.Publish(r.ctx, e); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// security returns the message of the next security alert.
+func (r *rig) security() string {
+	r.t.Helper()
+	e := r.next(server.EventSecurity)
+	return e.Alert.Message
+}
+
+func (r *rig) status(id model.ID) record.ResourceStatus {
+	r.t.Helper()
+	sts, err := r.store.Statuses(r.ctx, "test", record.StatusFilter{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.ID == id {
+			return st
+		}
+	}
+	r.t.Fatalf("no status of %s", id)
+	return record.ResourceStatus{}
+}
+
+func (r *rig) lastSeq(name string) int64 {
+	r.t.Helper()
+	a, err := r.store.GetAgent(r.ctx, "test", name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return a.LastSeq
+}
+
+// A report numbered past the protocol's limit, or jumping further than any
+// honest agent's numbers can, is refused with a security alert and changes
+// nothing; the agent's own later reports still count.
+func TestStatusPoisoningIsRefused(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	f := file("web", "/f", "1")
+	v1 := r.release(f)
+	a, _ := r.startAgentWith(agent.Config{Env: "test", Name: "web", ServerKey: r.srv.PublicKey()})
+	r.waitOnline("web")
+	r.deploy(scheduler.DeployRequest{})
+	failed := bus.ResourceStatus{DeployID: "forged", Generation: v1.Number, Done: true,
+		Results: []model.Result{{ID: f.ID, State: model.StateFailed, Message: "forged"}}}
+	last := uint64(r.lastSeq("web"))
+	for _, c := range []struct {
+		seq  uint64
+		want string
+	}{
+		{9e18, "past the protocol's limit"},
+		{last + bus.MaxSeqJump + 1000, "jumps"},
+	} {
+		r.forge(a.Journal().Key(), c.seq, bus.KindResourceStatus, "web", failed)
+		if msg := r.security(); !strings.Contains(msg, c.want) {
+			t.Fatalf("seq %d: security alert %q, want it to say %q", c.seq, msg, c.want)
+		}
+	}
+	if st := r.status(f.ID); st.State != model.StateDeployed {
+		t.Fatalf("after the forgeries %s is %s, want deployed", f.ID, st.State)
+	}
+	f2 := file("web", "/f", "2")
+	v2 := r.release(f2)
+	r.deploy(scheduler.DeployRequest{})
+	if st := r.status(f2.ID); st.State != model.StateDeployed || st.Version != v2.Number {
+		t.Fatalf("a later deploy left %s %s at version %d, want deployed at %d", f2.ID, st.State, st.Version, v2.Number)
+	}
+}
+
+// A forged report within the bound, numbered far ahead of the agent's own,
+// freezes nothing: the agent's next report of the resource counts. A new
+// key (the host provisioned again) starts the sequence over.
+func TestForgedReportFreezesNothing(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	f := file("web", "/f", "1")
+	v1 := r.release(f)
+	a, stop := r.startAgentWith(agent.Config{Env: "test", Name: "web", ServerKey: r.srv.PublicKey()})
+	r.waitOnline("web")
+	r.deploy(scheduler.DeployRequest{})
+	ahead := uint64(r.lastSeq("web")) + bus.MaxSeqJump - 1
+	r.forge(a.Journal().Key(), ahead, bus.KindResourceStatus, "web", bus.ResourceStatus{DeployID: "forged", Generation: v1.Number,
+		Done: true, Results: []model.Result{{ID: f.ID, State: model.StateFailed, Message: "forged"}}})
+	waitFor(t, "the forged failure recorded", func() bool { return r.status(f.ID).State == model.StateFailed })
+	r.deploy(scheduler.DeployRequest{Full: true})
+	if st := r.status(f.ID); st.State != model.StateDeployed {
+		t.Fatalf("after the agent's next report %s is %s, want deployed: one message froze it", f.ID, st.State)
+	}
+	stop()
+	// Provisioned again: a new key, an empty journal.
+	r.startAgentWith(agent.Config{Env: "test", Name: "web", ServerKey: r.srv.PublicKey()})
+	r.waitOnline("web")
+	if got := r.lastSeq("web"); uint64(got) >= ahead {
+		t.Fatalf("after a new key the last sequence number is %d, want it started over", got)
+	}
+	r.deploy(scheduler.DeployRequest{Full: true})
+	if st := r.status(f.ID); st.State != model.StateDeployed {
+		t.Fatalf("after a new key %s is %s, want deployed", f.ID, st.State)
+	}
+}
+
+// An agent that reports a generation older than it did before (not an
+// empty journal) raises a security alert; commands an agent refused do too.
+func TestAgentStepsBackAndRefusalsAreAlerted(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	r.release(file("web", "/f", "1"))
+	a, _ := r.startAgentWith(agent.Config{Env: "test", Name: "web", ServerKey: r.srv.PublicKey()})
+	r.waitOnline("web")
+	r.deploy(scheduler.DeployRequest{})
+	v2 := r.release(file("web", "/f", "2"))
+	r.deploy(scheduler.DeployRequest{})
+	key := a.Journal().Key()
+	r.forge(key, uint64(r.lastSeq("web"))+1, bus.KindHello, "web", bus.Hello{PublicKey: key.Public().(ed25519.PublicKey), Generation: v2.Number - 1})
+	if msg := r.security(); !strings.Contains(msg, "behind the 2 it reported before") {
+		t.Fatalf("security alert %q, want the step back named", msg)
+	}
+
+	_, stranger, _ := bus.GenerateKey()
+	e, err := bus.NewSigner(stranger, 0).Seal(bus.KindPause, "test", "web", bus.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.bus.Send(r.ctx, e, bus.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if msg := r.security(); !strings.Contains(msg, "agent web refused 1 command") || !strings.Contains(msg, "pause") {
+		t.Fatalf("security alert %q, want the agent's refusal of the forged pause", msg)
+	}
+}
+
+// Labels and facts an agent could not honestly have are refused with its
+// hello: nothing of it is stored.
+func TestHelloWithBadLabelsOrFactsIsRefused(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	_, key, _ := bus.GenerateKey()
+	pub := key.Public().(ed25519.PublicKey)
+	huge := map[string]any{"blob": strings.Repeat("x", model.MaxFactsSize)}
+	for _, h := range []bus.Hello{
+		{PublicKey: pub, Labels: map[string]string{"role\nx": "web"}},
+		{PublicKey: pub, Labels: map[string]string{"role": strings.Repeat("w", model.MaxLabelValueLen+1)}},
+		{PublicKey: pub, Facts: huge},
+	} {
+		r.forge(key, 1, bus.KindHello, "bad", h)
+	}
+	waitFor(t, "three hellos dead-lettered", func() bool { return len(r.bus.DeadLetters()) == 3 })
+	if _, err := r.store.GetAgent(r.ctx, "test", "bad"); err == nil {
+		t.Fatal("an agent with bad labels or facts was recorded")
+	}
+}

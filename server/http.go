@@ -1,0 +1,168 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/clientlimit"
+)
+
+// HTTPConfig configures the server's HTTP listeners. Its settings are named
+// here as in the server's configuration file (the flags of tether server).
+type HTTPConfig struct {
+	// API holds the REST API's body limits, timeouts and rate limits.
+	API api.Config
+	// MaxConns (max-conns) bounds the connections the API listener holds
+	// open; more wait in the kernel's accept queue. MaxConnsPerClient
+	// (max-conns-per-client) bounds those of one client address; more are
+	// closed at once.
+	MaxConns          int
+	MaxConnsPerClient int
+	// TLSCert and TLSKey (tls-cert, tls-key): serve the API over HTTPS.
+	TLSCert, TLSKey string
+	// ShutdownGrace is how long requests in progress may finish when the
+	// server stops.
+	ShutdownGrace time.Duration
+}
+
+// DefaultHTTP returns the configuration of a server facing untrusted
+// clients.
+func DefaultHTTP() HTTPConfig {
+	return HTTPConfig{API: api.Default(), MaxConns: 1024, MaxConnsPerClient: 64, ShutdownGrace: 10 * time.Second}
+}
+
+// Validate checks the configuration.
+func (c HTTPConfig) Validate() error {
+	if err := c.API.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.MaxConns < 1 || c.MaxConnsPerClient < 1 || c.MaxConnsPerClient > c.MaxConns:
+		return fmt.Errorf("%w: max-conns %d, max-conns-per-client %d: want 1 <= max-conns-per-client <= max-conns", api.ErrConfig, c.MaxConns, c.MaxConnsPerClient)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("%w: tls-cert and tls-key go together", api.ErrConfig)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("%w: shutdown grace %v: want 0 or more", api.ErrConfig, c.ShutdownGrace)
+	}
+	return nil
+}
+
+// The operations listener serves probes and scrapers, a few connections
+// each, on a network operators trust: it has small caps of its own.
+const (
+	opsMaxConns          = 64
+	opsMaxConnsPerClient = 16
+)
+
+// HTTP serves a server's REST API, and its health checks and metrics.
+type HTTP struct {
+	cfg HTTPConfig
+	srv *Server
+	log zerolog.Logger
+}
+
+// NewHTTP returns the HTTP front of srv; cfg is validated (Validate).
+func NewHTTP(cfg HTTPConfig, srv *Server, log zerolog.Logger) *HTTP {
+	return &HTTP{cfg: cfg, srv: srv, log: log}
+}
+
+// Serve serves the API on ln and, when ops is not nil, /healthz, /readyz
+// and /metrics on ops (which then keeps /metrics to itself), until ctx
+// ends; then it lets requests in progress finish for ShutdownGrace and
+// ends event streams at once. Both listeners are closed when it returns.
+//
+// Each listener holds a bounded number of connections (MaxConns in total
+// and MaxConnsPerClient per client address on ln; 64 and 16 on ops), so
+// no client, however many connections it opens, exhausts the process's
+// file descriptors, and a separate ops listener keeps the probes
+// answering while the API listener is full.
+func (h *HTTP) Serve(ctx context.Context, ln, ops net.Listener) error {
+	cfg := h.cfg.API
+	cfg.SeparateOps = ops != nil
+	a := api.New(cfg, APIServices(h.srv, h.srv.metrics.Handler()), h.log)
+
+	type listener struct {
+		name string
+		ln   *clientlimit.Listener
+		hs   *http.Server
+		tls  bool
+	}
+	ls := []listener{{name: "api", ln: clientlimit.NewListener(ln, h.cfg.MaxConns, h.cfg.MaxConnsPerClient), hs: a.HTTPServer(a.Handler()), tls: h.cfg.TLSCert != ""}}
+	if ops != nil {
+		ls = append(ls, listener{name: "ops", ln: clientlimit.NewListener(ops, opsMaxConns, opsMaxConnsPerClient), hs: a.HTTPServer(a.OpsHandler())})
+	}
+	for _, l := range ls {
+		h.srv.metrics.observeListener(l.name, l.ln)
+		l.hs.RegisterOnShutdown(a.EndStreams)
+	}
+
+	errs := make(chan error, len(ls))
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() { // owned here: Shutdown below ends it, wg waits for it
+			defer wg.Done()
+			var err error
+			if l.tls {
+				err = l.hs.ServeTLS(l.ln, h.cfg.TLSCert, h.cfg.TLSKey)
+			} else {
+				err = l.hs.Serve(l.ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("serve the %s listener on %s: %w", l.name, l.ln.Addr(), err)
+			}
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ShutdownGrace)
+	defer cancel()
+	for _, l := range ls {
+		if serr := l.hs.Shutdown(sctx); serr != nil {
+			h.log.Warn().Err(serr).Str("listener", l.name).Msg("requests still running at shutdown were cut")
+			_ = l.hs.Close()
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// observeListener exports a listener's open and refused connections; a
+// server serving again replaces its listener of that name.
+func (m *Metrics) observeListener(name string, l *clientlimit.Listener) {
+	m.listenersMu.Lock()
+	defer m.listenersMu.Unlock()
+	if m.listeners == nil {
+		m.listeners = map[string]*clientlimit.Listener{}
+	}
+	_, known := m.listeners[name]
+	m.listeners[name] = l
+	if known {
+		return
+	}
+	current := func() *clientlimit.Listener {
+		m.listenersMu.Lock()
+		defer m.listenersMu.Unlock()
+		return m.listeners[name]
+	}
+	labels := prometheus.Labels{"listener": name}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_http_connections", ConstLabels: labels,
+			Help: "Client connections the listener holds open."}, func() float64 { return float64(current().Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_http_connections_refused_total", ConstLabels: labels,
+			Help: "Connections closed at once because their client address held its share (max-conns-per-client)."},
+			func() float64 { return float64(current().Refused()) }),
+	)
+}

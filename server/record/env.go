@@ -1,0 +1,328 @@
+package record
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// Environment is a named deployment target (prod, staging, local) with its
+// own versions, agents and settings.
+type Environment struct {
+	Name      string      `json:"name"`
+	Settings  EnvSettings `json:"settings"`
+	CreatedAt time.Time   `json:"created_at"`
+}
+
+// Incarnation names this environment apart from one of the same name
+// deleted before or created after it: agents keep their generations per
+// incarnation, so a re-created environment's versions, numbered from 1
+// again, are not taken for old ones.
+func (e Environment) Incarnation() string {
+	sum := sha256.Sum256([]byte(e.Name + "\x00" + e.CreatedAt.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano)))
+	return hex.EncodeToString(sum[:12])
+}
+
+// EnvSettings tune how the server schedules an environment. Keys and values
+// as operators write them are listed by SettingKeys and set with Set.
+type EnvSettings struct {
+	// AutoDeploy: a release, or an agent coming online behind, deploys
+	// without an operator asking. The embedded mode turns it off and asks.
+	AutoDeploy bool `json:"auto_deploy"`
+	// AutoRelease: a server-side compile that stores a new version
+	// releases it; off, the version is left as a candidate for an
+	// operator to release.
+	AutoRelease bool `json:"auto_release"`
+	// DeployInterval: how often agents with failed or unfinished resources
+	// are deployed again (0: never).
+	DeployInterval Duration `json:"deploy_interval"`
+	// RepairInterval: how often every agent verifies (and, by DriftPolicy,
+	// repairs) everything it holds (0: never).
+	RepairInterval Duration `json:"repair_interval"`
+	// DriftPolicy: what an agent does when it sees drift.
+	DriftPolicy model.DriftPolicy `json:"drift_policy"`
+	// PurgeOnDelete removes from hosts what leaves the model.
+	PurgeOnDelete bool `json:"purge_on_delete"`
+	// VersionsToKeep bounds stored versions (0: keep all).
+	VersionsToKeep int `json:"versions_to_keep"`
+	// Halted stops all deploys until resumed.
+	Halted bool `json:"halted"`
+	// Enrollment decides how newly discovered agents are accepted.
+	Enrollment Enrollment `json:"enrollment"`
+}
+
+// Enrollment is an environment's policy for newly discovered agents.
+type Enrollment string
+
+// Enrollment policies.
+const (
+	// EnrollManual: an operator accepts or rejects each agent.
+	EnrollManual Enrollment = "manual"
+	// EnrollToken: a valid enrollment token in the hello accepts the agent.
+	EnrollToken Enrollment = "token"
+	// EnrollOpen accepts every agent: development and the embedded mode only.
+	EnrollOpen Enrollment = "open"
+)
+
+// DefaultEnvSettings are the settings of a new environment.
+func DefaultEnvSettings() EnvSettings {
+	return EnvSettings{
+		AutoDeploy:     true,
+		AutoRelease:    true,
+		DeployInterval: Duration(10 * time.Minute),
+		RepairInterval: Duration(time.Hour),
+		DriftPolicy:    model.DriftAlert,
+		VersionsToKeep: 100,
+		Enrollment:     EnrollManual,
+	}
+}
+
+// ErrInvalidSetting is returned (wrapped) for an unknown setting or a bad value.
+var ErrInvalidSetting = errors.New("invalid setting")
+
+// settingKeys are the settings operators name, in the order they are shown.
+var settingKeys = []string{
+	"auto_deploy", "auto_release", "deploy_interval", "repair_interval", "drift_policy",
+	"enrollment", "purge_on_delete", "versions_to_keep", "halted",
+}
+
+// SettingKeys lists the names of every environment setting.
+func SettingKeys() []string { return append([]string(nil), settingKeys...) }
+
+// Get returns a setting's value as an operator writes it.
+func (s EnvSettings) Get(key string) (string, error) {
+	switch key {
+	case "auto_deploy":
+		return strconv.FormatBool(s.AutoDeploy), nil
+	case "auto_release":
+		return strconv.FormatBool(s.AutoRelease), nil
+	case "deploy_interval":
+		return s.DeployInterval.String(), nil
+	case "repair_interval":
+		return s.RepairInterval.String(), nil
+	case "drift_policy":
+		return string(s.DriftPolicy), nil
+	case "enrollment":
+		return string(s.Enrollment), nil
+	case "purge_on_delete":
+		return strconv.FormatBool(s.PurgeOnDelete), nil
+	case "versions_to_keep":
+		return strconv.Itoa(s.VersionsToKeep), nil
+	case "halted":
+		return strconv.FormatBool(s.Halted), nil
+	}
+	return "", fmt.Errorf("%w: no setting %q (settings: %s)", ErrInvalidSetting, key, strings.Join(settingKeys, ", "))
+}
+
+// Set changes one setting from its written form, e.g. ("deploy_interval",
+// "5m"). The settings are left unchanged on error.
+func (s *EnvSettings) Set(key, value string) error {
+	next := *s
+	var err error
+	switch key {
+	case "auto_deploy":
+		next.AutoDeploy, err = strconv.ParseBool(value)
+	case "auto_release":
+		next.AutoRelease, err = strconv.ParseBool(value)
+	case "deploy_interval":
+		next.DeployInterval, err = ParseDuration(value)
+	case "repair_interval":
+		next.RepairInterval, err = ParseDuration(value)
+	case "drift_policy":
+		next.DriftPolicy = model.DriftPolicy(value)
+	case "enrollment":
+		next.Enrollment = Enrollment(value)
+	case "purge_on_delete":
+		next.PurgeOnDelete, err = strconv.ParseBool(value)
+	case "versions_to_keep":
+		next.VersionsToKeep, err = strconv.Atoi(value)
+	case "halted":
+		next.Halted, err = strconv.ParseBool(value)
+	default:
+		_, err = next.Get(key)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s = %q: %w", ErrInvalidSetting, key, value, err)
+	}
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	*s = next
+	return nil
+}
+
+// Validate checks every setting's value.
+func (s EnvSettings) Validate() error {
+	switch {
+	case s.DeployInterval < 0 || (s.DeployInterval > 0 && s.DeployInterval < Duration(time.Second)):
+		return fmt.Errorf("%w: deploy_interval %s: want 0 (never) or at least 1s", ErrInvalidSetting, s.DeployInterval)
+	case s.RepairInterval < 0 || (s.RepairInterval > 0 && s.RepairInterval < Duration(time.Second)):
+		return fmt.Errorf("%w: repair_interval %s: want 0 (never) or at least 1s", ErrInvalidSetting, s.RepairInterval)
+	case s.DriftPolicy != model.DriftAlert && s.DriftPolicy != model.DriftHeal:
+		return fmt.Errorf("%w: drift_policy %q: want alert or heal", ErrInvalidSetting, s.DriftPolicy)
+	case s.Enrollment != EnrollManual && s.Enrollment != EnrollToken && s.Enrollment != EnrollOpen:
+		return fmt.Errorf("%w: enrollment %q: want manual, token or open", ErrInvalidSetting, s.Enrollment)
+	case s.VersionsToKeep < 0:
+		return fmt.Errorf("%w: versions_to_keep %d: want 0 (keep all) or more", ErrInvalidSetting, s.VersionsToKeep)
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as "90s", "10m", "1h" in JSON and
+// settings.
+type Duration time.Duration
+
+// ParseDuration reads a duration as Go writes it ("90s", "1h30m"); "0" is zero.
+func ParseDuration(s string) (Duration, error) {
+	d, err := time.ParseDuration(s)
+	return Duration(d), err
+}
+
+// String writes d as Go does, "0s" for zero.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a string ("10m") or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("duration: want a string such as \"10m\", got %s", b)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// AgentState is where an agent stands in enrollment.
+type AgentState string
+
+// Agent states.
+const (
+	AgentPending  AgentState = "pending"
+	AgentAccepted AgentState = "accepted"
+	AgentRejected AgentState = "rejected"
+)
+
+// Agent is what the server knows of one agent.
+type Agent struct {
+	Env       string            `json:"env"`
+	Name      string            `json:"name"`
+	State     AgentState        `json:"state"`
+	PublicKey []byte            `json:"public_key,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Facts     map[string]any    `json:"facts,omitempty"`
+	Kinds     []string          `json:"kinds,omitempty"`
+	// Paused agents are sent no deploy, repair or dry run until resumed.
+	Paused bool `json:"paused"`
+	// Connected is set by hello and heartbeats and cleared by goodbye; an
+	// agent is online when connected and heard from recently.
+	Connected bool `json:"connected"`
+	// Generation is the version the agent's slice was last taken from, as
+	// the agent reported it.
+	Generation int64     `json:"generation"`
+	FirstSeen  time.Time `json:"first_seen"`
+	LastSeen   time.Time `json:"last_seen"`
+	// LastSeq is the highest sequence number accepted from the agent's
+	// current key: a later event may run ahead of it only so far.
+	LastSeq int64 `json:"last_seq,omitempty"`
+}
+
+// ResourceStatus is where one resource of an environment stands.
+type ResourceStatus struct {
+	ID      model.ID            `json:"id"`
+	Version int64               `json:"version"`
+	Hash    model.Hash          `json:"hash"`
+	State   model.ResourceState `json:"state"`
+	// Compliance and when it was last verified (nil: never).
+	Compliance   model.Compliance `json:"compliance"`
+	LastVerified *time.Time       `json:"last_verified,omitempty"`
+	Message      string           `json:"message,omitempty"`
+	UpdatedAt    time.Time        `json:"updated_at"`
+}
+
+// ActionKind says what an action-log entry records.
+type ActionKind string
+
+// Action kinds.
+const (
+	ActionDeploy ActionKind = "deploy"
+	ActionDryRun ActionKind = "dryrun"
+)
+
+// Action is one entry of a resource's action log: something a deploy or dry
+// run did or found.
+type Action struct {
+	Seq      int64               `json:"seq"`
+	ID       model.ID            `json:"id"`
+	Kind     ActionKind          `json:"kind"`
+	DeployID string              `json:"deploy_id"`
+	Version  int64               `json:"version"`
+	State    model.ResourceState `json:"state"`
+	Changes  model.Changes       `json:"changes,omitempty"`
+	Message  string              `json:"message,omitempty"`
+	At       time.Time           `json:"at"`
+	Duration time.Duration       `json:"duration_ns"`
+}
+
+// UnmarshalJSON reads settings over the defaults, so that settings stored
+// before a setting existed read back with its default.
+func (s *EnvSettings) UnmarshalJSON(b []byte) error {
+	type plain EnvSettings
+	v := plain(DefaultEnvSettings())
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = EnvSettings(v)
+	return nil
+}
+
+// AgentAction is what an operator does to an agent.
+type AgentAction string
+
+// Agent actions.
+const (
+	AgentAccept AgentAction = "accept"
+	AgentReject AgentAction = "reject"
+	AgentPause  AgentAction = "pause"
+	AgentResume AgentAction = "resume"
+)
+
+// Valid reports whether a is a known action.
+func (a AgentAction) Valid() bool {
+	return a == AgentAccept || a == AgentReject || a == AgentPause || a == AgentResume
+}
+
+// Inventory is the live inventory of an environment whose agents are
+// agents: every accepted one, in the given order, with its labels and the
+// facts it reported, as the compiler reads it. Pending and rejected agents
+// are not in it: a model cannot configure a host before an operator or a
+// token let it in. The API's inventory and the server's compiles both
+// build it here, so that what an operator downloads is what the server
+// compiles with.
+func Inventory(agents []Agent) model.Inventory {
+	inv := model.Inventory{Agents: []model.InventoryAgent{}}
+	for _, a := range agents {
+		if a.State == AgentAccepted {
+			inv.Agents = append(inv.Agents, model.InventoryAgent{Name: a.Name, Labels: a.Labels, Facts: a.Facts})
+		}
+	}
+	return inv
+}

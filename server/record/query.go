@@ -1,0 +1,78 @@
+package record
+
+import "github.com/tetherhq/tether/model"
+
+// Query and command types shared by the store, the scheduler and the API:
+// they live here so that each of those declares its interfaces without
+// importing the others.
+
+// StatusFilter narrows a listing of resource statuses. Zero fields match
+// everything.
+type StatusFilter struct {
+	Agent      string              `json:"agent,omitempty"`
+	Type       string              `json:"type,omitempty"`
+	State      model.ResourceState `json:"state,omitempty"`
+	Compliance model.Compliance    `json:"compliance,omitempty"`
+}
+
+// ResourceHash is a resource's intent hash in one version.
+type ResourceHash struct {
+	ID      model.ID   `json:"id"`
+	Version int64      `json:"version"`
+	Hash    model.Hash `json:"hash"`
+}
+
+// AlertFilter narrows a listing of alerts. Zero fields match everything.
+type AlertFilter struct {
+	Env   string
+	Agent string
+	Kind  AlertKind
+	// Limit bounds the answer (0: 100).
+	Limit int
+}
+
+// AuditFilter narrows a listing of the audit log. Zero fields match
+// everything.
+type AuditFilter struct {
+	Env string
+	// Limit bounds the answer (0: 100).
+	Limit int
+}
+
+// Operation is what an operator asks agents to do.
+type Operation string
+
+// Operations.
+const (
+	// OpDeploy applies the released version.
+	OpDeploy Operation = "deploy"
+	// OpRepair verifies every resource and re-applies what drifted.
+	OpRepair Operation = "repair"
+	// OpDryRun reports what a deploy would change, changing nothing.
+	OpDryRun Operation = "dryrun"
+)
+
+// Valid reports whether o is a known operation.
+func (o Operation) Valid() bool { return o == OpDeploy || o == OpRepair || o == OpDryRun }
+
+// DeployRequest is an operator's deploy, repair or dry run.
+type DeployRequest struct {
+	// Agents to act on; empty: every accepted agent that is not paused.
+	Agents    []string  `json:"agents,omitempty"`
+	Operation Operation `json:"operation"`
+	// Full deploys every resource instead of what changed or has not
+	// succeeded yet (repairs and dry runs are always full).
+	Full bool `json:"full,omitempty"`
+}
+
+// Deployment is a deploy, repair or dry run that was sent.
+type Deployment struct {
+	ID         string    `json:"id"`
+	Operation  Operation `json:"operation"`
+	Generation int64     `json:"generation"`
+	Agents     []string  `json:"agents"`
+	// Unreached agents could not be given the operation now: they never
+	// connected, or their inbox is full (offline for long). They get the
+	// released version when they next say hello.
+	Unreached []string `json:"unreached,omitempty"`
+}

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// CreateToken implements Store. A token of an unknown environment fails the
+// foreign key: model.ErrNotFound.
+func (s *SQL) CreateToken(ctx context.Context, t record.Token) error {
+	if err := t.Validate(); err != nil {
+		return fmt.Errorf("create token: %w: %w", model.ErrInvalid, err)
+	}
+	env := sql.NullString{String: t.Env, Valid: t.Env != ""}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = time.Now()
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO tokens (id, name, role, env, hash, created_by, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.Name, t.Role, env, t.Hash, t.CreatedBy, t.CreatedAt, t.ExpiresAt)
+	return wrap("create token "+t.Name, err)
+}
+
+const tokenColumns = `id, name, role, env, hash, created_by, created_at, expires_at`
+
+func scanToken(r Row) (record.Token, error) {
+	var t record.Token
+	var env sql.NullString
+	err := r.Scan(&t.ID, &t.Name, &t.Role, &env, &t.Hash, &t.CreatedBy, timeCol{&t.CreatedAt}, nullTimeCol{&t.ExpiresAt})
+	t.Env = env.String
+	return t, err
+}
+
+// TokenByHash implements Store.
+func (s *SQL) TokenByHash(ctx context.Context, hash []byte) (record.Token, error) {
+	t, err := scanToken(s.db.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = $1`, hash))
+	return t, wrap("token", err)
+}
+
+// ListTokens implements Store.
+func (s *SQL) ListTokens(ctx context.Context) ([]record.Token, error) {
+	out, err := queryAll(ctx, s.db, scanToken, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, id`)
+	return out, wrap("list tokens", err)
+}
+
+// DeleteToken implements Store.
+func (s *SQL) DeleteToken(ctx context.Context, id string) error {
+	n, err := s.db.Exec(ctx, `DELETE FROM tokens WHERE id = $1`, id)
+	if err != nil {
+		return wrap("revoke token "+id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("token %s: %w", id, model.ErrNotFound)
+	}
+	return nil
+}
+
+// RecordAudit implements Store.
+func (s *SQL) RecordAudit(ctx context.Context, e record.AuditEntry) error {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO audit (at, actor, action, env, target, detail) VALUES ($1, $2, $3, $4, $5, $6)`,
+		e.At, e.Actor, e.Action, e.Env, e.Target, e.Detail)
+	return wrap("audit", err)
+}
+
+// Audit implements Store.
+func (s *SQL) Audit(ctx context.Context, f record.AuditFilter) ([]record.AuditEntry, error) {
+	var a args
+	q := `SELECT seq, at, actor, action, env, target, detail FROM audit`
+	if f.Env != "" {
+		q += ` WHERE env = ` + a.add(f.Env)
+	}
+	q += ` ORDER BY seq DESC LIMIT ` + a.add(limitOf(f.Limit))
+	out, err := queryAll(ctx, s.db, func(r Row) (record.AuditEntry, error) {
+		var e record.AuditEntry
+		err := r.Scan(&e.Seq, timeCol{&e.At}, &e.Actor, &e.Action, &e.Env, &e.Target, &e.Detail)
+		return e, err
+	}, q, a...)
+	return out, wrap("audit", err)
+}
+
+// Secret implements Store.
+func (s *SQL) Secret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error) {
+	var v []byte
+	err := s.db.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v)
+	if err == nil {
+		return v, nil
+	}
+	if !errors.Is(err, model.ErrNotFound) {
+		return nil, wrap("secret "+name, err)
+	}
+	if v, err = create(); err != nil {
+		return nil, err
+	}
+	if _, err := s.db.Exec(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING`, name, v); err != nil {
+		return nil, wrap("secret "+name, err)
+	}
+	err = s.db.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v)
+	return v, wrap("secret "+name, err)
+}

@@ -1,0 +1,119 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// UpsertAgent implements Store.
+func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
+	if err := model.ValidateAgentName(a.Name); err != nil {
+		return fmt.Errorf("upsert agent: %w: %w", model.ErrInvalid, err)
+	}
+	if a.State == "" {
+		a.State = record.AgentPending
+	}
+	now := time.Now()
+	if a.FirstSeen.IsZero() {
+		a.FirstSeen = now
+	}
+	if a.LastSeen.IsZero() {
+		a.LastSeen = now
+	}
+	labels, facts, kinds, err := encodeAgent(&a)
+	if err != nil {
+		return fmt.Errorf("upsert agent: %w", err)
+	}
+	// An unknown environment fails the foreign key: model.ErrNotFound.
+	_, err = s.db.Exec(ctx, `
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		ON CONFLICT (env, name) DO UPDATE SET
+			state = excluded.state, public_key = excluded.public_key, labels = excluded.labels,
+			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
+			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
+			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END`,
+		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq)
+	return wrap("upsert agent "+a.Name, err)
+}
+
+// ResetSequence implements Store.
+func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
+	return wrap("reset the sequence of "+agent, s.db.Tx(ctx, func(tx Tx) error {
+		for _, q := range []string{
+			`UPDATE agents SET last_seq = 0 WHERE env = $1 AND name = $2`,
+			`UPDATE resource_status SET seq = 0, compliance_seq = 0 WHERE env = $1 AND agent = $2`,
+			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
+		} {
+			if _, err := tx.Exec(ctx, q, env, agent); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq`
+
+func scanAgent(r Row) (record.Agent, error) {
+	var a record.Agent
+	var labels, facts, kinds []byte
+	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
+		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq); err != nil {
+		return a, err
+	}
+	return a, decodeAgent(&a, labels, facts, kinds)
+}
+
+// GetAgent implements Store.
+func (s *SQL) GetAgent(ctx context.Context, env, name string) (record.Agent, error) {
+	a, err := scanAgent(s.db.QueryRow(ctx, `SELECT `+agentColumns+` FROM agents WHERE env = $1 AND name = $2`, env, name))
+	return a, wrap("agent "+name, err)
+}
+
+// ListAgents implements Store.
+func (s *SQL) ListAgents(ctx context.Context, env string) ([]record.Agent, error) {
+	out, err := queryAll(ctx, s.db, scanAgent, `SELECT `+agentColumns+` FROM agents WHERE env = $1 ORDER BY name`, env)
+	return out, wrap("list agents", err)
+}
+
+// encodeAgent returns an agent's labels, facts and kinds as stored (JSON,
+// never null).
+func encodeAgent(a *record.Agent) (labels, facts, kinds []byte, err error) {
+	labels, _ = json.Marshal(orEmpty(a.Labels))
+	if facts, err = json.Marshal(orEmpty(a.Facts)); err != nil {
+		return nil, nil, nil, fmt.Errorf("agent %s: facts: %w: %w", a.Name, model.ErrInvalid, err)
+	}
+	if a.Kinds == nil {
+		kinds = []byte("[]")
+	} else {
+		kinds, _ = json.Marshal(a.Kinds)
+	}
+	return labels, facts, kinds, nil
+}
+
+// decodeAgent fills an agent's labels, facts and kinds from their stored form.
+func decodeAgent(a *record.Agent, labels, facts, kinds []byte) error {
+	if err := json.Unmarshal(labels, &a.Labels); err != nil {
+		return fmt.Errorf("%w: labels of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	if err := model.DecodeJSON(facts, &a.Facts); err != nil {
+		return fmt.Errorf("%w: facts of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	if err := json.Unmarshal(kinds, &a.Kinds); err != nil {
+		return fmt.Errorf("%w: kinds of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	return nil
+}
+
+func orEmpty[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return map[string]V{}
+	}
+	return m
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
+)
+
+const envColumns = `name, settings, created_at`
+
+func scanEnv(r Row) (record.Environment, error) {
+	var env record.Environment
+	var settings []byte
+	if err := r.Scan(&env.Name, &settings, timeCol{&env.CreatedAt}); err != nil {
+		return env, err
+	}
+	if err := json.Unmarshal(settings, &env.Settings); err != nil {
+		return env, fmt.Errorf("%w: settings of %s: %w", ErrCorrupt, env.Name, err)
+	}
+	return env, nil
+}
+
+// CreateEnv implements Store.
+func (s *SQL) CreateEnv(ctx context.Context, env record.Environment) error {
+	if err := model.ValidateEnvName(env.Name); err != nil {
+		return fmt.Errorf("create environment: %w: %w", model.ErrInvalid, err)
+	}
+	settings, err := json.Marshal(env.Settings)
+	if err != nil {
+		return err
+	}
+	if env.CreatedAt.IsZero() {
+		env.CreatedAt = time.Now()
+	}
+	_, err = s.db.Exec(ctx, `INSERT INTO environments (name, settings, created_at) VALUES ($1, $2, $3)`,
+		env.Name, settings, env.CreatedAt)
+	return wrap(fmt.Sprintf("create environment %q", env.Name), err)
+}
+
+// GetEnv implements Store.
+func (s *SQL) GetEnv(ctx context.Context, name string) (record.Environment, error) {
+	env, err := scanEnv(s.db.QueryRow(ctx, `SELECT `+envColumns+` FROM environments WHERE name = $1`, name))
+	return env, wrap(fmt.Sprintf("environment %q", name), err)
+}
+
+// ListEnvs implements Store.
+func (s *SQL) ListEnvs(ctx context.Context) ([]record.Environment, error) {
+	out, err := queryAll(ctx, s.db, scanEnv, `SELECT `+envColumns+` FROM environments ORDER BY name`)
+	return out, wrap("list environments", err)
+}
+
+// UpdateEnvSettings implements Store.
+func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
+	var env record.Environment
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		var err error
+		env, err = scanEnv(tx.QueryRow(ctx, `SELECT `+envColumns+` FROM environments WHERE name = $1`+s.d.ForUpdate, name))
+		if err != nil {
+			return err
+		}
+		if err := fn(&env.Settings); err != nil {
+			return fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		}
+		if err := env.Settings.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		}
+		settings, err := json.Marshal(env.Settings)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE environments SET settings = $1 WHERE name = $2`, settings, name)
+		return err
+	})
+	return env, wrap(fmt.Sprintf("update settings of %q", name), err)
+}
+
+// DeleteEnv implements Store. The database deletes what refers to the
+// environment; the deduplication marks refer to nothing.
+func (s *SQL) DeleteEnv(ctx context.Context, name string) error {
+	return wrap(fmt.Sprintf("delete environment %q", name), s.db.Tx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `DELETE FROM environments WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("environment %q: %w", name, model.ErrNotFound)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM ingested WHERE env = $1`, name); err != nil {
+			return err
+		}
+		return s.deleteUnusedBodies(ctx, tx)
+	}))
+}
+
+// lockEnv checks that env exists and locks it for the transaction (where
+// the dialect locks rows): versions of one environment are numbered one at
+// a time, and a deleted environment is reported missing.
+func (s *SQL) lockEnv(ctx context.Context, c Conn, env string) error {
+	var one int
+	err := c.QueryRow(ctx, `SELECT 1 FROM environments WHERE name = $1`+s.d.ForUpdate, env).Scan(&one)
+	if errors.Is(err, model.ErrNotFound) {
+		return fmt.Errorf("environment %q: %w", env, model.ErrNotFound)
+	}
+	return err
+}
