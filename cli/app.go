@@ -117,6 +117,7 @@ func newApp(term *terminal) *ucli.App {
 		Commands: withUsageErrors(
 			deployCommand(term),
 			compileCommand(term),
+			compilesCommand(term),
 			serverCommand(term),
 			exportCommand(term),
 			envCommand(term),

@@ -50,7 +50,7 @@ func envCommand(term *terminal) *ucli.Command {
 	}
 	return &ucli.Command{
 		Name:  "env",
-		Usage: "manage environments on a server: create, list, settings, deploy, repair, dry run, halt",
+		Usage: "manage environments on a server: create, list, settings, source, compile, deploy, repair, dry run, halt",
 		Description: "Environments (prod, staging…) each hold their own versions, agents and settings.\n" +
 			"The server, environment and token come from --server/--env/--token, TETHER_SERVER/TETHER_ENV/TETHER_TOKEN,\n" +
 			"or a .tether file in the project (server = \"…\", env = \"…\", token = \"…\").",
@@ -132,6 +132,8 @@ func envCommand(term *terminal) *ucli.Command {
 				}
 				return actionTable(term, rep.Actions)
 			}),
+			sourceCommand(term),
+			envCompileCommand(term),
 			remoteCommand(term, "halt", "halt every deploy of the environment (agents pause)", "", nil, haltAction(term, "halt")),
 			remoteCommand(term, "resume", "resume a halted environment", "", nil, haltAction(term, "resume")),
 		},

@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
 )
@@ -54,6 +55,16 @@ func serverFlags() []ucli.Flag {
 	flags = append(flags,
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: server.Default().Consumers, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
 			Usage: "how many consumers take agents' events off the broker (each handles 64 at once); events in hand are written together, in one transaction"}),
+		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "no-compile", EnvVars: []string{"TETHER_NO_COMPILE"},
+			Usage: "compile no models here: versions come only from tether export (sources cannot be set)"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "compile-timeout", Value: server.Default().CompileTimeout, EnvVars: []string{"TETHER_COMPILE_TIMEOUT"},
+			Usage: "time one server-side compile may take, fetching the source included; then it is stopped and reported failed"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "source-max-size", Value: formatSize(source.DefaultLimits().MaxBytes), EnvVars: []string{"TETHER_SOURCE_MAX_SIZE"},
+			Usage: "largest model source `SIZE` the server checks out (the files, not the history)"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "source-max-files", Value: source.DefaultLimits().MaxFiles, EnvVars: []string{"TETHER_SOURCE_MAX_FILES"},
+			Usage: "most files a model source may hold"}),
+		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "allow-file-sources", EnvVars: []string{"TETHER_ALLOW_FILE_SOURCES"},
+			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
 			Usage: "use this `SECRET` as an admin token (created if missing) instead of generating a bootstrap token; for automation"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
@@ -276,7 +287,18 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	defer b.Close()
-	srv, err := server.New(server.Config{Key: ed25519.PrivateKey(key), Consumers: c.Int("ingest-consumers")}, st, b, log)
+	cfg := server.Config{Key: ed25519.PrivateKey(key), Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout")}
+	if !c.Bool("no-compile") {
+		limits := source.Limits{MaxFiles: c.Int("source-max-files")}
+		if limits.MaxBytes, err = parseSize(c.String("source-max-size")); err != nil {
+			return usageError("--source-max-size %q: %v", c.String("source-max-size"), err)
+		}
+		if err := limits.Validate(); err != nil {
+			return usageError("%v", err)
+		}
+		cfg.Sources = server.StoredSources(st, server.SourceOptions{Limits: limits, AllowFile: c.Bool("allow-file-sources")})
+	}
+	srv, err := server.New(cfg, st, b, log)
 	if err != nil {
 		return err
 	}

@@ -219,7 +219,16 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		return
 	}
 	defer os.RemoveAll(dir)
-	if c.Revision, err = s.cfg.Sources.Fetch(ctx, c.Env, dir); err != nil {
+	// Fetching and compiling share the compile's time limit.
+	deadline := time.Now().Add(s.cfg.CompileTimeout)
+	fetchCtx, cancel := context.WithDeadline(ctx, deadline)
+	c.Revision, err = s.cfg.Sources.Fetch(fetchCtx, c.Env, dir)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(fetchCtx.Err(), context.DeadlineExceeded) {
+			fail("fetch the source: not done within the compile timeout (%s): %v", s.cfg.CompileTimeout, err)
+			return
+		}
 		fail("fetch the source: %v", err)
 		return
 	}
@@ -229,7 +238,12 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		return
 	}
 	inv := record.Inventory(agents)
-	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: s.cfg.CompileTimeout})
+	left := time.Until(deadline)
+	if left <= 0 {
+		fail("the source took the whole compile timeout (%s) to fetch", s.cfg.CompileTimeout)
+		return
+	}
+	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: left})
 	var le *lang.Error
 	switch {
 	case errors.As(err, &le):

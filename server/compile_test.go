@@ -58,15 +58,19 @@ func (m *models) Fetch(_ context.Context, env, dst string) (string, error) {
 func compileRig(t *testing.T, m *models, settings record.EnvSettings) *rig {
 	t.Helper()
 	r := startRig(t, server.Config{Sources: m}, map[string]record.EnvSettings{"test": settings, "nosource": settings})
-	srv, ctx := r.srv, r.ctx
-	// Triggers are heard once Run made the compile queue.
+	r.waitCompiles()
+	return r
+}
+
+// waitCompiles returns once the server hears compile triggers (Run made
+// its compile queue); it asks for one of "nosource", which has none.
+func (r *rig) waitCompiles() {
 	for {
-		if _, err := srv.RequestCompile(ctx, "nosource", "test"); !errors.Is(err, model.ErrUnavailable) {
-			break
+		if _, err := r.srv.RequestCompile(r.ctx, "nosource", "test"); !errors.Is(err, model.ErrUnavailable) {
+			return
 		}
 		runtime.Gosched()
 	}
-	return r
 }
 
 // compiled asks for a compile and returns its report.

@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
+	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
@@ -49,11 +50,20 @@ func newRig(t *testing.T, enrollment record.Enrollment) *rig {
 // in-process bus, with the environments envs, until the test ends.
 func startRig(t *testing.T, cfg server.Config, envs map[string]record.EnvSettings) *rig {
 	t.Helper()
+	return startRigWith(t, func(c *server.Config, _ store.Store) { *c = cfg }, envs)
+}
+
+// startRigWith is startRig with a configuration that may depend on the
+// store.
+func startRigWith(t *testing.T, configure func(*server.Config, store.Store), envs map[string]record.EnvSettings) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "tether.db"), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var cfg server.Config
+	configure(&cfg, st)
 	b := bus.NewLocal(zerolog.Nop())
 	srv, err := server.New(cfg, st, b, zerolog.Nop())
 	if err != nil {

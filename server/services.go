@@ -56,6 +56,9 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Observer:   s.metrics,
 		ServerKey:  s.PublicKey(),
 	}
+	if s.cfg.Sources != nil {
+		svc.Sources = s
+	}
 	return svc
 }
 

@@ -214,6 +214,15 @@ type Compiles interface {
 	GetCompile(ctx context.Context, env, id string) (record.Compile, error)
 }
 
+// Sources keeps the environments' model sources: their credentials go in,
+// never out.
+type Sources interface {
+	SetSource(ctx context.Context, env string, req record.SourceRequest, by string) (record.SourceView, error)
+	UploadSource(ctx context.Context, env string, archive []byte, subdir, by string) (record.SourceView, error)
+	GetSource(ctx context.Context, env string) (record.SourceView, error)
+	DeleteSource(ctx context.Context, env string) error
+}
+
 // Operations sends deploys, repairs and dry runs and reads what they did.
 type Operations interface {
 	Deploy(ctx context.Context, env string, req record.DeployRequest) (record.Deployment, error)
@@ -270,6 +279,8 @@ type Services struct {
 	Events     Events
 	// Compiles are the server's own compiles (nil: answered as none).
 	Compiles Compiles
+	// Sources are the models' sources (nil: the server compiles none).
+	Sources Sources
 	// Ready lists what /readyz checks (name → check).
 	Ready map[string]func(context.Context) error
 	// Metrics serves /metrics; nil: not served.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -791,6 +792,90 @@ func (a *API) getCompile(r *request) (int, any, error) {
 	}
 	c, err := a.svc.Compiles.GetCompile(r.ctx(), env, id)
 	return http.StatusOK, c, err
+}
+
+// --- sources
+
+// noSources is the answer of a server that compiles no models.
+func noSources() *Error {
+	return newError("conflict", "start the server with compiles on, or export versions instead (tether export)", "this server compiles no models")
+}
+
+func (a *API) getSource(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Sources == nil {
+		return 0, nil, noSources()
+	}
+	v, err := a.svc.Sources.GetSource(r.ctx(), env)
+	if errors.Is(err, model.ErrNotFound) {
+		return 0, nil, newError("not_found", "set one: tether env source set URL, or tether env source upload DIR", "environment %s has no source", env)
+	}
+	return http.StatusOK, v, err
+}
+
+func (a *API) setSource(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Sources == nil {
+		return 0, nil, noSources()
+	}
+	var req record.SourceRequest
+	if err := a.decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	v, err := a.svc.Sources.SetSource(r.ctx(), env, req, r.token.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	r.detail = fmt.Sprintf("git %s ref %q", v.URL, v.Ref)
+	return http.StatusOK, v, nil
+}
+
+func (a *API) uploadSource(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Sources == nil {
+		return 0, nil, noSources()
+	}
+	data, err := io.ReadAll(r.Request().Body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return 0, nil, r.tooLarge()
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(data) == 0 {
+		return 0, nil, newError("invalid", "send a tar or tar.gz archive of the model's directory (tether env source upload DIR)", "the archive is empty")
+	}
+	v, err := a.svc.Sources.UploadSource(r.ctx(), env, data, r.QueryParam("subdir"), r.token.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	r.detail = fmt.Sprintf("archive of %d bytes, sha256 %s", v.ArchiveBytes, v.ArchiveSHA256)
+	return http.StatusOK, v, nil
+}
+
+func (a *API) deleteSource(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Sources == nil {
+		return 0, nil, noSources()
+	}
+	err = a.svc.Sources.DeleteSource(r.ctx(), env)
+	if errors.Is(err, model.ErrNotFound) {
+		return 0, nil, newError("not_found", "", "environment %s has no source", env)
+	}
+	return http.StatusNoContent, nil, err
 }
 
 // --- alerts, tokens, audit

@@ -42,7 +42,7 @@ type Store interface {
 	// Settings fn leaves invalid are refused with ErrInvalid.
 	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
-	// action log, alerts, tokens and compile reports. The audit log keeps its entries.
+	// action log, alerts, tokens, compile reports and source. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error
 
 	// PutVersion stores a resource set as the environment's next version
@@ -138,6 +138,19 @@ type Store interface {
 	// never a running one (keep 0 keeps all). It returns how many it
 	// deleted.
 	PruneCompiles(ctx context.Context, env string, keep int) (int, error)
+
+	// PutSource sets env's model source, replacing the one it had.
+	// ErrNotFound if the environment does not exist, ErrInvalid for a
+	// source Validate refuses.
+	PutSource(ctx context.Context, src record.Source) (record.Source, error)
+	// GetSource returns env's source, with its archive when withArchive;
+	// ErrNotFound if it has none.
+	GetSource(ctx context.Context, env string, withArchive bool) (record.Source, error)
+	// ListSources returns every environment's source, without archives,
+	// by environment.
+	ListSources(ctx context.Context) ([]record.Source, error)
+	// DeleteSource removes env's source; ErrNotFound if it has none.
+	DeleteSource(ctx context.Context, env string) error
 
 	// CreateToken stores an API token; ErrExists if its ID or hash is taken.
 	CreateToken(ctx context.Context, t record.Token) error

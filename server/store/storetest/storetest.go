@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Secret", testSecret},
 		{"Compiles", testCompiles},
 		{"PruneCompiles", testPruneCompiles},
+		{"Sources", testSources},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

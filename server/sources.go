@@ -1,0 +1,267 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/source"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// The sources operators set through the API: a git repository or an
+// uploaded archive per environment, kept in the store with their
+// credentials (write-only: no answer and no log carries them).
+
+// SourceOptions bound the sources StoredSources fetches.
+type SourceOptions struct {
+	// Limits bound a checkout (zero: source.DefaultLimits).
+	Limits source.Limits
+	// AllowFile allows file:// repositories: they read the server's own
+	// disk, so they are refused unless the server's operator allows them
+	// (tests, a repository mirrored onto the server).
+	AllowFile bool
+}
+
+// StoredSources is Sources over the sources kept in st.
+func StoredSources(st store.Store, opts SourceOptions) Sources {
+	if opts.Limits == (source.Limits{}) {
+		opts.Limits = source.DefaultLimits()
+	}
+	return &storedSources{st: st, limits: opts.Limits, allowFile: opts.AllowFile}
+}
+
+type storedSources struct {
+	st        store.Store
+	limits    source.Limits
+	allowFile bool
+}
+
+// checker is a Sources that refuses some sources before they are stored.
+type checker interface {
+	check(spec source.Spec) error
+}
+
+func (ss *storedSources) check(spec source.Spec) error {
+	if spec.Git != nil && !ss.allowFile && strings.HasPrefix(strings.ToLower(spec.Git.URL), "file:") {
+		return fmt.Errorf("%w: a file:// repository reads the server's own disk: this server allows none (tether server --allow-file-sources)", record.ErrInvalidSource)
+	}
+	return nil
+}
+
+func (ss *storedSources) Has(ctx context.Context, env string) (bool, error) {
+	_, err := ss.st.GetSource(ctx, env, false)
+	if errors.Is(err, model.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (ss *storedSources) Fetch(ctx context.Context, env, dst string) (string, error) {
+	rec, err := ss.st.GetSource(ctx, env, true)
+	if err != nil {
+		return "", err
+	}
+	spec, err := source.Decode(rec.Kind, rec.Spec, rec.Archive)
+	if err != nil {
+		return "", err
+	}
+	if err := ss.check(spec); err != nil {
+		return "", err
+	}
+	rev, err := source.Fetch(ctx, spec, dst, ss.limits)
+	return string(rev), err
+}
+
+// WebhookPath is where the push webhook of env is received.
+func WebhookPath(env string) string { return "/api/v1/envs/" + env + "/compile/hook" }
+
+// SetSource makes a git repository env's source (see
+// record.SourceRequest), and asks for a compile of it on behalf of by.
+// The answer shows the webhook secret when this call made it.
+func (s *Server) SetSource(ctx context.Context, env string, req record.SourceRequest, by string) (record.SourceView, error) {
+	if _, err := s.store.GetEnv(ctx, env); err != nil {
+		return record.SourceView{}, err
+	}
+	poll, err := parsePoll(req.PollInterval)
+	if err != nil {
+		return record.SourceView{}, err
+	}
+	old, err := s.store.GetSource(ctx, env, false)
+	if err != nil && !errors.Is(err, model.ErrNotFound) {
+		return record.SourceView{}, err
+	}
+	g := &source.GitSpec{URL: req.URL, Ref: req.Ref, Subdir: req.Subdir, Username: req.Username, Token: source.NewSecret(req.Token),
+		SSHKey: source.NewSecret(req.SSHKey), KnownHosts: req.KnownHosts, CABundle: req.CABundle}
+	if old.Kind == record.SourceGit && !req.NoCredentials {
+		if prev, err := source.Decode(old.Kind, old.Spec, nil); err == nil && prev.Git.URL == g.URL {
+			keepCredentials(g, prev.Git)
+		}
+	}
+	if req.NoCredentials && (req.Token != "" || req.SSHKey != "") {
+		return record.SourceView{}, fmt.Errorf("%w: no_credentials with a token or an SSH key: drop the one or the other", record.ErrInvalidSource)
+	}
+	spec := source.Spec{Git: g}
+	kind, desc, _, err := spec.Encode()
+	if err != nil {
+		return record.SourceView{}, sourceError(err)
+	}
+	if c, ok := s.cfg.Sources.(checker); ok {
+		if err := c.check(spec); err != nil {
+			return record.SourceView{}, err
+		}
+	}
+	secret, shown := old.WebhookSecret, ""
+	switch {
+	case req.WebhookSecret != "":
+		if len(req.WebhookSecret) < 16 || len(req.WebhookSecret) > 256 {
+			return record.SourceView{}, fmt.Errorf("%w: a webhook secret has 16 to 256 characters; leave it out and the server makes one", record.ErrInvalidSource)
+		}
+		secret = req.WebhookSecret
+	case secret == "" || req.RotateWebhookSecret:
+		if secret, err = newWebhookSecret(); err != nil {
+			return record.SourceView{}, err
+		}
+		shown = secret
+	}
+	rec, err := s.store.PutSource(ctx, record.Source{Env: env, Kind: kind, Spec: desc, WebhookSecret: secret, PollInterval: poll, UpdatedBy: by})
+	if err != nil {
+		return record.SourceView{}, err
+	}
+	s.log.Info().Str("env", env).Str("by", by).Str("url", g.URL).Str("ref", g.Ref).Msg("source set")
+	s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerOperator, By: by})
+	v := sourceView(rec)
+	v.WebhookSecret = shown
+	return v, nil
+}
+
+// keepCredentials fills what g leaves empty from prev, the same URL's
+// source before.
+func keepCredentials(g, prev *source.GitSpec) {
+	if !g.Token.IsSet() && !g.SSHKey.IsSet() {
+		g.Token, g.SSHKey = prev.Token, prev.SSHKey
+		if g.Username == "" {
+			g.Username = prev.Username
+		}
+	}
+	if g.KnownHosts == "" {
+		g.KnownHosts = prev.KnownHosts
+	}
+	if g.CABundle == "" {
+		g.CABundle = prev.CABundle
+	}
+}
+
+// UploadSource makes an uploaded archive (tar, or tar.gz) env's source,
+// its model in subdir, and asks for a compile of it on behalf of by. The
+// archive is unpacked once on the way in: one that holds what the server
+// would refuse to write (links out, devices, names leading out, more than
+// the limits) is refused now, not at the next compile.
+func (s *Server) UploadSource(ctx context.Context, env string, archive []byte, subdir, by string) (record.SourceView, error) {
+	if _, err := s.store.GetEnv(ctx, env); err != nil {
+		return record.SourceView{}, err
+	}
+	spec := source.Spec{Archive: &source.ArchiveSpec{Data: archive, Subdir: subdir}}
+	kind, desc, data, err := spec.Encode()
+	if err != nil {
+		return record.SourceView{}, sourceError(err)
+	}
+	tmp, err := os.MkdirTemp("", "tether-upload-*")
+	if err != nil {
+		return record.SourceView{}, err
+	}
+	defer os.RemoveAll(tmp)
+	rev, err := source.Fetch(ctx, spec, tmp, source.DefaultLimits())
+	if err != nil {
+		return record.SourceView{}, sourceError(err)
+	}
+	rec, err := s.store.PutSource(ctx, record.Source{Env: env, Kind: kind, Spec: desc, Archive: data, ArchiveSHA256: string(rev), UpdatedBy: by})
+	if err != nil {
+		return record.SourceView{}, err
+	}
+	s.log.Info().Str("env", env).Str("by", by).Int("bytes", len(archive)).Str("sha256", string(rev)).Msg("source archive uploaded")
+	s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerOperator, By: by})
+	return sourceView(rec), nil
+}
+
+// GetSource shows env's source; ErrNotFound when it has none.
+func (s *Server) GetSource(ctx context.Context, env string) (record.SourceView, error) {
+	if _, err := s.store.GetEnv(ctx, env); err != nil {
+		return record.SourceView{}, err
+	}
+	rec, err := s.store.GetSource(ctx, env, false)
+	if err != nil {
+		return record.SourceView{}, err
+	}
+	return sourceView(rec), nil
+}
+
+// DeleteSource removes env's source: the server compiles it no more, and
+// what it released stays released.
+func (s *Server) DeleteSource(ctx context.Context, env string) error {
+	if _, err := s.store.GetEnv(ctx, env); err != nil {
+		return err
+	}
+	return s.store.DeleteSource(ctx, env)
+}
+
+// sourceView is what may be shown of rec.
+func sourceView(rec record.Source) record.SourceView {
+	v := record.SourceView{Env: rec.Env, Kind: rec.Kind, HasWebhook: rec.WebhookSecret != "", UpdatedAt: rec.UpdatedAt, UpdatedBy: rec.UpdatedBy}
+	if spec, err := source.Decode(rec.Kind, rec.Spec, nil); err == nil {
+		r := spec.Redacted()
+		v.URL, v.Ref, v.Subdir, v.Username = r.URL, r.Ref, r.Subdir, r.Username
+		v.HasToken, v.HasSSHKey, v.HasKnownHosts, v.HasCABundle = r.HasToken, r.HasSSHKey, r.HasKnownHosts, r.HasCABundle
+	}
+	if rec.Kind == record.SourceArchive {
+		v.ArchiveBytes, v.ArchiveSHA256 = rec.ArchiveSize, rec.ArchiveSHA256
+	}
+	if v.HasWebhook {
+		v.WebhookPath = WebhookPath(rec.Env)
+	}
+	if rec.PollInterval > 0 {
+		v.PollInterval = rec.PollInterval.String()
+	}
+	return v
+}
+
+// parsePoll reads a poll interval: "" and "0" are never.
+func parsePoll(s string) (time.Duration, error) {
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < record.MinPollInterval || d > record.MaxPollInterval {
+		return 0, fmt.Errorf("%w: poll interval %q: want a duration between %s and %s (e.g. 5m), or 0 for never",
+			record.ErrInvalidSource, model.Clip(s, 32), record.MinPollInterval, record.MaxPollInterval)
+	}
+	return d, nil
+}
+
+// sourceError classes what the source package refuses as the caller's
+// mistake, its text for the operator.
+func sourceError(err error) error {
+	for _, e := range []error{source.ErrInvalid, source.ErrUnsafe, source.ErrLimit, source.ErrRefNotFound} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: %w", record.ErrInvalidSource, err)
+		}
+	}
+	return err
+}
+
+// newWebhookSecret makes a webhook secret in the form every supported
+// host accepts: "whsec_" and 32 random bytes in base64.
+func newWebhookSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(b), nil
+}

@@ -1,0 +1,247 @@
+package server_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// gitRepo is a repository the test makes (with go-git: no git binary),
+// reached as file://.
+type gitRepo struct {
+	t   *testing.T
+	dir string
+	r   *git.Repository
+}
+
+func newGitRepo(t *testing.T) *gitRepo {
+	t.Helper()
+	dir := t.TempDir()
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gitRepo{t: t, dir: dir, r: r}
+}
+
+func (g *gitRepo) url() string { return "file://" + g.dir }
+
+// commit writes files and commits them; it returns the commit id.
+func (g *gitRepo) commit(files map[string]string) string {
+	g.t.Helper()
+	wt, err := g.r.Worktree()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for name, content := range files {
+		p := filepath.Join(g.dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			g.t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			g.t.Fatal(err)
+		}
+		if _, err := wt.Add(name); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	h, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "t", Email: "t@example.com", When: time.Now()}})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return h.String()
+}
+
+// tarball packs files as a tar.gz archive; a value starting with "->" is a
+// symbolic link.
+func tarball(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for name, content := range files {
+		h := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}
+		if target, ok := strings.CutPrefix(content, "->"); ok {
+			h = &tar.Header{Name: name, Mode: 0o777, Linkname: target, Typeflag: tar.TypeSymlink}
+			content = ""
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// storedRig is a server whose sources are the ones set through it.
+func storedRig(t *testing.T, allowFile bool) *rig {
+	t.Helper()
+	r := startRigWith(t, func(c *server.Config, st store.Store) { c.Sources = server.StoredSources(st, server.SourceOptions{AllowFile: allowFile}) },
+		map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
+	r.waitCompiles()
+	return r
+}
+
+// A git repository set as the source is compiled at once and released;
+// the answers never carry its credentials; the webhook secret is shown
+// once; a new ref keeps the credentials, a new URL does not.
+func TestGitSource(t *testing.T) {
+	r := storedRig(t, true)
+	repo := newGitRepo(t)
+	rev := repo.commit(map[string]string{"fleet/main.hcl": goodModel})
+
+	v, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url(), Subdir: "fleet"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Kind != record.SourceGit || v.URL != repo.url() || !v.HasWebhook || !strings.HasPrefix(v.WebhookSecret, "whsec_") || v.WebhookPath != "/api/v1/envs/test/compile/hook" {
+		t.Fatalf("set: %+v", v)
+	}
+	c := r.finished()
+	if c.Outcome != record.CompileReleased || c.Revision != rev || c.Triggers[0].Kind != record.TriggerOperator || c.Triggers[0].By != "alice" {
+		t.Fatalf("compile after the source was set: %+v, want released at %s", c, rev)
+	}
+	shown, err := r.srv.GetSource(r.ctx, "test")
+	if err != nil || shown.WebhookSecret != "" || !shown.HasWebhook || shown.Subdir != "fleet" || shown.UpdatedBy != "alice" {
+		t.Fatalf("show: %+v (%v): the secret is shown once only", shown, err)
+	}
+
+	// A token for an http(s) URL is stored and never shown; the same URL
+	// with a new ref keeps it, another URL drops it.
+	const token = "glpat-very-secret-token"
+	if _, err := r.srv.SetSource(r.ctx, "nosource", record.SourceRequest{URL: "https://git.example.com/fleet.git", Token: token, Ref: "main"}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	v, err = r.srv.SetSource(r.ctx, "nosource", record.SourceRequest{URL: "https://git.example.com/fleet.git", Ref: "release"}, "bob")
+	if err != nil || !v.HasToken || v.Ref != "release" || v.WebhookSecret != "" {
+		t.Fatalf("same URL, new ref: %+v (%v): want the token kept and the webhook secret not shown again", v, err)
+	}
+	b, _ := json.Marshal(v)
+	if strings.Contains(string(b), token) {
+		t.Fatalf("the view carries the token: %s", b)
+	}
+	stored, err := r.store.GetSource(r.ctx, "nosource", false)
+	if err != nil || !strings.Contains(string(stored.Spec), token) {
+		t.Fatalf("the store keeps the token for fetches: %v", err)
+	}
+	v, err = r.srv.SetSource(r.ctx, "nosource", record.SourceRequest{URL: "https://elsewhere.example.com/fleet.git"}, "mallory")
+	if err != nil || v.HasToken {
+		t.Fatalf("new URL: %+v (%v): a token never follows the source to another host", v, err)
+	}
+	v, err = r.srv.SetSource(r.ctx, "nosource", record.SourceRequest{URL: "https://elsewhere.example.com/fleet.git", RotateWebhookSecret: true}, "bob")
+	if err != nil || !strings.HasPrefix(v.WebhookSecret, "whsec_") {
+		t.Fatalf("rotate: %+v (%v)", v, err)
+	}
+
+	refused := []struct {
+		name string
+		req  record.SourceRequest
+		want string
+	}{
+		{"no URL", record.SourceRequest{}, "URL is empty"},
+		{"token over http", record.SourceRequest{URL: "http://git.example.com/x.git", Token: "t"}, "clear text"},
+		{"ssh without known hosts", record.SourceRequest{URL: "ssh://git@git.example.com/x.git", SSHKey: "k"}, "known hosts"},
+		{"odd scheme", record.SourceRequest{URL: "ftp://git.example.com/x.git"}, "scheme"},
+		{"subdir out", record.SourceRequest{URL: repo.url(), Subdir: "../x"}, "sub-directory"},
+		{"poll too often", record.SourceRequest{URL: repo.url(), PollInterval: "1s"}, "poll interval"},
+		{"short webhook secret", record.SourceRequest{URL: repo.url(), WebhookSecret: "short"}, "16 to 256"},
+	}
+	for _, tt := range refused {
+		_, err := r.srv.SetSource(r.ctx, "test", tt.req, "alice")
+		if !errors.Is(err, record.ErrInvalidSource) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an invalid source saying %q", tt.name, err, tt.want)
+		}
+	}
+	if v, _ := r.srv.GetSource(r.ctx, "test"); v.URL != repo.url() || v.Subdir != "fleet" {
+		t.Fatalf("refused requests changed the source: %+v", v)
+	}
+
+	// Deleted: no more compiles; what was released stays.
+	if err := r.srv.DeleteSource(r.ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.srv.RequestCompile(r.ctx, "test", "alice"); !errors.Is(err, server.ErrNoSource) {
+		t.Fatalf("compile after the source went: %v, want ErrNoSource", err)
+	}
+	if rel, err := r.store.ReleasedVersion(r.ctx, "test"); err != nil || rel.Number != c.Version {
+		t.Fatalf("released version after the source went: %+v (%v)", rel, err)
+	}
+}
+
+// An uploaded archive is the source: unpacked and checked on the way in,
+// compiled at once. One that holds a link out is refused and changes
+// nothing.
+func TestArchiveSource(t *testing.T) {
+	r := storedRig(t, true)
+	data := tarball(t, map[string]string{"model/main.hcl": goodModel})
+	v, err := r.srv.UploadSource(r.ctx, "test", data, "model", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Kind != record.SourceArchive || v.ArchiveBytes != int64(len(data)) || len(v.ArchiveSHA256) != 64 || v.HasWebhook {
+		t.Fatalf("upload: %+v", v)
+	}
+	c := r.finished()
+	if c.Outcome != record.CompileReleased || c.Revision != v.ArchiveSHA256 {
+		t.Fatalf("compile of the archive: %+v, want released at %s", c, v.ArchiveSHA256)
+	}
+
+	for name, bad := range map[string][]byte{
+		"link out":    tarball(t, map[string]string{"main.hcl": goodModel, "shadow.hcl": "->/etc/shadow"}),
+		"name out":    tarball(t, map[string]string{"../main.hcl": goodModel}),
+		"not a tar":   []byte("this is not an archive"),
+		"no such dir": data,
+	} {
+		subdir := ""
+		if name == "no such dir" {
+			subdir = "nope"
+		}
+		_, err := r.srv.UploadSource(r.ctx, "test", bad, subdir, "mallory")
+		if !errors.Is(err, record.ErrInvalidSource) {
+			t.Errorf("%s: %v, want an invalid source", name, err)
+		}
+	}
+	if now, err := r.srv.GetSource(r.ctx, "test"); err != nil || now.ArchiveSHA256 != v.ArchiveSHA256 || now.UpdatedBy != "alice" {
+		t.Fatalf("refused uploads changed the source: %+v (%v)", now, err)
+	}
+	if _, err := r.srv.GetSource(r.ctx, "nosource"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("no source: %v, want ErrNotFound", err)
+	}
+}
+
+// file:// repositories read the server's disk: refused unless allowed.
+func TestFileSourcesRefused(t *testing.T) {
+	r := storedRig(t, false)
+	repo := newGitRepo(t)
+	repo.commit(map[string]string{"main.hcl": goodModel})
+	_, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url()}, "alice")
+	if !errors.Is(err, record.ErrInvalidSource) || !strings.Contains(err.Error(), "--allow-file-sources") {
+		t.Fatalf("file:// source: %v, want refused, saying how to allow it", err)
+	}
+	if _, err := r.srv.GetSource(r.ctx, "test"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a refused source was stored: %v", err)
+	}
+}
