@@ -99,7 +99,9 @@ func tarball(t *testing.T, files map[string]string) []byte {
 // storedRig is a server whose sources are the ones set through it.
 func storedRig(t *testing.T, allowFile bool) *rig {
 	t.Helper()
-	r := startRigWith(t, func(c *server.Config, st store.Store) { c.Sources = server.StoredSources(st, server.SourceOptions{AllowFile: allowFile}) },
+	r := startRigWith(t, func(c *server.Config, st store.Store) {
+		c.Sources = server.StoredSources(st, server.SourceOptions{AllowFile: allowFile})
+	},
 		map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
 	r.waitCompiles()
 	return r
