@@ -250,11 +250,18 @@ func parsePoll(s string) (time.Duration, error) {
 func sourceError(err error) error {
 	for _, e := range []error{source.ErrInvalid, source.ErrUnsafe, source.ErrLimit, source.ErrRefNotFound} {
 		if errors.Is(err, e) {
-			return fmt.Errorf("%w: %w", record.ErrInvalidSource, err)
+			return refusedSource{err}
 		}
 	}
 	return err
 }
+
+// refusedSource is a source error that is record.ErrInvalidSource too,
+// with the source package's text alone.
+type refusedSource struct{ err error }
+
+func (r refusedSource) Error() string   { return r.err.Error() }
+func (r refusedSource) Unwrap() []error { return []error{record.ErrInvalidSource, r.err} }
 
 // newWebhookSecret makes a webhook secret in the form every supported
 // host accepts: "whsec_" and 32 random bytes in base64.

@@ -54,9 +54,15 @@ func newRig(t *testing.T, st store.Store) *rig {
 // http.Server it configures, timeouts included, logging to log.
 func newRigWith(t *testing.T, st store.Store, cfg api.Config, log zerolog.Logger) *rig {
 	t.Helper()
+	return newServerRig(t, st, server.Config{}, cfg, log)
+}
+
+// newServerRig is newRigWith with the server configured by scfg.
+func newServerRig(t *testing.T, st store.Store, scfg server.Config, cfg api.Config, log zerolog.Logger) *rig {
+	t.Helper()
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(func() { b.Close() })
-	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	srv, err := server.New(scfg, st, b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +114,9 @@ func (r *rig) do(token, method, path string, body any, out any) (int, string) {
 		}
 		if want := api.Codes[e.Error.Code]; want != resp.StatusCode {
 			r.t.Fatalf("%s %s: code %s came with status %d, catalogue says %d", method, path, e.Error.Code, resp.StatusCode, want)
+		}
+		if eb, ok := out.(*api.Body); ok {
+			*eb = e
 		}
 		return resp.StatusCode, e.Error.Code
 	}
