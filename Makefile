@@ -63,6 +63,7 @@ fuzz:
 	$(GO) test ./model -run '^$$' -fuzz FuzzParseID -fuzztime 60s
 	$(GO) test ./model/lang -run '^$$' -fuzz FuzzCompile -fuzztime 60s
 	$(GO) test ./model/lang -run '^$$' -fuzz FuzzScanSource -fuzztime 60s
+	$(GO) test ./server/webhook -run '^$$' -fuzz FuzzVerify -fuzztime 60s
 
 clean:
 	rm -rf bin examples/*/.tether

@@ -54,6 +54,7 @@ var rules = map[string]rule{
 	"server/scheduler":             {internal: []string{"model", "model/graph", "server/record", "bus"}},
 	"server/clientlimit":           {external: []string{"golang.org/x/time"}},
 	"server/compilequeue":          {internal: []string{"server/record"}},
+	"server/webhook":               {},
 	"server/source":                {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
 	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
