@@ -2,10 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/webhook"
 )
 
 // The sources operators set through the API: a git repository or an
@@ -126,7 +126,7 @@ func (s *Server) SetSource(ctx context.Context, env string, req record.SourceReq
 		}
 		secret = req.WebhookSecret
 	case secret == "" || req.RotateWebhookSecret:
-		if secret, err = newWebhookSecret(); err != nil {
+		if secret, err = webhook.NewSecret(); err != nil {
 			return record.SourceView{}, err
 		}
 		shown = secret
@@ -212,6 +212,68 @@ func (s *Server) DeleteSource(ctx context.Context, env string) error {
 	return s.store.DeleteSource(ctx, env)
 }
 
+// Webhook handles a push webhook for env: authenticated by the source's
+// webhook secret, a push of the ref the source follows asks for a compile.
+// What the push says is only a hint: the compile fetches the ref itself,
+// so a replayed or reordered delivery compiles what the repository holds
+// now. Every refusal to authenticate is the same ErrWebhookRefused,
+// whether env, its source or its secret is missing or the signature is
+// wrong.
+func (s *Server) Webhook(ctx context.Context, env string, h http.Header, body []byte) (record.WebhookResult, error) {
+	rec, err := s.store.GetSource(ctx, env, false)
+	switch {
+	case errors.Is(err, model.ErrNotFound):
+		return record.WebhookResult{}, fmt.Errorf("%w: environment %s has no source with a webhook", record.ErrWebhookRefused, env)
+	case err != nil:
+		return record.WebhookResult{}, err
+	case rec.WebhookSecret == "":
+		return record.WebhookResult{}, fmt.Errorf("%w: the source of %s has no webhook secret", record.ErrWebhookRefused, env)
+	}
+	d, err := webhook.Verify(h, body, rec.WebhookSecret, time.Now())
+	switch {
+	case errors.Is(err, webhook.ErrUnauthenticated):
+		return record.WebhookResult{}, fmt.Errorf("%w: %w", record.ErrWebhookRefused, err)
+	case err != nil:
+		return record.WebhookResult{}, refusedWebhook{err}
+	}
+	res := record.WebhookResult{Provider: string(d.Provider), Event: d.Event, Delivery: d.ID}
+	spec, err := source.Decode(rec.Kind, rec.Spec, nil)
+	if err != nil {
+		return res, err
+	}
+	if spec.Git == nil {
+		res.Why = "the source is an uploaded archive: upload a new one to change it"
+		return res, nil
+	}
+	res.Compile, res.Why = d.Matches(spec.Git.Ref)
+	log := s.log.Info().Str("env", env).Str("provider", res.Provider).Str("event", res.Event).Str("delivery", res.Delivery).Str("auth", d.Auth)
+	if !res.Compile {
+		log.Str("why", res.Why).Msg("webhook: nothing to compile")
+		return res, nil
+	}
+	by := d.Push.Repository
+	if d.Push.After != "" {
+		by = strings.TrimSpace(by + " " + shortCommit(d.Push.After))
+	}
+	log.Str("ref", d.Push.Ref).Str("after", d.Push.After).Msg("webhook: compile asked for")
+	s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerWebhook, By: by})
+	return res, nil
+}
+
+// refusedWebhook is a malformed webhook: record.ErrInvalidWebhook, with
+// the webhook package's text alone.
+type refusedWebhook struct{ err error }
+
+func (r refusedWebhook) Error() string   { return r.err.Error() }
+func (r refusedWebhook) Unwrap() []error { return []error{record.ErrInvalidWebhook, r.err} }
+
+func shortCommit(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
 // sourceView is what may be shown of rec.
 func sourceView(rec record.Source) record.SourceView {
 	v := record.SourceView{Env: rec.Env, Kind: rec.Kind, HasWebhook: rec.WebhookSecret != "", UpdatedAt: rec.UpdatedAt, UpdatedBy: rec.UpdatedBy}
@@ -262,13 +324,3 @@ type refusedSource struct{ err error }
 
 func (r refusedSource) Error() string   { return r.err.Error() }
 func (r refusedSource) Unwrap() []error { return []error{record.ErrInvalidSource, r.err} }
-
-// newWebhookSecret makes a webhook secret in the form every supported
-// host accepts: "whsec_" and 32 random bytes in base64.
-func newWebhookSecret() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return "whsec_" + base64.StdEncoding.EncodeToString(b), nil
-}

@@ -4,8 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,5 +250,68 @@ func TestFileSourcesRefused(t *testing.T) {
 	}
 	if _, err := r.srv.GetSource(r.ctx, "test"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("a refused source was stored: %v", err)
+	}
+}
+
+// githubPush is a GitHub push delivery of ref at after, signed with secret.
+func githubPush(secret, ref, after, defaultBranch string) (http.Header, []byte) {
+	body := fmt.Appendf(nil, `{"ref": %q, "before": "%s", "after": %q, "repository": {"full_name": "acme/fleet", "default_branch": %q}}`,
+		ref, strings.Repeat("0", 40), after, defaultBranch)
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	h := http.Header{}
+	h.Set("X-GitHub-Event", "push")
+	h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
+	h.Set("Content-Type", "application/json")
+	return h, body
+}
+
+// A signed push of the followed branch compiles what the repository holds;
+// a forged one, a push of another branch and an environment without a
+// source change nothing.
+func TestWebhook(t *testing.T) {
+	r := storedRig(t, true)
+	repo := newGitRepo(t)
+	repo.commit(map[string]string{"main.hcl": goodModel})
+	v, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url(), Ref: "master"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.finished()
+	secret := v.WebhookSecret
+	rev := repo.commit(map[string]string{"main.hcl": goodModel2})
+
+	forged, body := githubPush("whsec_not-the-secret-at-all", "refs/heads/master", rev, "master")
+	if _, err := r.srv.Webhook(r.ctx, "test", forged, body); !errors.Is(err, record.ErrWebhookRefused) {
+		t.Fatalf("forged webhook: %v, want refused", err)
+	}
+	tampered, body := githubPush(secret, "refs/heads/master", rev, "master")
+	if _, err := r.srv.Webhook(r.ctx, "test", tampered, append(body, ' ')); !errors.Is(err, record.ErrWebhookRefused) {
+		t.Fatalf("tampered body: %v, want refused", err)
+	}
+	if _, err := r.srv.Webhook(r.ctx, "nosource", tampered, body); !errors.Is(err, record.ErrWebhookRefused) {
+		t.Fatalf("webhook of an environment without a source: %v, want refused alike", err)
+	}
+	other, body := githubPush(secret, "refs/heads/feature", rev, "master")
+	if res, err := r.srv.Webhook(r.ctx, "test", other, body); err != nil || res.Compile || !strings.Contains(res.Why, "refs/heads/feature") {
+		t.Fatalf("push of another branch: %+v (%v), want no compile, saying why", res, err)
+	}
+
+	h, body := githubPush(secret, "refs/heads/master", rev, "master")
+	res, err := r.srv.Webhook(r.ctx, "test", h, body)
+	if err != nil || !res.Compile || res.Provider != "github" || res.Event != "push" {
+		t.Fatalf("signed push: %+v (%v)", res, err)
+	}
+	c := r.finished()
+	// Had any refused delivery asked for a compile, this one would count
+	// it, or another would have run before it.
+	if c.Outcome != record.CompileReleased || c.Revision != rev || len(c.Triggers) != 1 || c.Triggers[0].Kind != record.TriggerWebhook ||
+		c.Triggers[0].Count != 1 || !strings.Contains(c.Triggers[0].By, "acme/fleet") || c.Version != first.Version+1 {
+		t.Fatalf("compile after the push: %+v, want one webhook trigger releasing %s as version %d", c, rev, first.Version+1)
+	}
+	list, err := r.store.ListCompiles(r.ctx, "test", 10)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("%d compiles (%v), want 2: the source set, the push", len(list), err)
 	}
 }

@@ -221,6 +221,7 @@ type Sources interface {
 	UploadSource(ctx context.Context, env string, archive []byte, subdir, by string) (record.SourceView, error)
 	GetSource(ctx context.Context, env string) (record.SourceView, error)
 	DeleteSource(ctx context.Context, env string) error
+	Webhook(ctx context.Context, env string, h http.Header, body []byte) (record.WebhookResult, error)
 }
 
 // Operations sends deploys, repairs and dry runs and reads what they did.

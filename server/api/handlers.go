@@ -878,6 +878,42 @@ func (a *API) deleteSource(r *request) (int, any, error) {
 	return http.StatusNoContent, nil, err
 }
 
+// webhookMaxBody bounds a push webhook's payload: hosts cap a push's
+// commit list (GitHub at 2048 commits), which fits with room to spare.
+const webhookMaxBody = 5 << 20
+
+// webhook answers a git host's push. It has no token: the source's webhook
+// secret authenticates it, and every refusal to authenticate looks alike.
+func (a *API) webhook(r *request) (int, any, error) {
+	env, err := r.envName()
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Sources == nil {
+		return 0, nil, noSources()
+	}
+	body, err := io.ReadAll(r.Request().Body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return 0, nil, r.tooLarge()
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := a.svc.Sources.Webhook(r.ctx(), env, r.Request().Header, body)
+	switch {
+	case errors.Is(err, record.ErrWebhookRefused):
+		a.log.Warn().Err(err).Str("env", clip(env)).Str("remote", r.Request().RemoteAddr).Msg("webhook refused")
+		return 0, nil, newError("unauthorized", "the webhook's secret in the git host must be the one tether env source set showed (make a new one with --rotate-webhook-secret)", "webhook refused: not authenticated")
+	case err != nil:
+		return 0, nil, err
+	}
+	if res.Compile {
+		return http.StatusAccepted, res, nil
+	}
+	return http.StatusOK, res, nil
+}
+
 // --- alerts, tokens, audit
 
 func (a *API) listAlerts(r *request) (int, any, error) {

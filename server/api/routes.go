@@ -38,6 +38,8 @@ type route struct {
 	upload bool
 	// stream marks the event stream, which lasts as long as its client.
 	stream bool
+	// maxBody, when set, bounds the body instead of MaxBody.
+	maxBody int64
 	serve  func(r *request) (int, any, error)
 }
 
@@ -91,6 +93,7 @@ func (a *API) routes() []route {
 		{method: "PUT", path: "/envs/:env/source", role: record.RoleOperator, action: "env.source.set", summary: "Make a git repository the environment's source, and compile it (the answer shows a new webhook secret once)", body: "SourceRequest {url, ref?, subdir?, username?, token?, ssh_key?, known_hosts?, ca_bundle?, poll_interval?, webhook_secret?, rotate_webhook_secret?, no_credentials?}", serve: a.setSource},
 		{method: "PUT", path: "/envs/:env/source/archive", role: record.RoleOperator, action: "env.source.upload", summary: "Make an uploaded tar or tar.gz archive the environment's source, and compile it", query: []string{"subdir"}, body: "a tar or tar.gz archive", upload: true, serve: a.uploadSource},
 		{method: "DELETE", path: "/envs/:env/source", role: record.RoleOperator, action: "env.source.delete", summary: "Remove the environment's source: the server compiles it no more; what it released stays", serve: a.deleteSource},
+		{method: "POST", path: "/envs/:env/compile/hook", summary: "A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)", body: "the host's push payload", maxBody: webhookMaxBody, serve: a.webhook},
 		{method: "POST", path: "/envs/:env/compile", role: record.RoleOperator, action: "env.compile", summary: "Ask the server to compile the environment's model from its source (202 with the compile queue's state; 409 when the environment has no source)", serve: a.requestCompile},
 		{method: "GET", path: "/envs/:env/compiles", role: record.RoleViewer, summary: "The server's compiles of the environment's model, newest first", query: []string{"limit"}, serve: a.listCompiles},
 		{method: "GET", path: "/envs/:env/compiles/:id", role: record.RoleViewer, summary: "One compile's report: triggers, revision, outcome, diagnostics, resources per agent, version", serve: a.getCompile},
@@ -213,6 +216,9 @@ func (a *API) bodyLimit(r *request, rt route) error {
 	r.bodyMax, r.upload = a.cfg.MaxBody, rt.upload
 	if rt.upload {
 		r.bodyMax = a.cfg.MaxUpload
+	}
+	if rt.maxBody > 0 {
+		r.bodyMax = rt.maxBody
 	}
 	req := r.Request()
 	if req.ContentLength > r.bodyMax {

@@ -4,6 +4,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +135,70 @@ func TestSourceRoutesWithoutCompiles(t *testing.T) {
 	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
 	if status, code := r.do(r.admin, "PUT", "/api/v1/envs/prod/source", record.SourceRequest{URL: "https://git.example.com/x.git"}, nil); status != 409 || code != "conflict" {
 		t.Fatalf("source set on a server that compiles nothing: %d %q, want 409 conflict", status, code)
+	}
+}
+
+// The push webhook needs no token: the source's secret authenticates it,
+// and every refusal looks the same, whether the environment, its source or
+// the signature is wrong.
+func TestWebhookRoute(t *testing.T) {
+	st := openSQLite(t)
+	r := newServerRig(t, st, server.Config{Sources: server.StoredSources(st, server.SourceOptions{})},
+		api.Config{MaxUpload: 1 << 20, KeepAlive: 50 * time.Millisecond}, zerolog.Nop())
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	var v record.SourceView
+	r.must(r.admin, "PUT", "/api/v1/envs/prod/source", record.SourceRequest{URL: "https://git.example.com/fleet.git", Ref: "main"}, &v, 200)
+
+	body := []byte(`{"ref": "refs/heads/main", "after": "` + strings.Repeat("a", 40) + `", "repository": {"full_name": "acme/fleet"}}`)
+	// send signs body with secret and sends it with extra appended.
+	send := func(env, secret string, body []byte, extra ...byte) (int, api.Body, record.WebhookResult) {
+		t.Helper()
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write(body)
+		req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs/"+env+"/compile/hook", bytes.NewReader(append(bytes.Clone(body), extra...)))
+		req.Header.Set("X-Tether-Signature", "sha256="+hex.EncodeToString(m.Sum(nil)))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e api.Body
+		var res record.WebhookResult
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 400 {
+			_ = json.Unmarshal(data, &e)
+		} else if err := json.Unmarshal(data, &res); err != nil {
+			t.Fatalf("webhook answer %s: %v", data, err)
+		}
+		return resp.StatusCode, e, res
+	}
+	status, _, res := send("prod", v.WebhookSecret, body)
+	if status != 202 || !res.Compile || res.Provider != "generic" {
+		t.Fatalf("signed push: %d %+v, want 202 and a compile", status, res)
+	}
+	var refusals []string
+	for name, c := range map[string]struct {
+		env, secret string
+		extra       []byte
+	}{
+		"wrong secret":         {"prod", "whsec_wrong", nil},
+		"tampered":             {"prod", v.WebhookSecret, []byte("\n")},
+		"unknown environment":  {"nope", v.WebhookSecret, nil},
+		"no secret to sign by": {"prod", "", nil},
+	} {
+		status, e, _ := send(c.env, c.secret, body, c.extra...)
+		if status != 401 || e.Error == nil || e.Error.Code != "unauthorized" {
+			t.Fatalf("%s: %d %+v, want 401 unauthorized", name, status, e.Error)
+		}
+		refusals = append(refusals, e.Error.Message)
+	}
+	for _, m := range refusals[1:] {
+		if m != refusals[0] {
+			t.Fatalf("refusals differ (%q, %q): they must not tell what was wrong", refusals[0], m)
+		}
+	}
+	if status, e, _ := send("prod", v.WebhookSecret, bytes.Repeat([]byte(" "), 6<<20)); status != 413 || e.Error == nil {
+		t.Fatalf("6 MiB webhook: %d, want 413", status)
 	}
 }

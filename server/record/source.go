@@ -11,6 +11,24 @@ import (
 // will not write): its text says why, for the operator.
 var ErrInvalidSource = errors.New("invalid source")
 
+// Errors of a push webhook: ErrWebhookRefused when it is not
+// authenticated (no source with a webhook secret, a bad signature: the
+// answer does not say which), ErrInvalidWebhook when it is malformed.
+var (
+	ErrWebhookRefused = errors.New("webhook refused")
+	ErrInvalidWebhook = errors.New("invalid webhook")
+)
+
+// WebhookResult is what a push webhook did.
+type WebhookResult struct {
+	// Compile says whether it asked for a compile; Why says why (not).
+	Compile  bool   `json:"compile"`
+	Why      string `json:"why"`
+	Provider string `json:"provider"`
+	Event    string `json:"event"`
+	Delivery string `json:"delivery,omitempty"`
+}
+
 // Source is where an environment's model comes from, as the store keeps it:
 // a git repository or an uploaded archive. Spec and WebhookSecret hold
 // credentials: the server reads them, no API response or log ever carries
