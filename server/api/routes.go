@@ -40,7 +40,7 @@ type route struct {
 	stream bool
 	// maxBody, when set, bounds the body instead of MaxBody.
 	maxBody int64
-	serve  func(r *request) (int, any, error)
+	serve   func(r *request) (int, any, error)
 }
 
 // request is one call, authenticated.
