@@ -43,6 +43,7 @@ func agentRunFlags() []ucli.Flag {
 			Usage: "`DIR` of the agent's journal: its key, desired state, results and outbox (one subdirectory per agent name)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "root", Value: "/", EnvVars: []string{"TETHER_ROOT"},
 			Usage: "`DIR` every managed path is below (/ on a real host; a directory for sandboxes and tests)"}),
+		factsDirFlag(),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "label", EnvVars: []string{"TETHER_LABELS"},
 			Usage: "a label `KEY=VALUE` announced to the server (repeatable); hostgroups select agents by labels"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_ENROLL_TOKEN"},
@@ -147,7 +148,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	syncs := handler.NewSyncGroup()
 	// The agents of one process share a host: one gathering of facts
 	// serves them all, and tells the handlers which tools the host has.
-	gather := facts.Cached(10*time.Second, facts.Gather)
+	gather := facts.Cached(10*time.Second, facts.Host{Dir: c.String("facts-dir")}.Gather)
 	pm, sm := facts.Providers(gather(ctx))
 	for _, name := range names {
 		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: syncs, PackageManager: pm, ServiceManager: sm})
@@ -214,4 +215,10 @@ func agentResetJournalCommand(term *terminal) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// factsDirFlag is where an agent (or tether deploy) reads custom facts.
+func factsDirFlag() ucli.Flag {
+	return altsrc.NewStringFlag(&ucli.StringFlag{Name: "facts-dir", Value: "/etc/tether/facts.d", EnvVars: []string{"TETHER_FACTS_DIR"},
+		Usage: "`DIR` of custom facts: each *.json file is an object whose keys become facts (host.facts.KEY); built-in facts win a name both have"})
 }

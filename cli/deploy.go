@@ -54,6 +54,7 @@ func deployCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "drift-policy", Usage: "what the agents do about drift: `alert` (report it) or heal (re-apply it); kept for later deploys"},
 			&ucli.StringFlag{Name: "host", Usage: "deploy the model's host `NAME` on this machine (default: the host named like this machine's hostname, else local)"},
 			&ucli.StringSliceFlag{Name: "label", Usage: "give this machine the label `key=value` for the model's hostgroups (repeatable)"},
+			factsDirFlag(),
 			outputFlag(),
 		),
 		Action: func(c *ucli.Context) error {
@@ -111,7 +112,7 @@ func deployCommand(term *terminal) *ucli.Command {
 			}
 			candidates = likelyFirst(dir, candidates)
 			// Gathered once, for the compile and then the agent.
-			opts.Facts = facts.Cached(10*time.Second, facts.Gather)
+			opts.Facts = facts.Cached(10*time.Second, facts.Host{Dir: c.String("facts-dir")}.Gather)
 			here := localHost{labels: labels, facts: opts.Facts(c.Context), base: copts.Inventory}
 			// Compile first (unless nothing the model reads changed): a
 			// model that does not compile leaves no state behind.

@@ -9,10 +9,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -31,6 +36,10 @@ type Host struct {
 	Interfaces func() ([]Interface, error)
 	// LookPath finds a program; nil uses exec.LookPath.
 	LookPath func(string) (string, error)
+	// Dir holds custom facts: every *.json file in it is a JSON object
+	// whose keys become facts (host.facts.KEY). The built-in facts win a
+	// name both have. "" reads none.
+	Dir string
 }
 
 // Interface is one network interface and its addresses.
@@ -74,7 +83,83 @@ func (h Host) Gather(ctx context.Context) map[string]any {
 	if v := h.virtualization(); v != "" {
 		out["virtualization"] = v
 	}
+	h.custom(out)
 	return out
+}
+
+// Bounds of the custom facts: a directory of them is a host's own notes,
+// not a data store.
+const (
+	maxCustomFiles    = 100
+	maxCustomFileSize = 64 << 10
+)
+
+// custom adds the facts of the *.json files in h.Dir to out, in name
+// order; a later file's key replaces an earlier one's, a built-in fact is
+// never replaced. What cannot be read is listed in the fact
+// custom_fact_errors, for an operator to see in tether agent facts.
+func (h Host) custom(out map[string]any) {
+	if h.Dir == "" {
+		return
+	}
+	builtin := map[string]bool{}
+	for k := range out {
+		builtin[k] = true
+	}
+	var errs []string
+	names, err := filepath.Glob(filepath.Join(h.Dir, "*.json"))
+	if err != nil {
+		return
+	}
+	slices.Sort(names)
+	if len(names) > maxCustomFiles {
+		errs = append(errs, fmt.Sprintf("%d files: only the first %d are read", len(names), maxCustomFiles))
+		names = names[:maxCustomFiles]
+	}
+	for _, name := range names {
+		base := filepath.Base(name)
+		b, err := readBounded(name, maxCustomFileSize)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", base, err))
+			continue
+		}
+		var facts map[string]any
+		if err := json.Unmarshal(b, &facts); err != nil || facts == nil {
+			errs = append(errs, fmt.Sprintf("%s: not a JSON object: %v", base, err))
+			continue
+		}
+		for k, v := range facts {
+			if builtin[k] {
+				errs = append(errs, fmt.Sprintf("%s: %q is a built-in fact: kept the built-in", base, k))
+				continue
+			}
+			out[k] = v
+		}
+	}
+	if len(errs) > 0 {
+		out["custom_fact_errors"] = errs
+	}
+}
+
+// readBounded reads a regular file of at most limit bytes.
+func readBounded(name string, limit int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		return nil, fmt.Errorf("larger than %d KiB", limit>>10)
+	}
+	return b, err
 }
 
 func (h Host) path(p string) string { return h.Root + p }

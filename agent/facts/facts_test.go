@@ -111,3 +111,47 @@ func TestRealHost(t *testing.T) {
 		}
 	}
 }
+
+// Custom facts come from *.json files in Dir; what cannot be read, and a
+// key that would replace a built-in fact, is named in custom_fact_errors.
+func TestCustomFacts(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("app.json", `{"app": {"port": 8080, "tier": "front"}, "datacenter": "par1"}`)
+	write("z-later.json", `{"datacenter": "ams1"}`)
+	write("broken.json", `{"oops": `)
+	write("list.json", `[1, 2]`)
+	write("arch.json", `{"arch": "sparc"}`)
+	write("notes.txt", `{"ignored": true}`)
+	write("big.json", `{"x": "`+strings.Repeat("a", 70<<10)+`"}`)
+
+	f := Host{Dir: dir}.Gather(t.Context())
+	app, _ := f["app"].(map[string]any)
+	if app["port"] != 8080.0 || app["tier"] != "front" {
+		t.Fatalf("app facts %v", f["app"])
+	}
+	if f["datacenter"] != "ams1" {
+		t.Fatalf("datacenter %v: want the later file's (files are read in name order)", f["datacenter"])
+	}
+	if f["arch"] != runtime.GOARCH {
+		t.Fatalf("arch %v: a custom fact replaced a built-in one", f["arch"])
+	}
+	if _, ok := f["ignored"]; ok {
+		t.Fatal("a .txt file was read")
+	}
+	errs, _ := f["custom_fact_errors"].([]string)
+	joined := strings.Join(errs, "\n")
+	for _, want := range []string{"broken.json: not a JSON object", "list.json: not a JSON object", `arch.json: "arch" is a built-in fact`, "big.json: larger than 64 KiB"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("custom_fact_errors %q: want %q", errs, want)
+		}
+	}
+	if _, ok := (Host{}).Gather(t.Context())["custom_fact_errors"]; ok {
+		t.Fatal("no directory, yet errors")
+	}
+}
