@@ -657,6 +657,10 @@ func (a *Agent) gatherFacts(ctx context.Context) map[string]any {
 // reportFacts sends the host's facts: always when asked (facts.refresh),
 // else only when they changed since they were last told.
 func (a *Agent) reportFacts(ctx context.Context, always bool) error {
+	if always {
+		// Asked for: facts as they are now, not a shared cache's copy.
+		ctx = facts.Fresh(ctx)
+	}
 	f := a.cfg.Facts(ctx)
 	a.mu.Lock()
 	same := model.Equal(f, a.facts)

@@ -400,6 +400,17 @@ func cstr(b []int8) string {
 	return string(out)
 }
 
+type freshKey struct{}
+
+// freshAge is how old facts a Fresh gathering takes from a cache: several
+// agents of one process asked at once share one gathering.
+const freshAge = time.Second
+
+// Fresh asks a Cached gatherer for facts gathered now (within a second),
+// not a copy up to its ttl old: an operator's facts-refresh after changing
+// the host.
+func Fresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
+
 // Cached returns a gatherer that gathers at most once per ttl and hands out
 // copies of that: several agents hosted by one process on one host (or a
 // benchmark's thousand) share one gathering.
@@ -412,7 +423,7 @@ func Cached(ttl time.Duration, gather func(context.Context) map[string]any) func
 	return func(ctx context.Context) map[string]any {
 		mu.Lock()
 		defer mu.Unlock()
-		if last == nil || time.Since(at) >= ttl {
+		if last == nil || time.Since(at) >= ttl || (ctx.Value(freshKey{}) != nil && time.Since(at) >= freshAge) {
 			last, at = gather(ctx), time.Now()
 		}
 		return maps.Clone(last)

@@ -1,6 +1,7 @@
 package facts
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A fake Alpine host under OpenRC in a Kubernetes pod: every fact comes
@@ -153,5 +155,23 @@ func TestCustomFacts(t *testing.T) {
 	}
 	if _, ok := (Host{}).Gather(t.Context())["custom_fact_errors"]; ok {
 		t.Fatal("no directory, yet errors")
+	}
+}
+
+// A cached gatherer hands out its copy until the ttl passes, unless asked
+// for fresh facts (Fresh), which it gathers again once older than a second.
+func TestCachedFresh(t *testing.T) {
+	n := 0
+	g := Cached(time.Hour, func(context.Context) map[string]any { n++; return map[string]any{"n": n} })
+	ctx := t.Context()
+	if g(ctx)["n"] != 1 || g(ctx)["n"] != 1 || g(Fresh(ctx))["n"] != 1 {
+		t.Fatalf("gathered %d times within a second, want once", n)
+	}
+	time.Sleep(freshAge + 50*time.Millisecond)
+	if g(ctx)["n"] != 1 {
+		t.Fatal("gathered again before the ttl without being asked")
+	}
+	if g(Fresh(ctx))["n"] != 2 || g(ctx)["n"] != 2 {
+		t.Fatalf("fresh facts: gathered %d times, want 2, and kept", n)
 	}
 }
