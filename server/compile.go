@@ -160,6 +160,49 @@ func (s *Server) failAbandoned(ctx context.Context) {
 
 func compileLease(env string) string { return "compile/" + env }
 
+// resumeAbandoned, run by env's scheduler leader, finds compiles of env
+// left running by a replica that died (none holds the compile lease): it
+// marks them failed and asks for a compile with their triggers, so that
+// what asked for them is not lost with the replica.
+func (s *Server) resumeAbandoned(ctx context.Context, env string) {
+	q := s.compiles.Load()
+	if q == nil {
+		return
+	}
+	cs, err := s.store.ListCompiles(ctx, env, 5)
+	if err != nil || !slices.ContainsFunc(cs, func(c record.Compile) bool { return c.Outcome == record.CompileRunning }) {
+		return
+	}
+	lease, ok, err := s.store.Lead(ctx, compileLease(env))
+	if err != nil || !ok {
+		return // a replica compiles it now
+	}
+	defer lease.Release()
+	// Read again under the lease: a compile that ended meanwhile is not
+	// abandoned.
+	if cs, err = s.store.ListCompiles(ctx, env, 5); err != nil {
+		return
+	}
+	for _, c := range cs {
+		if c.Outcome != record.CompileRunning {
+			continue
+		}
+		c.Outcome = record.CompileFailed
+		c.Diagnostics = []record.CompileDiagnostic{{Severity: string(lang.SeverityError),
+			Message: "the server running this compile stopped before it ended; compiled again by another"}}
+		if _, err := s.store.FinishCompile(ctx, c); err != nil {
+			s.log.Warn().Err(err).Str("env", env).Str("compile", c.ID).Msg("cannot mark an abandoned compile failed")
+			continue
+		}
+		s.log.Warn().Str("env", env).Str("compile", c.ID).Msg("a compile was abandoned by a stopped server; compiling again")
+		for _, t := range c.Triggers {
+			if err := q.Trigger(env, t); err != nil {
+				s.log.Warn().Err(err).Str("env", env).Msg("cannot ask for a compile again")
+			}
+		}
+	}
+}
+
 // takeCompileLease waits until this server holds env's compile lease.
 func (s *Server) takeCompileLease(ctx context.Context, env string) (release func(), err error) {
 	for {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
@@ -224,4 +225,33 @@ func TestCompileOnAcceptance(t *testing.T) {
 	if len(v.Resources) != 1 || v.Resources[0].ID.Agent != "web-7" {
 		t.Fatalf("released resources %+v, want one for web-7", v.Resources)
 	}
+}
+
+// A compile left running by a replica that died (nobody holds its lease)
+// is marked failed by the environment's leader and compiled again with
+// its triggers: what asked for it is not lost with the replica.
+func TestAbandonedCompileResumed(t *testing.T) {
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	m.set("test", "r1", map[string]string{"main.hcl": goodModel})
+	r := startRig(t, server.Config{Sources: m, LeadEvery: 20 * time.Millisecond}, map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
+	r.waitCompiles()
+	dead, err := r.store.StartCompile(r.ctx, record.Compile{Env: "test", Triggers: record.Triggers{}.Add(record.Trigger{Kind: record.TriggerWebhook, By: "acme/fleet abc"}).Add(record.Trigger{Kind: record.TriggerFacts, Count: 7})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.finished()
+	if c.ID == dead.ID || c.Outcome != record.CompileReleased || c.Triggers.String() != "webhook (acme/fleet abc), facts ×7" {
+		t.Fatalf("compile after the abandoned one: %+v, want a new one with its triggers", c)
+	}
+	got, err := r.store.GetCompile(r.ctx, "test", dead.ID)
+	if err != nil || got.Outcome != record.CompileFailed || !strings.Contains(firstMessage(got), "stopped before it ended") {
+		t.Fatalf("abandoned compile now %+v (%v), want failed, saying why", got, err)
+	}
+}
+
+func firstMessage(c record.Compile) string {
+	if len(c.Diagnostics) == 0 {
+		return ""
+	}
+	return c.Diagnostics[0].Message
 }

@@ -125,6 +125,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 			return
 		case <-wake.C:
 		}
+		s.resumeAbandoned(ctx, env)
 		e, err := s.store.GetEnv(ctx, env)
 		if err == nil {
 			now := time.Now()
