@@ -224,7 +224,7 @@ func (c *cluster) startServer() {
 	c.starts++
 	c.srv = startProc(c.t, fmt.Sprintf("server-%d", c.starts), environ(), tetherBin, "server",
 		"--listen", c.listen, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns,
-		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json")
+		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--allow-file-sources")
 	waitFor(c.t, 60*time.Second, "the server to be ready", func() bool {
 		if c.srv.exited() {
 			c.t.Fatalf("the server exited: %s", c.srv.output())
@@ -279,6 +279,7 @@ type agentOpts struct {
 	amqpURL        string   // default: the cluster's
 	wrap           []string // run under this command (ip netns exec NS)
 	labels         []string
+	factsDir       string // custom facts (default: none)
 }
 
 // startAgent starts `tether agent run` for name.
@@ -300,6 +301,10 @@ func (c *cluster) startAgent(name string, o agentOpts) *proc {
 	for _, l := range o.labels {
 		argv = append(argv, "--label", l)
 	}
+	if o.factsDir == "" {
+		o.factsDir = filepath.Join(c.t.TempDir(), "no-facts")
+	}
+	argv = append(argv, "--facts-dir", o.factsDir)
 	// Note the inbox, so that the cleanup deletes it.
 	if err := c.bus.DeclareInbox(context.Background(), env, name); err != nil {
 		c.t.Fatal(err)

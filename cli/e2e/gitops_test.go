@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/testenv"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// gitRepo is a repository the test commits to (with go-git), reached as
+// file:// or, through git's own http-backend, over HTTP.
+type gitRepo struct {
+	t   *testing.T
+	dir string
+	r   *git.Repository
+}
+
+func newGitRepo(t *testing.T) *gitRepo {
+	t.Helper()
+	dir := t.TempDir()
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gitRepo{t: t, dir: dir, r: r}
+}
+
+func (g *gitRepo) fileURL() string { return "file://" + g.dir }
+
+// commit writes main.hcl and commits it; it returns the commit id.
+func (g *gitRepo) commit(model string) string {
+	g.t.Helper()
+	if err := os.WriteFile(filepath.Join(g.dir, "main.hcl"), []byte(model), 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+	wt, err := g.r.Worktree()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if _, err := wt.Add("main.hcl"); err != nil {
+		g.t.Fatal(err)
+	}
+	h, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "ops", Email: "ops@example.com", When: time.Now()}})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return h.String()
+}
+
+// serveHTTP serves the repository over HTTP with git http-backend (git's
+// own smart HTTP server, run as CGI) and returns its clone URL.
+func (g *gitRepo) serveHTTP() string {
+	g.t.Helper()
+	gitBin, err := exec.LookPath("git")
+	testenv.Need(g.t, err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
+	h := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
+		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.dir), "GIT_HTTP_EXPORT_ALL=1"}}
+	ts := httptest.NewServer(h)
+	g.t.Cleanup(ts.Close)
+	return ts.URL + "/" + filepath.Base(g.dir)
+}
+
+// fleetModel is the model of the test's fleet, its page saying page: every
+// role=web agent serves it; the load balancer lists the web agents with
+// the port each reports as a custom fact (app.port), and waits for it.
+func fleetModel(page string) string {
+	return fmt.Sprintf(`hostgroup "web" {
+  match = host.labels.role == "web"
+  directory "/srv" {}
+  file "/srv/index.html" {
+    content  = "%s ${host.name}\n"
+    requires = [directory["/srv"]]
+  }
+}
+
+hostgroup "lb" {
+  match = host.labels.role == "lb"
+  directory "/srv" {}
+  file "/srv/backends" {
+    content  = join("", [for h in hostgroup.web.hosts : "${h.name}:${h.facts.app.port}\n"])
+    requires = [directory["/srv"]]
+  }
+}
+`, page)
+}
+
+// brokenModel does not compile: an unknown reference on line 4.
+const brokenModel = `hostgroup "web" {
+  match = host.labels.role == "web"
+  file "/srv/index.html" {
+    content = nope.nothing
+  }
+}
+`
+
+func fileHolds(path, want string) func() bool {
+	return func() bool {
+		b, err := os.ReadFile(path)
+		return err == nil && string(b) == want
+	}
+}
+
+// compiles are the environment's compile reports, newest first.
+func (c *cluster) compiles() []record.Compile {
+	c.t.Helper()
+	var cs []record.Compile
+	c.cliJSON(&cs, "compiles", "list", "--limit", "100")
+	return cs
+}
+
+// compiled waits for a compile of revision rev that ended, and returns it.
+func (c *cluster) compiled(rev string, within time.Duration) record.Compile {
+	c.t.Helper()
+	var got record.Compile
+	waitFor(c.t, within, "a compile of "+rev, func() bool {
+		for _, x := range c.compiles() {
+			if x.Revision == rev && x.Outcome != record.CompileRunning {
+				got = x
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// push sends a GitHub push webhook for ref at after, signed with secret,
+// and returns the HTTP status.
+func (c *cluster) push(secret, ref, after string) int {
+	c.t.Helper()
+	body := fmt.Appendf(nil, `{"ref": %q, "after": %q, "repository": {"full_name": "acme/fleet", "default_branch": "master"}}`, ref, after)
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	req, err := http.NewRequest("POST", "http://"+c.listen+"/api/v1/envs/"+env+"/compile/hook", bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-GitHub-Delivery", randHex(16))
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (c *cluster) compileAlerts() []record.Alert {
+	c.t.Helper()
+	var al []record.Alert
+	c.cliJSON(&al, "alert", "list")
+	var out []record.Alert
+	for _, a := range al {
+		if a.Kind == record.AlertCompileFailed {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// TestFromGitToFleet is the autonomous server end to end, with real
+// processes: a model in git, agents that enroll with a token and are
+// configured by their labels with no operator command, a fact that arrives
+// and defines what waited for it, a push webhook (and a forged one), a
+// broken commit that keeps the last good version deployed, and the same
+// repository over HTTP.
+func TestFromGitToFleet(t *testing.T) {
+	c := newCluster(t)
+	repo := newGitRepo(t)
+	rev1 := repo.commit(fleetModel("v1 served by"))
+	var src record.SourceView
+	c.cliJSON(&src, "env", "source", "set", repo.fileURL(), "--ref", "master")
+	if src.WebhookSecret == "" || src.HasToken {
+		t.Fatalf("source set answered %+v", src)
+	}
+	if first := c.compiled(rev1, 60*time.Second); first.Outcome != record.CompileReleased {
+		t.Fatalf("first compile: %+v", first)
+	}
+
+	// Agents start; from here on no operator command until the facts.
+	webRoot, lbRoot, facts := t.TempDir(), t.TempDir(), t.TempDir()
+	c.startAgent("lb-1", agentOpts{stateDir: t.TempDir(), root: lbRoot, labels: []string{"role=lb"}})
+	c.startAgent("web-1", agentOpts{stateDir: t.TempDir(), root: webRoot, labels: []string{"role=web"}, factsDir: facts})
+	index := filepath.Join(webRoot, "srv", "index.html")
+	backends := filepath.Join(lbRoot, "srv", "backends")
+	waitFor(t, 90*time.Second, "web-1 to be configured by its label", fileHolds(index, "v1 served by web-1\n"))
+	// The balancer's list waits for web-1's app.port.
+	var waiting record.Compile
+	waitFor(t, 30*time.Second, "a compile that knows both agents", func() bool {
+		waiting = c.compiles()[0]
+		return waiting.ResourcesPerAgent["web-1"] > 0 && waiting.ResourcesPerAgent["lb-1"] > 0
+	})
+	if len(waiting.Undefined) == 0 || !strings.Contains(fmt.Sprint(waiting.Undefined), "app") {
+		t.Fatalf("compile %+v: want the balancer's backends waiting for app.port", waiting)
+	}
+	if _, err := os.Stat(backends); err == nil {
+		t.Fatal("the backend list was written before its facts were known")
+	}
+
+	// The awaited fact arrives: defined and deployed by the recompile.
+	if err := os.WriteFile(filepath.Join(facts, "app.json"), []byte(`{"app": {"port": 8080}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Asked again while waiting: a refresh within a second of the
+	// agent's last gathering gets that gathering.
+	asked := time.Time{}
+	waitFor(t, 60*time.Second, "the balancer to list web-1 once its port is known", func() bool {
+		if time.Since(asked) > 2*time.Second {
+			c.cli("agent", "facts-refresh", "web-1")
+			asked = time.Now()
+		}
+		return fileHolds(backends, "web-1:8080\n")()
+	})
+
+	// A push, announced by a webhook. A forged one first: refused.
+	rev2 := repo.commit(fleetModel("v2 served by"))
+	before := len(c.compiles())
+	if status := c.push("whsec_forged-secret-value", "refs/heads/master", rev2); status != http.StatusUnauthorized {
+		t.Fatalf("forged webhook: HTTP %d, want 401", status)
+	}
+	if n := len(c.compiles()); n != before {
+		t.Fatalf("the forged webhook started a compile (%d → %d)", before, n)
+	}
+	if status := c.push(src.WebhookSecret, "refs/heads/master", rev2); status != http.StatusAccepted {
+		t.Fatalf("signed webhook: HTTP %d, want 202", status)
+	}
+	pushed := c.compiled(rev2, 60*time.Second)
+	if pushed.Outcome != record.CompileReleased || pushed.Triggers.String() != "webhook (acme/fleet "+rev2[:12]+")" {
+		t.Fatalf("compile of the push: %+v (triggers %s)", pushed, pushed.Triggers)
+	}
+	waitFor(t, 60*time.Second, "the pushed page to be deployed", fileHolds(index, "v2 served by web-1\n"))
+
+	// A broken commit: failed with file:line, nothing released, one alert
+	// for the streak of two.
+	rev3 := repo.commit(brokenModel)
+	c.push(src.WebhookSecret, "refs/heads/master", rev3)
+	broken := c.compiled(rev3, 60*time.Second)
+	if broken.Outcome != record.CompileFailed || len(broken.Diagnostics) == 0 || broken.Diagnostics[0].File != "main.hcl" || broken.Diagnostics[0].Line != 4 {
+		t.Fatalf("broken commit: %+v, want failed at main.hcl:4", broken)
+	}
+	rev4 := repo.commit(brokenModel + "\n# still broken\n")
+	c.push(src.WebhookSecret, "refs/heads/master", rev4)
+	c.compiled(rev4, 60*time.Second)
+	var versions []model.Version
+	c.cliJSON(&versions, "version", "list")
+	if len(versions) == 0 || versions[0].Number != pushed.Version || versions[0].State != model.VersionReleased {
+		t.Fatalf("versions after broken commits %+v: want none new, %d (the last good) released", versions, pushed.Version)
+	}
+	if b, _ := os.ReadFile(index); string(b) != "v2 served by web-1\n" {
+		t.Fatalf("the page after broken commits: %q", b)
+	}
+	if al := c.compileAlerts(); len(al) != 1 || al[0].Compliance != model.NonCompliant || !strings.Contains(al[0].Message, "main.hcl:4") {
+		t.Fatalf("compile alerts %+v, want one, naming main.hcl:4", al)
+	}
+	code, out, errb := c.run("compiles", "show", broken.ID[:8])
+	if code != 0 || !strings.Contains(out, "main.hcl:4:") || !strings.Contains(out, "the released version stays deployed") {
+		t.Fatalf("compiles show: exit %d: %s%s", code, out, errb)
+	}
+
+	// The same repository over HTTP, fixed: the new URL compiles at once;
+	// the streak of failures ends.
+	httpURL := repo.serveHTTP()
+	rev5 := repo.commit(fleetModel("v3 served by"))
+	c.cli("env", "source", "set", httpURL, "--ref", "master")
+	if fixed := c.compiled(rev5, 60*time.Second); fixed.Outcome != record.CompileReleased {
+		t.Fatalf("compile over HTTP: %+v", fixed)
+	}
+	waitFor(t, 60*time.Second, "the page fetched over HTTP to be deployed", fileHolds(index, "v3 served by web-1\n"))
+	if al := c.compileAlerts(); len(al) != 2 || al[0].Compliance != model.Compliant {
+		t.Fatalf("compile alerts %+v, want the failure resolved", al)
+	}
+
+	// An unreachable repository: the compile fails and says so; the API
+	// answers throughout; the fleet keeps the last good version.
+	c.cli("env", "source", "set", "http://127.0.0.1:1/fleet.git")
+	code, out, errb = c.run("env", "compile", "--wait")
+	if code != 1 || !strings.Contains(out, "failed") || !strings.Contains(out, "unreachable") {
+		t.Fatalf("compile of an unreachable repository: exit %d: %s%s", code, out, errb)
+	}
+	c.cli("env", "show")
+}
