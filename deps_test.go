@@ -31,7 +31,8 @@ var rules = map[string]rule{
 	"model/graph":                  {internal: []string{"model"}},
 	"model/durable":                {},
 	"model/testenv":                {}, // test helpers: skip or fail for a missing service
-	"model/lang":                   {internal: []string{"model", "model/graph", "model/durable"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
+	"model/gitfetch":               {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
+	"model/lang":                   {internal: []string{"model", "model/graph", "model/durable", "model/gitfetch"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
 	"schema":                       {},
 	"bus":                          {internal: []string{"model"}},
 	"bus/bustest":                  {internal: []string{"bus", "model"}},
@@ -55,7 +56,7 @@ var rules = map[string]rule{
 	"server/clientlimit":           {external: []string{"golang.org/x/time"}},
 	"server/compilequeue":          {internal: []string{"server/record"}},
 	"server/webhook":               {},
-	"server/source":                {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
+	"server/source":                {internal: []string{"model/gitfetch"}},
 	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
@@ -82,8 +83,8 @@ var exclusive = map[string][]string{
 	"github.com/zclconf/go-cty":           {"model/lang"},
 	"github.com/zclconf/go-cty-yaml":      {"model/lang"},
 	"modernc.org/sqlite":                  {"server/store/sqlite"},
-	"github.com/go-git/go-git/v5":         {"server/source"},
-	"github.com/go-git/go-billy/v5":       {"server/source"},
+	"github.com/go-git/go-git/v5":         {"model/gitfetch"},
+	"github.com/go-git/go-billy/v5":       {"model/gitfetch"},
 }
 
 // importers lists module packages that only the packages named may import

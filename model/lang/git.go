@@ -2,27 +2,25 @@ package lang
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/model/durable"
+	"github.com/tetherhq/tether/model/gitfetch"
 )
 
 // ModuleCacheDir is where git modules are cached, relative to the project.
 const ModuleCacheDir = ".tether/modules"
 
-// gitTimeout bounds one git command (a clone of a large repository).
-const gitTimeout = 5 * time.Minute
-
-var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+// fetchTimeout bounds the fetch of one module, within the compile's own
+// deadline (which a caller may set far longer).
+const fetchTimeout = 5 * time.Minute
 
 // moduleLock records which commit each (url, ref) resolved to, so that a
 // compile is repeatable and works offline once a module is cached.
@@ -33,10 +31,15 @@ type moduleLock struct {
 // fetchGit returns the directory holding url at ref, and the commit. A
 // commit is cached in ModuleCacheDir/<hash of url>/<commit> once; a tag or
 // branch is resolved once and recorded in ModuleCacheDir/lock.json, then
-// reused until Options.UpdateModules.
+// reused until Options.UpdateModules. Repositories are fetched in-process
+// (gitfetch: no git binary), each within the module limits and the
+// compile's deadline, and written through the project's root.
 func (c *compiler) fetchGit(url, ref string) (string, string, error) {
-	if strings.HasPrefix(ref, "-") || strings.ContainsAny(ref, " \t\n") || strings.HasPrefix(url, "-") {
-		return "", "", fmt.Errorf("invalid url or ref")
+	if _, err := gitfetch.CheckURL(url); err != nil {
+		return "", "", err
+	}
+	if err := gitfetch.CheckRef(ref); err != nil {
+		return "", "", err
 	}
 	// The cache is written through the project's root, so a .tether
 	// committed as a link out of the project does not lead the writes out.
@@ -54,55 +57,99 @@ func (c *compiler) fetchGit(url, ref string) (string, string, error) {
 			lock.Refs = map[string]string{}
 		}
 	}
+	cached := func(commit string) (string, string, bool) {
+		if !gitfetch.IsCommitID(commit) {
+			return "", "", false // a lock.json edited by hand
+		}
+		st, err := root.Stat(filepath.Join(repoRel, commit))
+		return filepath.Join(c.root, repoRel, commit), commit, err == nil && st.IsDir()
+	}
+	record := func(commit string) {
+		lock.Refs[url+"@"+ref] = commit
+		if b, err := json.MarshalIndent(lock, "", "  "); err == nil {
+			// Unsynced: a lock file lost in a crash costs one resolution.
+			_ = durable.WriteFile(lockRel, b, 0o644, durable.In(root), durable.NoSync())
+		}
+	}
+
 	commit := ""
-	if commitRE.MatchString(ref) {
+	if gitfetch.IsCommitID(ref) {
 		commit = ref
 	} else if !c.opts.UpdateModules {
 		commit = lock.Refs[url+"@"+ref]
 	}
-	if commit != "" {
-		if st, err := root.Stat(filepath.Join(repoRel, commit)); err == nil && st.IsDir() {
-			return filepath.Join(c.root, repoRel, commit), commit, nil
+	if dir, commit, ok := cached(commit); ok {
+		return dir, commit, nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, fetchTimeout)
+	defer cancel()
+	if commit == "" {
+		// Listing the remote's refs is cheap, and the commit may be cached
+		// already: --update-modules with nothing new, or another ref of it.
+		resolved, err := gitfetch.Resolve(ctx, url, ref, gitfetch.Auth{})
+		if err != nil {
+			return "", "", err
+		}
+		if dir, commit, ok := cached(resolved); ok {
+			record(commit)
+			return dir, commit, nil
 		}
 	}
-	repoDir := filepath.Join(c.root, repoRel)
-	tmp, err := os.MkdirTemp(repoDir, ".fetch-*")
+
+	tmpRel := filepath.Join(repoRel, ".fetch-"+rand.Text())
+	if err := root.Mkdir(tmpRel, 0o755); err != nil {
+		return "", "", c.cacheError(err)
+	}
+	defer root.RemoveAll(tmpRel)
+	dst, err := root.OpenRoot(tmpRel)
 	if err != nil {
-		return "", "", err
+		return "", "", c.cacheError(err)
 	}
-	defer os.RemoveAll(tmp)
-	tmpRel := filepath.Join(repoRel, filepath.Base(tmp))
-	ctx, cancel := context.WithTimeout(c.ctx, gitTimeout)
-	defer cancel()
-	if err := git(ctx, "", "clone", "--quiet", "--no-checkout", "--", url, tmp); err != nil {
-		return "", "", fmt.Errorf("git clone %s: %w", url, err)
+	// A commit recorded in the lock is fetched as it is, even if the ref
+	// has moved since: the compile stays repeatable with the cache gone.
+	want := ref
+	if commit != "" {
+		want = commit
 	}
-	if err := git(ctx, tmp, "-c", "advice.detachedHead=false", "checkout", "--quiet", ref, "--"); err != nil {
-		return "", "", fmt.Errorf("ref %q of %s: %w", ref, url, err)
-	}
-	out, err := exec.CommandContext(ctx, "git", "-C", tmp, "rev-parse", "HEAD").Output()
+	commit, err = gitfetch.Fetch(ctx, url, want, gitfetch.Auth{}, gitfetch.Checkout{
+		Root:   dst,
+		Limits: gitfetch.Limits{MaxBytes: c.limits.moduleSize, MaxFiles: c.limits.moduleFiles},
+	})
+	dst.Close()
 	if err != nil {
-		return "", "", fmt.Errorf("git rev-parse: %w", err)
-	}
-	commit = strings.TrimSpace(string(out))
-	if !commitRE.MatchString(commit) {
-		return "", "", fmt.Errorf("git rev-parse: %q is not a commit", commit)
-	}
-	if err := root.RemoveAll(filepath.Join(tmpRel, ".git")); err != nil {
 		return "", "", err
 	}
 	destRel := filepath.Join(repoRel, commit)
-	if _, err := root.Stat(destRel); err != nil {
-		if err := root.Rename(tmpRel, destRel); err != nil {
-			return "", "", err
+	if err := root.Rename(tmpRel, destRel); err != nil {
+		// Another compile may have cached the same commit meanwhile.
+		if st, serr := root.Stat(destRel); serr != nil || !st.IsDir() {
+			return "", "", c.cacheError(err)
 		}
 	}
-	lock.Refs[url+"@"+ref] = commit
-	if b, err := json.MarshalIndent(lock, "", "  "); err == nil {
-		// Unsynced: a lock file lost in a crash costs one resolution.
-		_ = durable.WriteFile(lockRel, b, 0o644, durable.In(root), durable.NoSync())
-	}
+	record(commit)
 	return filepath.Join(c.root, destRel), commit, nil
+}
+
+// fetchAdvice says what to do about a module that could not be fetched.
+func (c *compiler) fetchAdvice(err error) string {
+	switch {
+	case errors.Is(err, gitfetch.ErrInvalid):
+		return `write the source as git::https://host/repo.git (or git::ssh://host/repo.git, git::git@host:repo.git, git::file:///path/to/repo) and the ref as a branch, a tag or a commit id`
+	case errors.Is(err, gitfetch.ErrUnreachable):
+		return "check the URL and that this machine can reach the repository; a module fetched before is used offline from " + ModuleCacheDir + " while its ref is recorded there"
+	case errors.Is(err, gitfetch.ErrAuth):
+		return "modules are fetched without credentials over https; fetch a private repository over ssh (git::ssh://… or git::git@host:repo), through the SSH agent, with the server's key in ~/.ssh/known_hosts"
+	case errors.Is(err, gitfetch.ErrRefNotFound):
+		return "check the module's ref: a branch or a tag of the repository, or a full commit id it holds (a commit recorded in " + ModuleCacheDir + "/lock.json that the repository no longer has is resolved again with --update-modules)"
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("the fetch of one module may take %s; try again, or vendor the module into the project", fetchTimeout)
+	case errors.Is(err, gitfetch.ErrLimit):
+		return fmt.Sprintf("a module's checkout may hold %s in %d files (Options.MaxModuleSize, Options.MaxModuleFiles): make the module's repository smaller",
+			bytesText(c.limits.moduleSize), c.limits.moduleFiles)
+	case errors.Is(err, gitfetch.ErrUnsafe):
+		return "a module's checkout may hold no name or symbolic link leading outside it; fix the module's repository"
+	}
+	return ""
 }
 
 // cacheError explains a module cache that cannot be created.
@@ -111,21 +158,4 @@ func (c *compiler) cacheError(err error) error {
 		return fmt.Errorf("the module cache %s leads outside the model directory (a symbolic link); remove it", ModuleCacheDir)
 	}
 	return fmt.Errorf("module cache %s: %w", ModuleCacheDir, unwrapPathError(err))
-}
-
-func git(ctx context.Context, dir string, args ...string) error {
-	if dir != "" {
-		args = append([]string{"-C", dir}, args...)
-	}
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if msg == "" {
-			return err
-		}
-		return fmt.Errorf("%w: %s", err, msg)
-	}
-	return nil
 }

@@ -80,6 +80,12 @@ type Options struct {
 	// MaxNesting bounds how deep expressions, templates and decoded
 	// documents nest (DefaultMaxNesting).
 	MaxNesting int
+	// MaxModuleSize bounds the files of each git module's checkout,
+	// together (DefaultMaxModuleSize); MaxModuleFiles their number
+	// (DefaultMaxModuleFiles). A repository over either is refused before
+	// anything is written.
+	MaxModuleSize  int64
+	MaxModuleFiles int
 }
 
 // DefaultMaxResources is the default bound of Options.MaxResources: a

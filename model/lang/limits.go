@@ -37,6 +37,13 @@ const (
 	// DefaultMaxNesting bounds how deep expressions, templates and the
 	// documents of jsondecode and yamldecode nest (Options.MaxNesting).
 	DefaultMaxNesting = 256
+	// DefaultMaxModuleSize bounds the files of each git module's checkout,
+	// together (Options.MaxModuleSize): the whole repository at the ref,
+	// not only what the compile reads.
+	DefaultMaxModuleSize = 64 << 20
+	// DefaultMaxModuleFiles bounds the files and links of each git
+	// module's checkout (Options.MaxModuleFiles).
+	DefaultMaxModuleFiles = 10_000
 )
 
 // Limits of a compile that are not options: each gives a diagnostic.
@@ -70,12 +77,16 @@ type limits struct {
 	resultSize int64
 	nesting    int
 	resources  int
+
+	moduleSize  int64
+	moduleFiles int
 }
 
 func newLimits(o Options) limits {
 	l := limits{
 		timeout: o.Timeout, fileSize: o.MaxFileSize, totalSize: o.MaxTotalSize, tokens: o.MaxTokens,
 		valueSize: o.MaxValueSize, resultSize: o.MaxResultSize, nesting: o.MaxNesting, resources: o.MaxResources,
+		moduleSize: o.MaxModuleSize, moduleFiles: o.MaxModuleFiles,
 	}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
@@ -100,6 +111,12 @@ func newLimits(o Options) limits {
 	}
 	if l.resources <= 0 {
 		l.resources = DefaultMaxResources
+	}
+	if l.moduleSize <= 0 {
+		l.moduleSize = DefaultMaxModuleSize
+	}
+	if l.moduleFiles <= 0 {
+		l.moduleFiles = DefaultMaxModuleFiles
 	}
 	return l
 }

@@ -1029,7 +1029,11 @@ func (c *compiler) moduleDir(u *unit, name, source, ref string, a *hcl.Attribute
 				}
 				return "", nil, mod, c.ctx.Err()
 			}
-			c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Cannot fetch module", "%v", err))
+			detail := err.Error()
+			if advice := c.fetchAdvice(err); advice != "" {
+				detail += "; " + advice
+			}
+			c.diags = append(c.diags, errorf(a.Expr.Range().Ptr(), "Cannot fetch module", "%s", detail))
 			return "", nil, mod, nil
 		}
 		t, err := openTree(dir)

@@ -7,6 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -25,37 +30,93 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-func runGit(t *testing.T, dir string, args ...string) string {
+// gitRepo is a git repository made by a test with go-git, so that module
+// tests need no git binary; a module reads it as git::file://DIR.
+type gitRepo struct {
+	t   *testing.T
+	dir string
+	r   *git.Repository
+}
+
+func newGitRepo(t *testing.T) *gitRepo {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example")
-	out, err := cmd.CombinedOutput()
+	dir := t.TempDir()
+	r, err := git.PlainInitWithOptions(dir, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.NewBranchReferenceName("main")}})
 	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return &gitRepo{t: t, dir: dir, r: r}
+}
+
+func (g *gitRepo) source() string { return "git::file://" + g.dir }
+
+// commit writes files (a content starting with "->" is a symbolic link to
+// the rest) and commits them, returning the commit id.
+func (g *gitRepo) commit(files map[string]string) string {
+	g.t.Helper()
+	wt, err := g.r.Worktree()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for name, content := range files {
+		p := filepath.Join(g.dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			g.t.Fatal(err)
+		}
+		_ = os.Remove(p)
+		if target, ok := strings.CutPrefix(content, "->"); ok {
+			err = os.Symlink(target, p)
+		} else {
+			err = os.WriteFile(p, []byte(content), 0o644)
+		}
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		if _, err := wt.Add(name); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	h, err := wt.Commit("test", &git.CommitOptions{Author: &object.Signature{Name: "t", Email: "t@example.com", When: time.Unix(1700000000, 0)}})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return h.String()
+}
+
+// tag points the tag name at commit, moving it if it exists.
+func (g *gitRepo) tag(name, commit string) {
+	g.t.Helper()
+	ref := plumbing.NewHashReference(plumbing.NewTagReferenceName(name), plumbing.NewHash(commit))
+	if err := g.r.Storer.SetReference(ref); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// noGit empties PATH for the rest of the test: modules are fetched
+// in-process, and a compile must not need a git binary.
+func noGit(t *testing.T) {
+	t.Helper()
+	t.Setenv("PATH", "")
+	if p, err := exec.LookPath("git"); err == nil {
+		t.Fatalf("git is still found at %s with PATH emptied", p)
+	}
 }
 
 // A git module is fetched at its ref into the module cache, the commit is
 // recorded in the result, later compiles use the cache (even with the
-// repository gone), and --update-modules follows a moved tag.
+// repository gone), and --update-modules follows a moved tag. All of it
+// without a git binary.
 func TestGitModule(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed: git modules cannot be tested")
-	}
-	repo := t.TempDir()
-	runGit(t, repo, "init", "--quiet", "-b", "main")
-	writeTree(t, repo, map[string]string{
+	repo := newGitRepo(t)
+	first := repo.commit(map[string]string{
 		"main.hcl":  "application \"motd\" {\n  file \"/etc/motd\" { content = templatefile(\"motd.tmpl\", {}) }\n}\n",
 		"motd.tmpl": "version one\n",
 	})
-	runGit(t, repo, "add", ".")
-	runGit(t, repo, "commit", "--quiet", "-m", "one")
-	runGit(t, repo, "tag", "v1")
-	first := runGit(t, repo, "rev-parse", "HEAD")
+	repo.tag("v1", first)
+	noGit(t)
 
 	project := t.TempDir()
-	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"git::file://" + repo + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
+	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + repo.source() + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
 	compile := func(opts Options) *Result {
 		t.Helper()
 		res, err := Compile(t.Context(), project, opts)
@@ -74,33 +135,111 @@ func TestGitModule(t *testing.T) {
 	if !strings.HasPrefix(res.Modules[0].Dir, ModuleCacheDir+string(filepath.Separator)) {
 		t.Fatalf("module dir %s is not in the cache", res.Modules[0].Dir)
 	}
+	if _, err := os.Stat(filepath.Join(project, res.Modules[0].Dir, ".git")); !os.IsNotExist(err) {
+		t.Errorf(".git in the module's checkout: %v", err)
+	}
+	lock, err := os.ReadFile(filepath.Join(project, ModuleCacheDir, "lock.json"))
+	if err != nil || !strings.Contains(string(lock), "file://"+repo.dir+"@v1") || !strings.Contains(string(lock), first) {
+		t.Fatalf("lock.json %s (%v), want v1 at %s", lock, err, first)
+	}
 
 	// Move the tag: the cache keeps the compile repeatable until asked.
-	writeTree(t, repo, map[string]string{"motd.tmpl": "version two\n"})
-	runGit(t, repo, "commit", "--quiet", "-am", "two")
-	runGit(t, repo, "tag", "-f", "v1")
+	second := repo.commit(map[string]string{"motd.tmpl": "version two\n"})
+	repo.tag("v1", second)
 	if got := compile(Options{}).Resources[0].Attributes["content"]; got != "version one\n" {
 		t.Fatalf("a cached ref moved without --update-modules: %q", got)
 	}
+	// With the checkout gone from the cache, the commit of the lock is
+	// fetched again, not the tag's new one.
+	if err := os.RemoveAll(filepath.Join(project, res.Modules[0].Dir)); err != nil {
+		t.Fatal(err)
+	}
+	if res := compile(Options{}); res.Modules[0].Commit != first || res.Resources[0].Attributes["content"] != "version one\n" {
+		t.Fatalf("with the cache emptied, the module is at %s, want the locked %s", res.Modules[0].Commit, first)
+	}
 	res = compile(Options{UpdateModules: true})
-	if got := res.Resources[0].Attributes["content"]; got != "version two\n" || res.Modules[0].Commit == first {
-		t.Fatalf("--update-modules did not follow the tag: %q at %s", got, res.Modules[0].Commit)
+	if got := res.Resources[0].Attributes["content"]; got != "version two\n" || res.Modules[0].Commit != second {
+		t.Fatalf("--update-modules did not follow the tag: %q at %s, want %s", got, res.Modules[0].Commit, second)
+	}
+	// A commit id is a ref too, and the cache already holds this one.
+	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + repo.source() + "\"\n  ref = \"" + first + "\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
+	if got := compile(Options{}).Resources[0].Attributes["content"]; got != "version one\n" {
+		t.Fatalf("module at commit %s: %q", first, got)
+	}
+	if left := cacheCheckouts(t, project); len(left) != 2 {
+		t.Errorf("the cache holds %v, want the 2 commits' checkouts (no temporary one left)", left)
 	}
 
 	// Offline: the repository is gone, the cache answers.
-	if err := os.RemoveAll(repo); err != nil {
+	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + repo.source() + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
+	if err := os.RemoveAll(repo.dir); err != nil {
 		t.Fatal(err)
 	}
 	if got := compile(Options{}).Resources[0].Attributes["content"]; got != "version two\n" {
 		t.Fatalf("offline compile from the cache: %q", got)
 	}
-	// A ref that does not exist is a diagnostic at the source.
-	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"git::file://" + repo + "\"\n  ref = \"v9\"\n}\n"})
-	_, err := Compile(t.Context(), project, Options{})
-	var le *Error
-	if !errors.As(err, &le) || !strings.Contains(err.Error(), "Cannot fetch module") || le.Diagnostics[0].Start.Line != 2 {
-		t.Fatalf("got %v, want a fetch diagnostic on line 2", err)
+}
+
+// A module that cannot be fetched is a diagnostic at its source that says
+// what went wrong and what to do.
+func TestGitModuleFetchErrors(t *testing.T) {
+	repo := newGitRepo(t)
+	repo.commit(map[string]string{"main.hcl": "application \"a\" {}\n", "b.txt": "b"})
+	noGit(t)
+	tests := []struct {
+		name, source, ref string
+		opts              Options
+		want              []string
+	}{
+		{"unknown ref", repo.source(), "v9", Options{}, []string{`no branch, tag or commit "v9"`, "check the module's ref"}},
+		{"short commit id", repo.source(), "abcdef1", Options{}, []string{"40 hex digits"}},
+		{"missing repository", "git::file://" + filepath.Join(t.TempDir(), "gone"), "main", Options{}, []string{"repository unreachable", "check the URL"}},
+		{"scheme", "git::ftp://example.com/m.git", "main", Options{}, []string{`scheme "ftp" is not https, http, ssh or file`, "git::https://host/repo.git"}},
+		{"path without a scheme", "git::" + repo.dir, "main", Options{}, []string{"file:///path/to/repo"}},
+		{"option as ref", repo.source(), "--upload-pack=touch", Options{}, []string{"is not a branch, tag or commit id"}},
+		{"over the file limit", repo.source(), "main", Options{MaxModuleFiles: 1}, []string{"more than 1 files", "Options.MaxModuleFiles"}},
+		{"over the size limit", repo.source(), "main", Options{MaxModuleSize: 10}, []string{"more than 10 bytes", "Options.MaxModuleSize"}},
 	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			project := t.TempDir()
+			writeTree(t, project, map[string]string{"main.hcl": "module \"m\" {\n  source = \"" + tt.source + "\"\n  ref = \"" + tt.ref + "\"\n}\n"})
+			_, err := Compile(t.Context(), project, tt.opts)
+			var le *Error
+			if !errors.As(err, &le) || len(le.Diagnostics) != 1 || le.Diagnostics[0].Summary != "Cannot fetch module" || le.Diagnostics[0].Start.Line != 2 {
+				t.Fatalf("got %v, want one fetch diagnostic on line 2", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("diagnostic %q does not say %q", err, want)
+				}
+			}
+			if left := cacheCheckouts(t, project); len(left) > 0 {
+				t.Errorf("the cache holds %v after a failed fetch, want nothing", left)
+			}
+		})
+	}
+}
+
+// cacheCheckouts lists what the module cache holds below its repositories'
+// directories: checkouts, and temporary ones left behind.
+func cacheCheckouts(t *testing.T, project string) []string {
+	t.Helper()
+	repos, _ := os.ReadDir(filepath.Join(project, ModuleCacheDir))
+	var out []string
+	for _, r := range repos {
+		if !r.IsDir() {
+			continue // lock.json
+		}
+		entries, err := os.ReadDir(filepath.Join(project, ModuleCacheDir, r.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			out = append(out, r.Name()+"/"+e.Name())
+		}
+	}
+	return out
 }
 
 // A module cannot read files outside the project, even through its

@@ -6,50 +6,42 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"strings"
+
+	"github.com/tetherhq/tether/model/gitfetch"
 )
 
-// The classes of fetch errors, for callers to report (errors.Is).
+// The classes of fetch errors, for callers to report (errors.Is). They are
+// gitfetch's, which writes both kinds of source.
 var (
 	// ErrUnreachable: the repository could not be reached or does not exist.
-	ErrUnreachable = errors.New("repository unreachable")
+	ErrUnreachable = gitfetch.ErrUnreachable
 	// ErrAuth: the server refused the credentials, or asked for some.
-	ErrAuth = errors.New("authentication refused")
+	ErrAuth = gitfetch.ErrAuth
 	// ErrRefNotFound: no branch, tag or commit by that name, or no such
 	// sub-directory at it.
-	ErrRefNotFound = errors.New("ref not found")
+	ErrRefNotFound = gitfetch.ErrRefNotFound
 	// ErrLimit: the source is over one of the Limits, or past the deadline.
-	ErrLimit = errors.New("over a limit")
+	ErrLimit = gitfetch.ErrLimit
 	// ErrUnsafe: the source holds something that is not written: a path
 	// leading out, a link pointing out, a device, a malformed archive.
-	ErrUnsafe = errors.New("unsafe source")
+	ErrUnsafe = gitfetch.ErrUnsafe
 )
 
 // Revision identifies what was fetched: a commit id (40 hex digits) for git,
 // the SHA-256 of the archive (64 hex digits) for an archive.
 type Revision string
 
-// Limits bound what one fetch writes. The deadline is the context's.
-type Limits struct {
-	MaxBytes int64 // total size of the files written (the checkout, not the download)
-	MaxFiles int   // files, links and (archives) directories written
-}
+// Limits bound what one fetch writes (MaxBytes, MaxFiles). The deadline is
+// the context's.
+type Limits = gitfetch.Limits
 
 // DefaultLimits fits a large model with room to spare.
-func DefaultLimits() Limits { return Limits{MaxBytes: 64 << 20, MaxFiles: 10000} }
-
-// Validate checks the limits.
-func (l Limits) Validate() error {
-	if l.MaxBytes <= 0 || l.MaxFiles <= 0 {
-		return fmt.Errorf("source limits: MaxBytes %d and MaxFiles %d must be positive", l.MaxBytes, l.MaxFiles)
-	}
-	return nil
-}
+func DefaultLimits() Limits { return gitfetch.DefaultLimits() }
 
 // Fetch writes the model's files (the sub-directory's, when there is one)
 // into dst, which must be empty or not exist, and returns their revision.
@@ -89,6 +81,30 @@ func Fetch(ctx context.Context, spec Spec, dst string, limits Limits) (Revision,
 	return rev, nil
 }
 
+// Resolve returns the revision spec names now, without fetching it: for
+// git, the commit its ref names, from a listing of the remote's refs (as
+// git ls-remote does), cheap enough to poll a repository for new commits;
+// for an archive, its digest, as Fetch returns it. The sub-directory is
+// not checked, and a commit id no ref points at is returned unchecked:
+// only Fetch can tell whether the repository has it.
+func Resolve(ctx context.Context, spec Spec) (Revision, error) {
+	if err := spec.Validate(); err != nil {
+		return "", err
+	}
+	if spec.Archive != nil {
+		return Revision(archiveDigest(spec.Archive.Data)), nil
+	}
+	auth, err := spec.Git.auth()
+	if err != nil {
+		return "", err
+	}
+	commit, err := gitfetch.Resolve(ctx, spec.Git.URL, spec.Git.Ref, auth)
+	if err != nil {
+		return "", err
+	}
+	return Revision(commit), nil
+}
+
 // emptyDir empties dir after a failed fetch; what cannot be removed is left for
 // the caller, who removes the directory anyway.
 func emptyDir(dir string) {
@@ -109,7 +125,7 @@ func extract(ctx context.Context, a *ArchiveSpec, root *os.Root, limits Limits) 
 		defer zr.Close()
 		r = bufio.NewReader(zr)
 	}
-	t := newTree(ctx, root, limits, "archive")
+	t := gitfetch.NewTree(ctx, root, limits, "archive")
 	prefix := ""
 	if a.Subdir != "" && path.Clean(a.Subdir) != "." {
 		prefix = path.Clean(a.Subdir) + "/"
@@ -132,7 +148,7 @@ func extract(ctx context.Context, a *ArchiveSpec, root *os.Root, limits Limits) 
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
-		name, err := t.name(h.Name) // checked before the prefix is stripped
+		name, err := t.Name(h.Name) // checked before the prefix is stripped
 		if err != nil {
 			return "", fmt.Errorf("archive: %w", err)
 		}
@@ -149,11 +165,11 @@ func extract(ctx context.Context, a *ArchiveSpec, root *os.Root, limits Limits) 
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			err = t.dir(name)
+			err = t.Dir(name)
 		case tar.TypeReg:
-			err = t.file(name, h.Mode&0o111 != 0, h.Size, tr)
+			err = t.File(name, h.Mode&0o111 != 0, h.Size, tr)
 		case tar.TypeSymlink:
-			err = t.symlink(name, h.Linkname)
+			err = t.Symlink(name, h.Linkname)
 		case tar.TypeLink:
 			err = fmt.Errorf("%w: %s is a hard link; archives may hold files, directories and symbolic links", ErrUnsafe, h.Name)
 		default:
@@ -166,7 +182,7 @@ func extract(ctx context.Context, a *ArchiveSpec, root *os.Root, limits Limits) 
 	if !found {
 		return "", fmt.Errorf("%w: the archive has no sub-directory %s", ErrRefNotFound, a.Subdir)
 	}
-	if err := t.contained(); err != nil {
+	if err := t.Contained(); err != nil {
 		return "", fmt.Errorf("archive: %w", err)
 	}
 	return Revision(archiveDigest(a.Data)), nil

@@ -1,6 +1,6 @@
 // Package source fetches the files of a model from where an environment
-// keeps them: a git repository (fetched in-process with go-git, so the server
-// needs no git binary) or an uploaded tar archive. Everything it writes stays
+// keeps them: a git repository (fetched in-process by model/gitfetch, with
+// go-git, so the server needs no git binary) or an uploaded tar archive. Everything it writes stays
 // inside the destination directory and within Limits; anything it refuses is
 // an error classified by one of the sentinels below.
 package source
@@ -8,13 +8,12 @@ package source
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"path"
-	"regexp"
 	"strings"
+
+	"github.com/tetherhq/tether/model/gitfetch"
 )
 
 // Spec says where a model's source is: exactly one of Git and Archive.
@@ -117,10 +116,9 @@ func (s Spec) Redacted() View {
 	return View{}
 }
 
-// ErrInvalid marks a Spec that Validate refuses.
-var ErrInvalid = errors.New("invalid source")
-
-var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/]`)
+// ErrInvalid marks a Spec that Validate refuses (gitfetch's, which checks
+// URLs and refs).
+var ErrInvalid = gitfetch.ErrInvalid
 
 // Validate checks s without contacting anything.
 func (s Spec) Validate() error {
@@ -143,8 +141,8 @@ func (g *GitSpec) validate() error {
 	if err != nil {
 		return err
 	}
-	if g.Ref != "" && (strings.HasPrefix(g.Ref, "-") || strings.ContainsFunc(g.Ref, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.Contains(g.Ref, "..")) {
-		return fmt.Errorf("%w: ref %q is not a branch, tag or commit id", ErrInvalid, g.Ref)
+	if err := gitfetch.CheckRef(g.Ref); err != nil {
+		return err
 	}
 	if err := validSubdir(g.Subdir); err != nil {
 		return err
@@ -177,33 +175,7 @@ func (g *GitSpec) validate() error {
 }
 
 // scheme returns the URL's transport: https, http, ssh or file.
-func (g *GitSpec) scheme() (string, error) {
-	if g.URL == "" {
-		return "", fmt.Errorf("%w: the git URL is empty", ErrInvalid)
-	}
-	if strings.HasPrefix(g.URL, "-") || strings.ContainsFunc(g.URL, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return "", fmt.Errorf("%w: git URL %q has a leading dash, a space or a control character", ErrInvalid, g.URL)
-	}
-	if !strings.Contains(g.URL, "://") && scpLike.MatchString(g.URL) {
-		return "ssh", nil
-	}
-	u, err := url.Parse(g.URL)
-	if err != nil {
-		return "", fmt.Errorf("%w: git URL: %v", ErrInvalid, err)
-	}
-	switch u.Scheme {
-	case "https", "http", "ssh", "file":
-	default:
-		return "", fmt.Errorf("%w: git URL %q: scheme %q is not https, http, ssh or file", ErrInvalid, g.URL, u.Scheme)
-	}
-	if _, set := u.User.Password(); set {
-		return "", fmt.Errorf("%w: git URL has a password in it; set the token instead", ErrInvalid)
-	}
-	if u.Scheme != "file" && u.Host == "" {
-		return "", fmt.Errorf("%w: git URL %q has no host", ErrInvalid, g.URL)
-	}
-	return u.Scheme, nil
-}
+func (g *GitSpec) scheme() (string, error) { return gitfetch.CheckURL(g.URL) }
 
 func validSubdir(dir string) error {
 	if dir == "" {

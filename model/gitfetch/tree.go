@@ -1,8 +1,7 @@
-package source
+package gitfetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,10 +11,13 @@ import (
 	"strings"
 )
 
-// tree writes a source's entries into its destination through an os.Root,
-// so no write lands outside it, and keeps the running totals that Limits
-// bound. Names are slash-separated and relative to the destination.
-type tree struct {
+// Tree writes a tree of files from an untrusted source into a destination
+// through an os.Root, so that no write lands outside it, and keeps the
+// running totals that Limits bound. Fetch writes a checkout with it; other
+// sources (an archive) write theirs entry by entry with the same checks.
+// Names are slash-separated and relative to the destination. After the
+// last entry, Contained checks the links together.
+type Tree struct {
 	ctx    context.Context
 	root   *os.Root
 	limits Limits
@@ -27,14 +29,16 @@ type tree struct {
 	written map[string]bool
 }
 
-func newTree(ctx context.Context, root *os.Root, limits Limits, what string) *tree {
-	return &tree{ctx: ctx, root: root, limits: limits, what: what, links: map[string]string{}, written: map[string]bool{}}
+// NewTree starts a tree written into root; what names the source in
+// messages ("repository", "archive").
+func NewTree(ctx context.Context, root *os.Root, limits Limits, what string) *Tree {
+	return &Tree{ctx: ctx, root: root, limits: limits, what: what, links: map[string]string{}, written: map[string]bool{}}
 }
 
-// name checks an entry name and returns it cleaned: relative, without "..",
+// Name checks an entry name and returns it cleaned: relative, without "..",
 // and not below a symbolic link of the source (which could lead the write
-// elsewhere).
-func (t *tree) name(raw string) (string, error) {
+// elsewhere). "" is the root itself.
+func (t *Tree) Name(raw string) (string, error) {
 	name := strings.TrimSuffix(strings.TrimPrefix(raw, "./"), "/")
 	switch {
 	case strings.HasPrefix(raw, "/"):
@@ -57,7 +61,7 @@ func (t *tree) name(raw string) (string, error) {
 }
 
 // count adds one entry of size bytes, refusing the source over a limit.
-func (t *tree) count(size int64) error {
+func (t *Tree) count(size int64) error {
 	if err := t.ctx.Err(); err != nil {
 		return deadline(err)
 	}
@@ -72,8 +76,9 @@ func (t *tree) count(size int64) error {
 	return nil
 }
 
-func (t *tree) dir(raw string) error {
-	name, err := t.name(raw)
+// Dir makes a directory; it counts as an entry.
+func (t *Tree) Dir(raw string) error {
+	name, err := t.Name(raw)
 	if err != nil || name == "" {
 		return err
 	}
@@ -86,9 +91,9 @@ func (t *tree) dir(raw string) error {
 	return nil
 }
 
-// file writes r, which must hold size bytes, as name.
-func (t *tree) file(raw string, executable bool, size int64, r io.Reader) error {
-	name, err := t.name(raw)
+// File writes r, which must hold size bytes, as a new file.
+func (t *Tree) File(raw string, executable bool, size int64, r io.Reader) error {
+	name, err := t.Name(raw)
 	if err != nil {
 		return err
 	}
@@ -126,10 +131,10 @@ func (t *tree) file(raw string, executable bool, size int64, r io.Reader) error 
 	return nil
 }
 
-// symlink writes a link whose target stays inside the destination; the
-// final check (contained) follows chains of links.
-func (t *tree) symlink(raw, target string) error {
-	name, err := t.name(raw)
+// Symlink writes a link whose target stays inside the destination; the
+// final check (Contained) follows chains of links.
+func (t *Tree) Symlink(raw, target string) error {
+	name, err := t.Name(raw)
 	if err != nil {
 		return err
 	}
@@ -158,7 +163,7 @@ func (t *tree) symlink(raw, target string) error {
 	return nil
 }
 
-func (t *tree) parent(name string) error {
+func (t *Tree) parent(name string) error {
 	if dir := path.Dir(name); dir != "." {
 		if err := t.root.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("%w: directory %s: %v", ErrUnsafe, dir, err)
@@ -167,7 +172,7 @@ func (t *tree) parent(name string) error {
 	return nil
 }
 
-func (t *tree) claim(name string) error {
+func (t *Tree) claim(name string) error {
 	if t.written[name] {
 		return fmt.Errorf("%w: %s appears twice", ErrUnsafe, name)
 	}
@@ -175,9 +180,9 @@ func (t *tree) claim(name string) error {
 	return nil
 }
 
-// contained refuses the tree if a chain of its links leads outside: each
+// Contained refuses the tree if a chain of its links leads outside: each
 // link is fine on its own, but "a -> ." then "b -> a/../x" climbs out.
-func (t *tree) contained() error {
+func (t *Tree) Contained() error {
 	for name, target := range t.links {
 		if !resolvesInside(t.links, name) {
 			return fmt.Errorf("%w: symbolic link %s points to %q, which leads outside the source", ErrUnsafe, name, target)
@@ -214,12 +219,4 @@ func resolvesInside(links map[string]string, name string) bool {
 		cur = append(cur, c)
 	}
 	return true
-}
-
-// deadline classifies a context error: a deadline is a limit.
-func deadline(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: the fetch ran past its deadline: %w", ErrLimit, err)
-	}
-	return err
 }
