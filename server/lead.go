@@ -116,6 +116,14 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 	lastVerify := now.Add(-jitter(time.Duration(first.RepairInterval)))
 	wake := time.NewTimer(0)
 	defer wake.Stop()
+	// Polls of the source run beside the loop, one at a time: a slow
+	// repository holds up no retry or repair.
+	p, polls := s.cfg.Sources.(poller)
+	var lastPoll time.Time
+	polling := make(chan bool, 1) // holds the failing flag between polls
+	polling <- false
+	var pollWG sync.WaitGroup
+	defer pollWG.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -126,6 +134,22 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 		case <-wake.C:
 		}
 		s.resumeAbandoned(ctx, env)
+		var pollEvery time.Duration
+		if polls && s.compiles.Load() != nil {
+			pollEvery, _ = p.pollInterval(ctx, env)
+			if pollEvery > 0 && time.Since(lastPoll) >= pollEvery {
+				select {
+				case failing := <-polling:
+					lastPoll = time.Now()
+					pollWG.Add(1)
+					go func() {
+						defer pollWG.Done()
+						polling <- s.poll(ctx, env, p, failing)
+					}()
+				default: // the last poll still runs
+				}
+			}
+		}
 		e, err := s.store.GetEnv(ctx, env)
 		if err == nil {
 			now := time.Now()
@@ -145,6 +169,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 			for _, due := range []time.Duration{
 				until(lastRetry, time.Duration(e.Settings.DeployInterval)),
 				until(lastVerify, time.Duration(e.Settings.RepairInterval)),
+				until(lastPoll, pollEvery),
 			} {
 				if due > 0 && due < next {
 					next = due

@@ -80,6 +80,75 @@ func (ss *storedSources) Fetch(ctx context.Context, env, dst string) (string, er
 	return string(rev), err
 }
 
+// poller is a Sources whose sources can be asked, cheaply, for the
+// revision they are at (without fetching it), every poll interval.
+type poller interface {
+	// pollInterval is how often env's source is polled; 0: never.
+	pollInterval(ctx context.Context, env string) (time.Duration, error)
+	// revision is the revision env's source is at now.
+	revision(ctx context.Context, env string) (string, error)
+}
+
+func (ss *storedSources) pollInterval(ctx context.Context, env string) (time.Duration, error) {
+	rec, err := ss.st.GetSource(ctx, env, false)
+	if errors.Is(err, model.ErrNotFound) {
+		return 0, nil
+	}
+	return rec.PollInterval, err
+}
+
+func (ss *storedSources) revision(ctx context.Context, env string) (string, error) {
+	rec, err := ss.st.GetSource(ctx, env, false)
+	if err != nil {
+		return "", err
+	}
+	if rec.Kind == record.SourceArchive {
+		return rec.ArchiveSHA256, nil
+	}
+	spec, err := source.Decode(rec.Kind, rec.Spec, nil)
+	if err != nil {
+		return "", err
+	}
+	if err := ss.check(spec); err != nil {
+		return "", err
+	}
+	rev, err := source.Resolve(ctx, spec)
+	return string(rev), err
+}
+
+// pollTimeout bounds one poll of a repository.
+const pollTimeout = time.Minute
+
+// poll asks env's source which revision it is at, and for a compile when
+// that is not the revision the newest compile read. It reports whether
+// the poll failed, so that a failing repository is logged once, not at
+// every poll.
+func (s *Server) poll(ctx context.Context, env string, p poller, failing bool) bool {
+	pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	rev, err := p.revision(pctx, env)
+	if err != nil {
+		if !failing && ctx.Err() == nil {
+			s.log.Warn().Err(err).Str("env", env).Msg("cannot poll the source; trying again at the next interval")
+		}
+		return true
+	}
+	if failing {
+		s.log.Info().Str("env", env).Msg("the source answers polls again")
+	}
+	last, err := s.store.ListCompiles(ctx, env, 1)
+	if err != nil {
+		s.log.Warn().Err(err).Str("env", env).Msg("cannot read the newest compile to compare with the polled revision")
+		return false
+	}
+	if len(last) > 0 && last[0].Revision == rev {
+		return false
+	}
+	s.log.Info().Str("env", env).Str("revision", rev).Msg("poll: the source has a new revision")
+	s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerPoll, By: shortCommit(rev)})
+	return false
+}
+
 // WebhookPath is where the push webhook of env is received.
 func WebhookPath(env string) string { return "/api/v1/envs/" + env + "/compile/hook" }
 

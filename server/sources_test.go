@@ -315,3 +315,22 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("%d compiles (%v), want 2: the source set, the push", len(list), err)
 	}
 }
+
+// A source with a poll interval is asked for its revision by the
+// environment's leader; a revision no compile read yet is compiled.
+func TestPolledSource(t *testing.T) {
+	r := startRigWith(t, func(c *server.Config, st store.Store) {
+		c.Sources, c.LeadEvery = server.StoredSources(st, server.SourceOptions{AllowFile: true}), 20*time.Millisecond
+	}, map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
+	repo := newGitRepo(t)
+	rev := repo.commit(map[string]string{"main.hcl": goodModel})
+	// Stored as it is, so that no operator's compile comes first.
+	spec := fmt.Appendf(nil, `{"url": %q}`, repo.url())
+	if _, err := r.store.PutSource(r.ctx, record.Source{Env: "test", Kind: record.SourceGit, Spec: spec, PollInterval: record.MinPollInterval}); err != nil {
+		t.Fatal(err)
+	}
+	c := r.finished()
+	if c.Outcome != record.CompileReleased || c.Revision != rev || c.Triggers.String() != "poll ("+rev[:12]+")" {
+		t.Fatalf("polled compile: %+v (triggers %s), want released at %s, triggered by the poll", c, c.Triggers, rev)
+	}
+}
