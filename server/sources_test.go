@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -333,4 +334,62 @@ func TestPolledSource(t *testing.T) {
 	if c.Outcome != record.CompileReleased || c.Revision != rev || c.Triggers.String() != "poll ("+rev[:12]+")" {
 		t.Fatalf("polled compile: %+v (triggers %s), want released at %s, triggered by the poll", c, c.Triggers, rev)
 	}
+}
+
+// Bad sources fail their compile with a report that says why, release
+// nothing, and leave the server answering.
+func TestBadSources(t *testing.T) {
+	r := startRigWith(t, func(c *server.Config, st store.Store) {
+		c.Sources = server.StoredSources(st, server.SourceOptions{AllowFile: true, Limits: source.Limits{MaxBytes: 64 << 10, MaxFiles: 100}})
+		c.CompileTimeout = 300 * time.Millisecond
+	}, map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
+	r.waitCompiles()
+	cases := []struct {
+		name  string
+		files map[string]string
+		want  string
+	}{
+		{"reads outside its directory", map[string]string{"main.hcl": "host \"web-1\" {\n  file \"/x\" { content = file(\"../../etc/passwd\") }\n}\n"}, "outside"},
+		{"link out of the checkout", map[string]string{"main.hcl": goodModel, "evil.hcl": "->/etc/passwd"}, "link"},
+		{"over the size limit", map[string]string{"main.hcl": goodModel, "big.txt": strings.Repeat("x", 100<<10)}, "limit"},
+		{"compile over the time limit", map[string]string{"main.hcl": "host \"web-1\" {\n  file \"f\" {\n    for_each = toset(flatten([for i in range(1000) : [for j in range(200) : \"${i}-${j}\"]]))\n    path = \"/srv/${each.key}\"\n    content = each.key\n  }\n}\n"}, "time"},
+	}
+	for _, tt := range cases {
+		repo := newGitRepo(t)
+		rev := repo.commitLinks(tt.files)
+		if _, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url()}, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		c := r.finished()
+		if c.Outcome != record.CompileFailed || c.Version != 0 || !strings.Contains(strings.ToLower(fmt.Sprint(c.Diagnostics)), tt.want) {
+			t.Errorf("%s (%s): %+v, want failed saying %q", tt.name, rev[:8], c, tt.want)
+		}
+		if _, err := r.srv.GetSource(r.ctx, "test"); err != nil {
+			t.Fatalf("%s: the server stopped answering: %v", tt.name, err)
+		}
+	}
+	if _, err := r.store.ReleasedVersion(r.ctx, "test"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("bad sources released a version: %v", err)
+	}
+}
+
+// commitLinks is commit where a value starting with "->" is a symbolic
+// link to the rest.
+func (g *gitRepo) commitLinks(files map[string]string) string {
+	g.t.Helper()
+	plain := map[string]string{}
+	for name, content := range files {
+		if target, ok := strings.CutPrefix(content, "->"); ok {
+			if err := os.Symlink(target, filepath.Join(g.dir, name)); err != nil {
+				g.t.Fatal(err)
+			}
+			wt, _ := g.r.Worktree()
+			if _, err := wt.Add(name); err != nil {
+				g.t.Fatal(err)
+			}
+			continue
+		}
+		plain[name] = content
+	}
+	return g.commit(plain)
 }
