@@ -3,14 +3,17 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
@@ -254,4 +257,88 @@ func firstMessage(c record.Compile) string {
 		return ""
 	}
 	return c.Diagnostics[0].Message
+}
+
+// A storm of fact changes (200 agents within a second) is folded into a
+// few compiles, and no trigger is lost: their fact triggers add up to 200.
+func TestFactStormCoalesces(t *testing.T) {
+	const n = 200
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	m.set("test", "r1", map[string]string{"main.hcl": "hostgroup \"all\" {\n  match = true\n  file \"/srv/wave\" { content = tostring(host.facts.wave) }\n}\n"})
+	settings := record.DefaultEnvSettings()
+	settings.Enrollment = record.EnrollOpen
+	settings.AutoDeploy = false // the compiles are the subject, not 200 deploys
+	r := compileRig(t, m, settings)
+	var wave atomic.Int64
+	wave.Store(1)
+	gather := func(context.Context) map[string]any { return map[string]any{"wave": wave.Load()} }
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("agent-%03d", i)
+		r.startAgentWith(agent.Config{Env: "test", Name: names[i], StateDir: t.TempDir(), ServerKey: r.srv.PublicKey(),
+			Facts: gather, FactsInterval: 100 * time.Millisecond, NoWatch: true})
+	}
+	r.waitOnline(names...)
+	// Let the acceptances' compiles end.
+	settled := func() bool {
+		cs, err := r.store.ListCompiles(r.ctx, "test", 1)
+		return err == nil && len(cs) == 1 && cs[0].Outcome != record.CompileRunning
+	}
+	for !settled() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for !settled() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	before, err := r.store.ListCompiles(r.ctx, "test", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wave.Store(2) // every agent sees it at its next check, within 100 ms
+	waitStored := func() bool {
+		as, err := r.store.ListAgents(r.ctx, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if fmt.Sprint(a.Facts["wave"]) != "2" {
+				return false
+			}
+		}
+		return len(as) == n
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !waitStored() || !settled() {
+		if time.Now().After(deadline) {
+			t.Fatal("the fact storm did not settle within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A compile may still be queued behind the last one: give it its settle.
+	time.Sleep(600 * time.Millisecond)
+	for !settled() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	after, err := r.store.ListCompiles(r.ctx, "test", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storm := after[:len(after)-len(before)]
+	facts := 0
+	for _, c := range storm {
+		for _, tr := range c.Triggers {
+			if tr.Kind == record.TriggerFacts {
+				facts += tr.Count
+			}
+		}
+	}
+	t.Logf("%d fact changes compiled %d times", facts, len(storm))
+	if len(storm) == 0 || len(storm) > 3 || facts != n {
+		t.Fatalf("%d compiles for the storm, folding %d fact changes: want 1 to 3, folding %d", len(storm), facts, n)
+	}
+	if last := storm[0]; last.Outcome != record.CompileReleased || last.ResourcesPerAgent[names[0]] != 1 {
+		t.Fatalf("the storm's last compile: %+v", last)
+	}
 }
