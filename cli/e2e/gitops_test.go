@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,4 +299,88 @@ func TestFromGitToFleet(t *testing.T) {
 		t.Fatalf("compile of an unreachable repository: exit %d: %s%s", code, out, errb)
 	}
 	c.cli("env", "show")
+}
+
+// serveSlowHTTP is serveHTTP whose first fetch (not the listing of refs)
+// hangs until its client goes away: a compile that is sure to be running
+// when the test kills its server. hanging is closed once it hangs.
+func (g *gitRepo) serveSlowHTTP() (url string, hanging <-chan struct{}) {
+	g.t.Helper()
+	gitBin, err := exec.LookPath("git")
+	testenv.Need(g.t, err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
+	h := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
+		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.dir), "GIT_HTTP_EXPORT_ALL=1"}}
+	var hung atomic.Bool
+	stop, started := make(chan struct{}), make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/git-upload-pack") && hung.CompareAndSwap(false, true) {
+			close(started)
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	g.t.Cleanup(ts.Close)
+	g.t.Cleanup(func() { close(stop) }) // before Close, which waits for handlers
+	return ts.URL + "/" + filepath.Base(g.dir), started
+}
+
+// A replica killed (SIGKILL) in the middle of a compile: the other one
+// finds the compile abandoned and compiles again; no version is made twice.
+func TestReplicaKilledDuringCompile(t *testing.T) {
+	c := newCluster(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherAddr := ln.Addr().String()
+	ln.Close()
+	other := startProc(t, "server-b", environ(), tetherBin, "server",
+		"--listen", otherAddr, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns,
+		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--log-level", "info", "--allow-file-sources")
+	waitFor(t, 60*time.Second, "the second replica to be ready", func() bool {
+		resp, err := http.Get("http://" + otherAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	repo := newGitRepo(t)
+	rev := repo.commit(fleetModel("v1 served by"))
+	url, hanging := repo.serveSlowHTTP()
+	c.cli("env", "source", "set", url, "--ref", "master")
+	select {
+	case <-hanging:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the compile did not fetch within 30 s")
+	}
+	cs := c.compiles()
+	if len(cs) != 1 || cs[0].Outcome != record.CompileRunning {
+		t.Fatalf("compiles %+v, want one running", cs)
+	}
+	running := cs[0]
+	c.srv.kill()
+	c.listen = otherAddr // the CLI talks to the survivor from here on
+	done := c.compiled(rev, 90*time.Second)
+	if done.Outcome != record.CompileReleased || done.ID == running.ID || done.Triggers.String() != running.Triggers.String() {
+		t.Fatalf("compile after the kill: %+v, want released by the survivor with the triggers %s", done, running.Triggers)
+	}
+	var abandoned record.Compile
+	c.cliJSON(&abandoned, "compiles", "show", running.ID)
+	if abandoned.Outcome != record.CompileFailed || !strings.Contains(fmt.Sprint(abandoned.Diagnostics), "stopped before it ended") {
+		t.Fatalf("the killed replica's compile: %+v, want failed, saying why", abandoned)
+	}
+	var versions []model.Version
+	c.cliJSON(&versions, "version", "list")
+	if len(versions) != 1 || versions[0].Number != done.Version {
+		t.Fatalf("versions %+v: want one, %d", versions, done.Version)
+	}
+	if !logged(other, "a compile was abandoned by a stopped server; compiling again") {
+		t.Fatal("the survivor did not say it took the compile over")
+	}
 }
