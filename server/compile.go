@@ -41,6 +41,10 @@ type Sources interface {
 // compiles none (no Sources).
 var ErrNoSource = errors.New("no source to compile")
 
+// compileReportsKept is how many compile reports an environment keeps:
+// older ones are deleted after each compile.
+const compileReportsKept = 1000
+
 // compileBy is who a server-side compile's versions say exported them.
 const compileBy = "server compile"
 
@@ -242,6 +246,9 @@ func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) 
 		return err
 	}
 	s.alertCompile(context.WithoutCancel(ctx), done)
+	if _, err := s.store.PruneCompiles(context.WithoutCancel(ctx), env, compileReportsKept); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Msg("cannot prune old compile reports")
+	}
 	s.feed.publish(Event{Kind: EventCompileFinished, Env: env, Compile: &done})
 	if done.Outcome == record.CompileFailed {
 		return fmt.Errorf("compile %s: %s", env, firstError(done.Diagnostics))
@@ -286,7 +293,10 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		fail("the source took the whole compile timeout (%s) to fetch", s.cfg.CompileTimeout)
 		return
 	}
-	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: left})
+	// A module on the server's disk is read only where file:// sources are
+	// allowed: a commit must not make the server read its repositories.
+	local, _ := s.cfg.Sources.(interface{ allowsLocal() bool })
+	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: left, NoLocalModules: local == nil || !local.allowsLocal()})
 	var le *lang.Error
 	switch {
 	case errors.As(err, &le):

@@ -44,6 +44,8 @@ type storedSources struct {
 	allowFile bool
 }
 
+func (ss *storedSources) allowsLocal() bool { return ss.allowFile }
+
 // checker is a Sources that refuses some sources before they are stored.
 type checker interface {
 	check(spec source.Spec) error

@@ -393,3 +393,19 @@ func (g *gitRepo) commitLinks(files map[string]string) string {
 	}
 	return g.commit(plain)
 }
+
+// A commit cannot make the server read repositories on its disk through a
+// git module, unless the server allows file:// sources.
+func TestLocalModulesRefused(t *testing.T) {
+	r := storedRig(t, false)
+	mod := newGitRepo(t)
+	mod.commit(map[string]string{"main.hcl": "application \"motd\" {\n  file \"/etc/motd\" { content = \"secret\" }\n}\n"})
+	model := fmt.Sprintf("module \"m\" {\n  source = \"git::%s\"\n  ref    = \"master\"\n}\nhost \"web-1\" {\n  apply \"m.motd\" {}\n}\n", mod.url())
+	if _, err := r.srv.UploadSource(r.ctx, "test", tarball(t, map[string]string{"main.hcl": model}), "", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	c := r.finished()
+	if c.Outcome != record.CompileFailed || !strings.Contains(fmt.Sprint(c.Diagnostics), "this machine's disk") {
+		t.Fatalf("compile with a file:// module: %+v, want failed, saying why", c)
+	}
+}

@@ -35,8 +35,12 @@ type moduleLock struct {
 // (gitfetch: no git binary), each within the module limits and the
 // compile's deadline, and written through the project's root.
 func (c *compiler) fetchGit(url, ref string) (string, string, error) {
-	if _, err := gitfetch.CheckURL(url); err != nil {
+	scheme, err := gitfetch.CheckURL(url)
+	if err != nil {
 		return "", "", err
+	}
+	if scheme == "file" && c.opts.NoLocalModules {
+		return "", "", fmt.Errorf("%s is on this machine's disk: this compile takes git modules from remote repositories only (https, ssh)", url)
 	}
 	if err := gitfetch.CheckRef(ref); err != nil {
 		return "", "", err

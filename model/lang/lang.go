@@ -48,6 +48,10 @@ type Options struct {
 	// UpdateModules resolves the refs of git modules again instead of using
 	// the commits recorded in the module cache.
 	UpdateModules bool
+	// NoLocalModules refuses git modules on this machine's disk (file://):
+	// for a server compiling commits it does not trust, whose disk they
+	// would read.
+	NoLocalModules bool
 	// MaxResources bounds the number of resources a compile may produce,
 	// and of applications it may apply (0: DefaultMaxResources), so that a
 	// runaway for_each ends with a diagnostic instead of exhausting memory.
