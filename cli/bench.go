@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -19,7 +20,7 @@ func benchCommand(term *terminal) *ucli.Command {
 		Usage: "measure Tether on this machine (benchmark scenarios)",
 		Description: "Each scenario prints its figures and the command that reproduces them;\n" +
 			"docs/performance.md records them.",
-		Subcommands: []*ucli.Command{benchDeployCommand(term), benchIngestCommand(term), benchExportCommand(term), benchConvergeCommand(term)},
+		Subcommands: []*ucli.Command{benchDeployCommand(term), benchIngestCommand(term), benchExportCommand(term), benchConvergeCommand(term), benchCompileCommand(term)},
 	}
 }
 
@@ -207,6 +208,62 @@ func benchExportCommand(term *terminal) *ucli.Command {
 				return err
 			}
 			fmt.Fprintf(term.stdout, "\n%d resources, %d changed (%d in the diff); command: %s\n", res.Resources, res.Changed, res.DiffChanged, res.Command)
+			return nil
+		},
+	}
+}
+
+func benchCompileCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:      "compile",
+		Usage:     "time the server compiling a fleet's model against its live inventory: trigger to released version",
+		UsageText: "tether bench compile [--agents 10000] [--runs 5] [--storm 1000] [--postgres URL] [--amqp URL] [-o json]",
+		Description: "Starts `tether server` (this binary, as a child process) on a new PostgreSQL schema, stores a fleet\n" +
+			"of N enrolled agents with labels and facts in its database, uploads a fleet model (web, database\n" +
+			"and load-balancer hostgroups; the balancers list every web host) as the environment's source,\n" +
+			"and times its compiles from the request to the report of the released version: the first, then\n" +
+			"--runs more, each after one agent's facts changed. Then --storm compile requests at once, and how\n" +
+			"many compiles they made. The server's resident memory is read from /proc (peak and current).\n\n" +
+			"   tether bench compile --agents 10000 --runs 5 --storm 1000",
+		Flags: append(benchServiceFlags(),
+			benchAMQPFlag(),
+			&ucli.IntFlag{Name: "agents", Value: 10000, Usage: "how many agents the inventory holds"},
+			&ucli.IntFlag{Name: "runs", Value: 5, Usage: "how many compiles to time after the first"},
+			&ucli.IntFlag{Name: "storm", Value: 1000, Usage: "compile requests sent at once to measure folding (0: none)"},
+			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
+		),
+		Action: func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			o := bench.CompileOptions{Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Runs: c.Int("runs"),
+				Storm: c.Int("storm"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+			if o.Agents < 5 || o.Runs < 1 || o.Storm < 0 {
+				return usageError("--agents must be at least 5, --runs at least 1, --storm 0 or more")
+			}
+			res, err := bench.RunCompile(c.Context, o)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return writeJSON(term.stdout, res)
+			}
+			runs := make([]string, len(res.TriggerToReleased))
+			for i, s := range res.TriggerToReleased {
+				runs[i] = fmt.Sprintf("%.2f (server %.2f)", s, res.ServerSeconds[i])
+			}
+			t := newTable(term.stdout, "AGENTS", "RESOURCES", "FIRST S", "MEDIAN S", "SERVER PEAK RSS", "SERVER RSS")
+			t.row(strconv.Itoa(res.Agents), strconv.Itoa(res.Resources), fmt.Sprintf("%.2f", res.FirstSeconds), fmt.Sprintf("%.2f", res.MedianSeconds),
+				fmt.Sprintf("%.1f MiB", res.ServerPeakMiB), fmt.Sprintf("%.1f MiB", res.ServerRSSMiB))
+			if err := t.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(term.stdout, "\ntrigger to released version, seconds: %s\n", strings.Join(runs, ", "))
+			if res.StormTriggers > 0 {
+				fmt.Fprintf(term.stdout, "%d compile requests in %.2f s made %d compiles (folding %d requests)\n", res.StormTriggers, res.StormSeconds, res.StormCompiles, res.StormFolded)
+			}
+			fmt.Fprintf(term.stdout, "command: %s\n", res.Command)
 			return nil
 		},
 	}

@@ -38,21 +38,30 @@ type apiClient struct {
 
 // call sends a request to /api/v1/path and decodes the answer into out.
 func (cl *apiClient) call(ctx context.Context, method, path string, body, out any) error {
+	if body == nil {
+		return cl.send(ctx, method, path, "", nil, out)
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	return cl.send(ctx, method, path, "application/json", b, out)
+}
+
+// send sends body (of contentType; nil: none) to /api/v1/path and decodes
+// the answer into out.
+func (cl *apiClient) send(ctx context.Context, method, path, contentType string, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, cl.base+"/api/v1"+path, rd)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+cl.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := cl.http.Do(req)
 	if err != nil {

@@ -210,7 +210,10 @@ func (l *lease) Release() {
 		<-l.done
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		// Closing the session drops its advisory locks, unlock or not.
+		// Unlock first: closing the session drops its locks too, but only
+		// once the server has ended the session, after Close returns, so
+		// a Lead right after this could still find the lock held.
+		_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 		_ = l.conn.Close(ctx)
 		l.markLost()
 	})
