@@ -45,12 +45,18 @@ type Version struct {
 // order.
 func SetHash(resources []Resource) (Hash, error) {
 	hashes := make([]Hash, len(resources))
-	for i := range resources {
-		h, err := resources[i].Hash()
-		if err != nil {
-			return Hash{}, err
+	err := Chunks(len(resources), func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			h, err := resources[i].Hash()
+			if err != nil {
+				return err
+			}
+			hashes[i] = h
 		}
-		hashes[i] = h
+		return nil
+	})
+	if err != nil {
+		return Hash{}, err
 	}
 	return SetHashOf(hashes), nil
 }

@@ -238,7 +238,11 @@ func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) 
 		return err
 	}
 	s.feed.publish(Event{Kind: EventCompileStarted, Env: env, Compile: &c})
-	s.runCompile(ctx, &c)
+	ph := &phases{}
+	s.runCompile(ctx, &c, ph)
+	s.log.Info().Str("env", env).Str("compile", c.ID).Str("outcome", string(c.Outcome)).Int64("version", c.Version).
+		Dur("fetch", ph.fetch).Dur("inventory", ph.inventory).Dur("compile", ph.compile).Dur("store", ph.store).Dur("release", ph.release).Dur("fanout", ph.fanout).
+		Msg("compile finished")
 	// The report is written even when the server stops: a compile left
 	// running is marked failed only at the next start.
 	done, err := s.store.FinishCompile(context.WithoutCancel(ctx), c)
@@ -258,7 +262,13 @@ func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) 
 
 // runCompile fetches, compiles, stores and releases, and says how it went
 // in c: its outcome, revision and result.
-func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
+// phases are how long each step of a compile took, for the log.
+type phases struct {
+	fetch, inventory, compile, store, release, fanout time.Duration
+}
+
+func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) {
+	since := func(d *time.Duration, t time.Time) { *d = time.Since(t) }
 	fail := func(format string, args ...any) {
 		c.Outcome, c.Version = record.CompileFailed, 0
 		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityError), Message: fmt.Sprintf(format, args...)})
@@ -272,7 +282,9 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 	// Fetching and compiling share the compile's time limit.
 	deadline := time.Now().Add(s.cfg.CompileTimeout)
 	fetchCtx, cancel := context.WithDeadline(ctx, deadline)
+	t := time.Now()
 	c.Revision, err = s.cfg.Sources.Fetch(fetchCtx, c.Env, dir)
+	since(&ph.fetch, t)
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(fetchCtx.Err(), context.DeadlineExceeded) {
@@ -282,12 +294,14 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		fail("fetch the source: %v", err)
 		return
 	}
+	t = time.Now()
 	agents, err := s.store.ListAgents(ctx, c.Env)
 	if err != nil {
 		fail("read the inventory: %v", err)
 		return
 	}
 	inv := record.Inventory(agents)
+	since(&ph.inventory, t)
 	left := time.Until(deadline)
 	if left <= 0 {
 		fail("the source took the whole compile timeout (%s) to fetch", s.cfg.CompileTimeout)
@@ -296,7 +310,9 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 	// A module on the server's disk is read only where file:// sources are
 	// allowed: a commit must not make the server read its repositories.
 	local, _ := s.cfg.Sources.(interface{ allowsLocal() bool })
+	t = time.Now()
 	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: left, NoLocalModules: local == nil || !local.allowsLocal()})
+	since(&ph.compile, t)
 	var le *lang.Error
 	switch {
 	case errors.As(err, &le):
@@ -329,6 +345,12 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		fail("read the environment's settings: %v", err)
 		return
 	}
+	t = time.Now()
+	defer func() {
+		if ph.release == 0 {
+			since(&ph.store, t)
+		}
+	}()
 	setHash, err := prepareExport(res.Resources)
 	if err != nil {
 		fail("%v", err)
@@ -343,7 +365,7 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		fail("read the released version: %v", err)
 		return
 	}
-	v, _, err := s.Export(ctx, c.Env, res.Resources, model.VersionMeta{Compiler: "tether server", Source: c.Revision, ExportedBy: compileBy})
+	v, _, err := s.exportPrepared(ctx, c.Env, res.Resources, model.VersionMeta{Compiler: "tether server", Source: c.Revision, ExportedBy: compileBy}, setHash)
 	if err != nil {
 		fail("store the version: %v", err)
 		return
@@ -353,7 +375,16 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile) {
 		c.Outcome = record.CompileCandidate
 		return
 	}
-	if _, err := s.Release(ctx, c.Env, v.Number); err != nil {
+	since(&ph.store, t)
+	t = time.Now()
+	_, err = s.store.Release(ctx, c.Env, v.Number)
+	since(&ph.release, t)
+	if err == nil {
+		t = time.Now()
+		s.fanOut(ctx, c.Env, v.Number)
+		since(&ph.fanout, t)
+	}
+	if err != nil {
 		// Stored, not released: an operator can release it.
 		c.Outcome = record.CompileCandidate
 		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityWarning),

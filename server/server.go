@@ -241,6 +241,12 @@ func (s *Server) Export(ctx context.Context, env string, resources []model.Resou
 	if err != nil {
 		return v, false, err
 	}
+	return s.exportPrepared(ctx, env, resources, meta, setHash)
+}
+
+// exportPrepared is Export of resources prepareExport accepted, with their
+// set hash.
+func (s *Server) exportPrepared(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta, setHash model.Hash) (v model.Version, reused bool, err error) {
 	latest, err := s.store.LatestVersion(ctx, env)
 	switch {
 	case err == nil && latest.SetHash == setHash && latest.State != model.VersionRetired:
@@ -276,15 +282,21 @@ func (s *Server) Release(ctx context.Context, env string, n int64) (record.Relea
 	if err != nil {
 		return record.Release{Version: v}, err
 	}
-	// The fan-out goes on if the client that asked leaves: the version is
-	// released either way, and agents should have it now rather than later.
+	return record.Release{Version: v, Fanout: s.fanOut(ctx, env, n)}, nil
+}
+
+// fanOut sends agents what released version n of env changes for them,
+// and prunes old versions. It goes on if the client that asked leaves:
+// the version is released either way, and agents should have it now
+// rather than later.
+func (s *Server) fanOut(ctx context.Context, env string, n int64) record.Fanout {
 	f, err := s.sched.Released(context.WithoutCancel(ctx), env, n)
 	if err != nil {
 		s.log.Error().Err(err).Str("env", env).Int64("version", n).Msg("version released but not sent to agents; they get it on their next hello")
 		f.Note = "released, but not sent to agents yet: each gets it when it next says hello"
 	}
 	s.prune(ctx, env)
-	return record.Release{Version: v, Fanout: f}, nil
+	return f
 }
 
 // prune deletes the versions of env beyond its versions_to_keep setting.

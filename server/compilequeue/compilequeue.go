@@ -7,7 +7,8 @@
 //
 // A compile waits a short settle delay after the first trigger that asked
 // for it, so a burst folds into it. Triggers that come while a compile runs
-// fold into the next one, which starts when the running one ends. Each
+// fold into the next one, which starts when the running one ends, and no
+// sooner than a gap after it started. Each
 // environment with work has one worker goroutine, owned by the Queue; a
 // trigger never starts one of its own.
 package compilequeue
@@ -29,11 +30,15 @@ type Config struct {
 	// Settle is how long a compile waits after the first trigger that
 	// asked for it, for more to fold in.
 	Settle time.Duration
+	// Gap is the least time between the starts of two compiles of one
+	// environment (0: 2.5 settles): a storm of triggers lasting a second
+	// makes at most three compiles, however fast each one is.
+	Gap time.Duration
 }
 
 // Default returns the default configuration.
 func Default() Config {
-	return Config{Settle: 200 * time.Millisecond}
+	return Config{Settle: 200 * time.Millisecond, Gap: 500 * time.Millisecond}
 }
 
 // ErrConfig is wrapped by every error Validate returns.
@@ -47,6 +52,9 @@ const MaxSettle = time.Minute
 func (c Config) Validate() error {
 	if c.Settle <= 0 || c.Settle > MaxSettle {
 		return fmt.Errorf("%w: compile-settle %v: want above 0, at most %v", ErrConfig, c.Settle, MaxSettle)
+	}
+	if c.Gap < 0 || c.Gap > MaxSettle {
+		return fmt.Errorf("%w: compile gap %v: want 0 (2.5 settles) to %v", ErrConfig, c.Gap, MaxSettle)
 	}
 	return nil
 }
@@ -73,6 +81,7 @@ type Queue struct {
 	// ends, the queue stops.
 	ctx     context.Context
 	settle  time.Duration
+	gap     time.Duration
 	compile Func
 	log     zerolog.Logger
 	stop    chan struct{} // closed by Close
@@ -86,6 +95,10 @@ type Queue struct {
 	mu     sync.Mutex
 	closed bool
 	envs   map[string]*envQueue // environments with work
+	// started is when each environment's last compile started: the gap
+	// holds across workers (one ends when its environment runs out of
+	// work).
+	started map[string]time.Time
 }
 
 // envQueue is one environment's work.
@@ -100,6 +113,9 @@ func New(ctx context.Context, cfg Config, compile Func, log zerolog.Logger) (*Qu
 	if cfg.Settle == 0 {
 		cfg.Settle = Default().Settle
 	}
+	if cfg.Gap == 0 {
+		cfg.Gap = min(cfg.Settle*5/2, MaxSettle)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -109,12 +125,14 @@ func New(ctx context.Context, cfg Config, compile Func, log zerolog.Logger) (*Qu
 	return &Queue{
 		ctx:     ctx,
 		settle:  cfg.Settle,
+		gap:     cfg.Gap,
 		compile: compile,
 		log:     log.With().Str("component", "compilequeue").Logger(),
 		stop:    make(chan struct{}),
 		after:   time.After,
 		idle:    func(string) {},
 		envs:    map[string]*envQueue{},
+		started: map[string]time.Time{},
 	}, nil
 }
 
@@ -177,9 +195,13 @@ func (q *Queue) work(env string, e *envQueue) {
 	defer q.workers.Done()
 	for {
 		q.mu.Lock()
-		since := e.queued.Since
+		since, started := e.queued.Since, q.started[env]
 		q.mu.Unlock()
-		if wait := time.Until(since.Add(q.settle)); wait > 0 {
+		wait := time.Until(since.Add(q.settle))
+		if !started.IsZero() {
+			wait = max(wait, time.Until(started.Add(q.gap)))
+		}
+		if wait > 0 {
 			select {
 			case <-q.after(wait):
 			case <-q.stop:
@@ -195,6 +217,7 @@ func (q *Queue) work(env string, e *envQueue) {
 		}
 		b := *e.queued
 		e.queued, e.running = nil, true
+		q.started[env] = time.Now()
 		q.mu.Unlock()
 
 		if err := q.compile(q.ctx, env, b); err != nil {

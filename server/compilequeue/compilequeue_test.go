@@ -149,6 +149,35 @@ func TestBurstOverASecond(t *testing.T) {
 	}
 }
 
+// A burst over a second with compiles that take no time: the gap between
+// compile starts bounds them to three.
+func TestGapBoundsAStorm(t *testing.T) {
+	r := newRig(t, t.Context(), Default(), func(context.Context, string, Batch) error { return nil })
+	start := time.Now()
+	for i := range 1000 {
+		r.trigger(t, "prod", record.TriggerFacts, "web")
+		if i%10 == 9 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	burst := time.Since(start)
+	// A worker ends whenever its environment runs out of work: count the
+	// calls until every trigger is in one.
+	total := 0
+	for total < 1000 {
+		total += r.nextCall(t).b.Triggers.Count()
+	}
+	// 0.2 s settle, then a start at most every 0.5 s: over a burst of
+	// about a second, three; a slow machine stretches the burst.
+	want := int64(1 + (burst+Default().Gap-1)/Default().Gap)
+	if n := r.n.Load(); n < 1 || n > max(3, want) {
+		t.Fatalf("compiles: got %d over a burst of %s, want 1 to %d", n, burst, max(3, want))
+	}
+	if total != 1000 {
+		t.Fatalf("triggers folded into the compiles: got %d, want 1000", total)
+	}
+}
+
 // Triggers that come within the settle delay fold into one compile, which
 // remembers each kind, counted, in the order they came.
 func TestSettleFolds(t *testing.T) {

@@ -30,19 +30,27 @@ func (s *SQL) PutVersion(ctx context.Context, env string, meta model.VersionMeta
 	}
 	rows := make([]ResourceRow, len(resources))
 	hashes := make([]model.Hash, len(resources))
-	for i := range resources {
-		r := &resources[i]
-		h, err := r.Hash()
-		if err != nil {
-			return model.Version{}, fmt.Errorf("put version: %w: %w", model.ErrInvalid, err)
+	// Hashing and encoding are most of the work of a large version: on
+	// every CPU.
+	err := model.Chunks(len(resources), func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			r := &resources[i]
+			h, err := r.Hash()
+			if err != nil {
+				return fmt.Errorf("put version: %w: %w", model.ErrInvalid, err)
+			}
+			body, err := json.Marshal(r)
+			if err != nil {
+				return fmt.Errorf("put version: encode %s: %w", r.ID, err)
+			}
+			key := sha256.Sum256(body)
+			rows[i] = ResourceRow{ID: r.ID.String(), Agent: r.ID.Agent, Hash: h[:], Key: key[:], Body: body}
+			hashes[i] = h
 		}
-		body, err := json.Marshal(r)
-		if err != nil {
-			return model.Version{}, fmt.Errorf("put version: encode %s: %w", r.ID, err)
-		}
-		key := sha256.Sum256(body)
-		rows[i] = ResourceRow{ID: r.ID.String(), Agent: r.ID.Agent, Hash: h[:], Key: key[:], Body: body}
-		hashes[i] = h
+		return nil
+	})
+	if err != nil {
+		return model.Version{}, err
 	}
 	v := model.Version{
 		Env:       env,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
@@ -71,4 +72,43 @@ func BenchmarkBare8(b *testing.B) {
 	if _, err := pgbaseline.WriteBare(context.Background(), url, batches, 8); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkPutAndRelease60k stores and releases a version of 60,000 file
+// resources (6,000 agents × 10) of which one changed since the released
+// one: what a server-side compile of a large fleet writes.
+func BenchmarkPutAndRelease60k(b *testing.B) {
+	st := pgtest.Open(b)
+	ctx := context.Background()
+	if err := st.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
+		b.Fatal(err)
+	}
+	rs := make([]model.Resource, 0, 60000)
+	for a := range 6000 {
+		for i := range 10 {
+			p := fmt.Sprintf("/etc/app/%02d.conf", i)
+			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: fmt.Sprintf("host%05d", a), Key: "path", Value: p},
+				Attributes: model.Attributes{"path": p, "content": "v1 " + p, "mode": "0644"}})
+		}
+	}
+	put := func(round int) time.Duration {
+		rs[0].Attributes["content"] = fmt.Sprintf("round %d", round)
+		start := time.Now()
+		v, err := st.PutVersion(ctx, "prod", model.VersionMeta{}, rs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stored := time.Since(start)
+		if _, err := st.Release(ctx, "prod", v.Number); err != nil {
+			b.Fatal(err)
+		}
+		return stored
+	}
+	put(-1)
+	b.ResetTimer()
+	var stored time.Duration
+	for i := 0; b.Loop(); i++ {
+		stored += put(i)
+	}
+	b.ReportMetric(stored.Seconds()/float64(b.N), "put-s/op")
 }
