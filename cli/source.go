@@ -29,8 +29,12 @@ func sourceCommand(term *terminal) *ucli.Command {
 		Usage: "where the server reads the environment's model: a git repository or an uploaded directory",
 		Description: "With a source, the server compiles the model itself: when the source is set, on\n" +
 			"`tether env compile`, on a push webhook, every poll interval, and whenever an agent is\n" +
-			"accepted, rejected or deleted or its facts or labels change. Credentials are write-only:\n" +
-			"they are read from files (or TETHER_GIT_* variables) and never shown again.",
+			"accepted or rejected or its facts or labels change. Credentials are write-only: they are\n" +
+			"read from files (or TETHER_GIT_* variables) and never shown again.\n\n" +
+			"   tether env source set https://git.example.com/ops/fleet.git --ref main --token-file ~/.git-token\n" +
+			"   tether env source set ssh://git@git.example.com/ops/fleet.git --ssh-key-file KEY --known-hosts-file HOSTS\n" +
+			"   tether env source upload ./fleet\n" +
+			"   tether env source show",
 		Subcommands: []*ucli.Command{
 			remoteCommand(term, "set", "make a git repository the source (compiled at once)", "URL", []ucli.Flag{
 				&ucli.StringFlag{Name: "ref", Usage: "`BRANCH`, tag or commit id to follow (default: the repository's default branch)"},
