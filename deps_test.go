@@ -30,7 +30,8 @@ var rules = map[string]rule{
 	"model":                        {},
 	"model/graph":                  {internal: []string{"model"}},
 	"model/durable":                {},
-	"model/testenv":                {}, // test helpers: skip or fail for a missing service
+	"model/testenv":                {},                                                  // test helpers: skip or fail for a missing service
+	"model/gitfetch/gittest":       {external: []string{"github.com/go-git/go-git/v5"}}, // test helper: repositories made with go-git
 	"model/gitfetch":               {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
 	"model/lang":                   {internal: []string{"model", "model/graph", "model/durable", "model/gitfetch"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
 	"schema":                       {},
@@ -83,7 +84,7 @@ var exclusive = map[string][]string{
 	"github.com/zclconf/go-cty":           {"model/lang"},
 	"github.com/zclconf/go-cty-yaml":      {"model/lang"},
 	"modernc.org/sqlite":                  {"server/store/sqlite"},
-	"github.com/go-git/go-git/v5":         {"model/gitfetch"},
+	"github.com/go-git/go-git/v5":         {"model/gitfetch", "model/gitfetch/gittest"},
 	"github.com/go-git/go-billy/v5":       {"model/gitfetch"},
 }
 

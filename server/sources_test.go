@@ -11,67 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/gitfetch/gittest"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 )
-
-// gitRepo is a repository the test makes (with go-git: no git binary),
-// reached as file://.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-	r   *git.Repository
-}
-
-func newGitRepo(t *testing.T) *gitRepo {
-	t.Helper()
-	dir := t.TempDir()
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gitRepo{t: t, dir: dir, r: r}
-}
-
-func (g *gitRepo) url() string { return "file://" + g.dir }
-
-// commit writes files and commits them; it returns the commit id.
-func (g *gitRepo) commit(files map[string]string) string {
-	g.t.Helper()
-	wt, err := g.r.Worktree()
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	for name, content := range files {
-		p := filepath.Join(g.dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			g.t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			g.t.Fatal(err)
-		}
-		if _, err := wt.Add(name); err != nil {
-			g.t.Fatal(err)
-		}
-	}
-	h, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "t", Email: "t@example.com", When: time.Now()}})
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return h.String()
-}
 
 // tarball packs files as a tar.gz archive; a value starting with "->" is a
 // symbolic link.
@@ -118,14 +68,14 @@ func storedRig(t *testing.T, allowFile bool) *rig {
 // once; a new ref keeps the credentials, a new URL does not.
 func TestGitSource(t *testing.T) {
 	r := storedRig(t, true)
-	repo := newGitRepo(t)
-	rev := repo.commit(map[string]string{"fleet/main.hcl": goodModel})
+	repo := gittest.New(t)
+	rev := repo.Commit(map[string]string{"fleet/main.hcl": goodModel})
 
-	v, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url(), Subdir: "fleet"}, "alice")
+	v, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.URL(), Subdir: "fleet"}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Kind != record.SourceGit || v.URL != repo.url() || !v.HasWebhook || !strings.HasPrefix(v.WebhookSecret, "whsec_") || v.WebhookPath != "/api/v1/envs/test/compile/hook" {
+	if v.Kind != record.SourceGit || v.URL != repo.URL() || !v.HasWebhook || !strings.HasPrefix(v.WebhookSecret, "whsec_") || v.WebhookPath != "/api/v1/envs/test/compile/hook" {
 		t.Fatalf("set: %+v", v)
 	}
 	c := r.finished()
@@ -173,9 +123,9 @@ func TestGitSource(t *testing.T) {
 		{"token over http", record.SourceRequest{URL: "http://git.example.com/x.git", Token: "t"}, "clear text"},
 		{"ssh without known hosts", record.SourceRequest{URL: "ssh://git@git.example.com/x.git", SSHKey: "k"}, "known hosts"},
 		{"odd scheme", record.SourceRequest{URL: "ftp://git.example.com/x.git"}, "scheme"},
-		{"subdir out", record.SourceRequest{URL: repo.url(), Subdir: "../x"}, "sub-directory"},
-		{"poll too often", record.SourceRequest{URL: repo.url(), PollInterval: "1s"}, "poll interval"},
-		{"short webhook secret", record.SourceRequest{URL: repo.url(), WebhookSecret: "short"}, "16 to 256"},
+		{"subdir out", record.SourceRequest{URL: repo.URL(), Subdir: "../x"}, "sub-directory"},
+		{"poll too often", record.SourceRequest{URL: repo.URL(), PollInterval: "1s"}, "poll interval"},
+		{"short webhook secret", record.SourceRequest{URL: repo.URL(), WebhookSecret: "short"}, "16 to 256"},
 	}
 	for _, tt := range refused {
 		_, err := r.srv.SetSource(r.ctx, "test", tt.req, "alice")
@@ -183,7 +133,7 @@ func TestGitSource(t *testing.T) {
 			t.Errorf("%s: %v, want an invalid source saying %q", tt.name, err, tt.want)
 		}
 	}
-	if v, _ := r.srv.GetSource(r.ctx, "test"); v.URL != repo.url() || v.Subdir != "fleet" {
+	if v, _ := r.srv.GetSource(r.ctx, "test"); v.URL != repo.URL() || v.Subdir != "fleet" {
 		t.Fatalf("refused requests changed the source: %+v", v)
 	}
 
@@ -243,9 +193,9 @@ func TestArchiveSource(t *testing.T) {
 // file:// repositories read the server's disk: refused unless allowed.
 func TestFileSourcesRefused(t *testing.T) {
 	r := storedRig(t, false)
-	repo := newGitRepo(t)
-	repo.commit(map[string]string{"main.hcl": goodModel})
-	_, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url()}, "alice")
+	repo := gittest.New(t)
+	repo.Commit(map[string]string{"main.hcl": goodModel})
+	_, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.URL()}, "alice")
 	if !errors.Is(err, record.ErrInvalidSource) || !strings.Contains(err.Error(), "--allow-file-sources") {
 		t.Fatalf("file:// source: %v, want refused, saying how to allow it", err)
 	}
@@ -273,33 +223,33 @@ func githubPush(secret, ref, after, defaultBranch string) (http.Header, []byte) 
 // source change nothing.
 func TestWebhook(t *testing.T) {
 	r := storedRig(t, true)
-	repo := newGitRepo(t)
-	repo.commit(map[string]string{"main.hcl": goodModel})
-	v, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url(), Ref: "master"}, "alice")
+	repo := gittest.New(t)
+	repo.Commit(map[string]string{"main.hcl": goodModel})
+	v, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.URL(), Ref: "main"}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := r.finished()
 	secret := v.WebhookSecret
-	rev := repo.commit(map[string]string{"main.hcl": goodModel2})
+	rev := repo.Commit(map[string]string{"main.hcl": goodModel2})
 
-	forged, body := githubPush("whsec_not-the-secret-at-all", "refs/heads/master", rev, "master")
+	forged, body := githubPush("whsec_not-the-secret-at-all", "refs/heads/main", rev, "main")
 	if _, err := r.srv.Webhook(r.ctx, "test", forged, body); !errors.Is(err, record.ErrWebhookRefused) {
 		t.Fatalf("forged webhook: %v, want refused", err)
 	}
-	tampered, body := githubPush(secret, "refs/heads/master", rev, "master")
+	tampered, body := githubPush(secret, "refs/heads/main", rev, "main")
 	if _, err := r.srv.Webhook(r.ctx, "test", tampered, append(body, ' ')); !errors.Is(err, record.ErrWebhookRefused) {
 		t.Fatalf("tampered body: %v, want refused", err)
 	}
 	if _, err := r.srv.Webhook(r.ctx, "nosource", tampered, body); !errors.Is(err, record.ErrWebhookRefused) {
 		t.Fatalf("webhook of an environment without a source: %v, want refused alike", err)
 	}
-	other, body := githubPush(secret, "refs/heads/feature", rev, "master")
+	other, body := githubPush(secret, "refs/heads/feature", rev, "main")
 	if res, err := r.srv.Webhook(r.ctx, "test", other, body); err != nil || res.Compile || !strings.Contains(res.Why, "refs/heads/feature") {
 		t.Fatalf("push of another branch: %+v (%v), want no compile, saying why", res, err)
 	}
 
-	h, body := githubPush(secret, "refs/heads/master", rev, "master")
+	h, body := githubPush(secret, "refs/heads/main", rev, "main")
 	res, err := r.srv.Webhook(r.ctx, "test", h, body)
 	if err != nil || !res.Compile || res.Provider != "github" || res.Event != "push" {
 		t.Fatalf("signed push: %+v (%v)", res, err)
@@ -323,10 +273,10 @@ func TestPolledSource(t *testing.T) {
 	r := startRigWith(t, func(c *server.Config, st store.Store) {
 		c.Sources, c.LeadEvery = server.StoredSources(st, server.SourceOptions{AllowFile: true}), 20*time.Millisecond
 	}, map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
-	repo := newGitRepo(t)
-	rev := repo.commit(map[string]string{"main.hcl": goodModel})
+	repo := gittest.New(t)
+	rev := repo.Commit(map[string]string{"main.hcl": goodModel})
 	// Stored as it is, so that no operator's compile comes first.
-	spec := fmt.Appendf(nil, `{"url": %q}`, repo.url())
+	spec := fmt.Appendf(nil, `{"url": %q}`, repo.URL())
 	if _, err := r.store.PutSource(r.ctx, record.Source{Env: "test", Kind: record.SourceGit, Spec: spec, PollInterval: record.MinPollInterval}); err != nil {
 		t.Fatal(err)
 	}
@@ -355,9 +305,9 @@ func TestBadSources(t *testing.T) {
 		{"compile over the time limit", map[string]string{"main.hcl": "host \"web-1\" {\n  file \"f\" {\n    for_each = toset(flatten([for i in range(1000) : [for j in range(200) : \"${i}-${j}\"]]))\n    path = \"/srv/${each.key}\"\n    content = each.key\n  }\n}\n"}, "time"},
 	}
 	for _, tt := range cases {
-		repo := newGitRepo(t)
-		rev := repo.commitLinks(tt.files)
-		if _, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.url()}, "alice"); err != nil {
+		repo := gittest.New(t)
+		rev := repo.Commit(tt.files)
+		if _, err := r.srv.SetSource(r.ctx, "test", record.SourceRequest{URL: repo.URL()}, "alice"); err != nil {
 			t.Fatal(err)
 		}
 		c := r.finished()
@@ -370,42 +320,5 @@ func TestBadSources(t *testing.T) {
 	}
 	if _, err := r.store.ReleasedVersion(r.ctx, "test"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("bad sources released a version: %v", err)
-	}
-}
-
-// commitLinks is commit where a value starting with "->" is a symbolic
-// link to the rest.
-func (g *gitRepo) commitLinks(files map[string]string) string {
-	g.t.Helper()
-	plain := map[string]string{}
-	for name, content := range files {
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			if err := os.Symlink(target, filepath.Join(g.dir, name)); err != nil {
-				g.t.Fatal(err)
-			}
-			wt, _ := g.r.Worktree()
-			if _, err := wt.Add(name); err != nil {
-				g.t.Fatal(err)
-			}
-			continue
-		}
-		plain[name] = content
-	}
-	return g.commit(plain)
-}
-
-// A commit cannot make the server read repositories on its disk through a
-// git module, unless the server allows file:// sources.
-func TestLocalModulesRefused(t *testing.T) {
-	r := storedRig(t, false)
-	mod := newGitRepo(t)
-	mod.commit(map[string]string{"main.hcl": "application \"motd\" {\n  file \"/etc/motd\" { content = \"secret\" }\n}\n"})
-	model := fmt.Sprintf("module \"m\" {\n  source = \"git::%s\"\n  ref    = \"master\"\n}\nhost \"web-1\" {\n  apply \"m.motd\" {}\n}\n", mod.url())
-	if _, err := r.srv.UploadSource(r.ctx, "test", tarball(t, map[string]string{"main.hcl": model}), "", "alice"); err != nil {
-		t.Fatal(err)
-	}
-	c := r.finished()
-	if c.Outcome != record.CompileFailed || !strings.Contains(fmt.Sprint(c.Diagnostics), "this machine's disk") {
-		t.Fatalf("compile with a file:// module: %+v, want failed, saying why", c)
 	}
 }

@@ -18,89 +18,48 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/gitfetch/gittest"
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/record"
 )
 
-// gitRepo is a repository the test commits to (with go-git), reached as
-// file:// or, through git's own http-backend, over HTTP.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-	r   *git.Repository
-}
+// gitRepo is a repository the test commits to, reached as file:// or,
+// through git's own http-backend, over HTTP.
+type gitRepo struct{ *gittest.Repo }
 
-func newGitRepo(t *testing.T) *gitRepo {
-	t.Helper()
-	dir := t.TempDir()
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gitRepo{t: t, dir: dir, r: r}
-}
-
-func (g *gitRepo) fileURL() string { return "file://" + g.dir }
+func newGitRepo(t *testing.T) *gitRepo { return &gitRepo{gittest.New(t)} }
 
 // commit writes main.hcl and commits it; it returns the commit id.
-func (g *gitRepo) commit(model string) string {
-	g.t.Helper()
-	if err := os.WriteFile(filepath.Join(g.dir, "main.hcl"), []byte(model), 0o644); err != nil {
-		g.t.Fatal(err)
-	}
-	wt, err := g.r.Worktree()
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	if _, err := wt.Add("main.hcl"); err != nil {
-		g.t.Fatal(err)
-	}
-	h, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "ops", Email: "ops@example.com", When: time.Now()}})
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return h.String()
-}
+func (g *gitRepo) commit(model string) string { return g.Commit(map[string]string{"main.hcl": model}) }
 
 // serveHTTP serves the repository over HTTP with git http-backend (git's
 // own smart HTTP server, run as CGI) and returns its clone URL.
 func (g *gitRepo) serveHTTP() string {
-	g.t.Helper()
+	g.T().Helper()
 	gitBin, err := exec.LookPath("git")
-	testenv.Need(g.t, err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
+	testenv.Need(g.T(), err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
 	h := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
-		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.dir), "GIT_HTTP_EXPORT_ALL=1"}}
+		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.Dir), "GIT_HTTP_EXPORT_ALL=1"}}
 	ts := httptest.NewServer(h)
-	g.t.Cleanup(ts.Close)
-	return ts.URL + "/" + filepath.Base(g.dir)
+	g.T().Cleanup(ts.Close)
+	return ts.URL + "/" + filepath.Base(g.Dir)
 }
 
-// fleetModel is the model of the test's fleet, its page saying page: every
-// role=web agent serves it; the load balancer lists the web agents with
-// the port each reports as a custom fact (app.port), and waits for it.
-func fleetModel(page string) string {
-	return fmt.Sprintf(`hostgroup "web" {
-  match = host.labels.role == "web"
-  directory "/srv" {}
-  file "/srv/index.html" {
-    content  = "%s ${host.name}\n"
-    requires = [directory["/srv"]]
-  }
-}
-
-hostgroup "lb" {
-  match = host.labels.role == "lb"
-  directory "/srv" {}
-  file "/srv/backends" {
-    content  = join("", [for h in hostgroup.web.hosts : "${h.name}:${h.facts.app.port}\n"])
-    requires = [directory["/srv"]]
-  }
-}
-`, page)
+// fleetModel is examples/fleet, its page saying page instead of "served
+// by": every role=web agent serves the page; the load balancer lists the
+// web agents with the port each reports as a custom fact (app.port), and
+// waits for it.
+func fleetModel(t *testing.T, page string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "fleet", "main.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"served by `) {
+		t.Fatal("examples/fleet/main.hcl no longer says \"served by\"")
+	}
+	return strings.Replace(string(b), `"served by `, `"`+page+` `, 1)
 }
 
 // brokenModel does not compile: an unknown reference on line 4.
@@ -147,7 +106,7 @@ func (c *cluster) compiled(rev string, within time.Duration) record.Compile {
 // and returns the HTTP status.
 func (c *cluster) push(secret, ref, after string) int {
 	c.t.Helper()
-	body := fmt.Appendf(nil, `{"ref": %q, "after": %q, "repository": {"full_name": "acme/fleet", "default_branch": "master"}}`, ref, after)
+	body := fmt.Appendf(nil, `{"ref": %q, "after": %q, "repository": {"full_name": "acme/fleet", "default_branch": "main"}}`, ref, after)
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write(body)
 	req, err := http.NewRequest("POST", "http://"+c.listen+"/api/v1/envs/"+env+"/compile/hook", bytes.NewReader(body))
@@ -188,9 +147,9 @@ func (c *cluster) compileAlerts() []record.Alert {
 func TestFromGitToFleet(t *testing.T) {
 	c := newCluster(t)
 	repo := newGitRepo(t)
-	rev1 := repo.commit(fleetModel("v1 served by"))
+	rev1 := repo.commit(fleetModel(t, "v1 served by"))
 	var src record.SourceView
-	c.cliJSON(&src, "env", "source", "set", repo.fileURL(), "--ref", "master")
+	c.cliJSON(&src, "env", "source", "set", repo.URL(), "--ref", "main")
 	if src.WebhookSecret == "" || src.HasToken {
 		t.Fatalf("source set answered %+v", src)
 	}
@@ -234,15 +193,15 @@ func TestFromGitToFleet(t *testing.T) {
 	})
 
 	// A push, announced by a webhook. A forged one first: refused.
-	rev2 := repo.commit(fleetModel("v2 served by"))
+	rev2 := repo.commit(fleetModel(t, "v2 served by"))
 	before := len(c.compiles())
-	if status := c.push("whsec_forged-secret-value", "refs/heads/master", rev2); status != http.StatusUnauthorized {
+	if status := c.push("whsec_forged-secret-value", "refs/heads/main", rev2); status != http.StatusUnauthorized {
 		t.Fatalf("forged webhook: HTTP %d, want 401", status)
 	}
 	if n := len(c.compiles()); n != before {
 		t.Fatalf("the forged webhook started a compile (%d → %d)", before, n)
 	}
-	if status := c.push(src.WebhookSecret, "refs/heads/master", rev2); status != http.StatusAccepted {
+	if status := c.push(src.WebhookSecret, "refs/heads/main", rev2); status != http.StatusAccepted {
 		t.Fatalf("signed webhook: HTTP %d, want 202", status)
 	}
 	pushed := c.compiled(rev2, 60*time.Second)
@@ -254,13 +213,13 @@ func TestFromGitToFleet(t *testing.T) {
 	// A broken commit: failed with file:line, nothing released, one alert
 	// for the streak of two.
 	rev3 := repo.commit(brokenModel)
-	c.push(src.WebhookSecret, "refs/heads/master", rev3)
+	c.push(src.WebhookSecret, "refs/heads/main", rev3)
 	broken := c.compiled(rev3, 60*time.Second)
 	if broken.Outcome != record.CompileFailed || len(broken.Diagnostics) == 0 || broken.Diagnostics[0].File != "main.hcl" || broken.Diagnostics[0].Line != 4 {
 		t.Fatalf("broken commit: %+v, want failed at main.hcl:4", broken)
 	}
 	rev4 := repo.commit(brokenModel + "\n# still broken\n")
-	c.push(src.WebhookSecret, "refs/heads/master", rev4)
+	c.push(src.WebhookSecret, "refs/heads/main", rev4)
 	c.compiled(rev4, 60*time.Second)
 	var versions []model.Version
 	c.cliJSON(&versions, "version", "list")
@@ -281,8 +240,8 @@ func TestFromGitToFleet(t *testing.T) {
 	// The same repository over HTTP, fixed: the new URL compiles at once;
 	// the streak of failures ends.
 	httpURL := repo.serveHTTP()
-	rev5 := repo.commit(fleetModel("v3 served by"))
-	c.cli("env", "source", "set", httpURL, "--ref", "master")
+	rev5 := repo.commit(fleetModel(t, "v3 served by"))
+	c.cli("env", "source", "set", httpURL, "--ref", "main")
 	if fixed := c.compiled(rev5, 60*time.Second); fixed.Outcome != record.CompileReleased {
 		t.Fatalf("compile over HTTP: %+v", fixed)
 	}
@@ -305,11 +264,11 @@ func TestFromGitToFleet(t *testing.T) {
 // hangs until its client goes away: a compile that is sure to be running
 // when the test kills its server. hanging is closed once it hangs.
 func (g *gitRepo) serveSlowHTTP() (url string, hanging <-chan struct{}) {
-	g.t.Helper()
+	g.T().Helper()
 	gitBin, err := exec.LookPath("git")
-	testenv.Need(g.t, err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
+	testenv.Need(g.T(), err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
 	h := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
-		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.dir), "GIT_HTTP_EXPORT_ALL=1"}}
+		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.Dir), "GIT_HTTP_EXPORT_ALL=1"}}
 	var hung atomic.Bool
 	stop, started := make(chan struct{}), make(chan struct{})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -323,9 +282,9 @@ func (g *gitRepo) serveSlowHTTP() (url string, hanging <-chan struct{}) {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	g.t.Cleanup(ts.Close)
-	g.t.Cleanup(func() { close(stop) }) // before Close, which waits for handlers
-	return ts.URL + "/" + filepath.Base(g.dir), started
+	g.T().Cleanup(ts.Close)
+	g.T().Cleanup(func() { close(stop) }) // before Close, which waits for handlers
+	return ts.URL + "/" + filepath.Base(g.Dir), started
 }
 
 // A replica killed (SIGKILL) in the middle of a compile: the other one
@@ -351,9 +310,9 @@ func TestReplicaKilledDuringCompile(t *testing.T) {
 	})
 
 	repo := newGitRepo(t)
-	rev := repo.commit(fleetModel("v1 served by"))
+	rev := repo.commit(fleetModel(t, "v1 served by"))
 	url, hanging := repo.serveSlowHTTP()
-	c.cli("env", "source", "set", url, "--ref", "master")
+	c.cli("env", "source", "set", url, "--ref", "main")
 	select {
 	case <-hanging:
 	case <-time.After(30 * time.Second):

@@ -13,61 +13,8 @@ import (
 	"testing"
 	"time"
 
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/tetherhq/tether/model/gitfetch/gittest"
 )
-
-// repo is a git repository made by the test with go-git, served as file://.
-type repo struct {
-	t   *testing.T
-	dir string
-	r   *git.Repository
-}
-
-func newRepo(t *testing.T) *repo {
-	t.Helper()
-	dir := t.TempDir()
-	r, err := git.PlainInitWithOptions(dir, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.NewBranchReferenceName("main")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &repo{t: t, dir: dir, r: r}
-}
-
-func (r *repo) url() string { return "file://" + r.dir }
-
-// commit writes files (a value starting with "->" is a symbolic link) and
-// commits them, returning the commit id.
-func (r *repo) commit(files map[string]string) string {
-	r.t.Helper()
-	wt, err := r.r.Worktree()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	for name, content := range files {
-		p := filepath.Join(r.dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			r.t.Fatal(err)
-		}
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, p)
-		} else {
-			err = os.WriteFile(p, []byte(content), 0o644)
-		}
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		if _, err := wt.Add(name); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	h, err := wt.Commit("test", &git.CommitOptions{Author: &object.Signature{Name: "t", Email: "t@example.com", When: time.Unix(1700000000, 0)}})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return h.String()
-}
 
 // fetch writes url at ref into a new directory through an os.Root.
 func fetch(t *testing.T, url, ref, subdir string, limits Limits) (string, string, error) {
@@ -85,12 +32,10 @@ func fetch(t *testing.T, url, ref, subdir string, limits Limits) (string, string
 // Fetch and Resolve name the same commit for every kind of ref, and the
 // checkout holds the tree (or its sub-directory) without .git.
 func TestFetchAndResolve(t *testing.T) {
-	r := newRepo(t)
-	first := r.commit(map[string]string{"main.hcl": "one", "mod/a.hcl": "a one", "mod/link.hcl": "->a.hcl"})
-	second := r.commit(map[string]string{"main.hcl": "two"})
-	if _, err := r.r.CreateTag("v1", plumbing.NewHash(first), &git.CreateTagOptions{Message: "v1", Tagger: &object.Signature{Name: "t", Email: "t@example.com"}}); err != nil {
-		t.Fatal(err)
-	}
+	r := gittest.New(t)
+	first := r.Commit(map[string]string{"main.hcl": "one", "mod/a.hcl": "a one", "mod/link.hcl": "->a.hcl"})
+	second := r.Commit(map[string]string{"main.hcl": "two"})
+	r.AnnotatedTag("v1", first)
 	tests := []struct {
 		ref, subdir, file, want, commit string
 	}{
@@ -102,11 +47,11 @@ func TestFetchAndResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.ref+"/"+tt.subdir, func(t *testing.T) {
-			resolved, err := Resolve(context.Background(), r.url(), tt.ref, Auth{})
+			resolved, err := Resolve(context.Background(), r.URL(), tt.ref, Auth{})
 			if err != nil || resolved != tt.commit {
 				t.Errorf("Resolve: got %s (%v), want %s", resolved, err, tt.commit)
 			}
-			dst, commit, err := fetch(t, r.url(), tt.ref, tt.subdir, DefaultLimits())
+			dst, commit, err := fetch(t, r.URL(), tt.ref, tt.subdir, DefaultLimits())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,25 +69,25 @@ func TestFetchAndResolve(t *testing.T) {
 }
 
 func TestFetchRefuses(t *testing.T) {
-	r := newRepo(t)
-	r.commit(map[string]string{"main.hcl": strings.Repeat("x", 100), "b.hcl": "b"})
-	out := newRepo(t)
-	out.commit(map[string]string{"main.hcl": "ok", "d/evil.hcl": "->../../x"})
+	r := gittest.New(t)
+	r.Commit(map[string]string{"main.hcl": strings.Repeat("x", 100), "b.hcl": "b"})
+	out := gittest.New(t)
+	out.Commit(map[string]string{"main.hcl": "ok", "d/evil.hcl": "->../../x"})
 	tests := []struct {
 		name, url, ref string
 		limits         Limits
 		want           error
 		msg            string
 	}{
-		{"unknown ref", r.url(), "nope", DefaultLimits(), ErrRefNotFound, `no branch, tag or commit "nope"`},
-		{"short commit id", r.url(), "abc1234", DefaultLimits(), ErrRefNotFound, "40 hex digits"},
+		{"unknown ref", r.URL(), "nope", DefaultLimits(), ErrRefNotFound, `no branch, tag or commit "nope"`},
+		{"short commit id", r.URL(), "abc1234", DefaultLimits(), ErrRefNotFound, "40 hex digits"},
 		{"missing repository", "file://" + filepath.Join(t.TempDir(), "none"), "", DefaultLimits(), ErrUnreachable, "none"},
-		{"link out", out.url(), "", DefaultLimits(), ErrUnsafe, `d/evil.hcl points to "../../x"`},
-		{"files", r.url(), "", Limits{MaxBytes: 1 << 20, MaxFiles: 1}, ErrLimit, "more than 1 files"},
-		{"bytes", r.url(), "", Limits{MaxBytes: 50, MaxFiles: 10}, ErrLimit, "more than 50 bytes"},
+		{"link out", out.URL(), "", DefaultLimits(), ErrUnsafe, `d/evil.hcl points to "../../x"`},
+		{"files", r.URL(), "", Limits{MaxBytes: 1 << 20, MaxFiles: 1}, ErrLimit, "more than 1 files"},
+		{"bytes", r.URL(), "", Limits{MaxBytes: 50, MaxFiles: 10}, ErrLimit, "more than 50 bytes"},
 		{"option as URL", "--upload-pack=touch", "", DefaultLimits(), ErrInvalid, "leading dash"},
-		{"range as ref", r.url(), "main..x", DefaultLimits(), ErrInvalid, "not a branch"},
-		{"revision syntax as ref", r.url(), "main^", DefaultLimits(), ErrInvalid, "not a branch"},
+		{"range as ref", r.URL(), "main..x", DefaultLimits(), ErrInvalid, "not a branch"},
+		{"revision syntax as ref", r.URL(), "main^", DefaultLimits(), ErrInvalid, "not a branch"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,8 +107,8 @@ func TestFetchRefuses(t *testing.T) {
 }
 
 func TestFetchDeadline(t *testing.T) {
-	r := newRepo(t)
-	r.commit(map[string]string{"main.hcl": "x"})
+	r := gittest.New(t)
+	r.Commit(map[string]string{"main.hcl": "x"})
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	root, err := os.OpenRoot(t.TempDir())
@@ -171,8 +116,8 @@ func TestFetchDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	_, resolveErr := Resolve(ctx, r.url(), "", Auth{})
-	_, fetchErr := Fetch(ctx, r.url(), "", Auth{}, Checkout{Root: root, Limits: DefaultLimits()})
+	_, resolveErr := Resolve(ctx, r.URL(), "", Auth{})
+	_, fetchErr := Fetch(ctx, r.URL(), "", Auth{}, Checkout{Root: root, Limits: DefaultLimits()})
 	for name, err := range map[string]error{"Resolve": resolveErr, "Fetch": fetchErr} {
 		if !errors.Is(err, ErrLimit) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s: got %v, want ErrLimit and DeadlineExceeded", name, err)

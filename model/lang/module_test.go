@@ -7,13 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/gitfetch/gittest"
 )
 
 // writeTree writes files (path → content) below dir.
@@ -27,68 +23,6 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// gitRepo is a git repository made by a test with go-git, so that module
-// tests need no git binary; a module reads it as git::file://DIR.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-	r   *git.Repository
-}
-
-func newGitRepo(t *testing.T) *gitRepo {
-	t.Helper()
-	dir := t.TempDir()
-	r, err := git.PlainInitWithOptions(dir, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.NewBranchReferenceName("main")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gitRepo{t: t, dir: dir, r: r}
-}
-
-func (g *gitRepo) source() string { return "git::file://" + g.dir }
-
-// commit writes files (a content starting with "->" is a symbolic link to
-// the rest) and commits them, returning the commit id.
-func (g *gitRepo) commit(files map[string]string) string {
-	g.t.Helper()
-	wt, err := g.r.Worktree()
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	for name, content := range files {
-		p := filepath.Join(g.dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			g.t.Fatal(err)
-		}
-		_ = os.Remove(p)
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, p)
-		} else {
-			err = os.WriteFile(p, []byte(content), 0o644)
-		}
-		if err != nil {
-			g.t.Fatal(err)
-		}
-		if _, err := wt.Add(name); err != nil {
-			g.t.Fatal(err)
-		}
-	}
-	h, err := wt.Commit("test", &git.CommitOptions{Author: &object.Signature{Name: "t", Email: "t@example.com", When: time.Unix(1700000000, 0)}})
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return h.String()
-}
-
-// tag points the tag name at commit, moving it if it exists.
-func (g *gitRepo) tag(name, commit string) {
-	g.t.Helper()
-	ref := plumbing.NewHashReference(plumbing.NewTagReferenceName(name), plumbing.NewHash(commit))
-	if err := g.r.Storer.SetReference(ref); err != nil {
-		g.t.Fatal(err)
 	}
 }
 
@@ -107,16 +41,16 @@ func noGit(t *testing.T) {
 // repository gone), and --update-modules follows a moved tag. All of it
 // without a git binary.
 func TestGitModule(t *testing.T) {
-	repo := newGitRepo(t)
-	first := repo.commit(map[string]string{
+	repo := gittest.New(t)
+	first := repo.Commit(map[string]string{
 		"main.hcl":  "application \"motd\" {\n  file \"/etc/motd\" { content = templatefile(\"motd.tmpl\", {}) }\n}\n",
 		"motd.tmpl": "version one\n",
 	})
-	repo.tag("v1", first)
+	repo.Tag("v1", first)
 	noGit(t)
 
 	project := t.TempDir()
-	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + repo.source() + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
+	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + "git::" + repo.URL() + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
 	compile := func(opts Options) *Result {
 		t.Helper()
 		res, err := Compile(t.Context(), project, opts)
@@ -139,13 +73,13 @@ func TestGitModule(t *testing.T) {
 		t.Errorf(".git in the module's checkout: %v", err)
 	}
 	lock, err := os.ReadFile(filepath.Join(project, ModuleCacheDir, "lock.json"))
-	if err != nil || !strings.Contains(string(lock), "file://"+repo.dir+"@v1") || !strings.Contains(string(lock), first) {
+	if err != nil || !strings.Contains(string(lock), "file://"+repo.Dir+"@v1") || !strings.Contains(string(lock), first) {
 		t.Fatalf("lock.json %s (%v), want v1 at %s", lock, err, first)
 	}
 
 	// Move the tag: the cache keeps the compile repeatable until asked.
-	second := repo.commit(map[string]string{"motd.tmpl": "version two\n"})
-	repo.tag("v1", second)
+	second := repo.Commit(map[string]string{"motd.tmpl": "version two\n"})
+	repo.Tag("v1", second)
 	if got := compile(Options{}).Resources[0].Attributes["content"]; got != "version one\n" {
 		t.Fatalf("a cached ref moved without --update-modules: %q", got)
 	}
@@ -162,7 +96,7 @@ func TestGitModule(t *testing.T) {
 		t.Fatalf("--update-modules did not follow the tag: %q at %s, want %s", got, res.Modules[0].Commit, second)
 	}
 	// A commit id is a ref too, and the cache already holds this one.
-	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + repo.source() + "\"\n  ref = \"" + first + "\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
+	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + "git::" + repo.URL() + "\"\n  ref = \"" + first + "\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
 	if got := compile(Options{}).Resources[0].Attributes["content"]; got != "version one\n" {
 		t.Fatalf("module at commit %s: %q", first, got)
 	}
@@ -171,8 +105,8 @@ func TestGitModule(t *testing.T) {
 	}
 
 	// Offline: the repository is gone, the cache answers.
-	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + repo.source() + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
-	if err := os.RemoveAll(repo.dir); err != nil {
+	writeTree(t, project, map[string]string{"main.hcl": "module \"base\" {\n  source = \"" + "git::" + repo.URL() + "\"\n  ref = \"v1\"\n}\nhost \"h\" {\n  apply \"base.motd\" {}\n}\n"})
+	if err := os.RemoveAll(repo.Dir); err != nil {
 		t.Fatal(err)
 	}
 	if got := compile(Options{}).Resources[0].Attributes["content"]; got != "version two\n" {
@@ -183,22 +117,22 @@ func TestGitModule(t *testing.T) {
 // A module that cannot be fetched is a diagnostic at its source that says
 // what went wrong and what to do.
 func TestGitModuleFetchErrors(t *testing.T) {
-	repo := newGitRepo(t)
-	repo.commit(map[string]string{"main.hcl": "application \"a\" {}\n", "b.txt": "b"})
+	repo := gittest.New(t)
+	repo.Commit(map[string]string{"main.hcl": "application \"a\" {}\n", "b.txt": "b"})
 	noGit(t)
 	tests := []struct {
 		name, source, ref string
 		opts              Options
 		want              []string
 	}{
-		{"unknown ref", repo.source(), "v9", Options{}, []string{`no branch, tag or commit "v9"`, "check the module's ref"}},
-		{"short commit id", repo.source(), "abcdef1", Options{}, []string{"40 hex digits"}},
+		{"unknown ref", "git::" + repo.URL(), "v9", Options{}, []string{`no branch, tag or commit "v9"`, "check the module's ref"}},
+		{"short commit id", "git::" + repo.URL(), "abcdef1", Options{}, []string{"40 hex digits"}},
 		{"missing repository", "git::file://" + filepath.Join(t.TempDir(), "gone"), "main", Options{}, []string{"repository unreachable", "check the URL"}},
 		{"scheme", "git::ftp://example.com/m.git", "main", Options{}, []string{`scheme "ftp" is not https, http, ssh or file`, "git::https://host/repo.git"}},
-		{"path without a scheme", "git::" + repo.dir, "main", Options{}, []string{"file:///path/to/repo"}},
-		{"option as ref", repo.source(), "--upload-pack=touch", Options{}, []string{"is not a branch, tag or commit id"}},
-		{"over the file limit", repo.source(), "main", Options{MaxModuleFiles: 1}, []string{"more than 1 files", "Options.MaxModuleFiles"}},
-		{"over the size limit", repo.source(), "main", Options{MaxModuleSize: 10}, []string{"more than 10 bytes", "Options.MaxModuleSize"}},
+		{"path without a scheme", "git::" + repo.Dir, "main", Options{}, []string{"file:///path/to/repo"}},
+		{"option as ref", "git::" + repo.URL(), "--upload-pack=touch", Options{}, []string{"is not a branch, tag or commit id"}},
+		{"over the file limit", "git::" + repo.URL(), "main", Options{MaxModuleFiles: 1}, []string{"more than 1 files", "Options.MaxModuleFiles"}},
+		{"over the size limit", "git::" + repo.URL(), "main", Options{MaxModuleSize: 10}, []string{"more than 10 bytes", "Options.MaxModuleSize"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

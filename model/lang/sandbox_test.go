@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/model/gitfetch/gittest"
 	"golang.org/x/tools/txtar"
 )
 
@@ -314,15 +315,15 @@ func TestGitModuleConfinedToItself(t *testing.T) {
 		"sub/../../x",
 	} {
 		t.Run(link, func(t *testing.T) {
-			repo := newGitRepo(t)
-			repo.commit(map[string]string{
+			repo := gittest.New(t)
+			repo.Commit(map[string]string{
 				"main.hcl": "application \"a\" {\n  file \"/x\" { content = file(\"leak\") }\n}\n",
 				"leak":     "->" + link,
 			})
 			noGit(t)
 			project := t.TempDir()
 			writeTree(t, project, map[string]string{
-				"main.hcl":   "module \"m\" {\n  source = \"" + repo.source() + "\"\n  ref = \"main\"\n}\nhost \"h\" {\n  apply \"m.a\" {}\n}\n",
+				"main.hcl":   "module \"m\" {\n  source = \"" + "git::" + repo.URL() + "\"\n  ref = \"main\"\n}\nhost \"h\" {\n  apply \"m.a\" {}\n}\n",
 				"secret.txt": secret,
 			})
 			_, err := Compile(t.Context(), project, Options{})
@@ -341,10 +342,10 @@ func TestGitModuleConfinedToItself(t *testing.T) {
 // module cache's writes out, and a lock.json linked to an endless device
 // is not read.
 func TestModuleCacheStaysInside(t *testing.T) {
-	repo := newGitRepo(t)
-	repo.commit(map[string]string{"main.hcl": "application \"a\" {\n  file \"/x\" { content = \"x\" }\n}\n"})
+	repo := gittest.New(t)
+	repo.Commit(map[string]string{"main.hcl": "application \"a\" {\n  file \"/x\" { content = \"x\" }\n}\n"})
 	noGit(t)
-	main := "module \"m\" {\n  source = \"" + repo.source() + "\"\n  ref = \"main\"\n}\nhost \"h\" {\n  apply \"m.a\" {}\n}\n"
+	main := "module \"m\" {\n  source = \"" + "git::" + repo.URL() + "\"\n  ref = \"main\"\n}\nhost \"h\" {\n  apply \"m.a\" {}\n}\n"
 
 	t.Run("cache linked out", func(t *testing.T) {
 		project, elsewhere := t.TempDir(), t.TempDir()

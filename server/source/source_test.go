@@ -17,69 +17,8 @@ import (
 	"testing"
 	"time"
 
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/tetherhq/tether/model/gitfetch/gittest"
 )
-
-// repo is a git repository made by the test with go-git, served as file://.
-type repo struct {
-	t   *testing.T
-	dir string
-	r   *git.Repository
-}
-
-func newRepo(t *testing.T) *repo {
-	t.Helper()
-	dir := t.TempDir()
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &repo{t: t, dir: dir, r: r}
-}
-
-func (r *repo) url() string { return "file://" + r.dir }
-
-// commit writes files (a value starting with "->" is a symbolic link) and
-// commits them, returning the commit id.
-func (r *repo) commit(files map[string]string) string {
-	r.t.Helper()
-	wt, err := r.r.Worktree()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	for name, content := range files {
-		p := filepath.Join(r.dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			r.t.Fatal(err)
-		}
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, p)
-		} else {
-			err = os.WriteFile(p, []byte(content), 0o644)
-		}
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		if _, err := wt.Add(name); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	h, err := wt.Commit("test", &git.CommitOptions{Author: &object.Signature{Name: "t", Email: "t@example.com", When: time.Unix(1700000000, 0)}})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return h.String()
-}
-
-func (r *repo) branch(name string) {
-	r.t.Helper()
-	wt, _ := r.r.Worktree()
-	if err := wt.Checkout(&git.CheckoutOptions{Branch: plumbing.NewBranchReferenceName(name), Create: true}); err != nil {
-		r.t.Fatal(err)
-	}
-}
 
 func fetch(t *testing.T, spec Spec, limits Limits) (string, Revision, error) {
 	t.Helper()
@@ -98,35 +37,31 @@ func read(t *testing.T, dst, name string) string {
 }
 
 func TestFetchGitRefs(t *testing.T) {
-	r := newRepo(t)
-	first := r.commit(map[string]string{"main.hcl": "one", "model/web.hcl": "web one"})
-	second := r.commit(map[string]string{"main.hcl": "two", "model/web.hcl": "web two", "model/link.hcl": "->web.hcl"})
-	if _, err := r.r.CreateTag("v1", plumbing.NewHash(first), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.r.CreateTag("v2", plumbing.NewHash(first), &git.CreateTagOptions{Message: "annotated", Tagger: &object.Signature{Name: "t", Email: "t@example.com"}}); err != nil {
-		t.Fatal(err)
-	}
-	r.branch("dev")
-	third := r.commit(map[string]string{"main.hcl": "three"})
+	r := gittest.New(t)
+	first := r.Commit(map[string]string{"main.hcl": "one", "model/web.hcl": "web one"})
+	second := r.Commit(map[string]string{"main.hcl": "two", "model/web.hcl": "web two", "model/link.hcl": "->web.hcl"})
+	r.Tag("v1", first)
+	r.AnnotatedTag("v2", first)
+	r.Branch("dev")
+	third := r.Commit(map[string]string{"main.hcl": "three"})
 
 	tests := []struct {
 		ref, subdir, file, want, rev string
 	}{
 		{"", "", "main.hcl", "three", third}, // HEAD is dev, checked out last
-		{"master", "", "main.hcl", "two", second},
+		{"main", "", "main.hcl", "two", second},
 		{"dev", "", "main.hcl", "three", third},
-		{"refs/heads/master", "", "main.hcl", "two", second},
+		{"refs/heads/main", "", "main.hcl", "two", second},
 		{"v1", "", "main.hcl", "one", first},
 		{"v2", "", "main.hcl", "one", first},
 		{second, "", "main.hcl", "two", second},
 		{first, "", "main.hcl", "one", first}, // no branch points at it
-		{"master", "model", "web.hcl", "web two", second},
-		{"master", "model/", "link.hcl", "web two", second},
+		{"main", "model", "web.hcl", "web two", second},
+		{"main", "model/", "link.hcl", "web two", second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.ref+"/"+tt.subdir, func(t *testing.T) {
-			dst, rev, err := fetch(t, Spec{Git: &GitSpec{URL: r.url(), Ref: tt.ref, Subdir: tt.subdir}}, DefaultLimits())
+			dst, rev, err := fetch(t, Spec{Git: &GitSpec{URL: r.URL(), Ref: tt.ref, Subdir: tt.subdir}}, DefaultLimits())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +82,7 @@ func TestFetchGitRefs(t *testing.T) {
 		})
 	}
 	t.Run("link kept as a link", func(t *testing.T) {
-		dst, _, err := fetch(t, Spec{Git: &GitSpec{URL: r.url(), Ref: "master", Subdir: "model"}}, DefaultLimits())
+		dst, _, err := fetch(t, Spec{Git: &GitSpec{URL: r.URL(), Ref: "main", Subdir: "model"}}, DefaultLimits())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,14 +93,14 @@ func TestFetchGitRefs(t *testing.T) {
 }
 
 func TestFetchGitErrors(t *testing.T) {
-	r := newRepo(t)
-	r.commit(map[string]string{"main.hcl": strings.Repeat("x", 2000), "b.hcl": "b"})
-	evil := newRepo(t)
-	evil.commit(map[string]string{"main.hcl": "ok", "evil.hcl": "->/etc/shadow"})
-	up := newRepo(t)
-	up.commit(map[string]string{"model/main.hcl": "ok", "model/up.hcl": "->../secret", "secret": "s"})
-	chain := newRepo(t)
-	chain.commit(map[string]string{"a": "->.", "b": "->a/../x"})
+	r := gittest.New(t)
+	r.Commit(map[string]string{"main.hcl": strings.Repeat("x", 2000), "b.hcl": "b"})
+	evil := gittest.New(t)
+	evil.Commit(map[string]string{"main.hcl": "ok", "evil.hcl": "->/etc/shadow"})
+	up := gittest.New(t)
+	up.Commit(map[string]string{"model/main.hcl": "ok", "model/up.hcl": "->../secret", "secret": "s"})
+	chain := gittest.New(t)
+	chain.Commit(map[string]string{"a": "->.", "b": "->a/../x"})
 
 	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
@@ -192,14 +127,14 @@ func TestFetchGitErrors(t *testing.T) {
 		{"closed port", GitSpec{URL: "http://127.0.0.1:1/repo.git"}, DefaultLimits(), ErrUnreachable, "127.0.0.1:1"},
 		{"no credentials", GitSpec{URL: unauthorized.URL + "/repo.git"}, DefaultLimits(), ErrAuth, "authentication"},
 		{"wrong token", GitSpec{URL: refused.URL + "/repo.git", Token: NewSecret("wrong"), Username: "ci", CABundle: ca}, DefaultLimits(), ErrAuth, "auth"},
-		{"unknown branch", GitSpec{URL: r.url(), Ref: "nope"}, DefaultLimits(), ErrRefNotFound, `"nope"`},
-		{"unknown commit", GitSpec{URL: r.url(), Ref: strings.Repeat("ab", 20)}, DefaultLimits(), ErrRefNotFound, "abab"},
-		{"unknown sub-directory", GitSpec{URL: r.url(), Subdir: "nope"}, DefaultLimits(), ErrRefNotFound, "sub-directory nope"},
-		{"over the size limit", GitSpec{URL: r.url()}, Limits{MaxBytes: 1000, MaxFiles: 10}, ErrLimit, "more than 1000 bytes (Limits.MaxBytes)"},
-		{"over the file limit", GitSpec{URL: r.url()}, Limits{MaxBytes: 1 << 20, MaxFiles: 1}, ErrLimit, "more than 1 files (Limits.MaxFiles)"},
-		{"link to /etc/shadow", GitSpec{URL: evil.url()}, DefaultLimits(), ErrUnsafe, "evil.hcl points to"},
-		{"link out of the sub-directory", GitSpec{URL: up.url(), Subdir: "model"}, DefaultLimits(), ErrUnsafe, "up.hcl"},
-		{"chain of links out", GitSpec{URL: chain.url()}, DefaultLimits(), ErrUnsafe, "leads outside"},
+		{"unknown branch", GitSpec{URL: r.URL(), Ref: "nope"}, DefaultLimits(), ErrRefNotFound, `"nope"`},
+		{"unknown commit", GitSpec{URL: r.URL(), Ref: strings.Repeat("ab", 20)}, DefaultLimits(), ErrRefNotFound, "abab"},
+		{"unknown sub-directory", GitSpec{URL: r.URL(), Subdir: "nope"}, DefaultLimits(), ErrRefNotFound, "sub-directory nope"},
+		{"over the size limit", GitSpec{URL: r.URL()}, Limits{MaxBytes: 1000, MaxFiles: 10}, ErrLimit, "more than 1000 bytes (Limits.MaxBytes)"},
+		{"over the file limit", GitSpec{URL: r.URL()}, Limits{MaxBytes: 1 << 20, MaxFiles: 1}, ErrLimit, "more than 1 files (Limits.MaxFiles)"},
+		{"link to /etc/shadow", GitSpec{URL: evil.URL()}, DefaultLimits(), ErrUnsafe, "evil.hcl points to"},
+		{"link out of the sub-directory", GitSpec{URL: up.URL(), Subdir: "model"}, DefaultLimits(), ErrUnsafe, "up.hcl"},
+		{"chain of links out", GitSpec{URL: chain.URL()}, DefaultLimits(), ErrUnsafe, "leads outside"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -223,21 +158,17 @@ func TestFetchGitErrors(t *testing.T) {
 // Resolve names the revision Fetch would write, for every kind of ref,
 // without fetching: what a poll compares with the last fetch.
 func TestResolve(t *testing.T) {
-	r := newRepo(t)
-	first := r.commit(map[string]string{"main.hcl": "one"})
-	second := r.commit(map[string]string{"main.hcl": "two"})
-	if _, err := r.r.CreateTag("light", plumbing.NewHash(first), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.r.CreateTag("annotated", plumbing.NewHash(first), &git.CreateTagOptions{Message: "a", Tagger: &object.Signature{Name: "t", Email: "t@example.com"}}); err != nil {
-		t.Fatal(err)
-	}
+	r := gittest.New(t)
+	first := r.Commit(map[string]string{"main.hcl": "one"})
+	second := r.Commit(map[string]string{"main.hcl": "two"})
+	r.Tag("light", first)
+	r.AnnotatedTag("annotated", first)
 	for _, tt := range []struct{ ref, want string }{
-		{"", second}, {"master", second}, {"refs/heads/master", second},
+		{"", second}, {"main", second}, {"refs/heads/main", second},
 		{"light", first}, {"annotated", first}, {first, first},
 	} {
 		t.Run(tt.ref, func(t *testing.T) {
-			spec := Spec{Git: &GitSpec{URL: r.url(), Ref: tt.ref}}
+			spec := Spec{Git: &GitSpec{URL: r.URL(), Ref: tt.ref}}
 			got, err := Resolve(context.Background(), spec)
 			if err != nil {
 				t.Fatal(err)
@@ -251,8 +182,8 @@ func TestResolve(t *testing.T) {
 		})
 	}
 	t.Run("moved branch", func(t *testing.T) {
-		third := r.commit(map[string]string{"main.hcl": "three"})
-		if got, err := Resolve(context.Background(), Spec{Git: &GitSpec{URL: r.url(), Ref: "master"}}); err != nil || string(got) != third {
+		third := r.Commit(map[string]string{"main.hcl": "three"})
+		if got, err := Resolve(context.Background(), Spec{Git: &GitSpec{URL: r.URL(), Ref: "main"}}); err != nil || string(got) != third {
 			t.Errorf("got %s (%v), want the new commit %s", got, err, third)
 		}
 	})
@@ -262,10 +193,10 @@ func TestResolve(t *testing.T) {
 		want error
 		msg  string
 	}{
-		{"unknown ref", GitSpec{URL: r.url(), Ref: "nope"}, ErrRefNotFound, `"nope"`},
-		{"short commit id", GitSpec{URL: r.url(), Ref: first[:7]}, ErrRefNotFound, "40 hex digits"},
+		{"unknown ref", GitSpec{URL: r.URL(), Ref: "nope"}, ErrRefNotFound, `"nope"`},
+		{"short commit id", GitSpec{URL: r.URL(), Ref: first[:7]}, ErrRefNotFound, "40 hex digits"},
 		{"missing repository", GitSpec{URL: "file://" + filepath.Join(t.TempDir(), "none")}, ErrUnreachable, "none"},
-		{"invalid ref", GitSpec{URL: r.url(), Ref: "--upload-pack=x"}, ErrInvalid, "ref"},
+		{"invalid ref", GitSpec{URL: r.URL(), Ref: "--upload-pack=x"}, ErrInvalid, "ref"},
 		{"ssh without a key", GitSpec{URL: "ssh://git@example.com/m.git", KnownHosts: "example.com ssh-ed25519 AAAA"}, ErrInvalid, "SSH key"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,24 +219,24 @@ func TestResolve(t *testing.T) {
 }
 
 func TestFetchDeadline(t *testing.T) {
-	r := newRepo(t)
-	r.commit(map[string]string{"main.hcl": "x"})
+	r := gittest.New(t)
+	r.Commit(map[string]string{"main.hcl": "x"})
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	_, err := Fetch(ctx, Spec{Git: &GitSpec{URL: r.url()}}, filepath.Join(t.TempDir(), "m"), DefaultLimits())
+	_, err := Fetch(ctx, Spec{Git: &GitSpec{URL: r.URL()}}, filepath.Join(t.TempDir(), "m"), DefaultLimits())
 	if !errors.Is(err, ErrLimit) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want ErrLimit and DeadlineExceeded", err)
 	}
 }
 
 func TestFetchDestination(t *testing.T) {
-	r := newRepo(t)
-	r.commit(map[string]string{"main.hcl": "x"})
+	r := gittest.New(t)
+	r.Commit(map[string]string{"main.hcl": "x"})
 	dst := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dst, "old"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Fetch(context.Background(), Spec{Git: &GitSpec{URL: r.url()}}, dst, DefaultLimits()); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if _, err := Fetch(context.Background(), Spec{Git: &GitSpec{URL: r.URL()}}, dst, DefaultLimits()); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("got %v, want a refusal of a non-empty destination", err)
 	}
 	if _, err := os.Stat(filepath.Join(dst, "old")); err != nil {
