@@ -261,7 +261,11 @@ func showCompile(term *terminal, x record.Compile) error {
 			total += n
 		}
 		sort.Strings(agents)
-		fmt.Fprintf(w, "  resources     %d for %d agents\n", total, len(agents))
+		noun := "agents"
+		if len(agents) == 1 {
+			noun = "agent"
+		}
+		fmt.Fprintf(w, "  resources     %d for %d %s\n", total, len(agents), noun)
 		const shown = 20
 		for i, a := range agents {
 			if i == shown {
