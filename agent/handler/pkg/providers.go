@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/agent/handler"
 )
@@ -13,7 +14,8 @@ import (
 // waits for the dpkg lock (another apt, unattended-upgrades) rather than
 // failing, never asks questions, keeps changed configuration files, and
 // fetches the package lists once when a package or version is not found in
-// them (a fresh host, or a repository just added).
+// them (a fresh host, or a repository just added), and reads the cache
+// again while another apt rebuilds it.
 type apt struct{ rt handler.Runtime }
 
 var aptEnv = []string{"DEBIAN_FRONTEND=noninteractive", "APT_LISTCHANGES_FRONTEND=none"}
@@ -36,8 +38,25 @@ func (a apt) installed(ctx context.Context, name string) (string, bool, error) {
 	return "", false, nil
 }
 
+// cacheRetries bounds how often a read of apt's cache is tried again while
+// an apt-get update (of another apt, or unattended-upgrades) rebuilds it.
+var cacheRetries = []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+
 func (a apt) candidate(ctx context.Context, name string) (string, error) {
 	out, err := a.rt.Output(ctx, nil, "apt-cache", "policy", "--", name)
+	for _, wait := range cacheRetries {
+		// "E: Cache is out of sync, can't x-ref a package file": the
+		// binary cache is being rebuilt under us.
+		if err == nil || !strings.Contains(err.Error(), "out of sync") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(wait):
+		}
+		out, err = a.rt.Output(ctx, nil, "apt-cache", "policy", "--", name)
+	}
 	if err != nil {
 		return "", err
 	}
