@@ -88,37 +88,24 @@ func newLimits(o Options) limits {
 		valueSize: o.MaxValueSize, resultSize: o.MaxResultSize, nesting: o.MaxNesting, resources: o.MaxResources,
 		moduleSize: o.MaxModuleSize, moduleFiles: o.MaxModuleFiles,
 	}
-	if l.timeout <= 0 {
-		l.timeout = DefaultTimeout
-	}
-	if l.fileSize <= 0 {
-		l.fileSize = DefaultMaxFileSize
-	}
-	if l.totalSize <= 0 {
-		l.totalSize = DefaultMaxTotalSize
-	}
-	if l.tokens <= 0 {
-		l.tokens = DefaultMaxTokens
-	}
-	if l.valueSize <= 0 {
-		l.valueSize = DefaultMaxValueSize
-	}
-	if l.resultSize <= 0 {
-		l.resultSize = DefaultMaxResultSize
-	}
-	if l.nesting <= 0 {
-		l.nesting = DefaultMaxNesting
-	}
-	if l.resources <= 0 {
-		l.resources = DefaultMaxResources
-	}
-	if l.moduleSize <= 0 {
-		l.moduleSize = DefaultMaxModuleSize
-	}
-	if l.moduleFiles <= 0 {
-		l.moduleFiles = DefaultMaxModuleFiles
-	}
+	orDefault(&l.timeout, DefaultTimeout)
+	orDefault(&l.fileSize, DefaultMaxFileSize)
+	orDefault(&l.totalSize, DefaultMaxTotalSize)
+	orDefault(&l.tokens, DefaultMaxTokens)
+	orDefault(&l.valueSize, DefaultMaxValueSize)
+	orDefault(&l.resultSize, DefaultMaxResultSize)
+	orDefault(&l.nesting, DefaultMaxNesting)
+	orDefault(&l.resources, DefaultMaxResources)
+	orDefault(&l.moduleSize, DefaultMaxModuleSize)
+	orDefault(&l.moduleFiles, DefaultMaxModuleFiles)
 	return l
+}
+
+// orDefault sets *v to def when it is zero or negative (unset).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // bytesText prints a size for diagnostics: "16 MiB", "1536 bytes".
