@@ -77,20 +77,14 @@ func (s *Server) RequestCompile(ctx context.Context, env, by string) (record.Com
 	return record.CompileRequest{Env: env, Running: running, Queued: queued}, nil
 }
 
-// triggerCompile asks for a compile of env when the server compiles and
-// env has a source; what cannot be asked is logged, not returned: it is
-// a consequence of something that happened already.
-func (s *Server) triggerCompile(ctx context.Context, env string, t record.Trigger) {
+// triggerCompile asks for a compile of env when the server compiles; what
+// cannot be asked is logged, not returned: it is a consequence of
+// something that happened already. Whether env has a source is asked once
+// per folded batch, by compile, not here: this runs on the ingest path,
+// once per agent whose facts changed.
+func (s *Server) triggerCompile(_ context.Context, env string, t record.Trigger) {
 	q := s.compiles.Load()
 	if q == nil {
-		return
-	}
-	has, err := s.cfg.Sources.Has(ctx, env)
-	if err != nil {
-		s.log.Warn().Err(err).Str("env", env).Str("trigger", string(t.Kind)).Msg("cannot tell whether the environment has a source; not compiled")
-		return
-	}
-	if !has {
 		return
 	}
 	if err := q.Trigger(env, t); err != nil && !errors.Is(err, compilequeue.ErrClosed) {
@@ -228,6 +222,15 @@ func (s *Server) takeCompileLease(ctx context.Context, env string) (release func
 // compile is the compile queue's function: it compiles env once, records
 // the report, and stores and releases what the policy says.
 func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) error {
+	// An environment without a source compiles nothing and reports
+	// nothing: its agents' triggers are folded and dropped here.
+	has, err := s.cfg.Sources.Has(ctx, env)
+	if err != nil {
+		return fmt.Errorf("compile %s: cannot tell whether it has a source: %w", env, err)
+	}
+	if !has {
+		return nil
+	}
 	release, err := s.takeCompileLease(ctx, env)
 	if err != nil {
 		return fmt.Errorf("compile %s: take the compile lease: %w", env, err)

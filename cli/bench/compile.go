@@ -276,7 +276,7 @@ func storm(ctx context.Context, cl *apiClient, srv *serverProcess, n int, seen m
 		return fmt.Errorf("ask for a compile: %w", err)
 	default:
 	}
-	// Idle: the newest compile ended, and none started for two settles.
+	// Every request is folded into a compile: count them until all are.
 	for res.StormFolded < n {
 		c, err := nextCompile(ctx, cl, srv, seen)
 		if err != nil {
