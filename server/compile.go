@@ -349,11 +349,6 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 		return
 	}
 	t = time.Now()
-	defer func() {
-		if ph.release == 0 {
-			since(&ph.store, t)
-		}
-	}()
 	setHash, err := prepareExport(res.Resources)
 	if err != nil {
 		fail("%v", err)
@@ -369,6 +364,7 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 		return
 	}
 	v, _, err := s.exportPrepared(ctx, c.Env, res.Resources, model.VersionMeta{Compiler: "tether server", Source: c.Revision, ExportedBy: compileBy}, setHash)
+	since(&ph.store, t)
 	if err != nil {
 		fail("store the version: %v", err)
 		return
@@ -378,15 +374,9 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 		c.Outcome = record.CompileCandidate
 		return
 	}
-	since(&ph.store, t)
 	t = time.Now()
 	_, err = s.store.Release(ctx, c.Env, v.Number)
 	since(&ph.release, t)
-	if err == nil {
-		t = time.Now()
-		s.fanOut(ctx, c.Env, v.Number)
-		since(&ph.fanout, t)
-	}
 	if err != nil {
 		// Stored, not released: an operator can release it.
 		c.Outcome = record.CompileCandidate
@@ -394,6 +384,9 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 			Message: fmt.Sprintf("version %d stored but not released: %v; release it with tether version release", v.Number, err)})
 		return
 	}
+	t = time.Now()
+	s.fanOut(ctx, c.Env, v.Number)
+	since(&ph.fanout, t)
 	c.Outcome = record.CompileReleased
 }
 
