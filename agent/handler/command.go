@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tetherhq/tether/model"
 )
 
 // Command is one program a handler runs: a package manager, a service tool,
@@ -26,9 +30,110 @@ type Command struct {
 	Timeout time.Duration
 	// UID and GID, when Credential is set, are the user the command runs as.
 	Credential *syscall.Credential
+	// Stdin is the command's standard input (none: /dev/null). A secret
+	// reaches a command here, or in a file of mode 0600 (Files), never in
+	// Args: every local user can read a process's arguments (ps,
+	// /proc/PID/cmdline).
+	Stdin []byte
+	// Files are open files the command inherits as descriptors 3, 4, …,
+	// which it opens again as /dev/fd/3, …: a file already removed, which
+	// no other process can find by its path.
+	Files []*os.File
+	// Secrets are the sensitive values the command handles. They must not
+	// show in Args or Label (the runner refuses the command with
+	// ErrSecretInArgs), and CommandError hides them in the command's output.
+	Secrets []string
+	// Label, when set, names the command in errors instead of its
+	// arguments: what the resource asked for rather than how it is run.
+	Label string
 }
 
-func (c Command) String() string { return strings.Join(c.Args, " ") }
+func (c Command) String() string {
+	if c.Label != "" {
+		return c.Label
+	}
+	return strings.Join(c.Args, " ")
+}
+
+// minSecret is the length below which a secret is not looked for: a value
+// that short ("!" locks an account) cannot be told apart from ordinary text,
+// and hiding it would garble every message it occurs in.
+const minSecret = 4
+
+// ErrSecretInArgs is returned for a command whose arguments or label hold
+// one of its Secrets: a handler passed a secret where every local user can
+// read it.
+var ErrSecretInArgs = errors.New("a secret in the command's arguments: pass it on standard input or in a file of mode 0600")
+
+// CheckSecrets returns ErrSecretInArgs when one of c's Secrets shows in its
+// arguments or label. The error names the program only: the rest holds the
+// secret.
+func (c Command) CheckSecrets() error {
+	for _, s := range c.Secrets {
+		if len(s) < minSecret {
+			continue
+		}
+		leak := strings.Contains(c.Label, s)
+		for _, a := range c.Args {
+			leak = leak || strings.Contains(a, s)
+		}
+		if leak {
+			program := "(empty)"
+			if len(c.Args) > 0 {
+				program = c.Args[0]
+			}
+			return fmt.Errorf("run %s: %w", program, ErrSecretInArgs)
+		}
+	}
+	return nil
+}
+
+// SensitiveValues returns the values of res's sensitive attributes (those
+// it lists, and those its kind declares always sensitive) as the Secrets of
+// a command that handles them: each string, each element of a list and
+// value of a map, and each line of a value of several lines (a shell quotes
+// the line it fails on).
+func SensitiveValues(res *model.Resource) []string {
+	marked := *res
+	marked.Sensitive = slices.Clone(res.Sensitive)
+	model.MarkSensitive(&marked)
+	var out []string
+	add := func(s string) {
+		out = append(out, s)
+		if strings.Contains(s, "\n") {
+			for _, l := range strings.Split(s, "\n") {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+	}
+	for _, name := range marked.Sensitive {
+		if s, ok := res.Attributes.String(name); ok {
+			add(s)
+		} else if l, ok := res.Attributes.StringList(name); ok {
+			for _, s := range l {
+				add(s)
+			}
+		} else if m, ok := res.Attributes.StringMap(name); ok {
+			for _, s := range m {
+				add(s)
+			}
+		}
+	}
+	return out
+}
+
+// Hide returns text with every one of secrets replaced by
+// model.RedactedValue, longest first so that a secret containing another
+// is hidden whole.
+func Hide(text string, secrets []string) string {
+	sorted := slices.SortedFunc(slices.Values(secrets), func(a, b string) int { return len(b) - len(a) })
+	for _, s := range sorted {
+		if len(s) >= minSecret {
+			text = strings.ReplaceAll(text, s, model.RedactedValue)
+		}
+	}
+	return text
+}
 
 // Output is what a finished command left behind.
 type Output struct {
@@ -60,6 +165,9 @@ func (HostRunner) Run(ctx context.Context, c Command) (Output, error) {
 	if len(c.Args) == 0 {
 		return Output{}, errors.New("run: empty command")
 	}
+	if err := c.CheckSecrets(); err != nil {
+		return Output{}, err
+	}
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, c.Timeout, fmt.Errorf("%w after %s: %s", ErrTimeout, c.Timeout, c))
@@ -67,6 +175,10 @@ func (HostRunner) Run(ctx context.Context, c Command) (Output, error) {
 	}
 	cmd := exec.CommandContext(ctx, c.Args[0], c.Args[1:]...)
 	cmd.Dir = c.Dir
+	if c.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(c.Stdin)
+	}
+	cmd.ExtraFiles = c.Files
 	if len(c.Env) > 0 {
 		cmd.Env = append(cmd.Environ(), c.Env...)
 	}
@@ -111,22 +223,29 @@ func (rt Runtime) Exec(ctx context.Context, args ...string) (Output, error) {
 // Output runs args and returns its standard output; a non-zero exit is an
 // error quoting the command and the end of its error output.
 func (rt Runtime) Output(ctx context.Context, env []string, args ...string) ([]byte, error) {
-	out, err := rt.Runner().Run(ctx, Command{Args: args, Env: env})
+	return rt.OutputOf(ctx, Command{Args: args, Env: env})
+}
+
+// OutputOf is Output for a command with more than arguments and
+// environment: standard input, secrets.
+func (rt Runtime) OutputOf(ctx context.Context, c Command) ([]byte, error) {
+	out, err := rt.Runner().Run(ctx, c)
 	if err != nil {
 		return out.Stdout, err
 	}
 	if out.ExitCode != 0 {
-		return out.Stdout, CommandError(Command{Args: args}, out)
+		return out.Stdout, CommandError(c, out)
 	}
 	return out.Stdout, nil
 }
 
 // CommandError describes a command that exited non-zero, with the last lines
-// it printed (a package manager's reason is at the end).
+// it printed (a package manager's reason is at the end), c's Secrets hidden
+// in them.
 func CommandError(c Command, out Output) error {
-	msg := strings.TrimSpace(string(out.Stderr))
+	msg := strings.TrimSpace(Hide(string(out.Stderr), c.Secrets))
 	if msg == "" {
-		msg = strings.TrimSpace(string(out.Stdout))
+		msg = strings.TrimSpace(Hide(string(out.Stdout), c.Secrets))
 	}
 	if lines := strings.Split(msg, "\n"); len(lines) > 6 {
 		msg = strings.Join(lines[len(lines)-6:], "\n")

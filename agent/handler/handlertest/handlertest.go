@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -250,12 +251,16 @@ func PathResource(kind, path string, attrs model.Attributes) model.Resource {
 // answers from a fake host the test describes, so the test checks which
 // commands a provider issues and how it reads their answers. It does not
 // prove the real tool behaves as the fake says; tests using it say so.
+// Without Respond it runs each command on this host (handler.HostRunner)
+// after recording it, so a test of real tools sees what they were given.
+// Like the host's runner, it refuses a command with a secret in its
+// arguments (handler.ErrSecretInArgs), after recording it.
 type Recorder struct {
 	// Respond answers one command: its standard output and exit code.
 	Respond func(args []string) (stdout string, exit int)
 
-	mu    sync.Mutex
-	calls []string
+	mu   sync.Mutex
+	cmds []handler.Command
 }
 
 // Run implements handler.Runner.
@@ -264,23 +269,43 @@ func (r *Recorder) Run(ctx context.Context, c handler.Command) (handler.Output, 
 		return handler.Output{}, err
 	}
 	r.mu.Lock()
-	r.calls = append(r.calls, c.String())
+	r.cmds = append(r.cmds, c)
 	r.mu.Unlock()
+	if err := c.CheckSecrets(); err != nil {
+		return handler.Output{}, err
+	}
+	if r.Respond == nil {
+		return handler.HostRunner{}.Run(ctx, c)
+	}
 	out, code := r.Respond(c.Args)
 	return handler.Output{Stdout: []byte(out), ExitCode: code}, nil
 }
 
-// Calls returns the commands run so far, each as one line.
+// Calls returns the arguments of the commands run so far, each command as
+// one line.
 func (r *Recorder) Calls() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.calls)
+	out := make([]string, len(r.cmds))
+	for i, c := range r.cmds {
+		out[i] = strings.Join(c.Args, " ")
+	}
+	return out
+}
+
+// Commands returns the commands run so far, whole: with their standard
+// input, environment, secrets and files (which the handler may have closed
+// since: look at them in Respond).
+func (r *Recorder) Commands() []handler.Command {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cmds)
 }
 
 // Reset forgets the commands recorded so far.
 func (r *Recorder) Reset() {
 	r.mu.Lock()
-	r.calls = nil
+	r.cmds = nil
 	r.mu.Unlock()
 }
 
