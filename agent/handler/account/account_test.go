@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,6 +199,14 @@ func TestRealHostAccounts(t *testing.T) {
 	if l := line(t, "/", "etc/passwd", user); !strings.HasSuffix(l, ":/bin/false") {
 		t.Fatalf("/etc/passwd: %q", l)
 	}
+	// A locked hash ("!" first): nobody can log in to the test account.
+	const hash = "!$6$saltsalt$3MqM2hYBdQ4b1ut2vlzK1NTnOLRdJfNzHtHGTA0sPNd6sAVCcQSkCMXPy2nsiVCa6I2FrWBQpwumzHHJNXgyC."
+	if ch := apply(users, resource(UserKind, user, model.Attributes{"shell": "/bin/false", "password": hash})); !ch.Has("password") || len(ch) != 1 {
+		t.Fatalf("setting the password changed %v", ch)
+	}
+	if l := line(t, "/", "etc/shadow", user); !strings.HasPrefix(l, user+":"+hash+":") {
+		t.Fatalf("/etc/shadow: %q, want the hash", l)
+	}
 	purge := func(kind, name string) model.Resource {
 		r := resource(kind, name, nil)
 		r.Purged = true
@@ -209,5 +218,139 @@ func TestRealHostAccounts(t *testing.T) {
 	apply(groups, purge(GroupKind, grp))
 	if line(t, "/", "etc/passwd", user) != "" || line(t, "/", "etc/group", grp) != "" {
 		t.Fatal("the account is still there after purge")
+	}
+}
+
+// deploy runs one deploy of r through h: validate, read, diff, apply.
+func deploy(t *testing.T, h handler.Handler, r model.Resource) (handler.Changes, error) {
+	t.Helper()
+	ctx := context.Background()
+	if err := h.Validate(&r); err != nil {
+		t.Fatal(err)
+	}
+	cur, exists, err := h.Read(ctx, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := handler.ComputeChanges(&r, cur, exists)
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	return changes, h.Apply(ctx, &r, cur, changes)
+}
+
+// assertNoHashInArgs fails when a recorded command line holds hash, and
+// returns the commands that were fed it.
+func assertNoHashInArgs(t *testing.T, rec *handlertest.Recorder, hash string) []handler.Command {
+	t.Helper()
+	var fed []handler.Command
+	for _, c := range rec.Commands() {
+		if strings.Contains(strings.Join(c.Args, " "), hash) || strings.Contains(strings.Join(c.Env, " "), hash) {
+			t.Fatalf("the password hash is on a command line every local user can read: %s", strings.Join(c.Args, " "))
+		}
+		if strings.Contains(string(c.Stdin), hash) {
+			fed = append(fed, c)
+		}
+	}
+	return fed
+}
+
+// The hash reaches the tool on its standard input, below a root prefix and
+// on the host's own root, at creation and on a change; never as an argument.
+func TestPasswordNotOnCommandLine(t *testing.T) {
+	const hash = "$6$saltsalt$3MqM2hYBdQ4b1ut2vlzK1NTnOLRdJfNzHtHGTA0sPNd6sAVCcQSkCMXPy2nsiVCa6I2FrWBQpwumzHHJNXgyC."
+	create := handler.Changes{model.AttrPresent: {Current: false, Desired: true}, "password": {Desired: hash}, "shell": {Desired: "/bin/sh"}}
+	change := handler.Changes{"password": {Current: "!", Desired: hash}}
+	both := handler.Changes{"password": {Current: "!", Desired: hash}, "shell": {Current: "/bin/bash", Desired: "/bin/sh"}}
+	tests := []struct {
+		name    string
+		root    string
+		changes handler.Changes
+		want    []string
+	}{
+		{"create below a root", "/srv/sandbox", create,
+			[]string{"useradd --prefix /srv/sandbox --shell /bin/sh alice", "chpasswd --encrypted --root /srv/sandbox"}},
+		{"change on the host", "", change, []string{"chpasswd --encrypted"}},
+		{"change with the shell", "/", both, []string{"usermod --shell /bin/sh alice", "chpasswd --encrypted"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &handlertest.Recorder{Respond: func([]string) (string, int) { return "", 0 }}
+			h := NewUser(handler.Runtime{Root: tt.root, Run: rec})
+			r := resource(UserKind, "alice", model.Attributes{"shell": "/bin/sh", "password": hash})
+			if err := h.Apply(context.Background(), &r, nil, tt.changes); err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.Calls(); !slices.Equal(got, tt.want) {
+				t.Fatalf("got commands %q, want %q", got, tt.want)
+			}
+			fed := assertNoHashInArgs(t, rec, hash)
+			if len(fed) != 1 || string(fed[0].Stdin) != "alice:"+hash+"\n" {
+				t.Fatalf("got %d commands fed the hash, want chpasswd fed %q", len(fed), "alice:"+hash+"\n")
+			}
+		})
+	}
+}
+
+// A tool that fails and prints the hash back does not put it in the error,
+// which reaches results, logs and the API.
+func TestPasswordNotInErrors(t *testing.T) {
+	const hash = "$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7"
+	rec := &handlertest.Recorder{Respond: func(args []string) (string, int) {
+		return "line 1: cannot update the entry alice:" + hash + "\nchanges ignored", 1
+	}}
+	h := NewUser(handler.Runtime{Run: rec})
+	r := resource(UserKind, "alice", model.Attributes{"password": hash})
+	err := h.Apply(context.Background(), &r, nil, handler.Changes{"password": {Current: "!", Desired: hash}})
+	if err == nil {
+		t.Fatal("a failing tool is not an error")
+	}
+	if strings.Contains(err.Error(), hash) || strings.Contains(err.Error(), hash[len(hash)/2:]) {
+		t.Fatalf("the error shows the hash: %v", err)
+	}
+	if !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), "alice:"+model.RedactedValue) {
+		t.Fatalf("got error %q, want the exit status and the tool's output with the hash hidden", err)
+	}
+}
+
+// The real shadow-utils, recorded: below a temporary root, the password is
+// set, read back from the shadow file, changed, and the second deploy is a
+// no-op; no command line held the hash. A password for a user that does
+// not exist makes chpasswd fail, without the hash in the error.
+func TestPasswordRealTools(t *testing.T) {
+	handlertest.NeedRoot(t)
+	handlertest.NeedCommands(t, "useradd", "usermod", "chpasswd")
+	const (
+		first  = "$6$saltsalt$3MqM2hYBdQ4b1ut2vlzK1NTnOLRdJfNzHtHGTA0sPNd6sAVCcQSkCMXPy2nsiVCa6I2FrWBQpwumzHHJNXgyC."
+		second = "$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7"
+	)
+	root := t.TempDir()
+	etc(t, root)
+	rec := &handlertest.Recorder{} // runs the real tools
+	h := NewUser(handler.Runtime{Root: root, Run: rec})
+	for _, hash := range []string{first, second} {
+		r := resource(UserKind, "carol", model.Attributes{"shell": "/bin/sh", "password": hash})
+		if _, err := deploy(t, h, r); err != nil {
+			t.Fatal(err)
+		}
+		if s := line(t, root, "etc/shadow", "carol"); !strings.HasPrefix(s, "carol:"+hash+":") {
+			t.Fatalf("got shadow entry %q, want the hash %s", s, hash)
+		}
+		if fed := assertNoHashInArgs(t, rec, hash); len(fed) != 1 || fed[0].Args[0] != "chpasswd" {
+			t.Fatalf("got %d commands fed the hash, want chpasswd", len(fed))
+		}
+		if ch, err := deploy(t, h, r); err != nil || ch != nil {
+			t.Fatalf("second deploy: changes %v, error %v; want none", ch, err)
+		}
+		rec.Reset()
+	}
+
+	ghost := resource(UserKind, "ghost", model.Attributes{"password": first})
+	err := h.Apply(context.Background(), &ghost, nil, handler.Changes{"password": {Desired: first}})
+	if err == nil || !strings.Contains(err.Error(), "ghost") {
+		t.Fatalf("got %v, want chpasswd's error about ghost", err)
+	}
+	if strings.Contains(err.Error(), first) {
+		t.Fatalf("the error shows the hash: %v", err)
 	}
 }

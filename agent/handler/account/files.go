@@ -1,9 +1,11 @@
 // Package account holds the handlers for `user` and `group` resources. They
 // read the account database (/etc/passwd, /etc/group, /etc/shadow below the
 // agent's root) directly, which is fast and changes nothing, and change it
-// only through shadow-utils (useradd, usermod, userdel, groupadd, groupmod,
-// groupdel), which lock the files and keep them consistent. Below a root
-// prefix the tools get --prefix, so a sandboxed agent edits its own copy.
+// only through shadow-utils (useradd, usermod, userdel, chpasswd, groupadd,
+// groupmod, groupdel), which lock the files and keep them consistent. Below
+// a root prefix the tools get --prefix (chpasswd: --root), so a sandboxed
+// agent edits its own copy. A password hash reaches chpasswd on its
+// standard input, never on a command line.
 package account
 
 import (

@@ -3,6 +3,8 @@ package account
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -101,21 +103,35 @@ func supplementary(groups []groupEntry, name string, want []string) []string {
 // Apply implements handler.Handler.
 func (h *User) Apply(ctx context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
 	name := res.ID.Value
+	want := res.Attributes
 	args := prefixArgs(h.rt)
 	switch {
 	case changes.Removed():
 		// The home directory stays: it may hold data nobody asked to lose.
 		return h.run(ctx, append(append([]string{"userdel"}, args...), name))
 	case changes.Created():
-		args = append([]string{"useradd"}, append(args, userFlags(res.Attributes, changes, true)...)...)
+		// The account starts locked ("!") and gets its password after.
+		args = append([]string{"useradd"}, append(args, userFlags(want, changes, true)...)...)
+		if err := h.run(ctx, append(args, name)); err != nil {
+			return err
+		}
 	default:
-		args = append([]string{"usermod"}, append(args, userFlags(res.Attributes, changes, false)...)...)
+		if flags := userFlags(want, changes, false); len(flags) > 0 {
+			args = append([]string{"usermod"}, append(args, flags...)...)
+			if err := h.run(ctx, append(args, name)); err != nil {
+				return err
+			}
+		}
 	}
-	return h.run(ctx, append(args, name))
+	if hash, ok := want.String("password"); ok && (changes.Created() || changes.Has("password")) {
+		return h.setPassword(ctx, res, hash)
+	}
+	return nil
 }
 
 // userFlags turns desired attributes into useradd/usermod flags: every set
-// attribute at creation, the changed ones afterwards.
+// attribute at creation, the changed ones afterwards. The password is not
+// one of them (setPassword).
 func userFlags(want model.Attributes, changes handler.Changes, create bool) []string {
 	var out []string
 	set := func(attr string) bool {
@@ -148,10 +164,29 @@ func userFlags(want model.Attributes, changes handler.Changes, create bool) []st
 	if system, _ := want.Bool("system"); create && system {
 		out = append(out, "--system")
 	}
-	if set("password") {
-		out = append(out, "--password", str("password"))
-	}
 	return out
+}
+
+// setPassword sets the password hash of name with chpasswd, which reads
+// "name:hash" on its standard input. useradd and usermod take it only as an
+// argument (--password), where every local user would read it in the
+// process list. chpasswd has --root (a chroot) where the other tools have
+// --prefix; both edit the account files below the agent's root.
+func (h *User) setPassword(ctx context.Context, res *model.Resource, hash string) error {
+	name := res.ID.Value
+	args := []string{"chpasswd", "--encrypted"}
+	if h.rt.Root != "" && h.rt.Root != "/" {
+		root, err := filepath.Abs(h.rt.Root)
+		if err != nil {
+			return fmt.Errorf("set the password of %s: %w", name, err)
+		}
+		args = append(args, "--root", root)
+	}
+	_, err := h.rt.OutputOf(ctx, handler.Command{Args: args, Stdin: []byte(name + ":" + hash + "\n"), Secrets: handler.SensitiveValues(res)})
+	if err != nil {
+		return fmt.Errorf("set the password of %s: %w", name, err)
+	}
+	return nil
 }
 
 func (h *User) run(ctx context.Context, args []string) error {
