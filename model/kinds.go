@@ -154,7 +154,7 @@ var execKind = KindSpec{
 	Doc:      "a command run when a condition says it is needed (creates, unless, onlyif, or a subscribed change)",
 	Attrs: []AttrSpec{
 		{Name: "name", Type: TypeString, Doc: "a name for the command, unique on the host", Check: checkNonEmptyLine},
-		{Name: "command", Type: TypeString, Required: true, Doc: "the command line, run by /bin/sh -c", Check: checkNonEmpty},
+		{Name: "command", Type: TypeString, Required: true, Doc: "the command line, run by /bin/sh", Check: checkNonEmpty},
 		{Name: "creates", Type: TypeString, Doc: "skip the command when this path exists", Check: checkAbsPath},
 		{Name: "unless", Type: TypeString, Doc: "skip the command when this command exits 0", Check: checkNonEmpty},
 		{Name: "onlyif", Type: TypeString, Doc: "run the command only when this command exits 0", Check: checkNonEmpty},

@@ -6,6 +6,11 @@
 // dry run reports it would run, and a second deploy after a run that
 // satisfied the guard is a no-op. Guard commands run in dry runs too: they
 // must only look.
+//
+// The shell reads each command from a file of mode 0600, removed before
+// the shell starts and passed to it open (/dev/fd/3), not from its
+// arguments (sh -c LINE), where every local user could read it: a command
+// may hold a secret.
 package exec
 
 import (
@@ -78,8 +83,8 @@ func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool)
 			return false, fmt.Errorf("creates: %w", err)
 		}
 	}
-	if c, ok := a.String("onlyif"); ok {
-		out, err := h.shell(ctx, res, c)
+	if _, ok := a.String("onlyif"); ok {
+		_, out, err := h.shell(ctx, res, "onlyif")
 		if err != nil {
 			return false, fmt.Errorf("onlyif: %w", err)
 		}
@@ -87,8 +92,8 @@ func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool)
 			return false, nil
 		}
 	}
-	if c, ok := a.String("unless"); ok {
-		out, err := h.shell(ctx, res, c)
+	if _, ok := a.String("unless"); ok {
+		_, out, err := h.shell(ctx, res, "unless")
 		if err != nil {
 			return false, fmt.Errorf("unless: %w", err)
 		}
@@ -125,22 +130,28 @@ func (h *Handler) Refresh(ctx context.Context, res *model.Resource, applied hand
 }
 
 func (h *Handler) run(ctx context.Context, res *model.Resource) error {
-	c, _ := res.Attributes.String("command")
-	out, err := h.shell(ctx, res, c)
+	cmd, out, err := h.shell(ctx, res, "command")
 	if err != nil {
 		return err
 	}
 	if out.ExitCode != 0 {
-		return handler.CommandError(handler.Command{Args: []string{"sh", "-c", c}}, out)
+		return handler.CommandError(cmd, out)
 	}
 	return nil
 }
 
-// shell runs line with /bin/sh -c as the resource says: user, cwd, env,
-// timeout.
-func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (handler.Output, error) {
+// shell runs the command line in attribute attr (command, unless, onlyif)
+// with /bin/sh as the resource says: user, cwd, env, timeout. Errors show
+// it as "sh -c LINE", what the resource asked for, with its sensitive
+// values hidden.
+func (h *Handler) shell(ctx context.Context, res *model.Resource, attr string) (handler.Command, handler.Output, error) {
 	a := res.Attributes
-	cmd := handler.Command{Args: []string{"/bin/sh", "-c", line}, Timeout: DefaultTimeout}
+	line, _ := a.String(attr)
+	secrets := handler.SensitiveValues(res)
+	cmd := handler.Command{Timeout: DefaultTimeout, Secrets: secrets, Label: handler.Hide("sh -c "+line, secrets)}
+	if res.IsSensitive(attr) {
+		cmd.Label = "sh -c " + model.RedactedValue
+	}
 	if t, ok := a.Number("timeout"); ok && t > 0 {
 		cmd.Timeout = time.Duration(t * float64(time.Second))
 	}
@@ -149,7 +160,7 @@ func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (
 		if d != "/" {
 			host, err := h.rt.HostPath(d)
 			if err != nil {
-				return handler.Output{}, err
+				return cmd, handler.Output{}, err
 			}
 			cmd.Dir = host
 		}
@@ -161,7 +172,7 @@ func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (
 	if u, ok := a.String("user"); ok {
 		cred, home, name, err := credential(u)
 		if err != nil {
-			return handler.Output{}, err
+			return cmd, handler.Output{}, err
 		}
 		cmd.Credential = cred
 		cmd.Env = append(cmd.Env, "HOME="+home, "USER="+name, "LOGNAME="+name)
@@ -169,7 +180,36 @@ func (h *Handler) shell(ctx context.Context, res *model.Resource, line string) (
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
-	return h.rt.Runner().Run(ctx, cmd)
+	f, err := script(line, cmd.Credential)
+	if err != nil {
+		return cmd, handler.Output{}, fmt.Errorf("write the %s script: %w", attr, err)
+	}
+	defer f.Close()
+	cmd.Args, cmd.Files = []string{"/bin/sh", "/dev/fd/3"}, []*os.File{f}
+	out, err := h.rt.Runner().Run(ctx, cmd)
+	return cmd, out, err
+}
+
+// script returns a file holding line, of mode 0600, owned by the user the
+// command runs as (cred), who must open it again as /dev/fd/3; open for
+// reading and already removed, so no other process can find it, and
+// nothing is left behind if the agent dies.
+func script(line string, cred *syscall.Credential) (*os.File, error) {
+	w, err := os.CreateTemp("", "tether-exec-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(w.Name())
+	defer w.Close()
+	if _, err := w.WriteString(line + "\n"); err != nil {
+		return nil, err
+	}
+	if cred != nil && int(cred.Uid) != os.Geteuid() {
+		if err := w.Chown(int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, err
+		}
+	}
+	return os.Open(w.Name())
 }
 
 // credential resolves a user name or uid to the process credential of that

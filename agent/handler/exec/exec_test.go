@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tetherhq/tether/agent/handler"
@@ -102,7 +104,7 @@ func TestGuards(t *testing.T) {
 	}
 	// A command over its timeout is killed, with everything it started.
 	_, err = deploy(t, h, res("c", model.Attributes{"command": "sleep 30 & sleep 30", "onlyif": "true", "timeout": 0.2}))
-	if err == nil || !strings.Contains(err.Error(), "timed out") {
+	if err == nil || !strings.Contains(err.Error(), "timed out") || !strings.Contains(err.Error(), "sh -c sleep 30 & sleep 30") {
 		t.Fatalf("slow command: %v", err)
 	}
 }
@@ -147,5 +149,108 @@ func TestRunsAsUser(t *testing.T) {
 	}
 	if got := strings.TrimSpace(content(t, filepath.Join(root, "who"))); got != "nobody" {
 		t.Fatalf("ran as %q", got)
+	}
+}
+
+// The shell reads each command line from a file of mode 0600, already
+// removed, that it inherits open; its arguments are the same for every
+// command. The recorded runner looks at the file while the command "runs".
+func TestCommandNotOnCommandLine(t *testing.T) {
+	const token = "s3cr3t-t0ken"
+	type seen struct {
+		args    []string
+		mode    os.FileMode
+		links   uint64
+		content string
+	}
+	var runs []seen
+	var rec *handlertest.Recorder
+	rec = &handlertest.Recorder{Respond: func(args []string) (string, int) {
+		cmds := rec.Commands()
+		s := seen{args: args}
+		if files := cmds[len(cmds)-1].Files; len(files) == 1 {
+			info, err := files[0].Stat()
+			if err != nil {
+				t.Error(err)
+				return "", 2
+			}
+			s.mode, s.links = info.Mode(), uint64(info.Sys().(*syscall.Stat_t).Nlink)
+			b := make([]byte, 4096)
+			n, _ := files[0].ReadAt(b, 0)
+			s.content = string(b[:n])
+		}
+		runs = append(runs, s)
+		return "", 1 // unless fails: the command runs
+	}}
+	h := New(handler.Runtime{Root: t.TempDir(), Run: rec})
+	r := res("login", model.Attributes{"command": "login --token " + token, "unless": "check --token " + token})
+	r.Sensitive = []string{"command", "unless"}
+	if _, err := deploy(t, h, r); err == nil || strings.Contains(err.Error(), token) {
+		t.Fatalf("got %v, want the command's failure without the token", err)
+	}
+	if len(runs) != 2 {
+		t.Fatalf("got %d commands, want unless then command", len(runs))
+	}
+	for i, want := range []string{"check --token " + token + "\n", "login --token " + token + "\n"} {
+		s := runs[i]
+		if !slices.Equal(s.args, []string{"/bin/sh", "/dev/fd/3"}) {
+			t.Fatalf("got arguments %q, want /bin/sh /dev/fd/3", s.args)
+		}
+		if s.content != want || s.mode != 0o600 || s.links != 0 {
+			t.Fatalf("got a %v file with %d links holding %q, want a removed file of mode 0600 holding %q", s.mode, s.links, s.content, want)
+		}
+	}
+}
+
+// The real shell runs a sensitive command from its file, and a failing
+// command's error hides sensitive values: the command line as the error
+// names it, the lines of a sensitive script, an environment value.
+func TestSensitiveCommandRuns(t *testing.T) {
+	const token = "s3cr3t-t0ken"
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	root := t.TempDir()
+	rec := &handlertest.Recorder{} // runs on this host
+	h := New(handler.Runtime{Root: root, Run: rec})
+
+	r := res("write", model.Attributes{"command": "printf %s " + token + " > out", "cwd": "/", "creates": "/out"})
+	r.Sensitive = []string{"command"}
+	if _, err := deploy(t, h, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(t, filepath.Join(root, "out")); got != token {
+		t.Fatalf("the command wrote %q, want %q", got, token)
+	}
+	for _, c := range rec.Commands() {
+		if strings.Contains(strings.Join(c.Args, " "), token) {
+			t.Fatalf("the token is on the command line: %q", c.Args)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("scripts left behind in %s: %v", tmp, left)
+	}
+
+	tests := []struct {
+		name      string
+		attrs     model.Attributes
+		sensitive []string
+		want      string
+	}{
+		{"script printing itself", model.Attributes{"command": "cat \"$0\" >&2 # " + token + "\nexit 3", "onlyif": "true"},
+			[]string{"command"}, "sh -c (sensitive): exit status 3: (sensitive)"},
+		{"script printing a line of itself", model.Attributes{"command": "head -n 1 \"$0\" >&2 # " + token + "\necho done >&2; exit 3", "onlyif": "true"},
+			[]string{"command"}, "sh -c (sensitive): exit status 3: (sensitive)\ndone"},
+		{"environment", model.Attributes{"command": `echo "token $TOKEN" >&2; exit 4`, "onlyif": "true", "env": map[string]any{"TOKEN": token}},
+			[]string{"env"}, `sh -c echo "token $TOKEN" >&2; exit 4: exit status 4: token (sensitive)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := res("fail", tt.attrs)
+			r.Sensitive = tt.sensitive
+			_, err := deploy(t, h, r)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("got error %q, want %q", err, tt.want)
+			}
+		})
 	}
 }
