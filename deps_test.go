@@ -57,12 +57,13 @@ var rules = map[string]rule{
 	"server/clientlimit":           {external: []string{"golang.org/x/time"}},
 	"server/compilequeue":          {internal: []string{"server/record"}},
 	"server/webhook":               {},
+	"server/keyring":               {internal: []string{"model/durable"}},
 	"server/source":                {internal: []string{"model/gitfetch"}},
 	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
 	"cli/embedded":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
-	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "model", "server", "server/api", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}},
+	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "model", "server", "server/api", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}},
 	"cli/e2e":                      {},                          // tests only: real processes, checked through the store
 	"":                             {internal: []string{"cli"}}, // main.go
 

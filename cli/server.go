@@ -2,17 +2,20 @@ package cli
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 	"golang.org/x/sync/errgroup"
@@ -22,13 +25,17 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
 )
 
-const defaultServerConfig = "/etc/tether/server.toml"
+const (
+	defaultServerConfig = "/etc/tether/server.toml"
+	defaultKeyFile      = "/etc/tether/server.key"
+)
 
 // brokerFlags are the flags naming the broker, shared by the server and
 // the agent; queueTypeUsage says what --queue-type means to each.
@@ -43,15 +50,26 @@ func brokerFlags(queueTypeUsage string) []ucli.Flag {
 	}
 }
 
-func serverFlags() []ucli.Flag {
-	flags := append([]ucli.Flag{
+// serverStoreFlags are the flags of the server's config file, database and
+// key file, shared by the server and the commands that work on its
+// database.
+func serverStoreFlags() []ucli.Flag {
+	return []ucli.Flag{
 		&ucli.StringFlag{Name: "config", Value: defaultServerConfig, EnvVars: []string{"TETHER_SERVER_CONFIG"},
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:8420", EnvVars: []string{"TETHER_LISTEN"},
-			Usage: "`ADDRESS` the REST API listens on"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "postgres", EnvVars: []string{"TETHER_POSTGRES"},
 			Usage: "PostgreSQL connection `URL`, e.g. postgres://tether@db/tether (add ?search_path=SCHEMA to use a schema)"}),
-	}, brokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "key-file", Value: defaultKeyFile, EnvVars: []string{"TETHER_KEY_FILE"},
+			Usage: "key `FILE` (made by tether server keygen) whose keys seal the server's secrets in the database; " +
+				"every server of one database needs the same file. TETHER_KEY may hold its keys instead"}),
+	}
+}
+
+func serverFlags() []ucli.Flag {
+	flags := append(serverStoreFlags(),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:8420", EnvVars: []string{"TETHER_LISTEN"},
+			Usage: "`ADDRESS` the REST API listens on"}))
+	flags = append(flags, brokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
 	flags = append(flags,
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: server.Default().Consumers, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
 			Usage: "how many consumers take agents' events off the broker (each handles 64 at once); events in hand are written together, in one transaction"}),
@@ -202,13 +220,19 @@ func serverCommand(term *terminal) *ucli.Command {
 		Usage: "run the Tether server: REST API, scheduler and event ingest, on PostgreSQL and RabbitMQ",
 		Description: "The server stores every version of each environment's intent in PostgreSQL, sends agents their\n" +
 			"desired state and deploy commands over RabbitMQ, and records what they report.\n\n" +
+			"Its signing key, which agents pin, is kept in the database sealed with a key of its key file\n" +
+			"(--key-file), which the database does not hold: create the file once, keep it apart from database\n" +
+			"backups, and give every server of the database the same one.\n\n" +
 			"On its first start it prints a bootstrap admin token, once: keep it, then create narrower\n" +
 			"tokens with `tether token create`. Several servers may share one database and broker.\n\n" +
+			"   tether server keygen /etc/tether/server.key\n" +
 			"   tether server --postgres postgres://postgres@127.0.0.1/test --amqp amqp://guest:guest@127.0.0.1:5672/",
 		Flags:  flags,
 		Before: configFileSource(flags),
 		Action: func(c *ucli.Context) error { return runServer(c, term) },
 		Subcommands: []*ucli.Command{
+			serverKeygenCommand(term),
+			serverRotateKeyCommand(term),
 			remoteCommand(term, "key", "print the public key of the server you talk to, and its fingerprint, for agents' --server-key", "",
 				nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 					var info api.ServerInfo
@@ -224,6 +248,161 @@ func serverCommand(term *terminal) *ucli.Command {
 				}),
 		},
 	}
+}
+
+func serverKeygenCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:      "keygen",
+		Usage:     "create the server's key file (mode 0600), or put a new key first in one to rotate keys",
+		ArgsUsage: "FILE",
+		Description: "The keys of the key file seal the server's secrets (its signing key) in the database, so that a copy\n" +
+			"of the database cannot command the agents. The first key seals, every key opens. An existing FILE is\n" +
+			"never replaced; --add puts a new key first in it, the keys it holds kept after it (see rotate-key).\n\n" +
+			"   tether server keygen /etc/tether/server.key\n" +
+			"   tether server keygen --add /etc/tether/server.key",
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "add", Usage: "put a new key first in the existing FILE, keeping its keys after it: the first step of a key rotation"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return usageError("name the key file: tether server keygen %s", defaultKeyFile)
+			}
+			path := c.Args().First()
+			if c.Bool("add") {
+				id, err := keyring.AddKey(path)
+				if errors.Is(err, fs.ErrNotExist) {
+					return usageError("%v: --add puts a key in an existing key file; create one with tether server keygen %s", err, path)
+				} else if err != nil {
+					return err
+				}
+				r, err := keyring.Load(path)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(term.stdout, "added key %s first in %s, which holds keys %s.\n\n"+
+					"Next: give every server of the database this file and restart them; then seal the secrets with the new key:\n"+
+					"tether server rotate-key --key-file %s --postgres … (or --config, the servers' config file).\n"+
+					"After that, the older keys can be removed from the file.\n",
+					id, path, strings.Join(r.KeyIDs(), ", "), path)
+				return nil
+			}
+			id, err := keyring.Create(path)
+			switch {
+			case errors.Is(err, fs.ErrExist):
+				return usageError("%s exists and was not changed (to add a key for a rotation: tether server keygen --add %s)", path, path)
+			case errors.Is(err, fs.ErrNotExist):
+				return usageError("%v: create the directory first", err)
+			case err != nil:
+				return err
+			}
+			fmt.Fprintf(term.stdout, "created %s (mode 0600) holding key %s.\n\n"+
+				"Start the server with it: tether server --key-file %s … (the default is %s).\n"+
+				"Every server of one database needs this same file. Back it up apart from the database: without it the\n"+
+				"database's signing key cannot be read, and every agent would have to enroll again.\n",
+				path, id, path, defaultKeyFile)
+			return nil
+		},
+	}
+}
+
+func serverRotateKeyCommand(term *terminal) *ucli.Command {
+	flags := serverStoreFlags()
+	return &ucli.Command{
+		Name:  "rotate-key",
+		Usage: "seal the server's secrets in the database again with the first key of the key file, so older keys can be removed",
+		Description: "The steps of a rotation: put a new key first in the key file (tether server keygen --add FILE), give\n" +
+			"every server of the database that file and restart them, run this command, then remove the older keys\n" +
+			"from the file. It reads the database and the key file as the server does (same flags and config file),\n" +
+			"may run while servers run, and may run again: a second run finds nothing left to do.\n\n" +
+			"   tether server rotate-key --postgres postgres://tether@db/tether --key-file /etc/tether/server.key",
+		Flags:  flags,
+		Before: configFileSource(flags),
+		Action: func(c *ucli.Context) error {
+			log, err := logger(c, term.stderr)
+			if err != nil {
+				return err
+			}
+			if c.String("postgres") == "" {
+				return usageError("no database: pass --postgres postgres://USER@HOST/DB, set TETHER_POSTGRES, or put postgres = \"...\" in %s", defaultServerConfig)
+			}
+			ring, err := loadKeyring(c, log)
+			if err != nil {
+				return err
+			}
+			st, err := postgres.Open(c.Context, postgres.Config{URL: c.String("postgres")})
+			if err != nil {
+				return fmt.Errorf("open the database: %w", err)
+			}
+			defer st.Close()
+			done, err := server.Reseal(c.Context, st, ring)
+			if err != nil {
+				return err
+			}
+			var from []string
+			n := 0
+			for _, id := range slices.Sorted(maps.Keys(done.From)) {
+				was := "with key " + id
+				if id == "" {
+					was = "in clear"
+				}
+				from = append(from, fmt.Sprintf("%d %s", done.From[id], was))
+				n += done.From[id]
+			}
+			switch {
+			case n == 0 && done.Kept == 0:
+				fmt.Fprintln(term.stdout, "nothing to do: the database holds no secret yet (a server makes its signing key when it first starts)")
+			case n == 0:
+				fmt.Fprintf(term.stdout, "nothing to do: the %d secret(s) in the database are sealed with key %s already\n", done.Kept, done.Key)
+			default:
+				fmt.Fprintf(term.stdout, "sealed %d secret(s) again with key %s (%s); %d were sealed with it already\n", n, done.Key, strings.Join(from, ", "), done.Kept)
+			}
+			if older := ring.KeyIDs()[1:]; len(older) > 0 {
+				fmt.Fprintf(term.stdout, "No secret needs key(s) %s any more: remove them from the key file of every server.\n", strings.Join(older, ", "))
+			}
+			return nil
+		},
+	}
+}
+
+// loadKeyring reads the server's keys: from TETHER_KEY if set, else from
+// the key file. Without either it says how to make a key file.
+func loadKeyring(c *ucli.Context, log zerolog.Logger) (*keyring.Ring, error) {
+	path := c.String("key-file")
+	if text := os.Getenv("TETHER_KEY"); strings.TrimSpace(text) != "" {
+		if c.IsSet("key-file") && path != "" {
+			return nil, usageError("TETHER_KEY and --key-file both give the server's keys: keep one (unset TETHER_KEY, or drop --key-file, TETHER_KEY_FILE and key-file from the config file)")
+		}
+		r, err := keyring.Parse([]byte(text))
+		if err != nil {
+			return nil, usageError("TETHER_KEY: %v", err)
+		}
+		log.Info().Strs("key_ids", r.KeyIDs()).Msg("server keys read from TETHER_KEY")
+		return r, nil
+	}
+	if path == "" {
+		return nil, usageError("--key-file is empty: name the server's key file (made by tether server keygen), or put its keys in TETHER_KEY")
+	}
+	r, err := keyring.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, usageError("no key file at %s: the server keeps its signing key sealed with a key of that file, which the database does not hold. "+
+			"Create it once:\n\n    tether server keygen %s\n\nthen start again%s. Every server of the database needs the same file; "+
+			"back it up apart from the database (or put its keys in TETHER_KEY)", path, path, keyFileHint(path))
+	} else if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn().Str("key_file", path).Msgf("the key file can be read by other users (mode %04o): chmod 600 %s", fi.Mode().Perm(), path)
+	}
+	log.Info().Str("key_file", path).Strs("key_ids", r.KeyIDs()).Msg("server keys read")
+	return r, nil
+}
+
+// keyFileHint says how to name a key file that is not the default one.
+func keyFileHint(path string) string {
+	if path == defaultKeyFile {
+		return ""
+	}
+	return " with --key-file " + path
 }
 
 // configFileSource reads the TOML config file under the flags: from
@@ -263,18 +442,19 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if err != nil {
 		return err
 	}
+	ring, err := loadKeyring(c, log)
+	if err != nil {
+		return err
+	}
 	ctx := c.Context
 	st, err := postgres.Open(ctx, postgres.Config{URL: c.String("postgres")})
 	if err != nil {
 		return fmt.Errorf("open the database: %w", err)
 	}
 	defer st.Close()
-	key, err := st.Secret(ctx, "server-signing-key", func() ([]byte, error) {
-		_, k, err := bus.GenerateKey()
-		return k, err
-	})
+	key, err := server.SigningKey(ctx, st, ring, log)
 	if err != nil {
-		return fmt.Errorf("server key: %w", err)
+		return err
 	}
 	bcfg := amqp.Default()
 	bcfg.URL, bcfg.Namespace, bcfg.QueueType = c.String("amqp"), c.String("amqp-namespace"), c.String("queue-type")
@@ -287,7 +467,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	defer b.Close()
-	cfg := server.Config{Key: ed25519.PrivateKey(key), Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout")}
+	cfg := server.Config{Key: key, Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout")}
 	if !c.Bool("no-compile") {
 		limits := source.Limits{MaxFiles: c.Int("source-max-files")}
 		if limits.MaxBytes, err = parseSize(c.String("source-max-size")); err != nil {

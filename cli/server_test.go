@@ -54,8 +54,9 @@ func TestServerAndOperatorCommands(t *testing.T) {
 	var out, errb syncBuffer
 	done := make(chan int, 1)
 	ns := "clitest" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	keyFile := newKeyFile(t)
 	go func() {
-		done <- run(ctx, []string{"tether", "server", "--listen", addr, "--postgres", pg, "--amqp", amqpURL, "--amqp-namespace", ns, "--queue-type", "classic"},
+		done <- run(ctx, []string{"tether", "server", "--listen", addr, "--postgres", pg, "--amqp", amqpURL, "--amqp-namespace", ns, "--queue-type", "classic", "--key-file", keyFile},
 			strings.NewReader(""), &out, &errb)
 	}()
 	t.Cleanup(func() {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/postgres"
 )
@@ -309,7 +311,9 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config) (*se
 	token := "bench-" + hex.EncodeToString(secret)
 	cmd := exec.Command(self, "server", "--listen", addr, "--postgres", pgURL, "--amqp", bcfg.URL,
 		"--amqp-namespace", bcfg.Namespace, "--queue-type", amqp.QueueClassic, "--admin-token", token, "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "TETHER_SERVER_CONFIG=/dev/null")
+	// The server's keys: one of its own, as the database is the run's alone.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TETHER_KEY_FILE=") })
+	cmd.Env = append(cmd.Env, "TETHER_SERVER_CONFIG=/dev/null", "TETHER_KEY="+keyring.EncodeKey(keyring.NewKey()))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, "", "", err

@@ -298,7 +298,7 @@ func TestReplicaKilledDuringCompile(t *testing.T) {
 	otherAddr := ln.Addr().String()
 	ln.Close()
 	other := startProc(t, "server-b", environ(), tetherBin, "server",
-		"--listen", otherAddr, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns,
+		"--listen", otherAddr, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--key-file", c.keyFile,
 		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--log-level", "info", "--allow-file-sources")
 	waitFor(t, 60*time.Second, "the second replica to be ready", func() bool {
 		resp, err := http.Get("http://" + otherAddr + "/readyz")

@@ -173,6 +173,7 @@ type cluster struct {
 	admin   string
 	srv     *proc
 	starts  int
+	keyFile string // every replica's key file (tether server keygen)
 	enroll  string
 	store   *postgres.Store
 	agentNo int
@@ -197,6 +198,10 @@ func newCluster(t *testing.T) *cluster {
 	}
 	t.Cleanup(func() { st.Close() })
 	c.store = st
+	c.keyFile = filepath.Join(t.TempDir(), "server.key")
+	if out, err := exec.Command(tetherBin, "server", "keygen", c.keyFile).CombinedOutput(); err != nil {
+		t.Fatalf("tether server keygen: %v: %s", err, out)
+	}
 	c.startServer()
 	c.cli("env", "create", env, "--set", "enrollment=token")
 	var tok struct {
@@ -223,7 +228,7 @@ func (c *cluster) startServer() {
 	c.t.Helper()
 	c.starts++
 	c.srv = startProc(c.t, fmt.Sprintf("server-%d", c.starts), environ(), tetherBin, "server",
-		"--listen", c.listen, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns,
+		"--listen", c.listen, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--key-file", c.keyFile,
 		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--allow-file-sources")
 	waitFor(c.t, 60*time.Second, "the server to be ready", func() bool {
 		if c.srv.exited() {

@@ -105,3 +105,45 @@ func (s *SQL) Secret(ctx context.Context, name string, create func() ([]byte, er
 	err = s.db.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v)
 	return v, wrap("secret "+name, err)
 }
+
+// Secrets implements Store.
+func (s *SQL) Secrets(ctx context.Context) (map[string][]byte, error) {
+	type secret struct {
+		name  string
+		value []byte
+	}
+	rows, err := queryAll(ctx, s.db, func(r Row) (secret, error) {
+		var v secret
+		err := r.Scan(&v.name, &v.value)
+		return v, err
+	}, `SELECT name, value FROM secrets ORDER BY name`)
+	if err != nil {
+		return nil, wrap("secrets", err)
+	}
+	out := make(map[string][]byte, len(rows))
+	for _, r := range rows {
+		out[r.name] = r.value
+	}
+	return out, nil
+}
+
+// ReplaceSecret implements Store. The value is compared and replaced in
+// one statement, so two servers replacing one secret at once (both sealing
+// it on an upgrade) cannot overwrite each other.
+func (s *SQL) ReplaceSecret(ctx context.Context, name string, old, value []byte) error {
+	n, err := s.db.Exec(ctx, `UPDATE secrets SET value = $3 WHERE name = $1 AND value = $2`, name, old, value)
+	if err != nil {
+		return wrap("replace secret "+name, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	var exists bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM secrets WHERE name = $1)`, name).Scan(&exists); err != nil {
+		return wrap("replace secret "+name, err)
+	}
+	if !exists {
+		return fmt.Errorf("replace secret %s: %w", name, model.ErrNotFound)
+	}
+	return fmt.Errorf("replace secret %s: %w: it changed since it was read", name, model.ErrConflict)
+}

@@ -180,8 +180,15 @@ type Store interface {
 
 	// Secret returns the installation-wide secret called name, creating it
 	// with create when there is none; concurrent callers all get the one
-	// that was stored first (the server's signing key).
+	// that was stored first (the server's signing key). Secrets are bytes
+	// to the store: the server seals them before they reach it.
 	Secret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error)
+	// Secrets returns every installation-wide secret by name.
+	Secrets(ctx context.Context) (map[string][]byte, error)
+	// ReplaceSecret sets the secret called name to value if it still
+	// holds old: ErrConflict when it holds something else, ErrNotFound
+	// when there is none.
+	ReplaceSecret(ctx context.Context, name string, old, value []byte) error
 
 	// Lead makes this process the leader of name (one environment's
 	// scheduler) unless another process leads it: then ok is false. The

@@ -349,6 +349,30 @@ func testSecret(t *testing.T, s store.Store) {
 	if _, err := s.Secret(ctx, "other", func() ([]byte, error) { return nil, errors.New("no entropy") }); err == nil {
 		t.Fatal("a failing create must fail the call")
 	}
+	if _, err := s.Secret(ctx, "binary", mk("\x00\xff")); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Secrets(ctx)
+	if err != nil || len(all) != 2 || string(all["server-key"]) != "one" || string(all["binary"]) != "\x00\xff" {
+		t.Fatalf("Secrets: %q, %v; want server-key and binary", all, err)
+	}
+
+	// Replaced only while it holds what the caller read.
+	if err := s.ReplaceSecret(ctx, "server-key", []byte("one"), []byte("sealed one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceSecret(ctx, "server-key", []byte("one"), []byte("sealed again")); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("replace a secret that changed since it was read: %v, want ErrConflict", err)
+	}
+	if err := s.ReplaceSecret(ctx, "missing", []byte("one"), []byte("two")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("replace a missing secret: %v, want ErrNotFound", err)
+	}
+	if got, err := s.Secret(ctx, "server-key", mk("three")); err != nil || string(got) != "sealed one" {
+		t.Fatalf("after replace: %q, %v; want %q", got, err, "sealed one")
+	}
+	if all, _ := s.Secrets(ctx); string(all["binary"]) != "\x00\xff" {
+		t.Fatalf("replacing one secret changed another: %q", all["binary"])
+	}
 }
 
 // testOutOfOrderBatches: batches of one agent recorded out of order (by
