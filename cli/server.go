@@ -71,6 +71,14 @@ func serverFlags() []ucli.Flag {
 			Usage: "`ADDRESS` the REST API listens on"}))
 	flags = append(flags, brokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
 	flags = append(flags,
+		// --tls-* serve the API: the broker's TLS files are --amqp-tls-*.
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-tls-ca", EnvVars: []string{"TETHER_AMQP_TLS_CA"},
+			Usage: "CA certificate `FILE` (PEM) to trust for an amqps:// broker (default: the system's CAs)"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-tls-cert", EnvVars: []string{"TETHER_AMQP_TLS_CERT"},
+			Usage: "client certificate `FILE` (PEM) for an amqps:// broker that asks for one"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-tls-key", EnvVars: []string{"TETHER_AMQP_TLS_KEY"},
+			Usage: "private key `FILE` (PEM) of --amqp-tls-cert"}),
+
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: server.Default().Consumers, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
 			Usage: "how many consumers take agents' events off the broker (each handles 64 at once); events in hand are written together, in one transaction"}),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "no-compile", EnvVars: []string{"TETHER_NO_COMPILE"},
@@ -458,6 +466,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 	}
 	bcfg := amqp.Default()
 	bcfg.URL, bcfg.Namespace, bcfg.QueueType = c.String("amqp"), c.String("amqp-namespace"), c.String("queue-type")
+	bcfg.CAFile, bcfg.CertFile, bcfg.KeyFile = c.String("amqp-tls-ca"), c.String("amqp-tls-cert"), c.String("amqp-tls-key")
 	bcfg.ConnectionName = "tether server"
 	if err := bcfg.Validate(); err != nil {
 		return usageError("%v", err)

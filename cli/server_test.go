@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
@@ -141,4 +144,61 @@ func TestServerAndOperatorCommands(t *testing.T) {
 	if code, _, stderr := invoke(t, "version", "release", "1"); code != 1 || !strings.Contains(stderr, "needs operator") {
 		t.Fatalf("viewer release: exit %d, %q", code, stderr)
 	}
+}
+
+// `tether server` reaches a TLS-only broker with --amqp-tls-ca; given a
+// CA that did not sign the broker's certificate it says so, naming the
+// flag, in its log and on /readyz.
+func TestServerBrokerTLS(t *testing.T) {
+	pg := pgtest.Fresh(t)
+	n := amqptest.StartNode(t, amqptest.NodeOptions{TLS: true, NoPlain: true})
+	for _, tc := range []struct {
+		name, ca, want string
+	}{
+		{"wrong CA", n.OtherCAFile, "not signed by a CA we trust"},
+		{"right CA", n.CAFile, `"broker":"ok"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := freeAddr(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			var out, errb syncBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, []string{"tether", "server", "--listen", freeAddr(t), "--ops-listen", ops, "--postgres", pg,
+					"--amqp", n.TLSURL, "--amqp-tls-ca", tc.ca, "--amqp-namespace", "clitest", "--queue-type", "classic"},
+					strings.NewReader(""), &out, &errb)
+			}()
+			defer func() {
+				cancel()
+				if code := <-done; code != 0 {
+					t.Errorf("server exited %d: %s", code, errb.String())
+				}
+			}()
+			var body string
+			for deadline := time.Now().Add(time.Minute); !strings.Contains(body, tc.want); {
+				if time.Now().After(deadline) {
+					t.Fatalf("/readyz: got %q, want it to say %q; stderr %s", body, tc.want, errb.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+				if resp, err := http.Get("http://" + ops + "/readyz"); err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					body = string(b)
+				}
+			}
+			if tc.ca == n.OtherCAFile && !strings.Contains(errb.String(), "--amqp-tls-ca") {
+				t.Errorf("the server's log does not name --amqp-tls-ca:\n%s", errb.String())
+			}
+		})
+	}
+}
+
+// freeAddr is a loopback address nobody listens on now.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

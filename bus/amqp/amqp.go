@@ -23,7 +23,7 @@ type Bus struct {
 
 	mu         sync.Mutex
 	current    *session      // nil while disconnected
-	changed    chan struct{} // closed when current changes
+	changed    chan struct{} // closed when current changes or a dial fails
 	dialErr    error
 	generation int
 
@@ -513,7 +513,7 @@ const (
 // again and says hello), or, in tests, a server queue, as any client with
 // rights on the broker could.
 func DeleteQueue(ctx context.Context, cfg Config, name string) error {
-	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	conn, err := cfg.connect(10*time.Second, nil)
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
@@ -537,7 +537,7 @@ func DeleteQueue(ctx context.Context, cfg Config, name string) error {
 // queue name, see InboxQueue), with any messages they hold. Tests clean
 // up with it; an operator uninstalling a namespace can too.
 func DeleteTopology(ctx context.Context, cfg Config, inboxes []string) error {
-	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	conn, err := cfg.connect(10*time.Second, nil)
 	if err != nil {
 		return fmt.Errorf("delete topology of %s: %w", cfg.Namespace, err)
 	}

@@ -75,8 +75,10 @@ type Config struct {
 	// consumers without a cancel when the queue is deleted and declared
 	// again at once; this bounds how long one stays deaf.
 	SubscriptionCheck time.Duration
-	// TLS: CA certificate to trust, client certificate and key (PEM files),
-	// for amqps:// URLs.
+	// TLS: CA certificate to trust (empty: the system's CAs), client
+	// certificate and key (PEM files), for amqps:// URLs. They are read
+	// again at every connection attempt, so replacing them needs no
+	// restart.
 	CAFile, CertFile, KeyFile string
 	// ConnectionName is shown in RabbitMQ's management (e.g. agent web-1).
 	ConnectionName string

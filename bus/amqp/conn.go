@@ -94,19 +94,9 @@ func (b *Bus) watch(s *session, closed <-chan *amqp.Error) bool {
 }
 
 func (b *Bus) dial() (*session, error) {
-	tlsConf, err := b.cfg.tlsConfig()
+	conn, err := b.cfg.connect(30*time.Second, amqp.Table{"connection_name": b.cfg.ConnectionName, "product": "tether"})
 	if err != nil {
 		return nil, err
-	}
-	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
-		Heartbeat:       b.cfg.Heartbeat,
-		TLSClientConfig: tlsConf,
-		Locale:          "en_US",
-		Properties:      amqp.Table{"connection_name": b.cfg.ConnectionName, "product": "tether"},
-		Dial:            amqp.DefaultDial(30 * time.Second),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redactURL(b.cfg.URL), err)
 	}
 	s := &session{conn: conn}
 	if err := b.declareTopology(s); err != nil {
@@ -114,6 +104,27 @@ func (b *Bus) dial() (*session, error) {
 		return nil, fmt.Errorf("declare the topology on %s: %w", redactURL(b.cfg.URL), err)
 	}
 	return s, nil
+}
+
+// connect opens a connection to the broker, over TLS for amqps://, with
+// properties shown in the broker's management. A failure says what is
+// wrong where it can (explain).
+func (c Config) connect(timeout time.Duration, properties amqp.Table) (*amqp.Connection, error) {
+	tlsConf, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	w := &wire{}
+	conn, err := amqp.DialConfig(dialURL(c.URL), amqp.Config{
+		Heartbeat:  c.Heartbeat,
+		Locale:     "en_US",
+		Properties: properties,
+		Dial:       w.dial(tlsConf, timeout),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(c.URL), c.explain(err, w))
+	}
+	return conn, nil
 }
 
 // publish makes s (nil: none) the current session and wakes waiters.
@@ -132,20 +143,39 @@ func (b *Bus) publish(s *session) {
 	b.changed = make(chan struct{})
 }
 
-// setDialError records why the last dial failed; it is logged once until a
-// dial succeeds.
+// setDialError records why the last dial failed. It is logged once until
+// a dial succeeds, and again when the cause changes from one that needs a
+// fix (a certificate, a port: dialCause) to another, so that the log
+// says what is wrong now without repeating every attempt.
 func (b *Bus) setDialError(err error) {
 	b.mu.Lock()
-	first := b.dialErr == nil
+	prev := b.dialErr
 	b.dialErr = err
 	b.mu.Unlock()
-	if first {
+	cause := dialCause(err)
+	switch {
+	case prev != nil && cause == dialCause(prev):
+	case cause != nil:
+		b.log.Error().Err(err).Msg("cannot connect to the broker until this is fixed; retrying with back-off")
+	default:
 		b.log.Warn().Err(err).Msg("cannot reach the broker; retrying with back-off")
 	}
+	// Wake Ready, which returns on some dial errors, once the log says why.
+	b.mu.Lock()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
 }
 
 // session waits for a connected session, until ctx ends or the bus closes.
 func (b *Bus) session(ctx context.Context) (*session, error) {
+	return b.await(ctx, false)
+}
+
+// await waits for a connected session, until ctx ends or the bus closes,
+// and with failFast until a dial fails for a reason that needs a fix
+// (dialCause).
+func (b *Bus) await(ctx context.Context, failFast bool) (*session, error) {
 	for {
 		b.mu.Lock()
 		s, changed, dialErr := b.current, b.changed, b.dialErr
@@ -153,12 +183,15 @@ func (b *Bus) session(ctx context.Context) (*session, error) {
 		if s != nil {
 			return s, nil
 		}
+		if failFast && dialCause(dialErr) != nil {
+			return nil, fmt.Errorf("not connected to the broker: %w", dialErr)
+		}
 		select {
 		case <-b.closing:
 			return nil, bus.ErrClosed
 		case <-ctx.Done():
 			if dialErr != nil {
-				return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), dialErr)
+				return nil, fmt.Errorf("not connected to the broker (%w); last attempt: %w", ctx.Err(), dialErr)
 			}
 			return nil, ctx.Err()
 		case <-changed:
@@ -167,9 +200,14 @@ func (b *Bus) session(ctx context.Context) (*session, error) {
 }
 
 // Ready waits until the bus is connected: a caller that wants to fail fast
-// on a wrong URL or password calls it with a deadline.
+// on a wrong URL or password calls it with a deadline. It returns at once
+// when the last attempt failed for a reason that retrying does not fix (a
+// certificate, a port that speaks TLS or does not: ErrUntrustedCert and
+// its siblings), with that reason; the bus keeps trying meanwhile, so the
+// fix, on the broker or in the files the configuration names, takes
+// without a restart.
 func (b *Bus) Ready(ctx context.Context) error {
-	_, err := b.session(ctx)
+	_, err := b.await(ctx, true)
 	return err
 }
 

@@ -1,6 +1,8 @@
 // Package amqptest gives tests a RabbitMQ namespace of their own on the
 // broker named by TETHER_TEST_AMQP (default: the local one), deleted with
-// the inboxes the test used when it ends.
+// the inboxes the test used when it ends, and RabbitMQ nodes of their own
+// (StartNode, Shared) for what the machine's broker must not be changed
+// for: TLS, listeners, authentication backends.
 package amqptest
 
 import (
@@ -84,6 +86,11 @@ func Open(t testing.TB, cfg amqp.Config) *Bus {
 	defer cancel()
 	if err := b.Ready(ctx); err != nil {
 		b.Close()
+		if cfg.URL != URL() {
+			// A private node (StartNode) is there: failing to use it is a
+			// failure, not a missing service.
+			t.Fatal(err)
+		}
 		testenv.Need(t, false, fmt.Sprintf("RabbitMQ is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", err))
 	}
 	tb := &Bus{Bus: b, inboxes: map[string]bool{}}
