@@ -16,7 +16,11 @@ import (
 //go:embed sqlite/*.sql postgres/*.sql
 var files embed.FS
 
-// Migration is one schema change. Versions start at 1 and have no gaps.
+// Migration is one schema change. Versions are unique and start at 1; a
+// number may be missing, held by a change not merged yet: the stores apply
+// every step a database has not applied, whenever it arrives, so a step
+// numbered below one already applied still runs. Steps that may land in
+// either order must not depend on each other.
 type Migration struct {
 	Version int
 	Name    string
@@ -29,7 +33,8 @@ func SQLite() ([]Migration, error) { return load("sqlite") }
 // Postgres returns the migrations of the server (PostgreSQL) store, in order.
 func Postgres() ([]Migration, error) { return load("postgres") }
 
-// load reads dir/NNNN_name.sql files and checks they are numbered 1..n.
+// load reads dir/NNNN_name.sql files and checks their numbers are unique
+// and positive.
 func load(dir string) ([]Migration, error) {
 	entries, err := fs.ReadDir(files, dir)
 	if err != nil {
@@ -50,8 +55,11 @@ func load(dir string) ([]Migration, error) {
 	}
 	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
 	for i, m := range out {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("schema %s: migration %d is missing (found %d)", dir, i+1, m.Version)
+		switch {
+		case m.Version < 1:
+			return nil, fmt.Errorf("schema %s: migration %04d_%s: numbers start at 1", dir, m.Version, m.Name)
+		case i > 0 && out[i-1].Version == m.Version:
+			return nil, fmt.Errorf("schema %s: migrations %s and %s have one number: renumber the newer one", dir, out[i-1].Name, m.Name)
 		}
 	}
 	return out, nil

@@ -117,14 +117,30 @@ func (s *SQL) Migrate(ctx context.Context, load func() ([]schema.Migration, erro
 		if _, err := tx.Exec(ctx, s.d.MigrationsTable); err != nil {
 			return err
 		}
-		var current int
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		applied, err := queryAll(ctx, tx, func(r Row) (int, error) {
+			var v int
+			return v, r.Scan(&v)
+		}, `SELECT version FROM schema_migrations`)
+		if err != nil {
 			return err
 		}
-		if current > len(migrations) {
-			return fmt.Errorf("%s has schema version %d, newer than this tether knows (%d): upgrade tether", s.where, current, len(migrations))
+		known := map[int]bool{}
+		for _, m := range migrations {
+			known[m.Version] = true
 		}
-		for _, m := range migrations[current:] {
+		done := map[int]bool{}
+		for _, v := range applied {
+			if !known[v] {
+				return fmt.Errorf("%s has schema step %d, which this tether does not know (it is newer): upgrade tether", s.where, v)
+			}
+			done[v] = true
+		}
+		// Every step not applied yet, in order: numbers may have gaps,
+		// and a step numbered below one applied (merged later) still runs.
+		for _, m := range migrations {
+			if done[m.Version] {
+				continue
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
 			}

@@ -43,8 +43,8 @@ func TestConcurrentMigrations(t *testing.T) {
 	want, _ := schema.Postgres()
 	for i, s := range stores {
 		v, err := s.SchemaVersion(ctx)
-		if err != nil || v != len(want) {
-			t.Fatalf("server %d sees schema version %d (%v), want %d", i, v, err, len(want))
+		if last := want[len(want)-1].Version; err != nil || v != last {
+			t.Fatalf("server %d sees schema version %d (%v), want %d", i, v, err, last)
 		}
 	}
 	// Reopening applies nothing and keeps data.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,44 @@ func TestSharedSQL(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStepMergedLate: a step numbered below one a database applied (two
+// changes merged in the other order than numbered) is applied when it
+// arrives, and a step the database applied that this build does not know
+// stops the store from opening.
+func TestStepMergedLate(t *testing.T) {
+	ctx := context.Background()
+	ms, err := schema.SQLite()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ms[len(ms)-1].Version
+	late := schema.Migration{Version: last + 1, Name: "late", SQL: `CREATE TABLE late (x INTEGER)`}
+	early := schema.Migration{Version: last + 2, Name: "early", SQL: `CREATE TABLE early (x INTEGER)`}
+	path := filepath.Join(t.TempDir(), "tether.db")
+	with := func(extra ...schema.Migration) storetest.Migrations {
+		return func() ([]schema.Migration, error) { return append(slices.Clone(ms), extra...), nil }
+	}
+	s, err := open(ctx, path, Config{}, with(early))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = open(ctx, path, Config{}, with(late, early))
+	if err != nil {
+		t.Fatalf("open with a step merged late: %v", err)
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM late`).Scan(&n); err != nil {
+		t.Fatalf("the step merged late was not applied: %v", err)
+	}
+	if v, err := s.SchemaVersion(ctx); err != nil || v != early.Version {
+		t.Fatalf("schema version %d (%v), want %d", v, err, early.Version)
+	}
+	s.Close()
+	if _, err := open(ctx, path, Config{}, with(late)); err == nil || !strings.Contains(err.Error(), "does not know") {
+		t.Fatalf("open a database with a step this build lacks: got %v, want an error saying so", err)
 	}
 }

@@ -51,8 +51,8 @@ func Upgrade(t *testing.T, all Migrations, fresh func(t *testing.T) (open func(M
 				t.Fatalf("open a database at step %d: %v", n, err)
 			}
 			defer s.Close()
-			if v, err := s.SchemaVersion(ctx); err != nil || v != steps {
-				t.Fatalf("schema version %d (%v), want %d", v, err, steps)
+			if v, err := s.SchemaVersion(ctx); err != nil || v != ms[steps-1].Version {
+				t.Fatalf("schema version %d (%v), want %d", v, err, ms[steps-1].Version)
 			}
 			if env, err := s.GetEnv(ctx, "old"); err != nil || env.Settings != settings {
 				t.Fatalf("environment from step %d: %+v, %v; want its settings kept", n, env, err)
