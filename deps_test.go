@@ -29,6 +29,8 @@ var everywhere = []string{"github.com/rs/zerolog", "github.com/google/uuid"}
 var rules = map[string]rule{
 	"model":                        {},
 	"model/graph":                  {internal: []string{"model"}},
+	"model/secret":                 {internal: []string{"model"}, external: []string{"golang.org/x/crypto"}},
+	"model/secret/secrettest":      {}, // test helper: counts a planted secret in what a deploy left behind
 	"model/durable":                {},
 	"model/testenv":                {},                                                  // test helpers: skip or fail for a missing service
 	"model/gitfetch/gittest":       {external: []string{"github.com/go-git/go-git/v5"}}, // test helper: repositories made with go-git
@@ -46,7 +48,7 @@ var rules = map[string]rule{
 	"agent/engine":                 {internal: []string{"model", "model/graph", "agent/handler"}},
 	"agent/journal":                {internal: []string{"model", "model/durable"}},
 	"agent/facts":                  {internal: []string{"model"}},
-	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
+	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model", "model/secret"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
 	"server/record":                {internal: []string{"model"}},
 	"server/store":                 {internal: []string{"model", "server/record", "schema"}},
 	"server/store/storetest":       {internal: []string{"server/store", "server/record", "model", "schema"}},
@@ -60,7 +62,7 @@ var rules = map[string]rule{
 	"server/keyring":               {internal: []string{"model/durable"}},
 	"server/source":                {internal: []string{"model/gitfetch"}},
 	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
-	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
+	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
 	"cli/embedded":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
 	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "model", "server", "server/api", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}},

@@ -624,12 +624,13 @@ func (a *Agent) hello(ctx context.Context) error {
 		return err
 	}
 	h := bus.Hello{
-		PublicKey:  a.PublicKey(),
-		Labels:     a.cfg.Labels,
-		Facts:      a.gatherFacts(ctx),
-		Kinds:      a.reg.Kinds(),
-		Generation: s.Generation,
-		SliceHash:  hash,
+		PublicKey:       a.PublicKey(),
+		KeyAgreementKey: a.journal.Kex().PublicKey().Bytes(),
+		Labels:          a.cfg.Labels,
+		Facts:           a.gatherFacts(ctx),
+		Kinds:           a.reg.Kinds(),
+		Generation:      s.Generation,
+		SliceHash:       hash,
 	}
 	if !a.isEnrolled() {
 		h.Token = a.cfg.Token

@@ -321,6 +321,12 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 	if !ok {
 		return nil
 	}
+	opened, err := m.a.open(res)
+	if err != nil {
+		m.a.log.Warn().Err(err).Str("resource", res.ID.String()).Msg("cannot verify a watched resource")
+		return nil
+	}
+	res = &opened
 	current, exists, err := h.Read(ctx, res)
 	if err != nil {
 		m.a.log.Warn().Err(err).Str("resource", res.ID.String()).Msg("cannot verify a watched resource")

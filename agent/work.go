@@ -11,6 +11,7 @@ import (
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/secret"
 )
 
 // worker runs the journal's jobs in order while the agent is primary.
@@ -177,6 +178,7 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 		Parallelism:  a.cfg.Parallelism,
 		DryRun:       dryRun,
 		Dependencies: a.dependencyView(),
+		Open:         a.open,
 	}
 	if !dryRun {
 		opts.BeforeApply = func(res *model.Resource, changes model.Changes) error {
@@ -226,6 +228,12 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	a.log.Info().Str("deploy", j.ID).Str("kind", j.Kind).Int("resources", len(resources)).Int("results", len(results)).
 		Dur("took", time.Since(start)).Msg("job finished")
 	return nil
+}
+
+// open returns res with its sealed values opened with the agent's
+// key-agreement key, for a handler: in memory only, never journaled.
+func (a *Agent) open(res *model.Resource) (model.Resource, error) {
+	return secret.Open(a.journal.Kex(), res)
 }
 
 // dependencyView answers the engine's questions about requirements outside

@@ -177,13 +177,18 @@ type DependencyStatus struct {
 // Hello is an agent's introduction, on every start: discovery and
 // enrollment, and what it holds.
 type Hello struct {
-	PublicKey  []byte            `json:"public_key"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Facts      map[string]any    `json:"facts,omitempty"`
-	Kinds      []string          `json:"kinds"`
-	Generation int64             `json:"generation"`
-	SliceHash  model.Hash        `json:"slice_hash"`
-	Token      string            `json:"token,omitempty"`
+	PublicKey []byte `json:"public_key"`
+	// KeyAgreementKey is the agent's X25519 public key, to which the
+	// server seals sensitive values (model/secret). Signed with the rest
+	// of the hello; empty from agents older than sealed values, which are
+	// sent none.
+	KeyAgreementKey []byte            `json:"key_agreement_key,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	Facts           map[string]any    `json:"facts,omitempty"`
+	Kinds           []string          `json:"kinds"`
+	Generation      int64             `json:"generation"`
+	SliceHash       model.Hash        `json:"slice_hash"`
+	Token           string            `json:"token,omitempty"`
 }
 
 // ResourceStatus carries a batch of results of one deploy (kind

@@ -170,7 +170,7 @@ func compileCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "compile",
 		Usage:     "compile a model and show the resources each agent gets",
-		UsageText: "tether compile [DIR] [--var name=value]... [--inventory FILE | --server URL --env ENV] [-o json]",
+		UsageText: "tether compile [DIR] [--var name=value]... [--inventory FILE | --server URL --env ENV] [-o json [--show-sensitive]]",
 		Description: "Reads every *.hcl file in DIR (default: the current directory) and the modules it uses,\n" +
 			"and prints the resources it compiles to, per agent, or the model's errors with their\n" +
 			"file:line:column. Hostgroups select agents of the inventory by labels and facts: the\n" +
@@ -178,28 +178,50 @@ func compileCommand(term *terminal) *ucli.Command {
 			"inventory on the server (its accepted agents, as they reported themselves). A fact the\n" +
 			"inventory lacks is unknown, and the resources that need it are listed as undefined with\n" +
 			"the facts they wait for.\n" +
-			"With -o json it prints the exact resource set that a deploy or an export uses.\n\n" +
+			"With -o json it prints the exact resource set that a deploy or an export uses, each\n" +
+			"sensitive value shown as " + model.RedactedValue + " unless --show-sensitive is given.\n\n" +
 			"Examples:\n" +
 			"   tether compile examples/quickstart --var site_root=/tmp/site\n" +
 			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json\n" +
 			"   tether compile examples/webfarm --inventory examples/webfarm/inventory.json -o json | jq '.resources | length'\n" +
 			"   tether compile examples/webfarm --server http://tether.example:8420 --env prod",
-		Flags: append(append(modelFlags(), connectionFlags()...), outputFlag()),
+		Flags: append(append(modelFlags(), connectionFlags()...), outputFlag(),
+			&ucli.BoolFlag{Name: "show-sensitive", Usage: "with -o json, show sensitive values in clear instead of " + model.RedactedValue}),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
 				return err
+			}
+			if c.Bool("show-sensitive") && format != "json" {
+				return usageError("--show-sensitive goes with -o json (the table shows no values)")
 			}
 			_, res, err := compileModel(c, term)
 			if err != nil {
 				return err
 			}
 			if format == "json" {
+				if !c.Bool("show-sensitive") {
+					res = redactedResult(res)
+				}
 				return writeJSON(term.stdout, res)
 			}
 			return printResources(term, res)
 		},
 	}
+}
+
+// redactedResult returns res with each sensitive value replaced by the
+// redaction marker (res itself when it has none).
+func redactedResult(res *lang.Result) *lang.Result {
+	if !slices.ContainsFunc(res.Resources, func(r model.Resource) bool { return len(r.Sensitive) > 0 || len(r.Sealed) > 0 }) {
+		return res
+	}
+	out := *res
+	out.Resources = make([]model.Resource, len(res.Resources))
+	for i := range res.Resources {
+		out.Resources[i] = res.Resources[i].Redact()
+	}
+	return &out
 }
 
 func printResources(term *terminal, res *lang.Result) error {

@@ -192,7 +192,7 @@ func (k *KindSpec) CheckResource(res *Resource) error {
 		return &KindError{ID: res.ID, Attr: res.ID.Key, Rule: RuleIdentity,
 			Err: fmt.Errorf("%s resources are identified by %q, not %q", k.Kind, k.Identity, res.ID.Key)}
 	}
-	if p := k.Problems(res.Attributes, res.Purged, res.Undefined); len(p) > 0 {
+	if p := k.problems(res.Attributes, res.Sealed, res.Purged, res.Undefined); len(p) > 0 {
 		e := p[0]
 		e.ID = res.ID
 		return &e
@@ -208,6 +208,20 @@ func (k *KindSpec) CheckResource(res *Resource) error {
 // (its attributes wait for facts), needs its required attributes. It
 // returns nil when all is well.
 func (k *KindSpec) Problems(attrs Attributes, purged, undefined bool) []KindError {
+	return k.problems(attrs, nil, purged, undefined)
+}
+
+// problems is Problems of a resource with sealed values: they count as set,
+// and only their names are judged (their values are not known here).
+func (k *KindSpec) problems(attrs Attributes, sealed map[string]Sealed, purged, undefined bool) []KindError {
+	if len(sealed) > 0 {
+		all := make(Attributes, len(attrs)+len(sealed))
+		maps.Copy(all, attrs)
+		for n := range sealed {
+			all[n] = nil
+		}
+		attrs = all
+	}
 	var out []KindError
 	known := 0
 	for _, a := range k.Attrs {
@@ -216,6 +230,9 @@ func (k *KindSpec) Problems(attrs Attributes, purged, undefined bool) []KindErro
 			continue
 		}
 		known++
+		if _, isSealed := sealed[a.Name]; isSealed {
+			continue
+		}
 		if err := a.checkValue(v); err != nil {
 			out = append(out, *err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -23,6 +24,13 @@ type Resource struct {
 	Purged bool `json:"purged,omitempty"`
 	// Sensitive names attributes that are never logged nor shown in clear.
 	Sensitive []string `json:"sensitive,omitempty"`
+	// Sealed holds sensitive values encrypted, by attribute name: an
+	// attribute sealed here is absent from Attributes. The server seals
+	// every sensitive value as it takes a version in, and the values stay
+	// sealed in its store, on the bus and in the agent's journal; the
+	// agent opens them in memory only, just before a handler acts on the
+	// resource (package model/secret).
+	Sealed map[string]Sealed `json:"sealed,omitempty"`
 	// Undefined marks a resource whose attributes depend on a value not known
 	// at compile time (a fact not yet reported); it is not deployed.
 	Undefined bool `json:"undefined,omitempty"`
@@ -46,6 +54,16 @@ func (r *Resource) Validate() error {
 			return fmt.Errorf("%w %s: identity attribute %q must be %q", ErrInvalidResource, r.ID, r.ID.Key, r.ID.Value)
 		}
 	}
+	for name, v := range r.Sealed {
+		switch _, clear := r.Attributes[name]; {
+		case !r.IsSensitive(name):
+			return fmt.Errorf("%w %s: sealed attribute %q is not marked sensitive", ErrInvalidResource, r.ID, name)
+		case clear:
+			return fmt.Errorf("%w %s: attribute %q is both sealed and in clear", ErrInvalidResource, r.ID, name)
+		case v.Digest.IsZero() || len(v.Box) == 0 || v.To == "":
+			return fmt.Errorf("%w %s: sealed attribute %q lacks its digest, its box or its key", ErrInvalidResource, r.ID, name)
+		}
+	}
 	for _, list := range [][]ID{r.Requires, r.Subscribes} {
 		for _, dep := range list {
 			if err := dep.Validate(); err != nil {
@@ -57,6 +75,44 @@ func (r *Resource) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Sealed is a sensitive value encrypted: under the server's key at rest, to
+// one agent's key-agreement key on the bus and in that agent's journal.
+//
+// Digest stands for the value in the resource's hash (Canonical): a keyed
+// digest of the clear value (an HMAC under a secret only the server holds),
+// bound to the resource and the attribute. The hash of a resource then
+// still changes exactly when its intent does (an unchanged secret keeps its
+// digest whoever it is sealed to, a changed one changes it), yet whoever
+// sees a hash or a digest (a broker administrator, a database reader)
+// cannot test guesses of the value against it, as they could against a
+// hash over the clear value.
+type Sealed struct {
+	Digest Hash `json:"digest"`
+	// To names the key the value is sealed to: SealedToServer, or the
+	// fingerprint of an agent's key-agreement key.
+	To string `json:"to"`
+	// Box is the ciphertext. It is not part of the hash: sealing the same
+	// value again gives another box.
+	Box []byte `json:"box"`
+}
+
+// SealedToServer is Sealed.To of a value sealed at rest, under the
+// server's key.
+const SealedToServer = "server"
+
+// ClearSensitive lists, sorted, the sensitive attributes whose value the
+// resource holds in clear (in Attributes).
+func (r *Resource) ClearSensitive() []string {
+	var out []string
+	for _, name := range r.Sensitive {
+		if _, ok := r.Attributes[name]; ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // IsSensitive reports whether the attribute is marked sensitive.
@@ -101,8 +157,15 @@ func ParseHash(s string) (Hash, error) {
 
 // Canonical returns the canonical JSON of the parts of the resource that make
 // up its intent: type, ID, attributes, requires and subscribes (sorted, since
-// their order carries no meaning), purged, and undefined when set. Sensitive
-// markers only change how values are shown, so they are not part of it.
+// their order carries no meaning), purged, the digests of sealed values
+// when there are any, and undefined when set. Sensitive markers only change
+// how values are shown, so they are not part of it; nor are the boxes of
+// sealed values, which differ for each key and each sealing of one value.
+//
+// A sensitive value in clear is part of it as it is: only the compiler's
+// output and the server's input hold such values. The server seals them
+// before it hashes, stores or sends anything, so every hash it keeps,
+// shows or sends, and every hash an agent computes, is over digests.
 func (r *Resource) Canonical() ([]byte, error) {
 	return r.appendCanonical(make([]byte, 0, 256))
 }
@@ -126,6 +189,22 @@ func (r *Resource) appendCanonical(buf []byte) ([]byte, error) {
 	buf = append(buf, `,"requires":`...)
 	if buf, err = appendIDs(buf, r.Requires); err != nil {
 		return buf, fmt.Errorf("resource %s: requires: %w", r.ID, err)
+	}
+	if len(r.Sealed) > 0 {
+		buf = append(buf, `,"sealed":{`...)
+		for i, name := range slices.Sorted(maps.Keys(r.Sealed)) {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			if buf, err = appendString(buf, name); err != nil {
+				return buf, fmt.Errorf("resource %s: sealed: %w", r.ID, err)
+			}
+			buf = append(buf, `:"`...)
+			d := r.Sealed[name].Digest
+			buf = hex.AppendEncode(buf, d[:])
+			buf = append(buf, '"')
+		}
+		buf = append(buf, '}')
 	}
 	buf = append(buf, `,"subscribes":`...)
 	if buf, err = appendIDs(buf, r.Subscribes); err != nil {
@@ -170,20 +249,34 @@ func (r *Resource) Hash() (Hash, error) {
 	return sha256.Sum256(b), nil
 }
 
-// Redacted returns a copy of the attributes with sensitive values replaced, for
-// logs and API answers.
+// Redacted returns a copy of the attributes with sensitive values, in clear
+// or sealed, replaced, for logs and API answers.
 func (r *Resource) Redacted() Attributes {
-	if len(r.Sensitive) == 0 {
+	if len(r.Sensitive) == 0 && len(r.Sealed) == 0 {
 		return r.Attributes
 	}
-	out := make(Attributes, len(r.Attributes))
+	out := make(Attributes, len(r.Attributes)+len(r.Sealed))
 	for k, v := range r.Attributes {
 		if r.IsSensitive(k) {
 			v = RedactedValue
 		}
 		out[k] = v
 	}
+	for k := range r.Sealed {
+		out[k] = RedactedValue
+	}
 	return out
+}
+
+// Redact returns a copy of the resource to show: its sensitive values
+// replaced by RedactedValue, in clear or sealed (no box is shown either).
+func (r Resource) Redact() Resource {
+	if len(r.Sensitive) == 0 && len(r.Sealed) == 0 {
+		return r
+	}
+	r.Attributes = r.Redacted()
+	r.Sealed = nil
+	return r
 }
 
 // RedactedValue stands in for a sensitive value wherever one would be shown.

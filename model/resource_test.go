@@ -167,3 +167,59 @@ func TestParseMode(t *testing.T) {
 		t.Errorf("FormatMode(0644) = %q", got)
 	}
 }
+
+// TestSealedInTheHash: a sealed value's digest is part of the hash, its box
+// and key are not; Validate refuses a sealed attribute that is not marked
+// sensitive, that is also in clear, or lacks its parts; Redact shows a
+// sealed value as the marker and no ciphertext.
+func TestSealedInTheHash(t *testing.T) {
+	base := func() Resource {
+		return Resource{ID: ID{Type: "file", Agent: "a", Key: "path", Value: "/s"}, Attributes: Attributes{"path": "/s"},
+			Sensitive: []string{"content"}, Sealed: map[string]Sealed{"content": {Digest: Hash{1}, To: SealedToServer, Box: []byte{9}}}}
+	}
+	hash := func(r Resource) Hash {
+		h, err := r.Hash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	r := base()
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	other := base()
+	other.Sealed["content"] = Sealed{Digest: Hash{1}, To: "SHA256:agent", Box: []byte{7, 7}}
+	if hash(r) != hash(other) {
+		t.Fatal("the box or its key changed the hash: sealing to an agent would redeploy")
+	}
+	changed := base()
+	changed.Sealed["content"] = Sealed{Digest: Hash{2}, To: SealedToServer, Box: []byte{9}}
+	if hash(r) == hash(changed) {
+		t.Fatal("another digest kept the hash: a changed secret would not deploy")
+	}
+	none := base()
+	none.Sealed, none.Sensitive = nil, nil
+	if hash(r) == hash(none) {
+		t.Fatal("a sealed value does not count in the hash")
+	}
+	for name, edit := range map[string]func(*Resource){
+		"not sensitive": func(r *Resource) { r.Sensitive = nil },
+		"also in clear": func(r *Resource) { r.Attributes["content"] = "x" },
+		"no digest":     func(r *Resource) { r.Sealed["content"] = Sealed{To: SealedToServer, Box: []byte{9}} },
+		"no box":        func(r *Resource) { r.Sealed["content"] = Sealed{Digest: Hash{1}, To: SealedToServer} },
+	} {
+		r := base()
+		edit(&r)
+		if err := r.Validate(); !errors.Is(err, ErrInvalidResource) {
+			t.Errorf("%s: got %v, want ErrInvalidResource", name, err)
+		}
+	}
+	shown := base().Redact()
+	if shown.Attributes["content"] != RedactedValue || shown.Sealed != nil {
+		t.Fatalf("redacted: %+v", shown)
+	}
+	if got := (&Resource{Attributes: Attributes{"a": 1, "b": 2}, Sensitive: []string{"b", "c"}}).ClearSensitive(); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("ClearSensitive: %v, want [b]", got)
+	}
+}

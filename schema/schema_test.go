@@ -34,18 +34,20 @@ func TestMigrations(t *testing.T) {
 // file would never reach it: a change is always a new migration. A new file
 // is added here in the commit that adds it.
 var released = map[string]string{
-	"postgres/0001_init.sql":      "d535ec93851589193a9de58e3f5297e890e513bd506a0efc847d15cd2a116f92",
-	"postgres/0002_agents.sql":    "7a05ead2b897c95fb216fa4195f097a90354a455196dadcc0a502548ede20aed",
-	"postgres/0003_sequences.sql": "fc4752bf66d6ec9b3d09bc632ee87ff3ab4a3b04158ee084c0c767f04f7c87d8",
-	"postgres/0004_align.sql":     "f3a6ccf7f1c252e139a5b45bd2cb01857fcedd39ff8a3c6e9d648388fc6b7acd",
-	"postgres/0005_compiles.sql":  "bb0f5e1718ae6930811ec5329e94e436322798b50c2a937c3b3f7fc7fb5fd095",
-	"postgres/0006_sources.sql":   "97d28185bcab2bf1fa98c4dde4627297e4afd8c5fe4c71245194b604ae0d9a5f",
-	"sqlite/0001_init.sql":        "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
-	"sqlite/0002_server.sql":      "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
-	"sqlite/0003_agents.sql":      "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
-	"sqlite/0004_sequences.sql":   "f3ab4f145496cea536e60744382d68ffcf639c23771a21f8b03468adb5498a8b",
-	"sqlite/0005_compiles.sql":    "356bdbdd1a594645260ca73308268f3207835a1a04a9402a384cb51cfa262958",
-	"sqlite/0006_sources.sql":     "19245e54c932cc611d981a58edd5a1ef349a4bccba89023f44204003b3904f75",
+	"postgres/0001_init.sql":          "d535ec93851589193a9de58e3f5297e890e513bd506a0efc847d15cd2a116f92",
+	"postgres/0002_agents.sql":        "7a05ead2b897c95fb216fa4195f097a90354a455196dadcc0a502548ede20aed",
+	"postgres/0003_sequences.sql":     "fc4752bf66d6ec9b3d09bc632ee87ff3ab4a3b04158ee084c0c767f04f7c87d8",
+	"postgres/0004_align.sql":         "f3a6ccf7f1c252e139a5b45bd2cb01857fcedd39ff8a3c6e9d648388fc6b7acd",
+	"postgres/0005_compiles.sql":      "bb0f5e1718ae6930811ec5329e94e436322798b50c2a937c3b3f7fc7fb5fd095",
+	"postgres/0006_sources.sql":       "97d28185bcab2bf1fa98c4dde4627297e4afd8c5fe4c71245194b604ae0d9a5f",
+	"postgres/0008_key_agreement.sql": "282f3ed995dd345adbe8f0449f58f06f0bf0444c94317579b872143644919623",
+	"sqlite/0001_init.sql":            "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
+	"sqlite/0002_server.sql":          "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
+	"sqlite/0003_agents.sql":          "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
+	"sqlite/0004_sequences.sql":       "f3ab4f145496cea536e60744382d68ffcf639c23771a21f8b03468adb5498a8b",
+	"sqlite/0005_compiles.sql":        "356bdbdd1a594645260ca73308268f3207835a1a04a9402a384cb51cfa262958",
+	"sqlite/0006_sources.sql":         "19245e54c932cc611d981a58edd5a1ef349a4bccba89023f44204003b3904f75",
+	"sqlite/0008_key_agreement.sql":   "cf435b8a9e14ad74667a988570b9bc2a5608e8e21653f8a11e18d6cb0a7f18b9",
 }
 
 func TestReleasedMigrationsUnchanged(t *testing.T) {

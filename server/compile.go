@@ -349,7 +349,7 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 		return
 	}
 	t = time.Now()
-	setHash, err := prepareExport(res.Resources)
+	setHash, err := s.prepareExport(ctx, res.Resources)
 	if err != nil {
 		fail("%v", err)
 		return

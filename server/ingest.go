@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
@@ -181,6 +182,11 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	if err := checkFacts(body.Labels, body.Facts); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
+	if len(body.KeyAgreementKey) > 0 {
+		if err := secret.CheckPublicKey(body.KeyAgreementKey); err != nil {
+			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+		}
+	}
 	env, err := s.store.GetEnv(ctx, e.Env)
 	if errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
@@ -203,6 +209,14 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == record.AgentAccepted && env.Settings.Enrollment != record.EnrollOpen:
 		s.security(ctx, e, "hello from an accepted agent's name with another key")
 		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
+	case len(a.KeyAgreementKey) > 0 && !bytes.Equal(a.KeyAgreementKey, body.KeyAgreementKey) && a.State == record.AgentAccepted && env.Settings.Enrollment != record.EnrollOpen:
+		// Sensitive values are sealed to this key: whoever could swap it
+		// would read them. The accepted key stands; an agent that really
+		// lost its key is deleted and enrolled again as a new one.
+		s.security(ctx, e, fmt.Sprintf("hello from accepted agent %s with key-agreement key %s, not the accepted %s: refused "+
+			"(if its state directory was made anew, remove the agent and enroll it again)",
+			a.Name, keyName(body.KeyAgreementKey), keyName(a.KeyAgreementKey)))
+		return fmt.Errorf("%w: %s presents a key-agreement key other than the accepted one", bus.ErrReject, e)
 	case !bytes.Equal(a.PublicKey, body.PublicKey):
 		// A new key starts a new sequence: nothing the old key said holds
 		// the new one back.
@@ -222,7 +236,11 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		}
 	}
 	wasAccepted, factsChanged := a.State == record.AgentAccepted, !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
-	a.PublicKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.Labels, body.Facts, body.Kinds
+	if len(a.KeyAgreementKey) == 0 && len(body.KeyAgreementKey) > 0 && wasAccepted {
+		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(body.KeyAgreementKey)).
+			Msg("agent presents a key-agreement key (upgraded): sensitive values are sealed to it from now on")
+	}
+	a.PublicKey, a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
 	a.Generation, a.LastSeen, a.Connected = body.Generation, now, true
 	a.LastSeq = max(a.LastSeq, int64(e.Seq))
 	refusal := ""
@@ -280,6 +298,15 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, e.ID)
+}
+
+// keyName names a key-agreement key in a message: its fingerprint, or
+// "none".
+func keyName(pub []byte) string {
+	if len(pub) == 0 {
+		return "none"
+	}
+	return model.Fingerprint(pub)
 }
 
 // refuse tells an agent it is not enrolled, so it slows its hellos down.

@@ -55,6 +55,10 @@ type Config struct {
 	CompileSettle time.Duration
 	// CompileTimeout bounds each compile (default 60s, the compiler's).
 	CompileTimeout time.Duration
+	// Keyring keeps the master key of sealed values, which opens every
+	// sensitive value the store holds. Nil: the key is kept in the store
+	// as it is, and a copy of the database opens them.
+	Keyring Keyring
 }
 
 // Default returns the configuration New uses for zero (or negative)
@@ -110,6 +114,7 @@ type Server struct {
 	dedup     *bus.Dedup
 	agents    *agentCache
 	committer *committer
+	sealers   sealers
 	log       zerolog.Logger
 	metrics   *Metrics
 	handled   atomic.Uint64
@@ -135,11 +140,10 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	signer := bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano()))
 	m := newMetrics()
 	m.observeBus(b)
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		store:     st,
 		bus:       b,
-		sched:     scheduler.New(st, b, signer, log),
 		signer:    signer,
 		feed:      newFeed(),
 		dedup:     bus.NewDedup(1 << 16),
@@ -147,7 +151,9 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		committer: newCommitter(st, cfg.MaxBatch, m),
 		log:       log,
 		metrics:   m,
-	}, nil
+	}
+	s.sched = scheduler.New(st, b, signer, sealFunc(s.sealFor), log)
+	return s, nil
 }
 
 // IngestStats counts what the ingest path did since the server started.
@@ -235,9 +241,11 @@ func (s *Server) EnsureEnv(ctx context.Context, name string, settings record.Env
 // mode's compile: a version no agent could apply is refused with a
 // *model.KindError naming the resource and the attribute, before anything
 // is stored. Attributes the catalogue says are always sensitive are marked
-// so, whoever wrote the upload.
+// so, whoever wrote the upload, and every sensitive value is sealed under
+// the server's key (in resources, which it changes) before it is hashed or
+// stored.
 func (s *Server) Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error) {
-	setHash, err := prepareExport(resources)
+	setHash, err := s.prepareExport(ctx, resources)
 	if err != nil {
 		return v, false, err
 	}
@@ -259,13 +267,17 @@ func (s *Server) exportPrepared(ctx context.Context, env string, resources []mod
 }
 
 // prepareExport checks resources as Export does, marks their sensitive
-// attributes, and returns their set hash.
-func prepareExport(resources []model.Resource) (model.Hash, error) {
+// attributes, seals their sensitive values, and returns their set hash:
+// over the digests of sealed values, never over a value in clear.
+func (s *Server) prepareExport(ctx context.Context, resources []model.Resource) (model.Hash, error) {
 	for i := range resources {
 		if err := model.CheckKind(&resources[i]); err != nil {
 			return model.Hash{}, fmt.Errorf("export: %w", err)
 		}
 		model.MarkSensitive(&resources[i])
+	}
+	if err := s.sealAtRest(ctx, resources); err != nil {
+		return model.Hash{}, fmt.Errorf("export: %w", err)
 	}
 	setHash, err := model.SetHash(resources)
 	if err != nil {

@@ -41,6 +41,11 @@ type Options struct {
 	// without applying it. The agent journals its intent here, so a
 	// change made just before a crash is still reported after it.
 	BeforeApply func(res *model.Resource, changes model.Changes) error
+	// Open, when set, returns a resource with sealed sensitive values
+	// opened, in memory: it is called just before the handler sees the
+	// resource, and what it returns is never kept past the resource's
+	// run. An error fails the resource without reading it.
+	Open func(res *model.Resource) (model.Resource, error)
 }
 
 // Dependencies reports the outcome of resources outside the slice.
@@ -340,6 +345,14 @@ func (e *Engine) apply(ctx context.Context, res *model.Resource, opts Options, t
 	if !ok {
 		out.State, out.Message = model.StateUnavailable, fmt.Sprintf("no handler for %q resources on this agent", res.ID.Type)
 		return out
+	}
+	if opts.Open != nil && len(res.Sealed) > 0 {
+		opened, err := opts.Open(res)
+		if err != nil {
+			out.State, out.Message = model.StateFailed, "sensitive values: "+err.Error()
+			return out
+		}
+		res = &opened
 	}
 	if err := h.Validate(res); err != nil {
 		out.State, out.Message = model.StateFailed, err.Error()

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -23,6 +24,7 @@ import (
 // in the identity file, each replaced only atomically.
 const (
 	keyFile      = "key"
+	kexFile      = "kex"
 	identityFile = "identity"
 )
 
@@ -42,6 +44,9 @@ type identity struct {
 	// started over.
 	Env        string `json:"env,omitempty"`
 	Generation int64  `json:"generation,omitempty"`
+	// Kex says the state directory has a key-agreement key: a kex file
+	// missing then is a key lost, not a directory of an older agent.
+	Kex bool `json:"kex,omitempty"`
 }
 
 // fresh reports whether the identity says nothing happened yet: no
@@ -212,10 +217,84 @@ func parseKey(path string, b []byte) (ed25519.PrivateKey, error) {
 	return key, nil
 }
 
-// readKey reads the key file; ok is false when there is none. A key others
-// can read is refused, as ssh does: it is the agent's identity.
-func (j *Journal) readKey() (key ed25519.PrivateKey, ok bool, err error) {
-	path := filepath.Join(j.dir, keyFile)
+// readKex reads the key-agreement key file; ok is false when there is
+// none. Like the key, it is refused when others can read it: it opens the
+// agent's sensitive values.
+func (j *Journal) readKex() (key *ecdh.PrivateKey, ok bool, err error) {
+	path := filepath.Join(j.dir, kexFile)
+	b, ok, err := readPrivate(path)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, false, fmt.Errorf("%w: %s is not a PEM private key", ErrCorrupt, path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	key, isX25519 := k.(*ecdh.PrivateKey)
+	if !isX25519 || key.Curve() != ecdh.X25519() {
+		return nil, false, fmt.Errorf("%w: %s holds a %T, not an X25519 key", ErrCorrupt, path, k)
+	}
+	return key, true, nil
+}
+
+// createKex makes the agent's key-agreement key and writes it, synced.
+func (j *Journal) createKex() error {
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	b := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err := durable.WriteFile(filepath.Join(j.dir, kexFile), b, 0o600); err != nil {
+		return fmt.Errorf("journal: write key-agreement key: %w", err)
+	}
+	j.kex = key
+	return nil
+}
+
+// loadKex reads the key-agreement key, or makes it: on the first start,
+// and on the first start of a state directory an older agent made. One
+// lost after it was made stops the agent: the server would refuse another.
+func (j *Journal) loadKex() error {
+	key, ok, err := j.readKex()
+	switch {
+	case err != nil:
+		return err
+	case ok:
+		j.kex = key
+	case j.id.Kex:
+		return fmt.Errorf("%w: the key-agreement key file %s is missing: the server refuses this agent another one; "+
+			"restore the file from a backup, or remove the state directory and enroll the agent again as a new one",
+			ErrCorrupt, filepath.Join(j.dir, kexFile))
+	default:
+		if err := j.createKex(); err != nil {
+			return err
+		}
+		if !j.id.fresh() {
+			j.repairs = append(j.repairs, "made a key-agreement key ("+kexFile+") for sealed sensitive values: the state directory was made by an older agent")
+		}
+	}
+	if !j.id.Kex {
+		next := j.id
+		next.Kex = true
+		if err := j.writeIdentity(next); err != nil {
+			return err
+		}
+		j.id = next
+	}
+	return nil
+}
+
+// readPrivate reads a private key's file; ok is false when there is none.
+// A file others can read is refused, as ssh does.
+func readPrivate(path string) (b []byte, ok bool, err error) {
 	info, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
@@ -226,9 +305,20 @@ func (j *Journal) readKey() (key ed25519.PrivateKey, ok bool, err error) {
 	if info.Mode().Perm()&0o077 != 0 {
 		return nil, false, fmt.Errorf("journal: key file %s is accessible by others (mode %04o): run chmod 600 %s", path, info.Mode().Perm(), path)
 	}
-	b, err := os.ReadFile(path)
+	b, err = os.ReadFile(path)
 	if err != nil {
 		return nil, false, fmt.Errorf("journal: %w", err)
+	}
+	return b, true, nil
+}
+
+// readKey reads the key file; ok is false when there is none. A key others
+// can read is refused, as ssh does: it is the agent's identity.
+func (j *Journal) readKey() (key ed25519.PrivateKey, ok bool, err error) {
+	path := filepath.Join(j.dir, keyFile)
+	b, ok, err := readPrivate(path)
+	if !ok || err != nil {
+		return nil, false, err
 	}
 	key, err = parseKey(path, b)
 	return key, err == nil, err

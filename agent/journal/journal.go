@@ -13,6 +13,8 @@
 // Files in the state directory:
 //
 //	key            the agent's ed25519 private key (PKCS #8 PEM, mode 0600)
+//	kex            the agent's X25519 key-agreement key (PKCS #8 PEM, mode
+//	               0600): the server seals sensitive values to it
 //	identity       the agent's name, the server key it pinned at enrollment,
 //	               its sequence-number floor (JSON with a checksum)
 //	snapshot       the state as of the start of log N (JSON)
@@ -32,6 +34,7 @@
 package journal
 
 import (
+	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -165,6 +168,7 @@ type Journal struct {
 	dir  string
 	cfg  Config
 	key  ed25519.PrivateKey
+	kex  *ecdh.PrivateKey
 	lock *os.File
 
 	// idMu guards the identity; it is never held with the locks below.
@@ -208,7 +212,11 @@ func Open(dir, agent string, cfg Config) (*Journal, error) {
 		if err != nil {
 			return nil, err
 		}
-		j.key = key
+		kex, err := ecdh.X25519().GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		j.key, j.kex = key, kex
 		return j, nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -258,6 +266,10 @@ func (j *Journal) Dir() string { return j.dir }
 
 // Key returns the agent's private key, created on first open.
 func (j *Journal) Key() ed25519.PrivateKey { return j.key }
+
+// Kex returns the agent's key-agreement key, created on first open (of a
+// state directory an older agent made too).
+func (j *Journal) Kex() *ecdh.PrivateKey { return j.kex }
 
 // Repairs says what opening the journal put right: a torn tail of the log
 // cut off (records that never committed), an older format upgraded. The

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -378,6 +380,85 @@ func TestKeyFile(t *testing.T) {
 	}
 	if _, err := Open(dir, "a", Config{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("garbage key: got %v, want ErrCorrupt", err)
+	}
+}
+
+// TestKexFile: the key-agreement key is made on first start next to the
+// key (0600), kept across restarts, refused when others can read it; a
+// state directory an older agent made (no kex file, an identity that
+// never had one) gets one on upgrade, said in the repairs; and one lost
+// after it was made stops the journal instead of being replaced.
+func TestKexFile(t *testing.T) {
+	dir := t.TempDir()
+	kexPath := filepath.Join(dir, "kex")
+	j, err := Open(dir, "a", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := j.Kex().PublicKey().Bytes()
+	if len(j.Repairs()) != 0 {
+		t.Fatalf("a new state directory reports repairs %q", j.Repairs())
+	}
+	if err := j.Enroll(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if info, err := os.Stat(kexPath); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("kex file: %v, %v; want mode 0600", info, err)
+	}
+	j, err = Open(dir, "a", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(j.Kex().PublicKey().Bytes(), first) {
+		t.Fatal("the key-agreement key changed across a restart")
+	}
+	j.Close()
+	if err := os.Chmod(kexPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, "a", Config{}); err == nil {
+		t.Fatal("a key-agreement key readable by others was accepted")
+	}
+
+	// An older agent's directory: no kex file, an identity without the mark.
+	if err := os.Remove(kexPath); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "identity"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f identityFileForm
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	f.Kex = false
+	f.Check = f.checksum()
+	if b, err = json.Marshal(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "identity"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, err = Open(dir, "a", Config{})
+	if err != nil {
+		t.Fatalf("open a state directory of an older agent: %v", err)
+	}
+	if rep := j.Repairs(); len(rep) != 1 || !strings.Contains(rep[0], "key-agreement key") {
+		t.Fatalf("repairs %q, want the new key-agreement key reported", rep)
+	}
+	if j.ServerKey() == nil {
+		t.Fatal("the upgrade lost the enrollment")
+	}
+	j.Close()
+
+	// Lost after it was made: refused, not replaced.
+	if err := os.Remove(kexPath); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, "a", Config{}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "kex") {
+		t.Fatalf("a lost key-agreement key: got %v, want ErrCorrupt naming the file", err)
 	}
 }
 

@@ -217,6 +217,9 @@ func (j *Journal) load(agent string) error {
 			return err
 		}
 	}
+	if err := j.loadKex(); err != nil {
+		return err
+	}
 	for _, info := range infos {
 		if info.torn >= 0 {
 			j.repairs = append(j.repairs, fmt.Sprintf("%s: cut %d bytes of a torn tail at byte %d (a write a crash interrupted; it never committed)",

@@ -43,6 +43,16 @@ const Env = "local"
 // onlineTimeout bounds how long the agents may take to come up.
 const onlineTimeout = 30 * time.Second
 
+// newBus makes a run's bus: the in-process one. A test wraps it to see
+// every message that crosses it.
+var newBus = func(log zerolog.Logger) runBus { return bus.NewLocal(log) }
+
+// runBus is what a run needs of its bus.
+type runBus interface {
+	bus.Bus
+	Close()
+}
+
 // ErrNoHosts: the model has no host, so there is nothing to deploy.
 var ErrNoHosts = errors.New("the model declares no host")
 
@@ -148,7 +158,7 @@ func Run(ctx context.Context, o Options, m *Model, d Display, log zerolog.Logger
 	}
 	defer st.Close()
 
-	b := bus.NewLocal(log)
+	b := newBus(log)
 	defer b.Close()
 	srv, err := server.New(server.Config{}, st, b, log)
 	if err != nil {

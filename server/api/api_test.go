@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	sealedvalues "github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
@@ -188,8 +189,8 @@ func testFlow(t *testing.T, st store.Store) {
 	var v model.Version
 	r.must(r.admin, "GET", "/api/v1/envs/prod/versions/1?resources=true", nil, &v, 200)
 	for _, res := range v.Resources {
-		if res.ID == secret.ID && res.Attributes["content"] == "hunter2" {
-			t.Fatal("a sensitive value came back in clear")
+		if res.ID == secret.ID && (res.Attributes["content"] != model.RedactedValue || len(res.Sealed) > 0) {
+			t.Fatalf("version show: %+v; want the sensitive value shown as %s, and no ciphertext", res, model.RedactedValue)
 		}
 	}
 	var sts []record.ResourceStatus
@@ -199,7 +200,7 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 	var view api.ResourceView
 	r.must(r.admin, "GET", "/api/v1/envs/prod/resources/"+esc(secret.ID), nil, &view, 200)
-	if view.Resource == nil || view.Resource.Attributes["content"] != model.RedactedValue || view.Compliance != model.ComplianceUnknown {
+	if view.Resource == nil || view.Resource.Attributes["content"] != model.RedactedValue || len(view.Resource.Sealed) > 0 || view.Compliance != model.ComplianceUnknown {
 		t.Fatalf("resource view %+v", view)
 	}
 	var hist []record.ResourceHash
@@ -214,7 +215,12 @@ func testFlow(t *testing.T, st store.Store) {
 	}
 
 	// Agents: a discovered one is accepted, paused, resumed.
-	if err := st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), LastSeen: time.Now(), Connected: true}); err != nil {
+	kex, err := sealedvalues.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-1", PublicKey: make([]byte, 32), KeyAgreementKey: kex.PublicKey().Bytes(),
+		LastSeen: time.Now(), Connected: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "no_agents" {

@@ -382,13 +382,10 @@ func (a *API) getVersion(r *request) (int, any, error) {
 	return http.StatusOK, v, nil
 }
 
-// redacted returns a copy of res with its sensitive values replaced.
-func redacted(res model.Resource) model.Resource {
-	if len(res.Sensitive) > 0 {
-		res.Attributes = res.Redacted()
-	}
-	return res
-}
+// redacted returns a copy of res with its sensitive values, in clear or
+// sealed, replaced by the redaction marker: the API never returns a
+// sensitive value, nor its ciphertext.
+func redacted(res model.Resource) model.Resource { return res.Redact() }
 
 // Diff is what changed between two versions.
 type Diff struct {

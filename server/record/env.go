@@ -223,13 +223,17 @@ const (
 
 // Agent is what the server knows of one agent.
 type Agent struct {
-	Env       string            `json:"env"`
-	Name      string            `json:"name"`
-	State     AgentState        `json:"state"`
-	PublicKey []byte            `json:"public_key,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Facts     map[string]any    `json:"facts,omitempty"`
-	Kinds     []string          `json:"kinds,omitempty"`
+	Env       string     `json:"env"`
+	Name      string     `json:"name"`
+	State     AgentState `json:"state"`
+	PublicKey []byte     `json:"public_key,omitempty"`
+	// KeyAgreementKey is the agent's X25519 public key, to which
+	// sensitive values are sealed; nil for an agent older than sealed
+	// values, which is sent none.
+	KeyAgreementKey []byte            `json:"key_agreement_key,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	Facts           map[string]any    `json:"facts,omitempty"`
+	Kinds           []string          `json:"kinds,omitempty"`
 	// Paused agents are sent no deploy, repair or dry run until resumed.
 	Paused bool `json:"paused"`
 	// Connected is set by hello and heartbeats and cleared by goodbye; an

@@ -75,4 +75,8 @@ type Deployment struct {
 	// connected, or their inbox is full (offline for long). They get the
 	// released version when they next say hello.
 	Unreached []string `json:"unreached,omitempty"`
+	// Refused agents were not sent the operation, with why: their
+	// desired state holds sensitive values and they have no key-agreement
+	// key to seal them to (agents older than sealed values).
+	Refused map[string]string `json:"refused,omitempty"`
 }

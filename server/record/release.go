@@ -1,6 +1,10 @@
 package record
 
-import "github.com/tetherhq/tether/model"
+import (
+	"errors"
+
+	"github.com/tetherhq/tether/model"
+)
 
 // Release is a version just released, and the agents its fan-out did not
 // reach at once.
@@ -45,7 +49,16 @@ const (
 	// PendingSendFailed: the broker did not take the message (the
 	// server's log has why).
 	PendingSendFailed PendingReason = "send_failed"
+	// PendingNoKeyAgreement: the agent's desired state holds sensitive
+	// values and the agent has no key-agreement key to seal them to (it
+	// is older than sealed values): they are never sent in clear.
+	PendingNoKeyAgreement PendingReason = "no_key_agreement"
 )
+
+// ErrNoKeyAgreement: an agent's desired state holds sensitive values, and
+// the agent has no key-agreement key to seal them to (an agent older than
+// sealed values). It is sent none of its desired state until upgraded.
+var ErrNoKeyAgreement = errors.New("agent has no key-agreement key for sensitive values")
 
 // Add records an agent the release did not reach.
 func (f *Fanout) Add(p PendingAgent) {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,6 +59,14 @@ type Store interface {
 	Statuses
 }
 
+// Sealer seals the sensitive values of resources to the one agent they
+// are sent to. Resources without sealed values come back as they are; the
+// slice given is never changed. An agent that cannot be sent them (no
+// key-agreement key) is refused with record.ErrNoKeyAgreement.
+type Sealer interface {
+	SealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error)
+}
+
 // Sender delivers commands to agents' inboxes.
 type Sender interface {
 	Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) error
@@ -68,6 +77,7 @@ type Scheduler struct {
 	store  Store
 	send   Sender
 	signer *bus.Signer
+	seal   Sealer
 	log    zerolog.Logger
 
 	mu sync.Mutex
@@ -94,12 +104,14 @@ type hashedSlice struct {
 
 type agentKey struct{ env, agent string }
 
-// New returns a scheduler that signs with signer and sends through send.
-func New(store Store, send Sender, signer *bus.Signer, log zerolog.Logger) *Scheduler {
+// New returns a scheduler that signs with signer, seals sensitive values
+// with seal and sends through send.
+func New(store Store, send Sender, signer *bus.Signer, seal Sealer, log zerolog.Logger) *Scheduler {
 	return &Scheduler{
 		store:    store,
 		send:     send,
 		signer:   signer,
+		seal:     seal,
 		log:      log.With().Str("component", "scheduler").Logger(),
 		sent:     map[agentKey]int64{},
 		released: map[string]*releasedVersion{},
@@ -128,6 +140,12 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 		return err
 	}
 	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, v.Number)
+	if errors.Is(err, record.ErrNoKeyAgreement) {
+		// Said again at each hello until the agent is upgraded: no
+		// retry of the hello would change it.
+		s.log.Error().Err(err).Str("env", a.Env).Msg("desired state not sent")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -173,6 +191,9 @@ func (s *Scheduler) Released(ctx context.Context, envName string, n int64) (reco
 			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingNotConnected, Later: "when it next says hello"})
 		case errors.Is(err, bus.ErrInboxFull):
 			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingInboxFull, Later: later})
+		case errors.Is(err, record.ErrNoKeyAgreement):
+			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingNoKeyAgreement, Later: "once the agent is upgraded: sensitive values are never sent in clear"})
+			s.log.Error().Err(err).Str("env", envName).Int64("version", n).Msg("desired state not sent")
 		default:
 			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingSendFailed, Later: later})
 			failed = append(failed, err)
@@ -236,6 +257,13 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 		opts.Expiration = time.Duration(env.Settings.RepairInterval)
 	}
 	d, err := s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, req, opts)
+	if len(d.Agents) == 0 && err == nil && len(d.Refused) > 0 {
+		why := make([]string, 0, len(d.Refused))
+		for _, a := range slices.Sorted(maps.Keys(d.Refused)) {
+			why = append(why, d.Refused[a])
+		}
+		return d, fmt.Errorf("%s %s: %w: %s", req.Operation, envName, record.ErrNoAgents, model.Clip(strings.Join(why, "; "), 1024))
+	}
 	if len(d.Agents) == 0 && err == nil {
 		return d, fmt.Errorf("%s %s: %w: %s cannot be reached now (never connected, or inbox full while offline): start them (tether agent run)", req.Operation, envName, record.ErrNoAgents, model.Clip(strings.Join(d.Unreached, ", "), 1024))
 	}
@@ -255,6 +283,12 @@ func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.D
 		switch {
 		case errors.Is(err, bus.ErrNoInbox), errors.Is(err, bus.ErrInboxFull):
 			d.Unreached = append(d.Unreached, a.Name)
+		case errors.Is(err, record.ErrNoKeyAgreement):
+			if d.Refused == nil {
+				d.Refused = map[string]string{}
+			}
+			d.Refused[a.Name] = err.Error()
+			s.log.Error().Err(err).Str("env", envName).Str("deploy", d.ID).Msg("operation not sent")
 		case err != nil:
 			errs = append(errs, err)
 		default:
@@ -407,15 +441,24 @@ func (s *Scheduler) sync(ctx context.Context, env, agent string, held, to int64)
 	}
 	var kind bus.Kind
 	var body any
+	// Sensitive values are sealed to this agent before anything enters
+	// the bus; the hashes, over their digests, do not change.
 	prev, err := s.previousSlice(ctx, env, agent, from)
 	if err == nil {
 		d, derr := model.DiffSlices(prev, next)
 		if derr != nil {
 			return true, derr
 		}
+		if d.Upserts, err = s.seal.SealFor(ctx, env, agent, d.Upserts); err != nil {
+			return true, err
+		}
 		kind, body = bus.KindDesiredDiff, bus.DesiredDiff{Diff: d, SliceHash: hash}
 	} else {
-		kind, body = bus.KindDesiredFull, bus.DesiredFull{Generation: to, Resources: next.Resources, SliceHash: hash}
+		resources, err := s.seal.SealFor(ctx, env, agent, next.Resources)
+		if err != nil {
+			return true, err
+		}
+		kind, body = bus.KindDesiredFull, bus.DesiredFull{Generation: to, Resources: resources, SliceHash: hash}
 	}
 	if err := s.sendTo(ctx, kind, env, agent, body, bus.SendOptions{}); err != nil {
 		return true, err

@@ -293,7 +293,11 @@ func testAgents(t *testing.T, s store.Store) {
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}
+	if got, err := s.GetAgent(ctx, "prod", "web-1"); err != nil || got.KeyAgreementKey != nil {
+		t.Fatalf("agent without a key-agreement key: %+v, %v; want none read back", got, err)
+	}
 	a.State, a.Generation, a.LastSeen, a.FirstSeen, a.Paused = record.AgentAccepted, 4, time.Now(), time.Now(), true
+	a.KeyAgreementKey = []byte{4, 5, 6, 7}
 	if err := s.UpsertAgent(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +305,8 @@ func testAgents(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != record.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 || !got.Paused {
+	if got.State != record.AgentAccepted || got.Generation != 4 || got.Labels["role"] != "web" || len(got.PublicKey) != 3 || !got.Paused ||
+		string(got.KeyAgreementKey) != string([]byte{4, 5, 6, 7}) {
 		t.Fatalf("agent %+v", got)
 	}
 	if !got.FirstSeen.Equal(first) {

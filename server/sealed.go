@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/secret"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/scheduler"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// Keyring seals the server's own secrets under a key kept outside the
+// store, so that a copy of the database alone opens nothing. The server
+// keeps the master key of sealed values (model/secret) under it.
+type Keyring interface {
+	Seal(plaintext, aad []byte) ([]byte, error)
+	Open(ciphertext, aad []byte) ([]byte, error)
+}
+
+// The master key of sealed values is kept in the store's secrets, shared
+// by every replica, prefixed by how it is kept.
+const (
+	masterKeyName = "sealed-values-master-key"
+	// keptInClear: the key as it is, by a server without a keyring.
+	keptInClear byte = 0
+	// keptByKeyring: the key sealed by the keyring.
+	keptByKeyring byte = 1
+)
+
+// masterKeyAAD binds the keyring's ciphertext to its use.
+var masterKeyAAD = []byte("tether: master key of sealed values")
+
+// sealers holds the sealer of sensitive values once its master key is read.
+type sealers struct {
+	mu     sync.Mutex
+	sealer *secret.Sealer
+}
+
+// sealer returns the sealer of sensitive values, reading its master key
+// from the store (making it, the first time any replica needs it) once.
+func (s *Server) sealer(ctx context.Context) (*secret.Sealer, error) {
+	s.sealers.mu.Lock()
+	defer s.sealers.mu.Unlock()
+	if s.sealers.sealer != nil {
+		return s.sealers.sealer, nil
+	}
+	kept, err := s.store.Secret(ctx, masterKeyName, func() ([]byte, error) {
+		k, err := secret.GenerateMasterKey()
+		if err != nil {
+			return nil, err
+		}
+		if s.cfg.Keyring == nil {
+			return append([]byte{keptInClear}, k...), nil
+		}
+		sealed, err := s.cfg.Keyring.Seal(k, masterKeyAAD)
+		if err != nil {
+			return nil, fmt.Errorf("seal the master key of sealed values with the keyring: %w", err)
+		}
+		return append([]byte{keptByKeyring}, sealed...), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("master key of sealed values: %w", err)
+	}
+	var master []byte
+	switch {
+	case len(kept) > 0 && kept[0] == keptInClear:
+		master = kept[1:]
+		if s.cfg.Keyring != nil {
+			s.log.Warn().Msg("the master key of sealed values is kept in the database without the keyring (a server without one made it): a copy of the database opens sensitive values")
+		}
+	case len(kept) > 0 && kept[0] == keptByKeyring:
+		if s.cfg.Keyring == nil {
+			return nil, errors.New("the master key of sealed values is kept by the keyring, and this server has none: start it with its keyring")
+		}
+		if master, err = s.cfg.Keyring.Open(kept[1:], masterKeyAAD); err != nil {
+			return nil, fmt.Errorf("open the master key of sealed values with the keyring: %w (is this the installation's keyring?)", err)
+		}
+	default:
+		return nil, errors.New("the master key of sealed values in the store is damaged: sensitive values stored cannot be opened")
+	}
+	sealer, err := secret.NewSealer(master)
+	if err != nil {
+		return nil, err
+	}
+	s.sealers.sealer = sealer
+	return sealer, nil
+}
+
+// sealAtRest seals every sensitive value of resources in clear under the
+// server's key: the only form they are hashed, stored and sent in. A
+// sensitive value that is the redaction marker itself is refused: such a
+// set was copied from redacted output (tether compile -o json without
+// --show-sensitive) and would deploy the marker.
+func (s *Server) sealAtRest(ctx context.Context, resources []model.Resource) error {
+	var sealer *secret.Sealer
+	for i := range resources {
+		r := &resources[i]
+		names := r.ClearSensitive()
+		if len(names) == 0 {
+			continue
+		}
+		for _, n := range names {
+			if v, ok := r.Attributes[n].(string); ok && v == model.RedactedValue {
+				return fmt.Errorf("%w %s: the sensitive attribute %s holds the redaction marker %q, not a value: "+
+					"the resources were taken from redacted output; compile with --show-sensitive, or export the model itself",
+					model.ErrInvalidResource, r.ID, n, model.RedactedValue)
+			}
+		}
+		if sealer == nil {
+			var err error
+			if sealer, err = s.sealer(ctx); err != nil {
+				return err
+			}
+		}
+		if err := sealer.SealAtRest(r); err != nil {
+			return fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// sealFunc is a scheduler.Sealer of a function.
+type sealFunc func(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error)
+
+func (f sealFunc) SealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
+	return f(ctx, env, agent, resources)
+}
+
+var _ scheduler.Sealer = sealFunc(nil)
+
+// sealFor is the scheduler's Sealer: resources' sealed values sealed
+// again to the agent's key-agreement key, read from the store (the key of
+// its latest hello). An agent without one (older than sealed values) is
+// sent nothing sensitive: record.ErrNoKeyAgreement. The slice given is
+// never changed: a copy is returned when anything is sealed.
+func (s *Server) sealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
+	var out []model.Resource
+	var key []byte
+	var sealer *secret.Sealer
+	for i := range resources {
+		if len(resources[i].Sealed) == 0 {
+			continue
+		}
+		if out == nil {
+			a, err := s.store.GetAgent(ctx, env, agent)
+			if err != nil {
+				return nil, err
+			}
+			if len(a.KeyAgreementKey) == 0 {
+				err := fmt.Errorf("agent %s: %w: it runs a tether agent older than sealed values, and its desired state holds sensitive values (%s): "+
+					"they are never sent in clear; upgrade the agent, and it gets them on its next start", agent, record.ErrNoKeyAgreement, resources[i].ID)
+				s.failUnsendable(ctx, env, agent, resources)
+				return nil, err
+			}
+			if sealer, err = s.sealer(ctx); err != nil {
+				return nil, err
+			}
+			key = a.KeyAgreementKey
+			out = make([]model.Resource, len(resources))
+			copy(out, resources)
+		}
+		r, err := sealer.ForAgent(resources[i], key)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", agent, err)
+		}
+		out[i] = r
+	}
+	if out == nil {
+		return resources, nil
+	}
+	return out, nil
+}
+
+// failUnsendable records the resources with sealed values of an agent
+// that cannot be sent them as failed, saying why, so that the status of
+// each (and the action log) names the reason. Failing to is logged: the
+// fan-out's answer says it too.
+func (s *Server) failUnsendable(ctx context.Context, env, agent string, resources []model.Resource) {
+	b := store.ResultBatch{Env: env, Agent: agent}
+	for i := range resources {
+		r := &resources[i]
+		if len(r.Sealed) == 0 {
+			continue
+		}
+		h, err := r.Hash()
+		if err != nil {
+			continue
+		}
+		b.Results = append(b.Results, model.Result{ID: r.ID, State: model.StateFailed, Hash: h,
+			Message: "not sent: the agent has no key-agreement key (a tether agent older than sealed values) and sensitive values are never sent in clear: upgrade the agent"})
+	}
+	if _, err := s.store.RecordResults(ctx, []store.ResultBatch{b}); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Str("agent", agent).Msg("cannot record why resources were not sent")
+	}
+}
