@@ -476,7 +476,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	defer b.Close()
-	cfg := server.Config{Key: key, Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout")}
+	cfg := server.Config{Key: key, Keyring: ring, Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout")}
 	if !c.Bool("no-compile") {
 		limits := source.Limits{MaxFiles: c.Int("source-max-files")}
 		if limits.MaxBytes, err = parseSize(c.String("source-max-size")); err != nil {

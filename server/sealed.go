@@ -13,26 +13,12 @@ import (
 	"github.com/tetherhq/tether/server/store"
 )
 
-// Keyring seals the server's own secrets under a key kept outside the
-// store, so that a copy of the database alone opens nothing. The server
-// keeps the master key of sealed values (model/secret) under it.
-type Keyring interface {
-	Seal(plaintext, aad []byte) ([]byte, error)
-	Open(ciphertext, aad []byte) ([]byte, error)
-}
-
 // The master key of sealed values is kept in the store's secrets, shared
-// by every replica, prefixed by how it is kept.
-const (
-	masterKeyName = "sealed-values-master-key"
-	// keptInClear: the key as it is, by a server without a keyring.
-	keptInClear byte = 0
-	// keptByKeyring: the key sealed by the keyring.
-	keptByKeyring byte = 1
-)
-
-// masterKeyAAD binds the keyring's ciphertext to its use.
-var masterKeyAAD = []byte("tether: master key of sealed values")
+// by every replica: sealed by the server's keyring (secretAAD, as every
+// secret, so that tether server rotate-key seals it again with the rest),
+// or, by a server without one (the embedded mode, whose store is a file
+// beside the model), as it is.
+const masterKeyName = "sealed-values-master-key"
 
 // sealers holds the sealer of sensitive values once its master key is read.
 type sealers struct {
@@ -48,39 +34,34 @@ func (s *Server) sealer(ctx context.Context) (*secret.Sealer, error) {
 	if s.sealers.sealer != nil {
 		return s.sealers.sealer, nil
 	}
-	kept, err := s.store.Secret(ctx, masterKeyName, func() ([]byte, error) {
+	ring := s.cfg.Keyring
+	aad := secretAAD(masterKeyName)
+	stored, err := s.store.Secret(ctx, masterKeyName, func() ([]byte, error) {
 		k, err := secret.GenerateMasterKey()
-		if err != nil {
-			return nil, err
+		if err != nil || ring == nil {
+			return k, err
 		}
-		if s.cfg.Keyring == nil {
-			return append([]byte{keptInClear}, k...), nil
-		}
-		sealed, err := s.cfg.Keyring.Seal(k, masterKeyAAD)
-		if err != nil {
-			return nil, fmt.Errorf("seal the master key of sealed values with the keyring: %w", err)
-		}
-		return append([]byte{keptByKeyring}, sealed...), nil
+		return ring.Seal(k, aad)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("master key of sealed values: %w", err)
 	}
-	var master []byte
+	master := stored
 	switch {
-	case len(kept) > 0 && kept[0] == keptInClear:
-		master = kept[1:]
-		if s.cfg.Keyring != nil {
-			s.log.Warn().Msg("the master key of sealed values is kept in the database without the keyring (a server without one made it): a copy of the database opens sensitive values")
+	case inClear(masterKeyName, stored) && ring != nil:
+		// Made by a server without a keyring: sealed in place (another
+		// server doing it at once makes ErrConflict: sealed either way).
+		if err := seal(ctx, s.store, ring, masterKeyName, stored, stored); err != nil && !errors.Is(err, model.ErrConflict) {
+			return nil, fmt.Errorf("master key of sealed values: %w", err)
 		}
-	case len(kept) > 0 && kept[0] == keptByKeyring:
-		if s.cfg.Keyring == nil {
-			return nil, errors.New("the master key of sealed values is kept by the keyring, and this server has none: start it with its keyring")
-		}
-		if master, err = s.cfg.Keyring.Open(kept[1:], masterKeyAAD); err != nil {
-			return nil, fmt.Errorf("open the master key of sealed values with the keyring: %w (is this the installation's keyring?)", err)
-		}
+		s.log.Warn().Str("key_id", ring.KeyID()).Msg("the master key of sealed values was in clear in the database: it is sealed now; older database backups still hold it in clear")
+	case inClear(masterKeyName, stored):
+	case ring == nil:
+		return nil, errors.New("the master key of sealed values is sealed with a key file, and this server has none: start it with the key file (--key-file)")
 	default:
-		return nil, errors.New("the master key of sealed values in the store is damaged: sensitive values stored cannot be opened")
+		if master, err = ring.Open(stored, aad); err != nil {
+			return nil, fmt.Errorf("master key of sealed values in the database: %w", err)
+		}
 	}
 	sealer, err := secret.NewSealer(master)
 	if err != nil {

@@ -9,12 +9,17 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/model/secret/secrettest"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
+	"github.com/tetherhq/tether/server/store"
 )
 
 // secretFile is a file whose content is sensitive.
@@ -274,4 +279,55 @@ func TestKeyAgreementKeyCannotBeSwapped(t *testing.T) {
 	if err != nil || string(a.KeyAgreementKey) != string(first.PublicKey().Bytes()) {
 		t.Fatalf("after the refused hellos the agent holds key-agreement key %x, want the accepted one", a.KeyAgreementKey)
 	}
+}
+
+// TestMasterKeyOfSealedValuesUnderTheKeyring: with a keyring the master
+// key of sealed values is stored sealed like the signing key, a key
+// rotation seals it again with the rest, and a server holding only the new
+// key reads the values stored before (an unchanged set is recognised);
+// a server without the key file is refused, saying so. A master key a
+// server without a keyring stored in clear is sealed on first use.
+func TestMasterKeyOfSealedValuesUnderTheKeyring(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		a, b := keyring.NewKey(), keyring.NewKey()
+		set := func() []model.Resource {
+			return []model.Resource{secretFile("web", "/secret", "PLANTED-rotation-31c7")}
+		}
+		export := func(cfg server.Config) (model.Version, bool, error) {
+			srv, err := server.New(cfg, st, bus.NewLocal(zerolog.Nop()), zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := srv.EnsureEnv(ctx, "test", record.DefaultEnvSettings()); err != nil {
+				t.Fatal(err)
+			}
+			return srv.Export(ctx, "test", set(), model.VersionMeta{})
+		}
+		v1, _, err := export(server.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, reused, err := export(server.Config{Keyring: ring(t, a)}); err != nil || !reused || v.Number != v1.Number {
+			t.Fatalf("with a keyring after without: version %d reused %v, %v; want version %d reused", v.Number, reused, err, v1.Number)
+		}
+		all, err := st.Secrets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ring(t, a).SealedWith(all["sealed-values-master-key"]); got != keyring.KeyID(a) {
+			t.Fatalf("master key row sealed with %q, want key %s", got, keyring.KeyID(a))
+		}
+		done, err := server.Reseal(ctx, st, ring(t, b, a))
+		if err != nil || done.From[keyring.KeyID(a)] != 1 {
+			t.Fatalf("reseal: %+v, %v; want the master key's row sealed again", done, err)
+		}
+		v, reused, err := export(server.Config{Keyring: ring(t, b)})
+		if err != nil || !reused || v.Number != v1.Number {
+			t.Fatalf("after the rotation: version %d reused %v, %v; want version %d reused (same master key)", v.Number, reused, err, v1.Number)
+		}
+		if _, _, err := export(server.Config{}); err == nil || !strings.Contains(err.Error(), "key file") {
+			t.Fatalf("a server without the key file: got %v, want it refused naming the key file", err)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/model/secret"
 )
 
 // Sealer seals the secrets the server keeps in its store with a key the
@@ -44,10 +45,13 @@ const signingKeySecret = "server-signing-key"
 func secretAAD(name string) []byte { return []byte("tether/secrets/" + name) }
 
 // inClear reports whether a secret's stored value is the clear form older
-// servers wrote. Only the signing key was ever stored so; sealed, its 64
-// bytes take 100, so the two cannot be confused.
+// servers wrote. Only the signing key was ever stored so, and the master key
+// of sealed values by a server without a keyring (the embedded mode);
+// sealed, their 64 and 32 bytes take 100 and 68, so the forms cannot be
+// confused.
 func inClear(name string, value []byte) bool {
-	return name == signingKeySecret && len(value) == ed25519.PrivateKeySize
+	return name == signingKeySecret && len(value) == ed25519.PrivateKeySize ||
+		name == masterKeyName && len(value) == secret.KeySize
 }
 
 // SigningKey returns the server's signing key from st, sealed with ring:

@@ -55,10 +55,11 @@ type Config struct {
 	CompileSettle time.Duration
 	// CompileTimeout bounds each compile (default 60s, the compiler's).
 	CompileTimeout time.Duration
-	// Keyring keeps the master key of sealed values, which opens every
-	// sensitive value the store holds. Nil: the key is kept in the store
-	// as it is, and a copy of the database opens them.
-	Keyring Keyring
+	// Keyring seals the master key of sealed values, which opens every
+	// sensitive value the store holds, as it seals the signing key
+	// (SigningKey). Nil (the embedded mode): the master key is kept in the
+	// store as it is.
+	Keyring Sealer
 }
 
 // Default returns the configuration New uses for zero (or negative)
