@@ -331,3 +331,13 @@ func TestMasterKeyOfSealedValuesUnderTheKeyring(t *testing.T) {
 		}
 	})
 }
+
+// TestRedactedOutputIsNotDeployed: a set copied from redacted output (the
+// marker in place of a sensitive value) is refused, saying why.
+func TestRedactedOutputIsNotDeployed(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	_, _, err := r.srv.Export(r.ctx, "test", []model.Resource{secretFile("web", "/secret", model.RedactedValue)}, model.VersionMeta{})
+	if !errors.Is(err, model.ErrInvalidResource) || !strings.Contains(err.Error(), "--show-sensitive") {
+		t.Fatalf("export of a redacted value: got %v, want ErrInvalidResource saying to compile with --show-sensitive", err)
+	}
+}

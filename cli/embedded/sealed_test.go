@@ -100,7 +100,7 @@ host "local" {
 	newBus = func(log zerolog.Logger) runBus { tap.runBus = made(log); return tap }
 	t.Cleanup(func() { newBus = made })
 	var logs bytes.Buffer
-	log := zerolog.New(&logs).Level(zerolog.DebugLevel)
+	log := zerolog.New(zerolog.SyncWriter(&logs)).Level(zerolog.DebugLevel)
 
 	ctx := context.Background()
 	res, err := lang.Compile(ctx, o.Dir, o.Compile)
