@@ -272,16 +272,19 @@ func TestStandbyTakesOver(t *testing.T) {
 	v1 := c.release(fileModel(t, n, v1c, nil))
 	primary := c.startAgent("web", agentOpts{stateDir: stateA, root: root})
 	c.converged(v1, n+1, 60*time.Second)
-	// The standby gets the agent's key, as an operator would copy it.
-	key, err := os.ReadFile(filepath.Join(stateA, env, "web", "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The standby gets the agent's keys, as an operator would copy them:
+	// the signing key and the key-agreement key its secrets are sealed to.
 	if err := os.MkdirAll(filepath.Join(stateB, env, "web"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(stateB, env, "web", "key"), key, 0o600); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"key", "kex"} {
+		key, err := os.ReadFile(filepath.Join(stateA, env, "web", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(stateB, env, "web", name), key, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	standby := c.startAgent("web", agentOpts{stateDir: stateB, root: root})
 	waitFor(t, 30*time.Second, "the second process to stand by", func() bool { return logged(standby, "standing by") })
