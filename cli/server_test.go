@@ -152,6 +152,7 @@ func TestServerAndOperatorCommands(t *testing.T) {
 func TestServerBrokerTLS(t *testing.T) {
 	pg := pgtest.Fresh(t)
 	n := amqptest.StartNode(t, amqptest.NodeOptions{TLS: true, NoPlain: true})
+	keyFile := newKeyFile(t)
 	for _, tc := range []struct {
 		name, ca, want string
 	}{
@@ -165,7 +166,7 @@ func TestServerBrokerTLS(t *testing.T) {
 			done := make(chan int, 1)
 			go func() {
 				done <- run(ctx, []string{"tether", "server", "--listen", freeAddr(t), "--ops-listen", ops, "--postgres", pg,
-					"--amqp", n.TLSURL, "--amqp-tls-ca", tc.ca, "--amqp-namespace", "clitest", "--queue-type", "classic"},
+					"--amqp", n.TLSURL, "--amqp-tls-ca", tc.ca, "--amqp-namespace", "clitest", "--queue-type", "classic", "--key-file", keyFile},
 					strings.NewReader(""), &out, &errb)
 			}()
 			defer func() {
