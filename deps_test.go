@@ -60,6 +60,7 @@ var rules = map[string]rule{
 	"server/compilequeue":          {internal: []string{"server/record"}},
 	"server/webhook":               {},
 	"server/keyring":               {internal: []string{"model/durable"}},
+	"server/brokerauth":            {internal: []string{"bus", "model", "server/record"}},
 	"server/source":                {internal: []string{"model/gitfetch"}},
 	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},

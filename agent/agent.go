@@ -361,6 +361,14 @@ func (a *Agent) Close() error { return a.journal.Close() }
 // PublicKey returns the agent's public key.
 func (a *Agent) PublicKey() ed25519.PublicKey { return a.signer.PublicKey() }
 
+// BrokerLogin returns a fresh user name and password with which this
+// agent logs in to a broker that asks the server about each agent (see
+// bus.LoginCredentials): its own identity, no shared password.
+func (a *Agent) BrokerLogin() (user, password string, err error) {
+	user, password = bus.LoginCredentials(a.journal.Key(), a.cfg.Env, a.cfg.Name, time.Now())
+	return user, password, nil
+}
+
 // Journal returns the agent's journal, for inspection.
 func (a *Agent) Journal() *journal.Journal { return a.journal }
 
@@ -409,7 +417,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer stopWork()
 
-	standingBy := false
+	standingBy, unknown := false, false
 	waitingSince := time.Now()
 	retry := a.cfg.ClaimRetry
 	for ctx.Err() == nil {
@@ -421,7 +429,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if standingBy {
 				a.log.Info().Msg("now primary for this agent name")
 			}
-			standingBy, retry = false, a.cfg.ClaimRetry
+			standingBy, unknown, retry = false, false, a.cfg.ClaimRetry
 			err := a.catchUpAndServe(ctx, claim, work == nil, startWork)
 			claim.Release()
 			if err != nil {
@@ -440,6 +448,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			standingBy, retry = true, a.cfg.ClaimRetry
 			stopWork()
+		case errors.Is(err, bus.ErrForbidden):
+			// A broker that checks each agent's rights lets an agent the
+			// server does not know yet say hello, and nothing else: the
+			// hello makes the server record it (pending, or enrolled by
+			// its token) and make its inbox.
+			if !unknown {
+				a.log.Info().Err(err).Msg("the broker lets this agent in only once the server knows its key; saying hello")
+			}
+			unknown = true
+			if err := a.hello(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn().Err(err).Msg("cannot say hello")
+			}
+			retry = min(2*retry, 30*time.Second)
 		case ctx.Err() != nil:
 		default:
 			// The bus is away. Work goes on from the journal once it has

@@ -120,6 +120,10 @@ var (
 	ErrClosed = errors.New("bus closed")
 	// ErrClaimed: another process is the primary of that agent.
 	ErrClaimed = errors.New("another process is primary for this agent")
+	// ErrForbidden: the broker refused an operation this identity has no
+	// right to (an agent the server does not know yet, or no longer
+	// accepts).
+	ErrForbidden = errors.New("the broker refused: no right to do this")
 )
 
 // Queue names a server queue.

@@ -17,18 +17,14 @@ import (
 
 func agentCommand(term *terminal) *ucli.Command {
 	action := func(verb record.AgentAction, usage string) *ucli.Command {
-		return remoteCommand(term, string(verb), usage, "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-			a, err := postAgent(c, cl, string(verb))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(term.stdout, a)
-			}
-			fmt.Fprintf(term.stdout, "agent %s: %s, paused=%v\n", a.Name, a.State, a.Paused)
-			return nil
-		})
+		return namedAction(term, string(verb), verb, usage)
 	}
+	revoke := namedAction(term, "revoke", record.AgentReject, "revoke an agent's enrollment (reject it): its broker login is refused, its connections closed, its inbox and the desired state in it deleted, its events dropped")
+	revoke.Description = "Revoking is rejecting an accepted agent. Where the broker asks the server about each agent\n" +
+		"(--broker-auth-listen), the agent cannot log in again once the broker's authentication cache\n" +
+		"expires; with --broker-admin-url its open connections are closed at once. Its inbox is deleted.\n" +
+		"To let the host back in with the key it had, accept it again.\n\n" +
+		"   tether agent revoke web-7 --env prod"
 	return &ucli.Command{
 		Name:  "agent",
 		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens",
@@ -77,7 +73,8 @@ func agentCommand(term *terminal) *ucli.Command {
 				return writeJSON(term.stdout, a.Facts)
 			}),
 			action(record.AgentAccept, "accept a discovered agent: it is enrolled and gets its desired state"),
-			action(record.AgentReject, "reject an agent: its events are dropped"),
+			action(record.AgentReject, "reject an agent: its events are dropped; an accepted one is revoked (see revoke)"),
+			revoke,
 			action(record.AgentPause, "pause an agent: it is sent no deploy until resumed"),
 			action(record.AgentResume, "resume a paused agent"),
 			agentFactsRefreshCommand(term),
@@ -206,4 +203,19 @@ func postAgent(c *ucli.Context, cl *client, op string) (api.AgentView, error) {
 	}
 	err = cl.call(c.Context, "POST", p, nil, &a)
 	return a, err
+}
+
+// namedAction is a command that applies an agent action to the agent NAME.
+func namedAction(term *terminal, name string, verb record.AgentAction, usage string) *ucli.Command {
+	return remoteCommand(term, name, usage, "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+		a, err := postAgent(c, cl, string(verb))
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(term.stdout, a)
+		}
+		fmt.Fprintf(term.stdout, "agent %s: %s, paused=%v\n", a.Name, a.State, a.Paused)
+		return nil
+	})
 }

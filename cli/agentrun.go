@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,17 +131,28 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	if err := bcfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	b, err := amqp.New(bcfg, log)
-	if err != nil {
-		return err
+	// A broker URL without a user: each agent logs in as itself, with a
+	// login signed by its key (the broker asks the server what it may
+	// do), so each has a connection of its own. With a user in the URL,
+	// the agents share it and one connection.
+	ownLogin := brokerUser(bcfg.URL) == ""
+	var shared *amqp.Bus
+	if !ownLogin {
+		if shared, err = amqp.New(bcfg, log); err != nil {
+			return err
+		}
+		defer shared.Close()
 	}
-	defer b.Close()
 
 	ctx := c.Context
 	var agents []*agent.Agent
+	var buses []*amqp.Bus
 	defer func() {
 		for _, a := range agents {
 			a.Close()
+		}
+		for _, b := range buses {
+			b.Close()
 		}
 	}()
 	// One flush group for every agent of the process: concurrent deploys
@@ -155,11 +167,22 @@ func runAgents(c *ucli.Context, term *terminal) error {
 		if err != nil {
 			return err
 		}
+		b, login := shared, &agentLogin{ready: make(chan struct{})}
+		if ownLogin {
+			own := bcfg
+			own.ConnectionName = "tether agent " + name
+			own.Login = login.credentials
+			if b, err = amqp.New(own, log); err != nil {
+				return err
+			}
+			buses = append(buses, b)
+		}
 		a, err := agent.New(agent.Config{
 			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
 			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather,
 		}, b, reg, log)
+		login.set(a)
 		if errors.Is(err, agent.ErrNoServerKey) {
 			return usageError("%v", err)
 		}
@@ -168,7 +191,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 		}
 		agents = append(agents, a)
 		log.Info().Str("agent", name).Str("env", env).Str("key", bus.Fingerprint(a.PublicKey())).
-			Str("state_dir", a.Journal().Dir()).Msg("tether agent starting")
+			Str("state_dir", a.Journal().Dir()).Bool("own_broker_login", ownLogin).Msg("tether agent starting")
 	}
 	fmt.Fprintf(term.stderr, "tether agent: %s in environment %s, broker %s\n", strings.Join(names, ", "), env, redactURL(bcfg.URL))
 	var wg sync.WaitGroup
@@ -221,4 +244,38 @@ func agentResetJournalCommand(term *terminal) *ucli.Command {
 func factsDirFlag() ucli.Flag {
 	return altsrc.NewStringFlag(&ucli.StringFlag{Name: "facts-dir", Value: "/etc/tether/facts.d", EnvVars: []string{"TETHER_FACTS_DIR"},
 		Usage: "`DIR` of custom facts: each *.json file is an object whose keys become facts (host.facts.KEY); built-in facts win a name both have"})
+}
+
+// agentLogin hands an agent's broker login to its bus, which starts
+// connecting before the agent (which holds the key) exists.
+type agentLogin struct {
+	ready chan struct{}
+	a     *agent.Agent
+}
+
+// set gives the agent (nil when it could not be made: logins fail).
+func (l *agentLogin) set(a *agent.Agent) {
+	l.a = a
+	close(l.ready)
+}
+
+func (l *agentLogin) credentials() (string, string, error) {
+	select {
+	case <-l.ready:
+	case <-time.After(time.Minute):
+		return "", "", errors.New("the agent's key is not loaded yet")
+	}
+	if l.a == nil {
+		return "", "", errors.New("the agent did not start")
+	}
+	return l.a.BrokerLogin()
+}
+
+// brokerUser returns the user an AMQP URL names ("" for none).
+func brokerUser(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	return u.User.Username()
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/source"
@@ -93,6 +95,12 @@ func serverFlags() []ucli.Flag {
 			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
 			Usage: "use this `SECRET` as an admin token (created if missing) instead of generating a bootstrap token; for automation"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "broker-auth-listen", EnvVars: []string{"TETHER_BROKER_AUTH_LISTEN"},
+			Usage: "answer RabbitMQ's HTTP authentication backend on this `ADDRESS` (a network only the broker reaches): each agent logs in as itself and may touch only its own inbox and events (see docs/operations.md)"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "broker-login-skew", Value: brokerauth.Default().Skew, EnvVars: []string{"TETHER_BROKER_LOGIN_SKEW"},
+			Usage: "how far an agent's clock may be from this server's for its broker login to hold"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "broker-admin-url", EnvVars: []string{"TETHER_BROKER_ADMIN_URL"},
+			Usage: "RabbitMQ management API `URL` (http://user:password@host:15672): rejecting or revoking an agent closes its broker connections at once"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
@@ -487,9 +495,21 @@ func runServer(c *ucli.Context, term *terminal) error {
 		}
 		cfg.Sources = server.StoredSources(st, server.SourceOptions{Limits: limits, AllowFile: c.Bool("allow-file-sources")})
 	}
+	if u := c.String("broker-admin-url"); u != "" {
+		if cfg.Broker, err = amqp.NewAdmin(u); err != nil {
+			return usageError("--broker-admin-url: %v", err)
+		}
+	}
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {
 		return err
+	}
+	var auth *brokerauth.Backend
+	if c.String("broker-auth-listen") != "" {
+		acfg := brokerauth.Config{Namespace: bcfg.Namespace, VHost: vhostOf(bcfg.URL), Skew: c.Duration("broker-login-skew")}
+		if auth, err = srv.BrokerAuth(acfg); err != nil {
+			return usageError("%v", err)
+		}
 	}
 	if err := bootstrapToken(ctx, st, c.String("admin-token"), term); err != nil {
 		return err
@@ -503,6 +523,16 @@ func runServer(c *ucli.Context, term *terminal) error {
 		if ops, err = net.Listen("tcp", addr); err != nil {
 			ln.Close()
 			return fmt.Errorf("listen on %s: %w (pick another --ops-listen)", addr, err)
+		}
+	}
+	var authLn net.Listener
+	if addr := c.String("broker-auth-listen"); addr != "" {
+		if authLn, err = net.Listen("tcp", addr); err != nil {
+			ln.Close()
+			if ops != nil {
+				ops.Close()
+			}
+			return fmt.Errorf("listen on %s: %w (pick another --broker-auth-listen)", addr, err)
 		}
 	}
 	info := readBuildInfo()
@@ -519,6 +549,9 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if ops != nil {
 		fmt.Fprintf(term.stderr, "tether server: health and metrics on http://%s\n", ops.Addr())
 	}
+	if authLn != nil {
+		fmt.Fprintf(term.stderr, "tether server: broker authentication on http://%s (auth_http.user_path = http://%s/user, …)\n", authLn.Addr(), authLn.Addr())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -528,7 +561,13 @@ func runServer(c *ucli.Context, term *terminal) error {
 		}
 		return err
 	})
-	g.Go(func() error { return server.NewHTTP(hcfg, srv, log).Serve(gctx, ln, ops) })
+	g.Go(func() error {
+		h := server.NewHTTP(hcfg, srv, log)
+		if authLn != nil {
+			h.ServeBrokerAuth(authLn, auth)
+		}
+		return h.Serve(gctx, ln, ops)
+	})
 	err = g.Wait()
 	if ctx.Err() != nil {
 		log.Info().Msg("tether server stopped")
@@ -582,4 +621,13 @@ func redactURL(u string) string {
 		return u[:scheme+3] + "…" + u[at:]
 	}
 	return u
+}
+
+// vhostOf returns the virtual host an AMQP URL names (/ when none).
+func vhostOf(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Path == "" || u.Path == "/" {
+		return "/"
+	}
+	return strings.TrimPrefix(u.Path, "/")
 }

@@ -68,6 +68,18 @@ type HTTP struct {
 	cfg HTTPConfig
 	srv *Server
 	log zerolog.Logger
+	// authLn and auth, when set, answer the broker's authentication
+	// questions (see ServeBrokerAuth).
+	authLn net.Listener
+	auth   http.Handler
+}
+
+// ServeBrokerAuth makes Serve also answer RabbitMQ's HTTP authentication
+// backend on ln, with b. The listener belongs on a network only the
+// broker reaches: the answers say which agents exist.
+func (h *HTTP) ServeBrokerAuth(ln net.Listener, b http.Handler) *HTTP {
+	h.authLn, h.auth = ln, b
+	return h
 }
 
 // NewHTTP returns the HTTP front of srv; cfg is validated (Validate).
@@ -99,6 +111,10 @@ func (h *HTTP) Serve(ctx context.Context, ln, ops net.Listener) error {
 	ls := []listener{{name: "api", ln: clientlimit.NewListener(ln, h.cfg.MaxConns, h.cfg.MaxConnsPerClient), hs: a.HTTPServer(a.Handler()), tls: h.cfg.TLSCert != ""}}
 	if ops != nil {
 		ls = append(ls, listener{name: "ops", ln: clientlimit.NewListener(ops, opsMaxConns, opsMaxConnsPerClient), hs: a.HTTPServer(a.OpsHandler())})
+	}
+	if h.authLn != nil {
+		hs := &http.Server{Handler: h.auth, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+		ls = append(ls, listener{name: "broker-auth", ln: clientlimit.NewListener(h.authLn, h.cfg.MaxConns, h.cfg.MaxConns), hs: hs})
 	}
 	for _, l := range ls {
 		h.srv.metrics.observeListener(l.name, l.ln)

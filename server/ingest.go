@@ -217,12 +217,18 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			"(if its state directory was made anew, remove the agent and enroll it again)",
 			a.Name, keyName(body.KeyAgreementKey), keyName(a.KeyAgreementKey)))
 		return fmt.Errorf("%w: %s presents a key-agreement key other than the accepted one", bus.ErrReject, e)
+	case !bytes.Equal(a.PublicKey, body.PublicKey) && env.Settings.Enrollment != record.EnrollOpen &&
+		(a.State == record.AgentRejected || env.Settings.Enrollment != record.EnrollToken || body.Token == ""):
+		// Only a valid enrollment token (checked below) may put another
+		// key on a pending name: else anyone could swap the key an
+		// operator is about to accept, or give a rejected name a second
+		// chance.
+		s.security(ctx, e, fmt.Sprintf("hello from %s agent %s's name with another key (%s, not %s)",
+			a.State, a.Name, bus.Fingerprint(body.PublicKey), bus.Fingerprint(a.PublicKey)))
+		return fmt.Errorf("%w: %s presents a key other than the %s agent's", bus.ErrReject, e, a.State)
 	case !bytes.Equal(a.PublicKey, body.PublicKey):
-		// A new key starts a new sequence: nothing the old key said holds
-		// the new one back.
-		if err := s.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
-			return err
-		}
+		// A new key starts a new sequence (once it is accepted): nothing
+		// the old key said holds the new one back.
 		a.LastSeq, rekeyed = 0, true
 	default:
 		if err := checkSeq(a, e.Seq); err != nil {
@@ -264,10 +270,26 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			return err
 		}
 	}
+	if rekeyed && a.State != record.AgentAccepted {
+		s.security(ctx, e, fmt.Sprintf("hello from pending agent %s's name with another key (%s), and an enrollment token that does not hold: %s",
+			a.Name, bus.Fingerprint(body.PublicKey), refusal))
+		return fmt.Errorf("%w: %s presents another key and no valid token", bus.ErrReject, e)
+	}
+	if rekeyed {
+		if err := s.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
+			return err
+		}
+	}
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return err
 	}
 	s.agents.put(a)
+	// The server owns the inboxes and their bindings (an agent may not
+	// bind): the answer to this hello, and every command after it, needs
+	// one.
+	if err := s.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
+		return fmt.Errorf("declare the inbox of %s/%s: %w", a.Env, a.Name, err)
+	}
 	if rekeyed {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Msg("agent presents a new key; its sequence starts over")
 	}
@@ -495,14 +517,23 @@ func (s *Server) commit(ctx context.Context, b store.ResultBatch) (bool, error) 
 
 // security logs, stores and publishes a security alert about an event.
 func (s *Server) security(ctx context.Context, e *bus.Envelope, what string) {
-	s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Str("kind", string(e.Kind)).Msg("security: " + what)
+	s.alertSecurity(ctx, e.Env, e.Agent, what, fmt.Sprintf("%s (%s message %s)", what, e.Kind, e.ID))
+}
+
+// SecurityAlert raises a security alert about agent in env that no
+// message carried (a refused broker login).
+func (s *Server) SecurityAlert(ctx context.Context, env, agent, what string) {
+	s.alertSecurity(ctx, env, agent, what, what)
+}
+
+func (s *Server) alertSecurity(ctx context.Context, env, agent, what, message string) {
+	s.log.Warn().Str("env", env).Str("agent", agent).Msg("security: " + what)
 	s.metrics.security.Inc()
-	alert := record.Alert{At: time.Now().UTC(), Env: e.Env, Agent: e.Agent, Kind: record.AlertSecurity,
-		Message: fmt.Sprintf("%s (%s message %s)", what, e.Kind, e.ID)}
+	alert := record.Alert{At: time.Now().UTC(), Env: env, Agent: agent, Kind: record.AlertSecurity, Message: message}
 	if err := s.store.RecordAlerts(ctx, []record.Alert{alert}); err != nil && !errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Err(err).Msg("cannot store the security alert; it was logged above")
 	}
-	s.feed.publish(Event{Kind: EventSecurity, Env: e.Env, Agent: e.Agent, Error: what, Alert: &alert})
+	s.feed.publish(Event{Kind: EventSecurity, Env: env, Agent: agent, Error: what, Alert: &alert})
 }
 
 // committer writes result batches in groups: one goroutine takes every

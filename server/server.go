@@ -18,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
+	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/compilequeue"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
@@ -60,6 +61,23 @@ type Config struct {
 	// (SigningKey). Nil (the embedded mode): the master key is kept in the
 	// store as it is.
 	Keyring Sealer
+	// Broker closes the broker connections of an agent that is rejected
+	// or revoked (nil: they stay open until they drop; where the broker
+	// asks the server about each agent, the agent cannot log in again).
+	Broker BrokerAdmin
+}
+
+// BrokerAdmin does to the broker what its clients cannot.
+type BrokerAdmin interface {
+	// CloseAgentConnections closes every connection of env/name.
+	CloseAgentConnections(ctx context.Context, env, name string) (int, error)
+}
+
+// inboxDeleter is a bus that can delete an agent's inbox (found by type
+// assertion: the in-process bus of the embedded mode has no untrusted
+// agents to revoke).
+type inboxDeleter interface {
+	DeleteInbox(ctx context.Context, env, agent string) error
 }
 
 // Default returns the configuration New uses for zero (or negative)
@@ -332,4 +350,11 @@ func (s *Server) prune(ctx context.Context, env string) {
 // Deploy asks agents of env for a deploy or a dry run of the released version.
 func (s *Server) Deploy(ctx context.Context, env string, req scheduler.DeployRequest) (scheduler.Deployment, error) {
 	return s.sched.Deploy(ctx, env, req)
+}
+
+// BrokerAuth returns the answer to RabbitMQ's HTTP authentication backend
+// for this server's agents (see package brokerauth), reading their records
+// from the store and raising the server's security alerts.
+func (s *Server) BrokerAuth(cfg brokerauth.Config) (*brokerauth.Backend, error) {
+	return brokerauth.New(cfg, s.store, s, s.log)
 }

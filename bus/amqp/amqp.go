@@ -106,8 +106,13 @@ func (b *Bus) queueArgs() amqp.Table {
 }
 
 // declareTopology declares the exchanges, the server queues and their
-// bindings, and the dead-letter queue. It runs after every (re)connect.
+// bindings, and the dead-letter queue (bounded). It runs after every
+// (re)connect of the server. An agent declares nothing here: the server owns
+// the topology, and an agent may not declare exchanges.
 func (b *Bus) declareTopology(s *session) error {
+	if b.cfg.Agent {
+		return nil
+	}
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return err
@@ -122,11 +127,16 @@ func (b *Bus) declareTopology(s *session) error {
 			return fmt.Errorf("exchange %s: %w", x.name, err)
 		}
 	}
-	if b.cfg.Agent {
-		return nil
-	}
-	if _, err := ch.QueueDeclare(b.DeadQueue(), true, false, false, false, b.queueArgs()); err != nil {
-		return fmt.Errorf("queue %s: %w", b.DeadQueue(), err)
+	// Bounded, dropping the oldest: a flood of bad messages cannot fill
+	// the broker. A dead-letter queue an older version declared without
+	// a bound is used as it is (declaring it with other arguments fails).
+	if !b.queueExists(b.DeadQueue()) {
+		args := b.queueArgs()
+		args["x-max-length"] = int64(b.cfg.DeadLetterMax)
+		args["x-overflow"] = "drop-head"
+		if _, err := ch.QueueDeclare(b.DeadQueue(), true, false, false, false, args); err != nil {
+			return fmt.Errorf("queue %s: %w", b.DeadQueue(), err)
+		}
 	}
 	if err := ch.QueueBind(b.DeadQueue(), "", b.deadExchange(), false, nil); err != nil {
 		return err
@@ -167,24 +177,32 @@ func (b *Bus) declareServerQueue(ch *amqp.Channel, q bus.Queue) error {
 	return nil
 }
 
-// declareInbox declares an agent's inbox and binds it (declaring the
-// commands exchange too: it may have been deleted with the binding).
+// declareInbox declares an agent's inbox when it does not exist (an inbox
+// is used as it is, of whatever type and arguments it was made with:
+// declaring it with others would fail) and, on the server, binds it to the
+// commands exchange (declared too: it may have been deleted with the
+// binding). An agent only declares: binding needs rights on the commands
+// exchange, with which any queue could be bound to any agent's commands.
+// Until the server binds it (on the agent's hello) commands do not reach
+// it.
 func (b *Bus) declareInbox(ch *amqp.Channel, env, agent string) error {
 	name := b.InboxQueue(env, agent)
-	if err := ch.ExchangeDeclare(b.cmdExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("exchange %s: %w", b.cmdExchange(), err)
+	if !b.cfg.Agent {
+		if err := ch.ExchangeDeclare(b.cmdExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("exchange %s: %w", b.cmdExchange(), err)
+		}
 	}
-	args := b.queueArgs()
-	args["x-single-active-consumer"] = true
-	args["x-max-length"] = int64(b.cfg.InboxMaxLength)
-	args["x-overflow"] = "reject-publish"
-	if b.cfg.Agent && b.queueExists(name) {
-		// The inbox is there, of whatever type the server chose: an
-		// agent uses it as it is (declaring it with other arguments
-		// would fail).
-		args = nil
-	} else if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		return fmt.Errorf("declare inbox %s: %w", name, err)
+	if !b.queueExists(name) {
+		args := b.queueArgs()
+		args["x-single-active-consumer"] = true
+		args["x-max-length"] = int64(b.cfg.InboxMaxLength)
+		args["x-overflow"] = "reject-publish"
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare inbox %s: %w", name, forbidden(err))
+		}
+	}
+	if b.cfg.Agent {
+		return nil
 	}
 	if err := ch.QueueBind(name, bus.CommandKey(env, agent), b.cmdExchange(), false, nil); err != nil {
 		return fmt.Errorf("bind inbox %s: %w", name, err)
@@ -192,22 +210,44 @@ func (b *Bus) declareInbox(ch *amqp.Channel, env, agent string) error {
 	return nil
 }
 
-// queueExists looks for a queue with a passive declare on a channel of
-// its own (a failed passive declare closes its channel).
+// forbidden marks a refusal for lack of rights with bus.ErrForbidden.
+func forbidden(err error) error {
+	if isAMQPError(err, amqp.AccessRefused) {
+		return fmt.Errorf("%w: %w", bus.ErrForbidden, err)
+	}
+	return err
+}
+
+// queueExists looks for a queue with a passive declare.
 func (b *Bus) queueExists(name string) bool {
+	found, _, _ := b.inspectQueue(name)
+	return found
+}
+
+// inspectQueue looks at a queue with a passive declare (which needs no
+// rights), on a channel of its own (a failed passive declare closes its
+// channel): whether it exists, and how many messages wait in it. err is
+// set when the broker could not be asked.
+func (b *Bus) inspectQueue(name string) (found bool, ready int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := b.session(ctx)
 	if err != nil {
-		return false
+		return false, 0, err
 	}
 	ch, err := s.conn.Channel()
 	if err != nil {
-		return false
+		return false, 0, err
 	}
 	defer ch.Close()
-	_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
-	return err == nil
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if isAMQPError(err, amqp.NotFound) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	return true, q.Messages, nil
 }
 
 // DeclareInbox implements bus.Bus.
@@ -276,6 +316,15 @@ func (b *Bus) Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) e
 		msg.Expiration = strconv.FormatInt(max(opts.Expiration.Milliseconds(), 1), 10)
 	}
 	err = b.publishConfirmed(ctx, b.cmdExchange(), bus.CommandKey(e.Env, e.Agent), msg)
+	if errors.Is(err, errReturned) && !b.cfg.Agent && b.queueExists(b.InboxQueue(e.Env, e.Agent)) {
+		// The inbox is there but unbound: the agent declared it (it may
+		// not bind), or the commands exchange was deleted with its
+		// bindings. The server owns bindings: bind it, send again.
+		if berr := b.DeclareInbox(ctx, e.Env, e.Agent); berr != nil {
+			return fmt.Errorf("send %s to %s/%s: bind the inbox: %w", e.Kind, e.Env, e.Agent, berr)
+		}
+		err = b.publishConfirmed(ctx, b.cmdExchange(), bus.CommandKey(e.Env, e.Agent), msg)
+	}
 	switch {
 	case errors.Is(err, errReturned):
 		return fmt.Errorf("send %s to %s/%s: %w", e.Kind, e.Env, e.Agent, bus.ErrNoInbox)

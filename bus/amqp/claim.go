@@ -67,7 +67,7 @@ func (b *Bus) claim(ctx context.Context, name string) (*claim, error) {
 		if isAMQPError(err, amqp.ResourceLocked) {
 			return nil, bus.ErrClaimed
 		}
-		return nil, err
+		return nil, forbidden(err)
 	}
 	c := &claim{lost: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
 	closed := s.conn.NotifyClose(make(chan *amqp.Error, 1))

@@ -82,10 +82,20 @@ type Config struct {
 	CAFile, CertFile, KeyFile string
 	// ConnectionName is shown in RabbitMQ's management (e.g. agent web-1).
 	ConnectionName string
-	// Agent declares only what an agent needs: the exchanges and its
-	// inbox (the server owns its queues and their type; an inbox the
-	// server made with another queue type is used as it is).
+	// Agent declares only what an agent needs: its inbox, unbound (the
+	// server owns the exchanges, its queues, the queue type and every
+	// binding; an inbox the server made is used as it is). An agent never
+	// publishes to the commands or dead-letter exchanges: a command it
+	// cannot read is dropped (and logged), and its inbox is checked
+	// without a probe.
 	Agent bool
+	// Login, when set, gives the user name and password of each new
+	// connection (an agent's signed, short-lived login; see
+	// bus.LoginCredentials) instead of the URL's.
+	Login func() (user, password string, err error)
+	// DeadLetterMax bounds the dead-letter queue (the oldest message
+	// goes first): what a flood of bad messages leaves there is bounded.
+	DeadLetterMax int
 }
 
 // Default returns the configuration for a local broker.
@@ -105,6 +115,7 @@ func Default() Config {
 		TopologyCheck:     30 * time.Second,
 		SubscriptionCheck: 60 * time.Second,
 		ConnectionName:    "tether",
+		DeadLetterMax:     10000,
 	}
 }
 
@@ -128,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max message size %d: want at least 1024 bytes", ErrConfig, c.MaxMessageSize)
 	case c.Heartbeat < time.Second || c.Heartbeat > 5*time.Minute:
 		return fmt.Errorf("%w: heartbeat %v: want 1s to 5m (10-30s keeps NAT mappings alive)", ErrConfig, c.Heartbeat)
+	case c.DeadLetterMax < 1:
+		return fmt.Errorf("%w: dead-letter max %d: want at least 1", ErrConfig, c.DeadLetterMax)
 	case c.EventConcurrency < 1:
 		return fmt.Errorf("%w: event concurrency %d: want at least 1", ErrConfig, c.EventConcurrency)
 	case c.Prefetch < 1:

@@ -115,13 +115,25 @@ func (c Config) connect(timeout time.Duration, properties amqp.Table) (*amqp.Con
 		return nil, err
 	}
 	w := &wire{}
-	conn, err := amqp.DialConfig(dialURL(c.URL), amqp.Config{
+	ac := amqp.Config{
 		Heartbeat:  c.Heartbeat,
 		Locale:     "en_US",
 		Properties: properties,
 		Dial:       w.dial(tlsConf, timeout),
-	})
+	}
+	if c.Login != nil {
+		user, password, err := c.Login()
+		if err != nil {
+			return nil, fmt.Errorf("log in to %s: %w", redactURL(c.URL), err)
+		}
+		ac.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: user, Password: password}}
+	}
+	conn, err := amqp.DialConfig(dialURL(c.URL), ac)
 	if err != nil {
+		if isAMQPError(err, amqp.AccessRefused) && c.Login != nil {
+			return nil, fmt.Errorf("connect to %s: %w: the broker refused this agent's login (%v): the server does not know its key, "+
+				"or an operator rejected or revoked it; `tether agent list` on the server says which", redactURL(c.URL), bus.ErrForbidden, err)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", redactURL(c.URL), c.explain(err, w))
 	}
 	return conn, nil

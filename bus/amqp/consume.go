@@ -29,7 +29,9 @@ const (
 // callback runs. A consumer that hears nothing for SubscriptionCheck sends
 // a probe through its inbox: one that does not come back means the inbox
 // is gone or unbound, or the broker dropped the subscription without a
-// cancel, and is handled the same way.
+// cancel, and is handled the same way. An agent's consumer, which may not
+// publish to the commands exchange, looks at its inbox instead: gone, or
+// holding messages that do not come, is handled the same way.
 func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error {
 	return b.consume(ctx, &consumer{
 		queue:   b.InboxQueue(env, agent),
@@ -37,6 +39,7 @@ func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler
 		h:       h,
 		conc:    1,
 		probe:   bus.CommandKey(env, agent),
+		inspect: b.cfg.Agent,
 		lost:    bus.NewInboxOptions(opts...).Lost,
 	})
 }
@@ -70,6 +73,12 @@ type consumer struct {
 	// queue (an inbox); "" for a server queue, which other replicas
 	// consume too, so a probe could not tell.
 	probe string
+	// inspect: instead of a probe (an agent has no right to publish to
+	// the commands exchange), a silent consumer looks at its queue: one
+	// gone, or holding messages that do not come, means the subscription
+	// is lost; else it subscribes again, as a server queue's consumer
+	// does.
+	inspect bool
 	// lost runs once the queue is consumed again after it was lost.
 	lost func()
 	sub  *subscription
@@ -245,6 +254,20 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 			switch {
 			case heard:
 				heard, probe = false, ""
+			case c.inspect:
+				found, ready, err := b.inspectQueue(c.queue)
+				switch {
+				case err != nil: // no conclusion: look again on the next check
+				case !found:
+					return fmt.Errorf("%w: the queue is gone", errDropped)
+				case ready > 0:
+					return fmt.Errorf("%w: %d messages wait in the queue and none came", errDropped, ready)
+				default:
+					// A subscription the broker dropped unseen may
+					// hold what was sent as unacknowledged: a new
+					// channel gets it back.
+					return errSilent
+				}
 			case c.probe == "":
 				return errSilent
 			case probe != "":
@@ -471,6 +494,17 @@ func (a *acker) settle(tag uint64, ack bool) error {
 // then acknowledges it; if the dead-letter publish fails the delivery goes
 // back to its queue, so nothing is lost.
 func (b *Bus) reject(ctx context.Context, queue string, d amqp.Delivery, why error, acks *acker) error {
+	if b.cfg.Agent {
+		// An agent has no right to publish to the dead-letter exchange:
+		// what it cannot read (only the server writes to its inbox) is
+		// dropped, and said.
+		b.log.Warn().Str("queue", queue).Str("message_id", d.MessageId).Str("reason", truncate(why.Error(), 200)).Msg("message dropped")
+		if err := d.Nack(false, false); err != nil {
+			return err
+		}
+		b.deadLettered.Add(1)
+		return acks.done(d.DeliveryTag)
+	}
 	msg := amqp.Publishing{
 		ContentType:  d.ContentType,
 		DeliveryMode: amqp.Persistent,

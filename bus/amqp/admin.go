@@ -1,0 +1,114 @@
+package amqp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tetherhq/tether/bus"
+)
+
+// Admin does through RabbitMQ's management API what AMQP cannot: close
+// another client's connections. Revoking an agent must end the connection
+// it holds, whose channels keep the rights they were given.
+type Admin struct {
+	base   *url.URL
+	client *http.Client
+}
+
+// NewAdmin returns an Admin for the management API at rawURL
+// (http://user:password@host:15672, https://… behind TLS).
+func NewAdmin(rawURL string) (*Admin, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User == nil {
+		return nil, fmt.Errorf("%w: management URL %q: want http://user:password@host:15672", ErrConfig, redactURL(rawURL))
+	}
+	return &Admin{base: u, client: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// connection is what the management API says of one connection.
+type connection struct {
+	Name string `json:"name"`
+	User string `json:"user"`
+}
+
+// CloseAgentConnections closes every connection of the agent env/name,
+// whatever key it logged in with, and returns how many it closed.
+func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (int, error) {
+	prefix := bus.BrokerUserPrefix(env, name)
+	var conns []connection
+	if err := a.do(ctx, http.MethodGet, "/api/connections?columns=name,user", &conns); err != nil {
+		return 0, err
+	}
+	closed := 0
+	var errs []error
+	for _, c := range conns {
+		if !strings.HasPrefix(c.User, prefix) {
+			continue
+		}
+		err := a.do(ctx, http.MethodDelete, "/api/connections/"+url.PathEscape(c.Name), nil)
+		if err != nil && !errors.Is(err, errGone) {
+			errs = append(errs, err)
+			continue
+		}
+		closed++
+	}
+	return closed, errors.Join(errs...)
+}
+
+// errGone: the management API knows no such thing (any more).
+var errGone = errors.New("not found")
+
+func (a *Admin) do(ctx context.Context, method, path string, out any) error {
+	u := *a.base
+	u.User = nil
+	ref, err := url.Parse(path)
+	if err != nil {
+		return err
+	}
+	target := u.ResolveReference(ref)
+	req, err := http.NewRequestWithContext(ctx, method, target.String(), nil)
+	if err != nil {
+		return err
+	}
+	pw, _ := a.base.User.Password()
+	req.SetBasicAuth(a.base.User.Username(), pw)
+	req.Header.Set("X-Reason", "tether: agent revoked")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("broker management API %s %s: %w", method, target.Path, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return errGone
+	case resp.StatusCode >= 300:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("broker management API %s %s: %s: %s", method, target.Path, resp.Status, strings.TrimSpace(string(body)))
+	case out != nil:
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("broker management API %s %s: %w", method, target.Path, err)
+		}
+	}
+	return nil
+}
+
+// DeleteInbox deletes the inbox of env/agent with the commands it holds
+// (an agent revoked or deleted). A missing inbox is no error.
+func (b *Bus) DeleteInbox(ctx context.Context, env, agent string) error {
+	return b.withChannel(ctx, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(b.InboxQueue(env, agent), false, false, false)
+		if isAMQPError(err, amqp.NotFound) {
+			return nil
+		}
+		return err
+	})
+}
