@@ -309,6 +309,11 @@ func takesValue(flags []ucli.Flag, arg string) bool {
 	for _, f := range flags {
 		for _, n := range f.Names() {
 			if n == name {
+				// altsrc wraps the flags a configuration file may
+				// set: ask the flag, not its type.
+				if v, ok := f.(interface{ TakesValue() bool }); ok {
+					return v.TakesValue()
+				}
 				_, isBool := f.(*ucli.BoolFlag)
 				return !isBool
 			}

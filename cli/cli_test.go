@@ -373,6 +373,9 @@ func TestReorderFlags(t *testing.T) {
 		{"tether compile", "tether compile"},
 		{"tether bench deploy --files 10", "tether bench deploy --files 10"},
 		{"tether bench deploy x --runs 2 --log-level info", "tether --log-level info bench deploy --runs 2 x"},
+		// A boolean flag a configuration file may set (altsrc) takes no
+		// value: the flag after it keeps its own.
+		{"tether server --allow-file-sources --listen a:1 --no-compile --amqp u", "tether server --allow-file-sources --listen a:1 --no-compile --amqp u"},
 	}
 	for _, tt := range tests {
 		if got := strings.Join(reorderFlags(app, strings.Fields(tt.in)), " "); got != tt.want {

@@ -139,24 +139,3 @@ func (s *Server) Follow(ctx context.Context, env string, opened func() error, se
 		}
 	}
 }
-
-// revoke takes a rejected agent off the broker: its connections are
-// closed (its channels would keep the rights they were given) and its
-// inbox, with the desired state it holds, deleted. What fails is logged:
-// the agent is rejected in the store whatever the broker says, and where
-// the broker asks the server about each agent it cannot log in again.
-func (s *Server) revoke(ctx context.Context, env, name string) {
-	if s.cfg.Broker != nil {
-		n, err := s.cfg.Broker.CloseAgentConnections(ctx, env, name)
-		if err != nil {
-			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot close the rejected agent's broker connections")
-		} else if n > 0 {
-			s.log.Info().Str("env", env).Str("agent", name).Int("connections", n).Msg("closed the rejected agent's broker connections")
-		}
-	}
-	if d, ok := s.bus.(inboxDeleter); ok {
-		if err := d.DeleteInbox(ctx, env, name); err != nil {
-			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
-		}
-	}
-}

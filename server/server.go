@@ -137,6 +137,9 @@ type Server struct {
 	log       zerolog.Logger
 	metrics   *Metrics
 	handled   atomic.Uint64
+	// revoked takes rejected agents whose connections closeRevoked
+	// closes again.
+	revoked chan revocation
 	// compiles is the compile queue while Run runs and the server
 	// compiles (Config.Sources); nil otherwise.
 	compiles atomic.Pointer[compilequeue.Queue]
@@ -170,6 +173,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		committer: newCommitter(st, cfg.MaxBatch, m),
 		log:       log,
 		metrics:   m,
+		revoked:   make(chan revocation, 256),
 	}
 	s.sched = scheduler.New(st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil
@@ -210,9 +214,10 @@ func (s *Server) Run(parent context.Context) error {
 	// Runs after cancel below: the compile running ends with ctx.
 	defer stopCompiles()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
+	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
 	defer wg.Wait()
 
 	consumers := []bus.Queue{bus.QueueCompliance}

@@ -104,7 +104,7 @@ func (a *Admin) do(ctx context.Context, method, path string, out any) error {
 // DeleteInbox deletes the inbox of env/agent with the commands it holds
 // (an agent revoked or deleted). A missing inbox is no error.
 func (b *Bus) DeleteInbox(ctx context.Context, env, agent string) error {
-	return b.withChannel(ctx, func(ch *amqp.Channel) error {
+	return b.withChannel(ctx, func(_ *amqp.Connection, ch *amqp.Channel) error {
 		_, err := ch.QueueDelete(b.InboxQueue(env, agent), false, false, false)
 		if isAMQPError(err, amqp.NotFound) {
 			return nil

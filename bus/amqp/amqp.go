@@ -130,7 +130,7 @@ func (b *Bus) declareTopology(s *session) error {
 	// Bounded, dropping the oldest: a flood of bad messages cannot fill
 	// the broker. A dead-letter queue an older version declared without
 	// a bound is used as it is (declaring it with other arguments fails).
-	if !b.queueExists(b.DeadQueue()) {
+	if !queueExists(s.conn, b.DeadQueue()) {
 		args := b.queueArgs()
 		args["x-max-length"] = int64(b.cfg.DeadLetterMax)
 		args["x-overflow"] = "drop-head"
@@ -185,14 +185,14 @@ func (b *Bus) declareServerQueue(ch *amqp.Channel, q bus.Queue) error {
 // exchange, with which any queue could be bound to any agent's commands.
 // Until the server binds it (on the agent's hello) commands do not reach
 // it.
-func (b *Bus) declareInbox(ch *amqp.Channel, env, agent string) error {
+func (b *Bus) declareInbox(conn *amqp.Connection, ch *amqp.Channel, env, agent string) error {
 	name := b.InboxQueue(env, agent)
 	if !b.cfg.Agent {
 		if err := ch.ExchangeDeclare(b.cmdExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 			return fmt.Errorf("exchange %s: %w", b.cmdExchange(), err)
 		}
 	}
-	if !b.queueExists(name) {
+	if !queueExists(conn, name) {
 		args := b.queueArgs()
 		args["x-single-active-consumer"] = true
 		args["x-max-length"] = int64(b.cfg.InboxMaxLength)
@@ -218,24 +218,18 @@ func forbidden(err error) error {
 	return err
 }
 
-// queueExists looks for a queue with a passive declare.
-func (b *Bus) queueExists(name string) bool {
-	found, _, _ := b.inspectQueue(name)
+// queueExists looks for a queue with a passive declare on conn.
+func queueExists(conn *amqp.Connection, name string) bool {
+	found, _, _ := inspectQueue(conn, name)
 	return found
 }
 
 // inspectQueue looks at a queue with a passive declare (which needs no
-// rights), on a channel of its own (a failed passive declare closes its
-// channel): whether it exists, and how many messages wait in it. err is
-// set when the broker could not be asked.
-func (b *Bus) inspectQueue(name string) (found bool, ready int, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := b.session(ctx)
-	if err != nil {
-		return false, 0, err
-	}
-	ch, err := s.conn.Channel()
+// rights), on a channel of its own of conn (a failed passive declare
+// closes its channel): whether it exists, and how many messages wait in
+// it. err is set when the broker could not be asked.
+func inspectQueue(conn *amqp.Connection, name string) (found bool, ready int, err error) {
+	ch, err := conn.Channel()
 	if err != nil {
 		return false, 0, err
 	}
@@ -252,12 +246,12 @@ func (b *Bus) inspectQueue(name string) (found bool, ready int, err error) {
 
 // DeclareInbox implements bus.Bus.
 func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
-	return b.withChannel(ctx, func(ch *amqp.Channel) error { return b.declareInbox(ch, env, agent) })
+	return b.withChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) })
 }
 
 // withChannel runs fn on a fresh channel of the current connection,
 // retrying once on a new connection if the channel broke under it.
-func (b *Bus) withChannel(ctx context.Context, fn func(ch *amqp.Channel) error) error {
+func (b *Bus) withChannel(ctx context.Context, fn func(conn *amqp.Connection, ch *amqp.Channel) error) error {
 	for attempt := 0; ; attempt++ {
 		s, err := b.session(ctx)
 		if err != nil {
@@ -265,7 +259,7 @@ func (b *Bus) withChannel(ctx context.Context, fn func(ch *amqp.Channel) error) 
 		}
 		ch, err := s.conn.Channel()
 		if err == nil {
-			err = fn(ch)
+			err = fn(s.conn, ch)
 			_ = ch.Close()
 			if err == nil {
 				return nil
@@ -316,7 +310,7 @@ func (b *Bus) Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) e
 		msg.Expiration = strconv.FormatInt(max(opts.Expiration.Milliseconds(), 1), 10)
 	}
 	err = b.publishConfirmed(ctx, b.cmdExchange(), bus.CommandKey(e.Env, e.Agent), msg)
-	if errors.Is(err, errReturned) && !b.cfg.Agent && b.queueExists(b.InboxQueue(e.Env, e.Agent)) {
+	if errors.Is(err, errReturned) && !b.cfg.Agent && b.inboxExists(ctx, e.Env, e.Agent) {
 		// The inbox is there but unbound: the agent declared it (it may
 		// not bind), or the commands exchange was deleted with its
 		// bindings. The server owns bindings: bind it, send again.
@@ -356,6 +350,12 @@ func (b *Bus) Publish(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("publish %s: %w", e, err)
 	}
 	return nil
+}
+
+// inboxExists reports whether env/agent's inbox exists.
+func (b *Bus) inboxExists(ctx context.Context, env, agent string) bool {
+	s, err := b.session(ctx)
+	return err == nil && queueExists(s.conn, b.InboxQueue(env, agent))
 }
 
 // ErrTooLarge is returned for an envelope larger than Config.MaxMessageSize.

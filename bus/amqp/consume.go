@@ -35,7 +35,7 @@ const (
 func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error {
 	return b.consume(ctx, &consumer{
 		queue:   b.InboxQueue(env, agent),
-		declare: func(ch *amqp.Channel) error { return b.declareInbox(ch, env, agent) },
+		declare: func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) },
 		h:       h,
 		conc:    1,
 		probe:   bus.CommandKey(env, agent),
@@ -57,7 +57,7 @@ func (b *Bus) ConsumeEvents(ctx context.Context, q bus.Queue, h bus.Handler) err
 	}
 	return b.consume(ctx, &consumer{
 		queue:   b.ServerQueue(q),
-		declare: func(ch *amqp.Channel) error { return b.declareServerQueue(ch, q) },
+		declare: func(_ *amqp.Connection, ch *amqp.Channel) error { return b.declareServerQueue(ch, q) },
 		h:       h,
 		conc:    b.cfg.EventConcurrency,
 	})
@@ -66,7 +66,7 @@ func (b *Bus) ConsumeEvents(ctx context.Context, q bus.Queue, h bus.Handler) err
 // consumer is one Consume call.
 type consumer struct {
 	queue   string
-	declare func(*amqp.Channel) error
+	declare func(*amqp.Connection, *amqp.Channel) error
 	h       bus.Handler
 	conc    int
 	// probe is the routing key on the commands exchange that reaches the
@@ -204,7 +204,7 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 	defer ch.Close()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
-	if err := c.declare(ch); err != nil {
+	if err := c.declare(s.conn, ch); err != nil {
 		return err
 	}
 	if err := ch.Qos(max(b.cfg.Prefetch, c.conc), 0, false); err != nil {
@@ -255,7 +255,7 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 			case heard:
 				heard, probe = false, ""
 			case c.inspect:
-				found, ready, err := b.inspectQueue(c.queue)
+				found, ready, err := inspectQueue(s.conn, c.queue)
 				switch {
 				case err != nil: // no conclusion: look again on the next check
 				case !found:

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -174,15 +175,38 @@ type cluster struct {
 	srv     *proc
 	starts  int
 	keyFile string // every replica's key file (tether server keygen)
-	enroll  string
-	store   *postgres.Store
-	agentNo int
+	// agentURL is the broker URL agents get ("": amqpURL); serverArgs
+	// are the server's extra flags.
+	agentURL   string
+	serverArgs []string
+	enroll     string
+	store      *postgres.Store
+	agentNo    int
 }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterWith(t, clusterOpts{})
+}
+
+// clusterOpts say how a cluster differs from the usual one.
+type clusterOpts struct {
+	// node, when set, is a private broker whose authentication asks the
+	// server (listening on authListen) about each agent: the server logs
+	// in as the node's administrator, agents as themselves.
+	node       *amqptest.Node
+	authListen string
+}
+
+func newClusterWith(t *testing.T, o clusterOpts) *cluster {
+	t.Helper()
 	cfg := amqptest.Config(t)
 	c := &cluster{t: t, pg: pgtest.Fresh(t), amqpURL: cfg.URL, ns: cfg.Namespace, admin: "e2e-admin-" + randHex(12)}
+	if o.node != nil {
+		cfg.URL, c.amqpURL = o.node.URL, o.node.URL
+		c.agentURL = fmt.Sprintf("amqp://%s:%d/", o.node.Host, o.node.Port)
+		c.serverArgs = []string{"--broker-auth-listen", o.authListen, "--broker-admin-url", o.node.ManagementURL}
+	}
 	// The test's own bus: it forges messages, and its cleanup deletes the
 	// namespace's topology and the agents' inboxes.
 	c.bus = amqptest.Open(t, cfg)
@@ -227,9 +251,10 @@ func environ(extra ...string) []string {
 func (c *cluster) startServer() {
 	c.t.Helper()
 	c.starts++
-	c.srv = startProc(c.t, fmt.Sprintf("server-%d", c.starts), environ(), tetherBin, "server",
+	argv := append([]string{tetherBin, "server",
 		"--listen", c.listen, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--key-file", c.keyFile,
-		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--allow-file-sources")
+		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--allow-file-sources"}, c.serverArgs...)
+	c.srv = startProc(c.t, fmt.Sprintf("server-%d", c.starts), environ(), argv...)
 	waitFor(c.t, 60*time.Second, "the server to be ready", func() bool {
 		if c.srv.exited() {
 			c.t.Fatalf("the server exited: %s", c.srv.output())
@@ -291,7 +316,7 @@ type agentOpts struct {
 func (c *cluster) startAgent(name string, o agentOpts) *proc {
 	c.t.Helper()
 	if o.amqpURL == "" {
-		o.amqpURL = c.amqpURL
+		o.amqpURL = cmp.Or(c.agentURL, c.amqpURL)
 	}
 	c.agentNo++
 	// Part of the configuration comes from an agent.toml, as on a host.
@@ -310,9 +335,12 @@ func (c *cluster) startAgent(name string, o agentOpts) *proc {
 		o.factsDir = filepath.Join(c.t.TempDir(), "no-facts")
 	}
 	argv = append(argv, "--facts-dir", o.factsDir)
-	// Note the inbox, so that the cleanup deletes it.
-	if err := c.bus.DeclareInbox(context.Background(), env, name); err != nil {
-		c.t.Fatal(err)
+	// Note the inbox, so that the cleanup deletes it (a private node goes
+	// with its inboxes: there the server alone makes them).
+	if c.agentURL == "" {
+		if err := c.bus.DeclareInbox(context.Background(), env, name); err != nil {
+			c.t.Fatal(err)
+		}
 	}
 	return startProc(c.t, fmt.Sprintf("agent-%s-%d", name, c.agentNo), environ(), argv...)
 }
