@@ -180,3 +180,66 @@ func TestHelloWithBadLabelsOrFactsIsRefused(t *testing.T) {
 		t.Fatal("an agent with bad labels or facts was recorded")
 	}
 }
+
+// Another key on a name the server already knows: on a pending name only a
+// valid enrollment token puts it there; on a rejected or accepted name,
+// nothing does. Each refusal is a security alert naming both keys, and the
+// record keeps the key it had.
+func TestKeySwapRefused(t *testing.T) {
+	r := newRig(t, record.EnrollToken)
+	pubOf := func(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }
+	_, owner, _ := bus.GenerateKey()
+	_, thief, _ := bus.GenerateKey()
+	r.forge(owner, 1, bus.KindHello, "new", bus.Hello{PublicKey: pubOf(owner)})
+	if e := r.next(server.EventAgentDiscovered); e.Agent != "new" {
+		t.Fatalf("got %+v, want new discovered", e)
+	}
+	keyOf := func(name string) ed25519.PublicKey {
+		t.Helper()
+		a, err := r.store.GetAgent(r.ctx, "test", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.PublicKey
+	}
+	r.forge(thief, 1, bus.KindHello, "new", bus.Hello{PublicKey: pubOf(thief)})
+	if msg := r.security(); !strings.Contains(msg, "pending agent new's name with another key ("+bus.Fingerprint(pubOf(thief))) {
+		t.Fatalf("security alert %q, want the key swap of a pending agent named", msg)
+	}
+	r.forge(thief, 2, bus.KindHello, "new", bus.Hello{PublicKey: pubOf(thief), Token: "not-a-token"})
+	if msg := r.security(); !strings.Contains(msg, "enrollment token that does not hold") {
+		t.Fatalf("security alert %q, want the bad token named", msg)
+	}
+	if !keyOf("new").Equal(pubOf(owner)) {
+		t.Fatal("the pending agent's key was swapped")
+	}
+
+	// A valid token may put its key on a pending name (a reinstalled host).
+	secret, err := model.NewEnrollmentToken(r.srv.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.CreateEnrollToken(r.ctx, record.EnrollmentToken{ID: "t1", Env: "test", Name: "t", Hash: record.HashSecret(secret), MaxUses: 5, CreatedBy: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	_, reinstalled, _ := bus.GenerateKey()
+	r.forge(reinstalled, 1, bus.KindHello, "new", bus.Hello{PublicKey: pubOf(reinstalled), Token: secret})
+	r.waitOnline("new")
+	if !keyOf("new").Equal(pubOf(reinstalled)) {
+		t.Fatal("a valid token did not put its key on the pending name")
+	}
+
+	// A rejected name takes no other key, token or not.
+	r.forge(owner, 2, bus.KindHello, "gone", bus.Hello{PublicKey: pubOf(owner)})
+	r.next(server.EventAgentDiscovered)
+	if _, err := r.srv.AgentAction(r.ctx, "test", "gone", record.AgentReject); err != nil {
+		t.Fatal(err)
+	}
+	r.forge(thief, 3, bus.KindHello, "gone", bus.Hello{PublicKey: pubOf(thief), Token: secret})
+	if msg := r.security(); !strings.Contains(msg, "rejected agent gone's name with another key") {
+		t.Fatalf("security alert %q, want the key swap of a rejected agent named", msg)
+	}
+	if !keyOf("gone").Equal(pubOf(owner)) {
+		t.Fatal("the rejected agent's key was swapped")
+	}
+}
