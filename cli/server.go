@@ -95,6 +95,8 @@ func serverFlags() []ucli.Flag {
 			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
 			Usage: "use this `SECRET` as an admin token (created if missing) instead of generating a bootstrap token; for automation"}),
+		altsrc.NewFloat64Flag(&ucli.Float64Flag{Name: "agent-event-rate", Value: server.Default().AgentEventRate, EnvVars: []string{"TETHER_AGENT_EVENT_RATE"},
+			Usage: "events one agent may send a second (bursts of ten times as many); beyond, its events are dropped, counted and alerted"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "broker-auth-listen", EnvVars: []string{"TETHER_BROKER_AUTH_LISTEN"},
 			Usage: "answer RabbitMQ's HTTP authentication backend on this `ADDRESS` (a network only the broker reaches): each agent logs in as itself and may touch only its own inbox and events (see docs/operations.md)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "broker-login-skew", Value: brokerauth.Default().Skew, EnvVars: []string{"TETHER_BROKER_LOGIN_SKEW"},
@@ -451,6 +453,9 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if (c.String("tls-cert") == "") != (c.String("tls-key") == "") {
 		return usageError("--tls-cert and --tls-key go together")
 	}
+	if c.Float64("agent-event-rate") <= 0 {
+		return usageError("--agent-event-rate must be more than 0 (events a second)")
+	}
 	if c.Int("ingest-consumers") < 1 {
 		return usageError("--ingest-consumers must be at least 1")
 	}
@@ -484,7 +489,8 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	defer b.Close()
-	cfg := server.Config{Key: key, Keyring: ring, Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout")}
+	cfg := server.Config{Key: key, Keyring: ring, Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout"),
+		AgentEventRate: c.Float64("agent-event-rate")}
 	if !c.Bool("no-compile") {
 		limits := source.Limits{MaxFiles: c.Int("source-max-files")}
 		if limits.MaxBytes, err = parseSize(c.String("source-max-size")); err != nil {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +243,112 @@ func TestKeySwapRefused(t *testing.T) {
 	if !keyOf("gone").Equal(pubOf(owner)) {
 		t.Fatal("the rejected agent's key was swapped")
 	}
+}
+
+// A flood of forged events, and one of an accepted agent's own events,
+// cost a bounded amount: a few alerts are stored and the rest summed up in
+// one, a bounded number of refused events are dead-lettered and the rest
+// dropped, an agent's events beyond its rate are dropped; and another
+// agent's events still count.
+func TestFloodsAreBounded(t *testing.T) {
+	settings := record.DefaultEnvSettings()
+	settings.AutoDeploy = false
+	settings.Enrollment = record.EnrollOpen
+	r := startRig(t, server.Config{FloodWindow: 2 * time.Second, AgentEventRate: 5}, map[string]record.EnvSettings{"test": settings})
+	_, ghost, _ := bus.GenerateKey()
+	const forged = 400
+	for i := range forged {
+		r.forge(ghost, uint64(i+1), bus.KindHeartbeat, "ghost", bus.Heartbeat{})
+	}
+	waitFor(t, "every forged event handled", func() bool { return r.srv.IngestStats().Events >= forged })
+	alerts := func(agent string) []record.Alert {
+		t.Helper()
+		as, err := r.store.Alerts(r.ctx, record.AlertFilter{Env: "test", Agent: agent, Kind: record.AlertSecurity, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return as
+	}
+	if n := len(alerts("ghost")); n > 5 {
+		t.Fatalf("%d forged events: %d alerts stored, want at most 5", forged, n)
+	}
+	if n, _ := r.bus.DeadLetterCount(r.ctx); n > 100 || n == 0 {
+		t.Fatalf("%d forged events: %d dead-lettered, want some, at most 100", forged, n)
+	}
+	waitFor(t, "the held-back alerts summed up", func() bool {
+		for _, a := range alerts("ghost") {
+			if strings.Contains(a.Message, fmt.Sprintf("%d more security alerts about agent ghost", forged-5)) {
+				return true
+			}
+		}
+		return false
+	})
+
+	// An accepted agent over its rate (5 a second, bursts of 50).
+	_, key, _ := bus.GenerateKey()
+	pub := key.Public().(ed25519.PublicKey)
+	r.forge(key, 1, bus.KindHello, "noisy", bus.Hello{PublicKey: pub})
+	r.waitOnline("noisy")
+	_, quietKey, _ := bus.GenerateKey()
+	r.forge(quietKey, 1, bus.KindHello, "quiet", bus.Hello{PublicKey: quietKey.Public().(ed25519.PublicKey)})
+	r.waitOnline("quiet")
+	before := r.srv.IngestStats().Events
+	for i := range 300 {
+		r.forge(key, uint64(i+2), bus.KindHeartbeat, "noisy", bus.Heartbeat{})
+	}
+	r.forge(quietKey, 2, bus.KindFacts, "quiet", bus.Facts{Facts: map[string]any{"os": "after the flood"}})
+	waitFor(t, "the flood and the quiet agent's facts handled", func() bool { return r.srv.IngestStats().Events >= before+301 })
+	waitFor(t, "the rate alert", func() bool {
+		for _, a := range alerts("noisy") {
+			if strings.Contains(a.Message, "sends more than 5 events a second") {
+				return true
+			}
+		}
+		return false
+	})
+	a, err := r.store.GetAgent(r.ctx, "test", "quiet")
+	if err != nil || a.Facts["os"] != "after the flood" {
+		t.Fatalf("the quiet agent's facts: %v, %v; want them recorded", a.Facts, err)
+	}
+	if got := int(r.lastSeq("noisy")); got >= 300 {
+		t.Fatalf("noisy agent: last sequence number recorded %d: want the events beyond its rate dropped", got)
+	}
+}
+
+// Hellos of invented names beyond the discovery rate are not recorded
+// (and alerted once); an agent with a valid token still enrolls.
+func TestDiscoveryFloodIsBounded(t *testing.T) {
+	r := newRig(t, record.EnrollToken)
+	const hellos = 1300
+	start := time.Now()
+	for i := range hellos {
+		_, k, _ := bus.GenerateKey()
+		r.forge(k, 1, bus.KindHello, fmt.Sprintf("fake-%d", i), bus.Hello{PublicKey: k.Public().(ed25519.PublicKey)})
+	}
+	waitFor(t, "every hello handled", func() bool { return r.srv.IngestStats().Events >= hellos })
+	agents, err := r.store.ListAgents(r.ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1,000 at once, then 2 a second while the hellos are handled.
+	if n, most := len(agents), 1000+int(2*time.Since(start).Seconds())+1; n < 1000 || n > most {
+		t.Fatalf("%d hellos of invented names: %d agents recorded, want the first 1,000 and at most %d", hellos, n, most)
+	}
+	as, err := r.store.Alerts(r.ctx, record.AlertFilter{Env: "test", Kind: record.AlertSecurity, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) == 0 || len(as) > 5 || !strings.Contains(as[0].Message, "faster than 120 a minute") {
+		t.Fatalf("alerts: %d, first %q; want a few naming the discovery rate", len(as), as[0].Message)
+	}
+	secret, err := model.NewEnrollmentToken(r.srv.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.CreateEnrollToken(r.ctx, record.EnrollmentToken{ID: "t1", Env: "test", Name: "t", Hash: record.HashSecret(secret), MaxUses: 1, CreatedBy: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	_, k, _ := bus.GenerateKey()
+	r.forge(k, 1, bus.KindHello, "real", bus.Hello{PublicKey: k.Public().(ed25519.PublicKey), Token: secret})
+	r.waitOnline("real")
 }

@@ -38,6 +38,11 @@ func (s *Server) handle(ctx context.Context, d bus.Delivery) error {
 	switch {
 	case err == nil:
 		s.count(e.Kind, "ok")
+	case errors.Is(err, bus.ErrReject) && !s.flood.deadLetter(e.Env, e.Agent, time.Now()):
+		// A flood of refused events: the first of each window are
+		// dead-lettered for inspection, the rest dropped.
+		s.count(e.Kind, "dropped")
+		err = nil
 	case errors.Is(err, bus.ErrReject):
 		s.count(e.Kind, "rejected")
 	default:
@@ -91,6 +96,11 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	}
 	if a.State != record.AgentAccepted {
 		return fmt.Errorf("%w: %s: agent %s is %s", bus.ErrReject, e, a.Name, a.State)
+	}
+	if !s.flood.allow(a.Env, a.Name, time.Now()) {
+		s.count(e.Kind, "over_rate")
+		s.security(ctx, e, fmt.Sprintf("agent %s sends more than %g events a second: the excess is dropped", a.Name, s.flood.rate))
+		return nil
 	}
 	switch e.Kind {
 	case bus.KindResourceStatus, bus.KindDryRunResult:
@@ -200,10 +210,11 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	}
 	now := time.Now().UTC()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	rekeyed, wentBack, heldBefore := false, "", a.Generation
+	rekeyed, wentBack, heldBefore, discovered := false, "", a.Generation, false
 	switch {
 	case errors.Is(err, model.ErrNotFound):
 		a = record.Agent{Env: e.Env, Name: e.Agent, State: record.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
+		discovered = true
 	case err != nil:
 		return err
 	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == record.AgentAccepted && env.Settings.Enrollment != record.EnrollOpen:
@@ -269,6 +280,15 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		default:
 			return err
 		}
+	}
+	if discovered && a.State != record.AgentAccepted && !s.flood.discover(e.Env, now) {
+		// Invented names must not fill the agent list: beyond the
+		// discovery rate, an agent the server does not know is not
+		// recorded (it says hello again later); one with a valid
+		// enrollment token, or in an open environment, is.
+		s.SecurityAlert(ctx, e.Env, discoveryName, fmt.Sprintf("agents the server does not know say hello faster than %d a minute (after the first %d) in %s: %s not recorded (it says hello again later)",
+			discoveriesPerMinute, discoveryBurst, e.Env, e.Agent))
+		return fmt.Errorf("%w: %s: too many agents discovered at once", bus.ErrReject, e)
 	}
 	if rekeyed && a.State != record.AgentAccepted {
 		s.security(ctx, e, fmt.Sprintf("hello from pending agent %s's name with another key (%s), and an enrollment token that does not hold: %s",
@@ -527,13 +547,27 @@ func (s *Server) SecurityAlert(ctx context.Context, env, agent, what string) {
 }
 
 func (s *Server) alertSecurity(ctx context.Context, env, agent, what, message string) {
-	s.log.Warn().Str("env", env).Str("agent", agent).Msg("security: " + what)
 	s.metrics.security.Inc()
-	alert := record.Alert{At: time.Now().UTC(), Env: env, Agent: agent, Kind: record.AlertSecurity, Message: message}
+	now := time.Now()
+	store, firstHeld := s.flood.alert(env, agent, what, now)
+	if !store {
+		s.metrics.securityHeld.Inc()
+		if firstHeld {
+			s.log.Warn().Str("env", env).Str("agent", agent).Dur("window", s.flood.window).
+				Msg("security: more alerts about this agent than are stored one by one; the rest of this window's are counted and summed up after it")
+		}
+		return
+	}
+	s.log.Warn().Str("env", env).Str("agent", agent).Msg("security: " + what)
+	s.storeAlert(ctx, record.Alert{At: now.UTC(), Env: env, Agent: agent, Kind: record.AlertSecurity, Message: message})
+}
+
+// storeAlert records a security alert and streams it.
+func (s *Server) storeAlert(ctx context.Context, alert record.Alert) {
 	if err := s.store.RecordAlerts(ctx, []record.Alert{alert}); err != nil && !errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Err(err).Msg("cannot store the security alert; it was logged above")
 	}
-	s.feed.publish(Event{Kind: EventSecurity, Env: env, Agent: agent, Error: what, Alert: &alert})
+	s.feed.publish(Event{Kind: EventSecurity, Env: alert.Env, Agent: alert.Agent, Error: alert.Message, Alert: &alert})
 }
 
 // committer writes result batches in groups: one goroutine takes every

@@ -23,6 +23,9 @@ type Metrics struct {
 	batches  prometheus.Histogram
 	commit   prometheus.Histogram
 	security prometheus.Counter
+	// securityHeld counts security alerts counted and summed up instead
+	// of stored one by one (a flood).
+	securityHeld prometheus.Counter
 	leading  prometheus.Gauge
 
 	// listeners are the HTTP listeners whose connections are reported, by
@@ -39,7 +42,7 @@ func newMetrics() *Metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tether_api_request_seconds",
 			Help: "API request latency, by route.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"route"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_ingest_events_total",
-			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry)."}, []string{"kind", "outcome"}),
+			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry; dropped: refused beyond what is dead-lettered in a window; over_rate: beyond the agent's event rate)."}, []string{"kind", "outcome"}),
 		results: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_ingest_results_total",
 			Help: "Resource results recorded."}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_ingest_batch_events",
@@ -49,9 +52,11 @@ func newMetrics() *Metrics {
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_scheduler_leading_environments",
 			Help: "Environments whose scheduler this server leads."}),
 		security: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_total",
-			Help: "Events dropped for their signer (unknown key, another agent's key)."}),
+			Help: "Security alerts raised (forged or refused events, refused broker logins), stored or summed up."}),
+		securityHeld: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_held_total",
+			Help: "Security alerts beyond those stored one by one per agent and window, summed up in one alert each window."}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.leading,
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -61,6 +61,14 @@ type Config struct {
 	// (SigningKey). Nil (the embedded mode): the master key is kept in the
 	// store as it is.
 	Keyring Sealer
+	// AgentEventRate bounds the events one accepted agent may send a
+	// second (default 200, with bursts of ten times as many): beyond, its
+	// events are dropped, counted and alerted.
+	AgentEventRate float64
+	// FloodWindow is the period over which one sender's security alerts
+	// (5 stored, the rest summed up in one) and refused events (100
+	// dead-lettered, the rest dropped) are bounded (default 1m).
+	FloodWindow time.Duration
 	// Broker closes the broker connections of an agent that is rejected
 	// or revoked (nil: they stay open until they drop; where the broker
 	// asks the server about each agent, the agent cannot log in again).
@@ -84,7 +92,7 @@ type inboxDeleter interface {
 // fields; a nil Key is generated.
 func Default() Config {
 	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour,
-		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout}
+		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute}
 }
 
 // withDefaults fills the zero (or negative) fields of c from Default.
@@ -97,10 +105,12 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.KeepIngested, def.KeepIngested)
 	orDefault(&c.CompileSettle, def.CompileSettle)
 	orDefault(&c.CompileTimeout, def.CompileTimeout)
+	orDefault(&c.AgentEventRate, def.AgentEventRate)
+	orDefault(&c.FloodWindow, def.FloodWindow)
 	return c
 }
 
-func orDefault[T int | time.Duration](v *T, def T) {
+func orDefault[T int | float64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
@@ -137,6 +147,8 @@ type Server struct {
 	log       zerolog.Logger
 	metrics   *Metrics
 	handled   atomic.Uint64
+	// flood bounds what one sender costs (see flood.go).
+	flood *floodGuard
 	// revoked takes rejected agents whose connections closeRevoked
 	// closes again.
 	revoked chan revocation
@@ -174,6 +186,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		log:       log,
 		metrics:   m,
 		revoked:   make(chan revocation, 256),
+		flood:     newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
 	}
 	s.sched = scheduler.New(st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil
@@ -214,10 +227,11 @@ func (s *Server) Run(parent context.Context) error {
 	// Runs after cancel below: the compile running ends with ctx.
 	defer stopCompiles()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
+	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()
 	defer wg.Wait()
 
 	consumers := []bus.Queue{bus.QueueCompliance}

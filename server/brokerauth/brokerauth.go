@@ -92,6 +92,66 @@ type Backend struct {
 	mu      sync.Mutex
 	alerted map[string]time.Time // env/name → last alert
 	counts  Counts
+	// strangers bounds the logins of unknown keys per source address.
+	strangers *buckets
+}
+
+// Logins of keys the server does not know, per source address: a burst
+// (a site's hosts installed at once behind one NAT), then one per
+// strangerEvery.
+const (
+	strangerBurst = 200
+	strangerEvery = 2 * time.Second
+	// strangerName is the name alerts about them go under (not an agent
+	// name: those start with a letter or digit).
+	strangerName = "(unknown keys)"
+)
+
+// buckets are token buckets by key, at most maxBuckets of them (the
+// fullest are forgotten first).
+type buckets struct {
+	mu     sync.Mutex
+	burst  float64
+	every  time.Duration
+	bucket map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+const maxBuckets = 10000
+
+func newBuckets(burst int, every time.Duration) *buckets {
+	return &buckets{burst: float64(burst), every: every, bucket: map[string]*bucket{}}
+}
+
+// take takes a token of key's bucket.
+func (bs *buckets) take(key string, now time.Time) bool {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b, ok := bs.bucket[key]
+	if !ok {
+		if len(bs.bucket) >= maxBuckets {
+			for k, o := range bs.bucket {
+				if o.tokens+now.Sub(o.at).Seconds()/bs.every.Seconds() >= bs.burst {
+					delete(bs.bucket, k)
+				}
+			}
+		}
+		b = &bucket{tokens: bs.burst, at: now}
+		if len(bs.bucket) < maxBuckets {
+			bs.bucket[key] = b
+		}
+	}
+	b.tokens = min(bs.burst, b.tokens+now.Sub(b.at).Seconds()/bs.every.Seconds())
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // Counts are the backend's answers so far.
@@ -118,7 +178,8 @@ func New(cfg Config, agents Agents, alert Alerter, log zerolog.Logger) (*Backend
 		return nil, err
 	}
 	return &Backend{cfg: cfg, agents: agents, alert: alert, now: time.Now, alerted: map[string]time.Time{},
-		log: log.With().Str("component", "broker-auth").Logger()}, nil
+		strangers: newBuckets(strangerBurst, strangerEvery),
+		log:       log.With().Str("component", "broker-auth").Logger()}, nil
 }
 
 // Counts returns how many questions were answered each way.
@@ -218,22 +279,30 @@ func (b *Backend) User(ctx context.Context, user, password string) (bool, error)
 	return r != refused, nil
 }
 
-// VHost answers whether user may use vhost.
-func (b *Backend) VHost(ctx context.Context, user, vhost string) (bool, error) {
+// VHost answers whether user, connecting from ip, may use vhost (the
+// broker asks when a connection opens). Logins of strangers — keys the
+// server does not know — are bounded per source address: each may say
+// hello and become a pending agent, and invented ones must not flood the
+// server.
+func (b *Backend) VHost(ctx context.Context, user, vhost, ip string) (bool, error) {
 	if vhost != b.cfg.VHost {
 		return false, nil
 	}
-	return b.any(ctx, user)
-}
-
-// any reports whether user is an agent's login that may do anything.
-func (b *Backend) any(ctx context.Context, user string) (bool, error) {
 	l, err := bus.ParseBrokerUser(user)
 	if err != nil {
 		return false, nil
 	}
 	r, err := b.roleOf(ctx, l)
-	return r != refused, err
+	if err != nil || r == refused {
+		return false, err
+	}
+	if r == stranger && !b.strangers.take(ip, b.now()) {
+		b.securityAlert(ctx, bus.BrokerLogin{Env: l.Env, Agent: strangerName}, fmt.Sprintf(
+			"more than %d logins of keys the server does not know from %s (then one every %s): refused",
+			strangerBurst, ip, strangerEvery))
+		return false, nil
+	}
+	return true, nil
 }
 
 // Resource answers whether user may have permission (configure, write,
@@ -318,7 +387,7 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case strings.HasSuffix(path, "/user"):
 		ok, err = b.User(ctx, v("username"), v("password"))
 	case strings.HasSuffix(path, "/vhost"):
-		ok, err = b.VHost(ctx, v("username"), v("vhost"))
+		ok, err = b.VHost(ctx, v("username"), v("vhost"), v("ip"))
 	case strings.HasSuffix(path, "/resource"):
 		ok, err = b.Resource(ctx, v("username"), v("vhost"), v("resource"), v("name"), v("permission"))
 	case strings.HasSuffix(path, "/topic"):

@@ -3,6 +3,7 @@ package brokerauth
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -198,9 +199,12 @@ func TestRights(t *testing.T) {
 		t.Fatalf("topic on another exchange: got %q, want deny", got)
 	}
 	for _, c := range []struct{ vhost, want string }{{"/", "allow"}, {"other", "deny"}} {
-		if got := ask(t, srv, "/vhost", url.Values{"username": {web1}, "vhost": {c.vhost}}); got != c.want {
+		if got := ask(t, srv, "/vhost", url.Values{"username": {web1}, "vhost": {c.vhost}, "ip": {"10.0.0.1"}}); got != c.want {
 			t.Fatalf("vhost %s: got %q, want %q", c.vhost, got, c.want)
 		}
+	}
+	if got := ask(t, srv, "/vhost", url.Values{"username": {user(rejected, "prod", "bad-1")}, "vhost": {"/"}, "ip": {"10.0.0.1"}}); got != "deny" {
+		t.Fatalf("vhost for a rejected agent: got %q, want deny", got)
 	}
 	if c := b.Counts(); c.Allowed == 0 || c.Refused == 0 {
 		t.Errorf("counts: got %+v, want both answers counted", c)
@@ -240,5 +244,45 @@ func TestConfig(t *testing.T) {
 		if _, err := New(c, agents{}, nil, zerolog.Nop()); err == nil {
 			t.Errorf("%+v: got no error, want one", c)
 		}
+	}
+}
+
+// Logins of keys the server does not know are bounded per source address;
+// known agents are not, nor other addresses.
+func TestStrangersBoundedPerAddress(t *testing.T) {
+	owner := key(t)
+	dir := agents{"prod/web-1": {Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: pub(owner)}}
+	al := &alerts{}
+	b, err := New(Config{}, dir, al, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	b.now = func() time.Time { return now }
+	ctx := context.Background()
+	stranger := func(i int) string {
+		return bus.BrokerLogin{Env: "prod", Agent: fmt.Sprintf("fake-%d", i), Key: pub(key(t))}.User()
+	}
+	allowed := 0
+	for i := range 500 {
+		if ok, _ := b.VHost(ctx, stranger(i), "/", "203.0.113.7"); ok {
+			allowed++
+		}
+	}
+	if allowed != strangerBurst {
+		t.Fatalf("500 strangers from one address: %d let in, want %d", allowed, strangerBurst)
+	}
+	if ok, _ := b.VHost(ctx, stranger(1000), "/", "198.51.100.1"); !ok {
+		t.Fatal("a stranger from another address refused")
+	}
+	if ok, _ := b.VHost(ctx, bus.BrokerLogin{Env: "prod", Agent: "web-1", Key: pub(owner)}.User(), "/", "203.0.113.7"); !ok {
+		t.Fatal("an accepted agent behind the flooding address refused")
+	}
+	now = now.Add(strangerEvery)
+	if ok, _ := b.VHost(ctx, stranger(2000), "/", "203.0.113.7"); !ok {
+		t.Fatal("a stranger refused after the address's bucket refilled by one")
+	}
+	if len(al.said) != 1 || !strings.Contains(al.said[0], "203.0.113.7") {
+		t.Fatalf("alerts: %q, want one naming the address", al.said)
 	}
 }
