@@ -21,7 +21,8 @@ import (
 )
 
 // TestAgentRightsOnTheBroker runs a fleet on a broker that asks the server
-// about each agent (rabbitmq_auth_backend_http), then attacks agent beta
+// about each agent (rabbitmq_auth_backend_http), the server and agents
+// speaking TLS to it (amqps://, verify_peer), then attacks agent beta
 // with agent alpha's real credentials — its key, read from its state
 // directory, as a compromised host would — and checks that the broker
 // refuses every attempt while beta keeps converging; then revokes alpha:
@@ -33,7 +34,7 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 	}
 	authListen := ln.Addr().String()
 	ln.Close()
-	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second, TLS: true})
 	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
 
 	states := map[string]string{}

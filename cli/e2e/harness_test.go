@@ -179,6 +179,7 @@ type cluster struct {
 	// are the server's extra flags.
 	agentURL   string
 	serverArgs []string
+	agentArgs  []string // every agent's extra flags
 	enroll     string
 	store      *postgres.Store
 	agentNo    int
@@ -206,6 +207,14 @@ func newClusterWith(t *testing.T, o clusterOpts) *cluster {
 		cfg.URL, c.amqpURL = o.node.URL, o.node.URL
 		c.agentURL = fmt.Sprintf("amqp://%s:%d/", o.node.Host, o.node.Port)
 		c.serverArgs = []string{"--broker-auth-listen", o.authListen, "--broker-admin-url", o.node.ManagementURL}
+		if o.node.TLSURL != "" {
+			// TLS end to end: the server, the test's bus and the agents
+			// all speak amqps:// and trust the node's CA.
+			cfg.URL, c.amqpURL, cfg.CAFile = o.node.TLSURL, o.node.TLSURL, o.node.CAFile
+			c.agentURL = fmt.Sprintf("amqps://localhost:%d/", o.node.TLSPort)
+			c.serverArgs = append(c.serverArgs, "--amqp-tls-ca", o.node.CAFile)
+			c.agentArgs = []string{"--tls-ca", o.node.CAFile}
+		}
 	}
 	// The test's own bus: it forges messages, and its cleanup deletes the
 	// namespace's topology and the agents' inboxes.
@@ -334,7 +343,7 @@ func (c *cluster) startAgent(name string, o agentOpts) *proc {
 	if o.factsDir == "" {
 		o.factsDir = filepath.Join(c.t.TempDir(), "no-facts")
 	}
-	argv = append(argv, "--facts-dir", o.factsDir)
+	argv = append(append(argv, "--facts-dir", o.factsDir), c.agentArgs...)
 	// Note the inbox, so that the cleanup deletes it (a private node goes
 	// with its inboxes: there the server alone makes them).
 	if c.agentURL == "" {
