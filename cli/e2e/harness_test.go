@@ -318,7 +318,8 @@ type agentOpts struct {
 	amqpURL        string   // default: the cluster's
 	wrap           []string // run under this command (ip netns exec NS)
 	labels         []string
-	factsDir       string // custom facts (default: none)
+	factsDir       string   // custom facts (default: none)
+	args           []string // extra flags, after the cluster's own
 }
 
 // startAgent starts `tether agent run` for name.
@@ -343,7 +344,7 @@ func (c *cluster) startAgent(name string, o agentOpts) *proc {
 	if o.factsDir == "" {
 		o.factsDir = filepath.Join(c.t.TempDir(), "no-facts")
 	}
-	argv = append(append(argv, "--facts-dir", o.factsDir), c.agentArgs...)
+	argv = append(append(append(argv, "--facts-dir", o.factsDir), c.agentArgs...), o.args...)
 	// Note the inbox, so that the cleanup deletes it (a private node goes
 	// with its inboxes: there the server alone makes them).
 	if c.agentURL == "" {

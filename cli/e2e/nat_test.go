@@ -1,15 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
@@ -44,11 +47,7 @@ func setupNAT(t *testing.T) *natNet {
 		brokerIP: fmt.Sprintf("10.231.%d.1", x), gwOut: fmt.Sprintf("10.231.%d.2", x), lanIP: fmt.Sprintf("10.232.%d.2", x)}
 	gwIn, lanNet := fmt.Sprintf("10.232.%d.1", x), fmt.Sprintf("10.232.%d.0/24", x)
 	gwUp, gwDown, lanIf := "te2eg"+id, "te2ed"+id, "te2el"+id
-	// iptables -t nat -A|-D <dnat>: the broker's port forwarded to loopback.
-	dnat := []string{"PREROUTING", "-i", n.hostIf, "-p", "tcp", "-d", n.brokerIP, "--dport", "5672",
-		"-j", "DNAT", "--to-destination", "127.0.0.1:5672"}
 	t.Cleanup(func() {
-		_ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, dnat...)...).Run()
 		_ = exec.Command("ip", "route", "del", lanNet).Run()
 		_ = exec.Command("ip", "link", "del", n.hostIf).Run()
 		_ = exec.Command("ip", "netns", "del", n.gw).Run()
@@ -84,8 +83,6 @@ func setupNAT(t *testing.T) *natNet {
 		// The host routes the LAN through the router, as an attacker next
 		// to it could: only NAT stands in the way.
 		{"ip", "route", "add", lanNet, "via", n.gwOut},
-		// The broker's public address: port 5672 forwarded to loopback.
-		append([]string{"iptables", "-t", "nat", "-A"}, dnat...),
 	}
 	for _, s := range steps {
 		run(t, s...)
@@ -94,6 +91,16 @@ func setupNAT(t *testing.T) *natNet {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// forward makes port of the broker's public address reach port to on
+// loopback, until the test ends.
+func (n *natNet) forward(t *testing.T, port, to int) {
+	t.Helper()
+	dnat := []string{"PREROUTING", "-i", n.hostIf, "-p", "tcp", "-d", n.brokerIP, "--dport", strconv.Itoa(port),
+		"-j", "DNAT", "--to-destination", "127.0.0.1:" + strconv.Itoa(to)}
+	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, dnat...)...).Run() })
+	run(t, append([]string{"iptables", "-t", "nat", "-A"}, dnat...)...)
 }
 
 // rabbitUser creates a broker user for the agent behind NAT (guest may
@@ -119,6 +126,7 @@ func TestAgentBehindNAT(t *testing.T) {
 	}
 	c := newCluster(t)
 	n := setupNAT(t)
+	n.forward(t, 5672, 5672)
 	user, pass := rabbitUser(t)
 	self, err := os.Executable()
 	if err != nil {
@@ -183,4 +191,65 @@ func TestAgentBehindNAT(t *testing.T) {
 
 	ag.stop()
 	waitFor(t, 10*time.Second, "the agent shown offline after SIGTERM", func() bool { return !c.agent("web").Online })
+}
+
+// TestAgentBehindNATOverTLS runs an agent behind the NAT against a broker
+// reached over TLS only (amqps://, verify_peer) that asks the server about
+// each agent: the agent logs in as itself, with no password configured on
+// its host, enrolls by its token and deploys. An agent given the wrong CA
+// says so, naming the flag.
+func TestAgentBehindNATOverTLS(t *testing.T) {
+	testenv.Need(t, os.Geteuid() == 0, "the NAT test makes network namespaces: run it as root")
+	for _, tool := range []string{"ip", "iptables"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
+	}
+	n := setupNAT(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authListen := ln.Addr().String()
+	ln.Close()
+	node := amqptest.StartNode(t, amqptest.NodeOptions{TLS: true, CertIPs: []string{n.brokerIP}, AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	n.forward(t, 5671, node.TLSPort)
+	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
+
+	const files = 5
+	content := func(i int) string { return fmt.Sprintf("behind NAT over TLS %d\n", i) }
+	v := c.release(fileModel(t, files, content, nil))
+	root := t.TempDir()
+	wrap := []string{"ip", "netns", "exec", n.lan}
+	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root, wrap: wrap,
+		amqpURL: fmt.Sprintf("amqps://%s:5671/", n.brokerIP)})
+	waitFor(t, 60*time.Second, "the agent to be discovered and accepted", func() bool {
+		a := c.agent("web")
+		return a.State == record.AgentAccepted && a.Online
+	})
+	c.converged(v, files+1, 60*time.Second)
+	checkFiles(t, root, files, content)
+
+	out, err := node.Ctl(context.Background(), "-q", "list_connections", "user", "peer_host", "ssl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && strings.HasPrefix(f[0], "agent:"+env+":web:") {
+			found = true
+			if f[1] != n.gwOut || f[2] != "true" {
+				t.Fatalf("the agent's connection: from %s, TLS %s; want from the NAT's address %s over TLS", f[1], f[2], n.gwOut)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no broker connection of agent web's own login:\n%s", out)
+	}
+
+	wrong := c.startAgent("wrong-ca", agentOpts{stateDir: t.TempDir(), root: t.TempDir(), wrap: wrap,
+		amqpURL: fmt.Sprintf("amqps://%s:5671/", n.brokerIP), args: []string{"--tls-ca", node.OtherCAFile}})
+	waitFor(t, 30*time.Second, "the agent with the wrong CA to say why it cannot connect", func() bool {
+		return strings.Contains(wrong.output(), "not signed by a CA we trust") && strings.Contains(wrong.output(), "--tls-ca")
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,6 +56,7 @@ func newAuthority(name string) (*authority, error) {
 type leaf struct {
 	name      string
 	dnsNames  []string
+	ips       []net.IP
 	usage     x509.ExtKeyUsage
 	notBefore time.Time
 	notAfter  time.Time
@@ -75,6 +77,7 @@ func (a *authority) issue(l leaf, certFile, keyFile string) error {
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: l.name, Organization: []string{"Tether tests"}},
 		DNSNames:     l.dnsNames,
+		IPAddresses:  l.ips,
 		NotBefore:    l.notBefore,
 		NotAfter:     l.notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -54,6 +54,9 @@ type NodeOptions struct {
 	// RequireClientCert makes the TLS listener refuse a client without a
 	// certificate its CA signed (fail_if_no_peer_cert = true).
 	RequireClientCert bool
+	// CertIPs are IP addresses the node's certificate names besides the
+	// host name localhost (a node reached through a forwarded address).
+	CertIPs []string
 	// NoPlain: no plaintext AMQP listener at all (listeners.tcp = none).
 	NoPlain bool
 	// AuthHTTP, when set, is the base URL of an HTTP authentication
@@ -417,7 +420,15 @@ func (n *Node) writeCertificates(opts NodeOptions) error {
 		return err
 	}
 	now := time.Now()
-	server := leaf{name: "localhost", dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth,
+	var ips []net.IP
+	for _, h := range opts.CertIPs {
+		ip := net.ParseIP(h)
+		if ip == nil {
+			return fmt.Errorf("certificate IP %q is not an IP address", h)
+		}
+		ips = append(ips, ip)
+	}
+	server := leaf{name: "localhost", dnsNames: []string{"localhost"}, ips: ips, usage: x509.ExtKeyUsageServerAuth,
 		notBefore: now.Add(-time.Hour), notAfter: now.Add(30 * 24 * time.Hour)}
 	if opts.ExpiredCert {
 		server.notBefore, server.notAfter = now.Add(-30*24*time.Hour), now.Add(-24*time.Hour)
