@@ -26,7 +26,7 @@ type Metrics struct {
 	// securityHeld counts security alerts counted and summed up instead
 	// of stored one by one (a flood).
 	securityHeld prometheus.Counter
-	leading  prometheus.Gauge
+	leading      prometheus.Gauge
 
 	// listeners are the HTTP listeners whose connections are reported, by
 	// name (observeListener).
