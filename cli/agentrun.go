@@ -69,7 +69,9 @@ func agentRunCommand(term *terminal) *ucli.Command {
 			"and firewalls), says hello to the server of its environment, and once enrolled keeps this host\n" +
 			"as its desired state says. Its journal (--state-dir) keeps everything it must not forget across\n" +
 			"restarts and broker outages. SIGTERM stops it cleanly.\n\n" +
-			"   tether agent run --amqp amqps://agent:secret@broker.example.com/ --env prod --token <TOKEN> --label role=web\n\n" +
+			"   tether agent run --amqp amqps://broker.example.com/ --tls-ca ca.pem --env prod --token <TOKEN> --label role=web\n\n" +
+			"With no user in the --amqp URL the agent logs in to the broker as itself (its key signs its login) and\n" +
+			"may touch only its own inbox and events; with a user, the agents share it (trusted networks only).\n\n" +
 			"Two processes with the same --name share the work: one is primary, the other stands by and takes\n" +
 			"over when it stops. See docs/agents.md.",
 		Flags:  flags,

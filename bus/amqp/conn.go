@@ -131,8 +131,9 @@ func (c Config) connect(timeout time.Duration, properties amqp.Table) (*amqp.Con
 	conn, err := amqp.DialConfig(dialURL(c.URL), ac)
 	if err != nil {
 		if isAMQPError(err, amqp.AccessRefused) && c.Login != nil {
-			return nil, fmt.Errorf("connect to %s: %w: the broker refused this agent's login (%v): the server does not know its key, "+
-				"or an operator rejected or revoked it; `tether agent list` on the server says which", redactURL(c.URL), bus.ErrForbidden, err)
+			return nil, fmt.Errorf("connect to %s: %w: the broker refused this agent's login (%v): an operator rejected or revoked it, "+
+				"its name is enrolled with another key, or this host's clock is further from the server's than --broker-login-skew allows; "+
+				"`tether agent list` and the security alerts on the server say which", redactURL(c.URL), bus.ErrForbidden, err)
 		}
 		return nil, fmt.Errorf("connect to %s: %w", redactURL(c.URL), c.explain(err, w))
 	}
