@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,34 +9,18 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
+	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
 )
 
-// syncBuffer is a buffer the server goroutine writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testenv.SyncBuffer
 
 // TestServerAndOperatorCommands runs `tether server` on the real
 // PostgreSQL and RabbitMQ, then drives it with the operator commands.

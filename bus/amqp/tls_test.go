@@ -1,14 +1,12 @@
 package amqp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
+	"github.com/tetherhq/tether/model/testenv"
 )
 
 // node is the package's private RabbitMQ node with a TLS listener beside
@@ -305,20 +304,4 @@ func TestTLSClientCertRequired(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log destination the bus's goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testenv.SyncBuffer

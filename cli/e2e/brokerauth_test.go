@@ -3,12 +3,9 @@ package e2e
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,7 +54,7 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 			st["file[beta,path=/srv/b]"].Version == v1 && st["file[beta,path=/srv/b]"].State == "deployed"
 	})
 
-	key := agentKey(t, filepath.Join(states["alpha"], env, "alpha", "key"))
+	key := readKey(t, filepath.Join(states["alpha"], env, "alpha", "key"))
 	h := loginAs(t, node, key, "alpha")
 	ns := c.ns
 	betaInbox, betaClaim := ns+".agent."+env+".beta", ns+".primary."+env+".beta"
@@ -152,24 +149,6 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 	if strings.Contains(string(out), ns+".agent."+env+".alpha\n") {
 		t.Errorf("alpha's inbox is still on the broker after its revocation:\n%s", out)
 	}
-}
-
-// agentKey reads an agent's private key from its state directory.
-func agentKey(t *testing.T, path string) ed25519.PrivateKey {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		t.Fatalf("%s: no PEM block", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k.(ed25519.PrivateKey)
 }
 
 // intruder is a broker connection with an agent's own login.

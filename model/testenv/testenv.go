@@ -7,7 +7,9 @@
 package testenv
 
 import (
+	"bytes"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -37,4 +39,23 @@ func Faults(t testing.TB, stops string) {
 	if os.Getenv("TETHER_FAULT_TESTS") != "1" {
 		t.Skip("SKIPPED here: fault tests " + stops + "; `make test` runs them in a serial step with TETHER_FAULT_TESTS=1")
 	}
+}
+
+// SyncBuffer is a buffer a goroutine under test writes (a logger) while
+// the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
