@@ -71,9 +71,13 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if err != nil {
 		return err
 	}
-	if err := bus.Verify(e, a.PublicKey); err != nil {
+	byPrevious, err := s.verifyAgent(ctx, &a, e)
+	if errors.Is(err, bus.ErrBadSignature) {
 		s.security(ctx, e, "event signed by another key than the agent's")
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	if err != nil {
+		return err
 	}
 	if err := checkSeq(a, e.Seq); err != nil {
 		s.security(ctx, e, err.Error())
@@ -117,6 +121,12 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		return s.compliance(ctx, a, e, body)
 	case bus.KindStateRequest:
 		return s.sched.StateRequest(ctx, a.Env, a.Name)
+	case bus.KindKeyRollover:
+		var body bus.KeyRollover
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return s.rollover(ctx, a, e, body, byPrevious)
 	case bus.KindHeartbeat:
 		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
@@ -210,13 +220,24 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	}
 	now := time.Now().UTC()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	rekeyed, wentBack, heldBefore, discovered := false, "", a.Generation, false
+	rekeyed, wentBack, heldBefore, discovered, notSwitched := false, "", a.Generation, false, false
 	switch {
 	case errors.Is(err, model.ErrNotFound):
 		a = record.Agent{Env: e.Env, Name: e.Agent, State: record.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
 		discovered = true
 	case err != nil:
 		return err
+	case a.State == record.AgentAccepted && a.PreviousHolds(body.PublicKey, now) &&
+		(len(a.KeyAgreementKey) == 0 || bytes.Equal(a.KeyAgreementKey, body.KeyAgreementKey)):
+		// The agent has not switched to the key it rolled over to (the
+		// acknowledgement has not reached it): its previous key holds
+		// until it does, the record keeps the new one, and its rollover,
+		// which follows this hello, is acknowledged again.
+		notSwitched = true
+		if err := checkSeq(a, e.Seq); err != nil {
+			s.security(ctx, e, err.Error())
+			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+		}
 	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == record.AgentAccepted && env.Settings.Enrollment != record.EnrollOpen:
 		s.security(ctx, e, "hello from an accepted agent's name with another key")
 		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
@@ -239,12 +260,17 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("%w: %s presents a key other than the %s agent's", bus.ErrReject, e, a.State)
 	case !bytes.Equal(a.PublicKey, body.PublicKey):
 		// A new key starts a new sequence (once it is accepted): nothing
-		// the old key said holds the new one back.
+		// the old key said holds the new one back. A key it rolled over
+		// from is no more its.
 		a.LastSeq, rekeyed = 0, true
+		a.PreviousKey, a.PreviousUntil = nil, nil
 	default:
 		if err := checkSeq(a, e.Seq); err != nil {
 			s.security(ctx, e, err.Error())
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+		}
+		if !a.Switched() {
+			a.PreviousUntil = new(now.Add(PreviousKeyGrace))
 		}
 		if a.State == record.AgentAccepted && body.Generation < a.Generation && body.Generation > 0 {
 			wentBack = fmt.Sprintf("agent %s holds generation %d, behind the %d it reported before: its journal was reset, "+
@@ -257,7 +283,10 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(body.KeyAgreementKey)).
 			Msg("agent presents a key-agreement key (upgraded): sensitive values are sealed to it from now on")
 	}
-	a.PublicKey, a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
+	a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
+	if !notSwitched {
+		a.PublicKey = body.PublicKey
+	}
 	a.Generation, a.LastSeen, a.Connected = body.Generation, now, true
 	a.LastSeq = max(a.LastSeq, int64(e.Seq))
 	refusal := ""

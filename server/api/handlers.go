@@ -682,6 +682,24 @@ func (a *API) factsRefresh(r *request) (int, any, error) {
 	return http.StatusAccepted, a.view(ag), nil
 }
 
+// rotateKey asks an agent to replace its key. The answer, 202, is the
+// agent as recorded now: its key changes when its rollover arrives, as an
+// agent event on the event stream.
+func (a *API) rotateKey(r *request) (int, any, error) {
+	env, name, err := agentParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Control.RotateKey(r.ctx(), env, name)
+	if errors.Is(err, model.ErrConflict) {
+		return 0, nil, newError("conflict", fmt.Sprintf("accept it first (tether agent accept %s)", name), "agent %s is %s: only an accepted agent can rotate its key", name, ag.State)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, a.view(ag), nil
+}
+
 // --- operations
 
 // OperationRequest asks for a deploy, repair or dry run.

@@ -31,14 +31,16 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 	}
 	// An unknown environment fails the foreign key: model.ErrNotFound.
 	_, err = s.db.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 		ON CONFLICT (env, name) DO UPDATE SET
 			state = excluded.state, public_key = excluded.public_key, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
 			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
+			previous_key = excluded.previous_key, previous_until = excluded.previous_until,
 			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END`,
-		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey)
+		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
+		a.PreviousKey, a.PreviousUntil)
 	return wrap("upsert agent "+a.Name, err)
 }
 
@@ -58,13 +60,14 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	}))
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until`
 
 func scanAgent(r Row) (record.Agent, error) {
 	var a record.Agent
 	var labels, facts, kinds []byte
 	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
-		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey); err != nil {
+		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey,
+		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}); err != nil {
 		return a, err
 	}
 	return a, decodeAgent(&a, labels, facts, kinds)
