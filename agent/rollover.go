@@ -54,7 +54,8 @@ func (a *Agent) switchKey(body bus.KeyAccepted) error {
 	case errors.Is(err, journal.ErrNoRollover) && a.signer.PublicKey().Equal(key):
 		return nil // switched already: a redelivery
 	case errors.Is(err, journal.ErrNoRollover):
-		a.log.Warn().Str("key", bus.Fingerprint(key)).Msg("the server accepted a key this agent did not propose (a rollover it gave up): ignored; the rollover under way, if any, is proposed again")
+		a.log.Warn().Str("key", bus.Fingerprint(key)).Msg("the server accepted a key this agent does not hold (a rollover it gave up when its key.next file was lost): " +
+			"it keeps signing with its current key, which the server takes until it switches; to give it a new key, remove the agent on the server and enroll it again")
 		return nil
 	case err != nil:
 		return fmt.Errorf("key rotation: %w", err)

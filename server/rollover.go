@@ -82,33 +82,26 @@ func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Tim
 }
 
 // rollover makes an accepted agent's proposed key its key. byPrevious says
-// the proposal was signed by the agent's previous key: the agent has not
-// switched to the key it proposed before (the acknowledgement did not
-// reach it, or it gave that key up).
+// the proposal was signed by the agent's previous key: the agent proposing
+// again the key it rolled over to, which it has not heard was accepted
+// (answered again), or someone else holding that key (refused).
 func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.KeyRollover, byPrevious bool) error {
 	signer := ed25519.PublicKey(a.PublicKey)
 	if byPrevious {
 		signer = ed25519.PublicKey(a.PreviousKey)
 	}
-	if byPrevious && bytes.Equal(body.NewKey, a.PublicKey) {
-		// Told again: the agent did not get the acknowledgement.
-		if err := bus.CheckKeyProof(a.Env, a.Name, signer, body); err != nil {
-			s.security(ctx, e, fmt.Sprintf("key rollover of agent %s refused: %v", a.Name, err))
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		return s.acceptKey(ctx, a, e)
-	}
-	if byPrevious && a.Switched() {
-		s.security(ctx, e, fmt.Sprintf("key rollover of agent %s signed by its previous key %s, after it switched to %s: refused (is the old key in other hands?)",
-			a.Name, bus.Fingerprint(signer), bus.Fingerprint(a.PublicKey)))
+	if byPrevious && !bytes.Equal(body.NewKey, a.PublicKey) {
+		s.security(ctx, e, fmt.Sprintf("key rollover of agent %s to %s signed by its previous key %s, which it left for %s: refused (is the old key in other hands?)",
+			a.Name, keyName(body.NewKey), bus.Fingerprint(signer), bus.Fingerprint(a.PublicKey)))
 		return fmt.Errorf("%w: %s: signed by a key the agent left", bus.ErrReject, e)
 	}
 	if err := bus.CheckKeyProof(a.Env, a.Name, signer, body); err != nil {
 		s.security(ctx, e, fmt.Sprintf("key rollover of agent %s refused: %v", a.Name, err))
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
-	if !byPrevious && bytes.Equal(body.NewKey, a.PublicKey) {
-		return fmt.Errorf("%w: %s: the new key is the current one", bus.ErrReject, e)
+	if byPrevious {
+		// Told again: the agent did not get the acknowledgement.
+		return s.acceptKey(ctx, a, e)
 	}
 	// Several replicas write agents: the record is read fresh, and moved
 	// only from the key that signed.
@@ -119,10 +112,7 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	if !bytes.Equal(cur.PublicKey, a.PublicKey) || !bytes.Equal(cur.PreviousKey, a.PreviousKey) {
 		return fmt.Errorf("key rollover of %s/%s: its record changed meanwhile; trying again", a.Env, a.Name)
 	}
-	if !byPrevious {
-		cur.PreviousKey = cur.PublicKey
-	}
-	cur.PublicKey, cur.PreviousUntil = body.NewKey, nil
+	cur.PreviousKey, cur.PublicKey, cur.PreviousUntil = cur.PublicKey, body.NewKey, nil
 	cur.LastSeq = max(cur.LastSeq, int64(e.Seq))
 	cur.LastSeen = time.Now().UTC()
 	if err := s.store.UpsertAgent(ctx, cur); err != nil {

@@ -142,7 +142,7 @@ func (j *Journal) loadNextKey() error {
 	}
 	if !ok || err != nil || !want.Equal(key.Public()) {
 		// The old key still holds: the server takes it until the agent
-		// switches. The rollover is given up; the next one starts anew.
+		// switches. The rollover is given up.
 		id := j.id
 		id.NextKey = nil
 		if werr := j.writeIdentity(id); werr != nil {
@@ -150,7 +150,8 @@ func (j *Journal) loadNextKey() error {
 		}
 		j.id = id
 		j.removeNextKey()
-		j.repairs = append(j.repairs, fmt.Sprintf("gave up the key rollover to %s: %s is missing or holds another key; the agent keeps its key (rotate it again)",
+		j.repairs = append(j.repairs, fmt.Sprintf("gave up the key rollover to %s: %s is missing or holds another key; the agent keeps its key, which the server still takes "+
+			"(if the server had accepted the lost one, it refuses another: remove the agent on the server and enroll it again)",
 			fingerprint(want), path))
 		return nil
 	}
