@@ -63,7 +63,7 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if e.Kind == bus.KindHello {
 		return s.hello(ctx, e)
 	}
-	a, err := s.agents.get(ctx, e.Env, e.Agent)
+	a, cached, err := s.agents.get(ctx, e.Env, e.Agent)
 	if errors.Is(err, model.ErrNotFound) {
 		s.security(ctx, e, "event from an unknown agent")
 		return fmt.Errorf("%w: %s: unknown agent", bus.ErrReject, e)
@@ -71,7 +71,7 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if err != nil {
 		return err
 	}
-	byPrevious, err := s.verifyAgent(ctx, &a, e)
+	byPrevious, err := s.verifyAgent(ctx, &a, cached, e)
 	if errors.Is(err, bus.ErrBadSignature) {
 		s.security(ctx, e, "event signed by another key than the agent's")
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
@@ -714,20 +714,22 @@ func newAgentCache(st store.Store, ttl time.Duration) *agentCache {
 	return &agentCache{store: st, ttl: ttl, m: map[agentKey]cachedAgent{}}
 }
 
-func (c *agentCache) get(ctx context.Context, env, name string) (record.Agent, error) {
+// get returns the agent, and whether it is the cache's copy (not read
+// from the store just now).
+func (c *agentCache) get(ctx context.Context, env, name string) (a record.Agent, cached bool, err error) {
 	k := agentKey{env, name}
 	c.mu.Lock()
 	e, ok := c.m[k]
 	c.mu.Unlock()
 	if ok && time.Since(e.at) < c.ttl {
-		return e.agent, nil
+		return e.agent, true, nil
 	}
-	a, err := c.store.GetAgent(ctx, env, name)
+	a, err = c.store.GetAgent(ctx, env, name)
 	if err != nil {
-		return a, err
+		return a, false, err
 	}
 	c.put(a)
-	return a, nil
+	return a, false, nil
 }
 
 func (c *agentCache) put(a record.Agent) {

@@ -35,11 +35,11 @@ const RotateKeyExpiry = time.Hour
 // verifyAgent checks an event's signature against the agent's key, or its
 // previous key while that holds, and reports which. The first event signed
 // with the new key starts the previous key's grace. A copy of the agent
-// from the cache that verifies neither is read again from the store: the
-// key may have rolled over through another replica.
-func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, e *bus.Envelope) (byPrevious bool, err error) {
+// from the cache (cached) that verifies neither is read again from the
+// store: the key may have rolled over through another replica.
+func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, e *bus.Envelope) (byPrevious bool, err error) {
 	now := time.Now()
-	for fresh := false; ; fresh = true {
+	for fresh := !cached; ; fresh = true {
 		if err := bus.Verify(e, a.PublicKey); err == nil {
 			if !a.Switched() {
 				return false, s.markSwitched(ctx, a, now)

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/journal"
@@ -15,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
+	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
 // rotatingAgent is the configuration of an agent with a state directory
@@ -215,5 +219,64 @@ func TestForgedKeyRolloverIsRefused(t *testing.T) {
 					model.Fingerprint(got.PublicKey), got.PreviousKey, err)
 			}
 		})
+	}
+}
+
+// A replica that holds the agent in its cache from before a rollover
+// another replica took reads the agent again when an event signed by the
+// new key does not verify with the cached key: nothing is refused.
+func TestRolloverSeenByAnotherReplica(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "tether.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	busA, busB := bus.NewLocal(zerolog.Nop()), bus.NewLocal(zerolog.Nop())
+	t.Cleanup(busA.Close)
+	t.Cleanup(busB.Close)
+	// Caches that never expire within the test: only the re-read can
+	// show replica B the new key.
+	cfg := server.Config{AgentCacheTTL: time.Hour}
+	srvA, err := server.New(cfg, st, busA, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvB, err := server.New(cfg, st, busB, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srvA.EnsureEnv(ctx, "prod", quietSettings()); err != nil {
+		t.Fatal(err)
+	}
+	web := newFakeAgent(t, st, "prod", "web")
+	if err := busA.DeclareInbox(ctx, "prod", "web"); err != nil {
+		t.Fatal(err)
+	}
+	runServer(t, srvA)
+	runServer(t, srvB)
+	record1 := func() record.Agent {
+		a, err := st.GetAgent(ctx, "prod", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	publish(t, busB, []*bus.Envelope{web.seal(t, "prod", bus.KindHeartbeat, bus.Heartbeat{})})
+	waitFor(t, "replica B to take the heartbeat (and cache the agent)", func() bool { return record1().LastSeq == 1 })
+
+	old := web.signer.Key()
+	_, next, _ := bus.GenerateKey()
+	publish(t, busA, []*bus.Envelope{web.seal(t, "prod", bus.KindKeyRollover,
+		bus.KeyRollover{NewKey: pub(next), Proof: bus.ProveKey(next, "prod", "web", pub(old))})})
+	waitFor(t, "replica A to take the rollover", func() bool { return bytes.Equal(record1().PublicKey, pub(next)) })
+
+	web.signer.SetKey(next)
+	publish(t, busB, []*bus.Envelope{web.seal(t, "prod", bus.KindHeartbeat, bus.Heartbeat{})})
+	waitFor(t, "replica B to take the new key's heartbeat", func() bool { return record1().PreviousUntil != nil })
+	alerts, err := st.Alerts(ctx, record.AlertFilter{Env: "prod", Kind: record.AlertSecurity})
+	if err != nil || len(alerts) != 0 {
+		t.Fatalf("security alerts %+v, %v; want none", alerts, err)
 	}
 }
