@@ -68,8 +68,15 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, a)
 				}
-				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %v\n  generation  %d\n  key         %s\n  last seen   %s\n  facts:\n",
-					a.Name, a.State, a.Online, a.Paused, a.Generation, a.Key, a.LastSeen.Local().Format(time.DateTime))
+				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %v\n  generation  %d\n  key         %s\n",
+					a.Name, a.State, a.Online, a.Paused, a.Generation, a.Key)
+				switch {
+				case a.PreviousKey != "" && a.PreviousUntil == nil:
+					fmt.Fprintf(term.stdout, "  previous    %s (still taken: the agent has not switched to its new key yet)\n", a.PreviousKey)
+				case a.PreviousKey != "":
+					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
+				}
+				fmt.Fprintf(term.stdout, "  last seen   %s\n  facts:\n", a.LastSeen.Local().Format(time.DateTime))
 				return writeJSON(term.stdout, a.Facts)
 			}),
 			action(record.AgentAccept, "accept a discovered agent: it is enrolled and gets its desired state"),

@@ -66,6 +66,9 @@ func TestAgentKeyRotationWhileRunning(t *testing.T) {
 	if newFP := fingerprint(agentKey(t, keyFile)); newFP != a.Key {
 		t.Fatalf("alpha's key file holds %s, the server %s", newFP, a.Key)
 	}
+	if show := c.cli("agent", "show", "alpha"); !strings.Contains(show, "key         "+a.Key) || !strings.Contains(show, "previous    "+oldFP+" (its events taken until") {
+		t.Errorf("tether agent show alpha after the rotation:\n%s\nwant the new key, and the old one as previous", show)
+	}
 	if !logged(p, "logging in to the broker again") {
 		t.Errorf("alpha did not log in again after its key changed:\n%s", p.output())
 	}

@@ -585,12 +585,18 @@ type AgentView struct {
 	record.Agent
 	Online bool   `json:"online"`
 	Key    string `json:"key_fingerprint,omitempty"`
+	// PreviousKey is the fingerprint of the key before the agent's last
+	// key rollover, while it still holds.
+	PreviousKey string `json:"previous_key_fingerprint,omitempty"`
 }
 
 func (a *API) view(ag record.Agent) AgentView {
 	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
+	}
+	if ag.PreviousHolds(ag.PreviousKey, a.now()) {
+		v.PreviousKey = model.Fingerprint(ag.PreviousKey)
 	}
 	return v
 }
