@@ -220,7 +220,8 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	}
 	now := time.Now().UTC()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	rekeyed, wentBack, heldBefore, discovered, notSwitched := false, "", a.Generation, false, false
+	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched := false, "", a.Generation, false, false, false
+	heldKey := a.PublicKey
 	switch {
 	case errors.Is(err, model.ErrNotFound):
 		a = record.Agent{Env: e.Env, Name: e.Agent, State: record.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
@@ -269,9 +270,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			s.security(ctx, e, err.Error())
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
-		if !a.Switched() {
-			a.PreviousUntil = new(now.Add(PreviousKeyGrace))
-		}
+		switched = !a.Switched()
 		if a.State == record.AgentAccepted && body.Generation < a.Generation && body.Generation > 0 {
 			wentBack = fmt.Sprintf("agent %s holds generation %d, behind the %d it reported before: its journal was reset, "+
 				"or restored from an older copy (a replay cannot do it: agents refuse older desired state); it is sent its whole desired state",
@@ -332,7 +331,19 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return err
 	}
+	if rekeyed {
+		if ok, err := s.store.SetAgentKey(ctx, a, heldKey); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("hello of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
+		}
+	}
 	s.agents.put(a)
+	if switched {
+		if err := s.markSwitched(ctx, &a, now); err != nil {
+			return err
+		}
+	}
 	// The server owns the inboxes and their bindings (an agent may not
 	// bind): the answer to this hello, and every command after it, needs
 	// one.

@@ -64,18 +64,16 @@ func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, 
 // markSwitched records that the agent signs with its new key: its previous
 // key holds for PreviousKeyGrace more.
 func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Time) error {
-	key := a.PublicKey
-	err := s.touch(ctx, a.Env, a.Name, 0, func(r *record.Agent) bool {
-		if !bytes.Equal(r.PublicKey, key) || r.Switched() {
-			return false
-		}
-		r.PreviousUntil = new(now.Add(PreviousKeyGrace).UTC())
-		*a = *r
-		return true
-	})
-	if err != nil {
+	next := *a
+	next.PreviousUntil = new(now.Add(PreviousKeyGrace).UTC())
+	ok, err := s.store.SetAgentKey(ctx, next, a.PublicKey)
+	if err != nil || !ok {
+		// Not ok: the key changed again meanwhile (another rollover, taken
+		// by another replica); that one's switch is its own.
 		return err
 	}
+	*a = next
+	s.agents.put(next)
 	s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 		Dur("previous_key_holds", PreviousKeyGrace).Msg("agent switched to its new key")
 	return nil
@@ -103,19 +101,18 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 		// Told again: the agent did not get the acknowledgement.
 		return s.acceptKey(ctx, a, e)
 	}
-	// Several replicas write agents: the record is read fresh, and moved
-	// only from the key that signed.
+	// Several replicas write agents: the key moves only from the one that
+	// signed, whatever else changed meanwhile.
+	next := a
+	next.PreviousKey, next.PublicKey, next.PreviousUntil = a.PublicKey, body.NewKey, nil
+	switch ok, err := s.store.SetAgentKey(ctx, next, a.PublicKey); {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("key rollover of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
+	}
 	cur, err := s.store.GetAgent(ctx, a.Env, a.Name)
 	if err != nil {
-		return err
-	}
-	if !bytes.Equal(cur.PublicKey, a.PublicKey) || !bytes.Equal(cur.PreviousKey, a.PreviousKey) {
-		return fmt.Errorf("key rollover of %s/%s: its record changed meanwhile; trying again", a.Env, a.Name)
-	}
-	cur.PreviousKey, cur.PublicKey, cur.PreviousUntil = cur.PublicKey, body.NewKey, nil
-	cur.LastSeq = max(cur.LastSeq, int64(e.Seq))
-	cur.LastSeen = time.Now().UTC()
-	if err := s.store.UpsertAgent(ctx, cur); err != nil {
 		return err
 	}
 	s.agents.put(cur)
