@@ -88,7 +88,19 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	if byPrevious {
 		signer = ed25519.PublicKey(a.PreviousKey)
 	}
-	if byPrevious && !bytes.Equal(body.NewKey, a.PublicKey) {
+	if bytes.Equal(body.NewKey, a.PublicKey) {
+		if !byPrevious {
+			// The agent proposed it again as it switched to it: done.
+			return nil
+		}
+		// Told again: the agent did not get the acknowledgement.
+		if err := bus.CheckKeyProof(a.Env, a.Name, signer, body); err != nil {
+			s.security(ctx, e, fmt.Sprintf("key rollover of agent %s refused: %v", a.Name, err))
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return s.acceptKey(ctx, a, e)
+	}
+	if byPrevious {
 		s.security(ctx, e, fmt.Sprintf("key rollover of agent %s to %s signed by its previous key %s, which it left for %s: refused (is the old key in other hands?)",
 			a.Name, keyName(body.NewKey), bus.Fingerprint(signer), bus.Fingerprint(a.PublicKey)))
 		return fmt.Errorf("%w: %s: signed by a key the agent left", bus.ErrReject, e)
@@ -96,10 +108,6 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	if err := bus.CheckKeyProof(a.Env, a.Name, signer, body); err != nil {
 		s.security(ctx, e, fmt.Sprintf("key rollover of agent %s refused: %v", a.Name, err))
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
-	}
-	if byPrevious {
-		// Told again: the agent did not get the acknowledgement.
-		return s.acceptKey(ctx, a, e)
 	}
 	// Several replicas write agents: the key moves only from the one that
 	// signed, whatever else changed meanwhile.
