@@ -280,3 +280,24 @@ func TestRolloverSeenByAnotherReplica(t *testing.T) {
 		t.Fatalf("security alerts %+v, %v; want none", alerts, err)
 	}
 }
+
+// A thief holding the agent's current key who proposes a key of their own
+// first takes the name; the agent's own proposal, signed by the key it
+// still holds, then raises the alert that shows it.
+func TestRolloverRaceWithAThiefIsAlerted(t *testing.T) {
+	r := newRig(t, record.EnrollManual)
+	r.release(file("web", "/f", "1"))
+	a, _ := r.startAccepted(r.rotatingAgent("web", t.TempDir()))
+	key := a.Journal().Key()
+	_, thief, _ := bus.GenerateKey()
+	r.forge(key, uint64(r.lastSeq("web"))+1, bus.KindKeyRollover, "web",
+		bus.KeyRollover{NewKey: pub(thief), Proof: bus.ProveKey(thief, "test", "web", pub(key))})
+	r.waitRecord("web", "the thief's key", func(a record.Agent) bool { return bytes.Equal(a.PublicKey, pub(thief)) })
+
+	if _, err := r.srv.RotateKey(r.ctx, "test", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if msg := r.security(); !strings.Contains(msg, "signed by its previous key") {
+		t.Fatalf("security alert %q: want the agent's own rollover refused, signed by the key the thief moved it from", msg)
+	}
+}
