@@ -104,6 +104,10 @@ type Config struct {
 	// rather than at the Go heap's goal, twice that (0: 1000; negative:
 	// never, for a process about to exit).
 	ReleaseMemoryAt int
+	// Relogin, when set, is called once the agent's key rolled over: a
+	// transport that logs in to the broker with the agent's key dials
+	// again, as the agent's new self (the old login stops holding).
+	Relogin func()
 }
 
 // Default returns the defaults of every setting that has one: what New
@@ -598,10 +602,14 @@ func (a *Agent) introduce(ctx context.Context) {
 			a.log.Warn().Err(err).Msg("cannot say hello")
 		}
 		if a.isEnrolled() {
+			// A rollover under way (one a restart or a lost
+			// acknowledgement interrupted) is proposed again.
+			a.proposeKey(ctx)
 			break
 		}
 		select {
 		case <-a.enrolled:
+			a.proposeKey(ctx)
 		case <-a.rejected:
 			pause = a.cfg.HelloRetryMax
 			if !sleep(ctx, jitter(pause)) {

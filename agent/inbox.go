@@ -166,6 +166,20 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		}
 		a.log.Info().Bool("paused", e.Kind == bus.KindPause).Msg("the server paused or resumed this agent")
 		a.poke(a.wake)
+	case bus.KindRotateKey:
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		return a.rotateKey(ctx)
+	case bus.KindKeyAccepted:
+		var body bus.KeyAccepted
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if err := a.switchKey(body); err != nil {
+			return err
+		}
+		return tx.Commit()
 	case bus.KindFactsRefresh:
 		if err := tx.Commit(); err != nil {
 			return err

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"time"
 
 	"github.com/tetherhq/tether/agent/journal"
@@ -82,12 +83,24 @@ func (a *Agent) sendOutbox(ctx context.Context) error {
 				// Written by this agent: it cannot happen short of a bug;
 				// drop it rather than block every later event.
 				a.log.Error().Err(err).Uint64("seq", o.Seq).Msg("dropping an undecodable event from the outbox")
-			} else if err := a.bus.Publish(ctx, e); err != nil {
-				return err
+			} else {
+				resign(e, a.signer.Key())
+				if err := a.bus.Publish(ctx, e); err != nil {
+					return err
+				}
 			}
 			if err := a.journal.Sent(o.Seq); err != nil {
 				return err
 			}
 		}
+	}
+}
+
+// resign signs an event of the outbox with key when an earlier key of the
+// agent's signed it (the key rolled over since it was journaled): it then
+// holds however long it waits for the broker. Nothing else of it changes.
+func resign(e *bus.Envelope, key ed25519.PrivateKey) {
+	if bus.Verify(e, key.Public().(ed25519.PublicKey)) != nil {
+		bus.Sign(e, key)
 	}
 }

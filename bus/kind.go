@@ -27,6 +27,13 @@ const (
 	// at full speed. It arrives before any server key is pinned, so an
 	// agent only slows down on it, never trusts it further.
 	KindRejected Kind = "rejected"
+	// KindRotateKey asks an agent to replace its key: it answers with
+	// key.rollover.
+	KindRotateKey Kind = "key.rotate"
+	// KindKeyAccepted acknowledges an agent's key.rollover: the server
+	// verifies the agent's events with the new key from now on, and the
+	// agent switches to it.
+	KindKeyAccepted Kind = "key.accepted"
 )
 
 // Agent → server kinds.
@@ -43,17 +50,22 @@ const (
 	// another key, a replay, a stale command. The server raises a security
 	// alert.
 	KindSecurity Kind = "security"
+	// KindKeyRollover proposes the agent's next key, signed by its
+	// current one, with the next key's proof of possession (KeyRollover).
+	KindKeyRollover Kind = "key.rollover"
 )
 
 var toAgent = map[Kind]bool{
 	KindDesiredDiff: true, KindDesiredFull: true, KindDeploy: true, KindRepair: true,
 	KindDryRun: true, KindPause: true, KindResume: true, KindEnrolled: true,
 	KindDependencyStatus: true, KindFactsRefresh: true, KindRejected: true,
+	KindRotateKey: true, KindKeyAccepted: true,
 }
 
 var toServer = map[Kind]bool{
 	KindHello: true, KindHeartbeat: true, KindResourceStatus: true, KindCompliance: true,
 	KindDryRunResult: true, KindFacts: true, KindStateRequest: true, KindGoodbye: true, KindSecurity: true,
+	KindKeyRollover: true,
 }
 
 // Known reports whether k is a kind of this protocol version.

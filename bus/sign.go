@@ -65,7 +65,7 @@ func Verify(e *Envelope, pub ed25519.PublicKey) error {
 // Signer seals messages of one sender: it assigns ids, sequence numbers and
 // timestamps, and signs.
 type Signer struct {
-	key ed25519.PrivateKey
+	key atomic.Pointer[ed25519.PrivateKey]
 	seq atomic.Uint64
 	now func() time.Time
 
@@ -100,7 +100,8 @@ const MaxSeq = 1 << 62
 
 // NewSigner returns a signer whose first sequence number follows lastSeq.
 func NewSigner(key ed25519.PrivateKey, lastSeq uint64) *Signer {
-	s := &Signer{key: key, now: time.Now}
+	s := &Signer{now: time.Now}
+	s.key.Store(&key)
 	s.seq.Store(lastSeq)
 	return s
 }
@@ -153,8 +154,15 @@ func (s *Signer) next() (uint64, error) {
 
 // PublicKey returns the signer's public key.
 func (s *Signer) PublicKey() ed25519.PublicKey {
-	return s.key.Public().(ed25519.PublicKey)
+	return (*s.key.Load()).Public().(ed25519.PublicKey)
 }
+
+// SetKey makes the signer sign with key from now on (a key rollover): the
+// sequence goes on, so the receiver's deduplication still holds.
+func (s *Signer) SetKey(key ed25519.PrivateKey) { s.key.Store(&key) }
+
+// Key returns the key the signer signs with.
+func (s *Signer) Key() ed25519.PrivateKey { return *s.key.Load() }
 
 // Seal builds a signed envelope of kind for env and agent around body.
 func (s *Signer) Seal(kind Kind, env, agent string, body any) (*Envelope, error) {
@@ -179,7 +187,7 @@ func (s *Signer) Seal(kind Kind, env, agent string, body any) (*Envelope, error)
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	Sign(e, s.key)
+	Sign(e, *s.key.Load())
 	return e, nil
 }
 

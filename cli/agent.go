@@ -68,8 +68,15 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, a)
 				}
-				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %v\n  generation  %d\n  key         %s\n  last seen   %s\n  facts:\n",
-					a.Name, a.State, a.Online, a.Paused, a.Generation, a.Key, a.LastSeen.Local().Format(time.DateTime))
+				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %v\n  generation  %d\n  key         %s\n",
+					a.Name, a.State, a.Online, a.Paused, a.Generation, a.Key)
+				switch {
+				case a.PreviousKey != "" && a.PreviousUntil == nil:
+					fmt.Fprintf(term.stdout, "  previous    %s (still taken: the agent has not switched to its new key yet)\n", a.PreviousKey)
+				case a.PreviousKey != "":
+					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
+				}
+				fmt.Fprintf(term.stdout, "  last seen   %s\n  facts:\n", a.LastSeen.Local().Format(time.DateTime))
 				return writeJSON(term.stdout, a.Facts)
 			}),
 			action(record.AgentAccept, "accept a discovered agent: it is enrolled and gets its desired state"),
@@ -78,6 +85,7 @@ func agentCommand(term *terminal) *ucli.Command {
 			action(record.AgentPause, "pause an agent: it is sent no deploy until resumed"),
 			action(record.AgentResume, "resume a paused agent"),
 			agentFactsRefreshCommand(term),
+			agentRotateKeyCommand(term),
 		},
 	}
 }
@@ -190,6 +198,29 @@ func agentFactsRefreshCommand(term *terminal) *ucli.Command {
 		"a host (an address, a package manager) to compile against its new facts without waiting for the\n" +
 		"agent's next check. An agent that is not connected reports its facts when it says hello again.\n" +
 		"Needs an operator token; only an accepted agent can be asked."
+	return cmd
+}
+
+// agentRotateKeyCommand is `tether agent rotate-key NAME`: the server asks
+// the agent to replace its key by a signed rollover.
+func agentRotateKeyCommand(term *terminal) *ucli.Command {
+	cmd := remoteCommand(term, "rotate-key", "ask an agent to replace its key (tether agent show NAME shows the new key once it has)", "NAME", nil,
+		func(c *ucli.Context, cl *client, asJSON bool) error {
+			a, err := postAgent(c, cl, "rotate-key")
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, a)
+			}
+			fmt.Fprintf(term.stdout, "agent %s: asked to replace its key %s; `tether agent show %s` shows the new one once it has\n", a.Name, a.Key, a.Name)
+			return nil
+		})
+	cmd.Description = "The agent makes a new key, keeps it on disk, and proposes it to the server signed by its current\n" +
+		"key with the new key's proof of possession; the server makes it the agent's key and the agent\n" +
+		"switches to it, its broker login with it. Nothing the agent sent is lost meanwhile. The request waits\n" +
+		"an hour in the inbox of an agent that is not connected. Needs an operator token; only an accepted\n" +
+		"agent can be asked. See docs/operations.md, \"Rotating an agent's key\"."
 	return cmd
 }
 

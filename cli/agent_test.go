@@ -18,9 +18,9 @@ import (
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
 
-// `tether agent facts-refresh NAME` against a real API (SQLite, the
-// in-process bus): the agent's inbox gets the command; errors and -o json
-// are those of the other agent commands.
+// `tether agent facts-refresh NAME` and `tether agent rotate-key NAME`
+// against a real API (SQLite, the in-process bus): the agent's inbox gets
+// the command; errors and -o json are those of the other agent commands.
 func TestAgentFactsRefresh(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,6 +57,9 @@ func TestAgentFactsRefresh(t *testing.T) {
 	if code, _, stderr := invoke(t, "agent", "facts-refresh", "web-1"); code != 1 || !strings.Contains(stderr, "accept it first") {
 		t.Fatalf("refresh of a pending agent: exit %d, %q; want 1 and a hint to accept it", code, stderr)
 	}
+	if code, _, stderr := invoke(t, "agent", "rotate-key", "web-1"); code != 1 || !strings.Contains(stderr, "accept it first") {
+		t.Fatalf("rotate-key of a pending agent: exit %d, %q; want 1 and a hint to accept it", code, stderr)
+	}
 	if code, _, stderr := invoke(t, "agent", "facts-refresh"); code != exitUsage {
 		t.Fatalf("no agent name: exit %d, want %d: %q", code, exitUsage, stderr)
 	}
@@ -75,16 +78,23 @@ func TestAgentFactsRefresh(t *testing.T) {
 		t.Fatalf("facts-refresh -o json: exit %d, %q / %q; want the agent as JSON", code, stdout, stderr)
 	}
 
-	refreshes := make(chan struct{}, 2)
+	if code, stdout, stderr := invoke(t, "agent", "rotate-key", "web-1"); code != 0 || !strings.Contains(stdout, "agent web-1: asked to replace its key") {
+		t.Fatalf("rotate-key: exit %d, %q / %q", code, stdout, stderr)
+	}
+
+	refreshes, rotations := make(chan struct{}, 2), make(chan struct{}, 1)
 	consumed := make(chan struct{})
 	go func() {
 		defer close(consumed)
 		_ = b.ConsumeInbox(ctx, "prod", "web-1", func(_ context.Context, d bus.Delivery) error {
-			if d.Envelope.Kind == bus.KindFactsRefresh {
+			switch d.Envelope.Kind {
+			case bus.KindFactsRefresh:
 				select {
 				case refreshes <- struct{}{}:
 				default: // more than asked for: the count below fails
 				}
+			case bus.KindRotateKey:
+				rotations <- struct{}{}
 			}
 			return nil
 		})
@@ -95,6 +105,11 @@ func TestAgentFactsRefresh(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("%d facts.refresh in the agent's inbox, want 2", i)
 		}
+	}
+	select {
+	case <-rotations:
+	case <-ctx.Done():
+		t.Fatal("no key.rotate in the agent's inbox")
 	}
 	cancel()
 	<-consumed

@@ -170,6 +170,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 			return err
 		}
 		b, login := shared, &agentLogin{ready: make(chan struct{})}
+		var relogin func()
 		if ownLogin {
 			own := bcfg
 			own.ConnectionName = "tether agent " + name
@@ -178,11 +179,12 @@ func runAgents(c *ucli.Context, term *terminal) error {
 				return err
 			}
 			buses = append(buses, b)
+			relogin = b.Relogin
 		}
 		a, err := agent.New(agent.Config{
 			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
-			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather,
+			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather, Relogin: relogin,
 		}, b, reg, log)
 		login.set(a)
 		if errors.Is(err, agent.ErrNoServerKey) {

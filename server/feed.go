@@ -27,7 +27,8 @@ const (
 	// EventSecurity: an event was dropped for its signer.
 	EventSecurity EventKind = "security.alert"
 	// EventAgentChanged: an operator accepted, rejected, paused or resumed
-	// an agent (Error holds the action).
+	// an agent, its facts changed or its key rolled over (Error says
+	// which).
 	EventAgentChanged EventKind = "agent.changed"
 	// EventEnvHalted: an environment was halted or resumed.
 	EventEnvHalted EventKind = "env.halted"

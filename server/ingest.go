@@ -63,7 +63,7 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if e.Kind == bus.KindHello {
 		return s.hello(ctx, e)
 	}
-	a, err := s.agents.get(ctx, e.Env, e.Agent)
+	a, cached, err := s.agents.get(ctx, e.Env, e.Agent)
 	if errors.Is(err, model.ErrNotFound) {
 		s.security(ctx, e, "event from an unknown agent")
 		return fmt.Errorf("%w: %s: unknown agent", bus.ErrReject, e)
@@ -71,9 +71,13 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if err != nil {
 		return err
 	}
-	if err := bus.Verify(e, a.PublicKey); err != nil {
+	byPrevious, err := s.verifyAgent(ctx, &a, cached, e)
+	if errors.Is(err, bus.ErrBadSignature) {
 		s.security(ctx, e, "event signed by another key than the agent's")
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	if err != nil {
+		return err
 	}
 	if err := checkSeq(a, e.Seq); err != nil {
 		s.security(ctx, e, err.Error())
@@ -117,6 +121,12 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		return s.compliance(ctx, a, e, body)
 	case bus.KindStateRequest:
 		return s.sched.StateRequest(ctx, a.Env, a.Name)
+	case bus.KindKeyRollover:
+		var body bus.KeyRollover
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return s.rollover(ctx, a, e, body, byPrevious)
 	case bus.KindHeartbeat:
 		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
@@ -210,13 +220,25 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	}
 	now := time.Now().UTC()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	rekeyed, wentBack, heldBefore, discovered := false, "", a.Generation, false
+	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched := false, "", a.Generation, false, false, false
+	heldKey := a.PublicKey
 	switch {
 	case errors.Is(err, model.ErrNotFound):
 		a = record.Agent{Env: e.Env, Name: e.Agent, State: record.AgentPending, PublicKey: body.PublicKey, FirstSeen: now}
 		discovered = true
 	case err != nil:
 		return err
+	case a.State == record.AgentAccepted && a.PreviousHolds(body.PublicKey, now) &&
+		(len(a.KeyAgreementKey) == 0 || bytes.Equal(a.KeyAgreementKey, body.KeyAgreementKey)):
+		// The agent has not switched to the key it rolled over to (the
+		// acknowledgement has not reached it): its previous key holds
+		// until it does, the record keeps the new one, and its rollover,
+		// which follows this hello, is acknowledged again.
+		notSwitched = true
+		if err := checkSeq(a, e.Seq); err != nil {
+			s.security(ctx, e, err.Error())
+			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+		}
 	case !bytes.Equal(a.PublicKey, body.PublicKey) && a.State == record.AgentAccepted && env.Settings.Enrollment != record.EnrollOpen:
 		s.security(ctx, e, "hello from an accepted agent's name with another key")
 		return fmt.Errorf("%w: %s presents a key other than the accepted one", bus.ErrReject, e)
@@ -239,13 +261,16 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("%w: %s presents a key other than the %s agent's", bus.ErrReject, e, a.State)
 	case !bytes.Equal(a.PublicKey, body.PublicKey):
 		// A new key starts a new sequence (once it is accepted): nothing
-		// the old key said holds the new one back.
+		// the old key said holds the new one back. A key it rolled over
+		// from is no more its.
 		a.LastSeq, rekeyed = 0, true
+		a.PreviousKey, a.PreviousUntil = nil, nil
 	default:
 		if err := checkSeq(a, e.Seq); err != nil {
 			s.security(ctx, e, err.Error())
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
+		switched = !a.Switched()
 		if a.State == record.AgentAccepted && body.Generation < a.Generation && body.Generation > 0 {
 			wentBack = fmt.Sprintf("agent %s holds generation %d, behind the %d it reported before: its journal was reset, "+
 				"or restored from an older copy (a replay cannot do it: agents refuse older desired state); it is sent its whole desired state",
@@ -257,7 +282,10 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(body.KeyAgreementKey)).
 			Msg("agent presents a key-agreement key (upgraded): sensitive values are sealed to it from now on")
 	}
-	a.PublicKey, a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.PublicKey, body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
+	a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
+	if !notSwitched {
+		a.PublicKey = body.PublicKey
+	}
 	a.Generation, a.LastSeen, a.Connected = body.Generation, now, true
 	a.LastSeq = max(a.LastSeq, int64(e.Seq))
 	refusal := ""
@@ -303,7 +331,19 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return err
 	}
+	if rekeyed {
+		if ok, err := s.store.SetAgentKey(ctx, a, heldKey); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("hello of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
+		}
+	}
 	s.agents.put(a)
+	if switched {
+		if err := s.markSwitched(ctx, &a, now); err != nil {
+			return err
+		}
+	}
 	// The server owns the inboxes and their bindings (an agent may not
 	// bind): the answer to this hello, and every command after it, needs
 	// one.
@@ -685,20 +725,22 @@ func newAgentCache(st store.Store, ttl time.Duration) *agentCache {
 	return &agentCache{store: st, ttl: ttl, m: map[agentKey]cachedAgent{}}
 }
 
-func (c *agentCache) get(ctx context.Context, env, name string) (record.Agent, error) {
+// get returns the agent, and whether it is the cache's copy (not read
+// from the store just now).
+func (c *agentCache) get(ctx context.Context, env, name string) (a record.Agent, cached bool, err error) {
 	k := agentKey{env, name}
 	c.mu.Lock()
 	e, ok := c.m[k]
 	c.mu.Unlock()
 	if ok && time.Since(e.at) < c.ttl {
-		return e.agent, nil
+		return e.agent, true, nil
 	}
-	a, err := c.store.GetAgent(ctx, env, name)
+	a, err = c.store.GetAgent(ctx, env, name)
 	if err != nil {
-		return a, err
+		return a, false, err
 	}
 	c.put(a)
-	return a, nil
+	return a, false, nil
 }
 
 func (c *agentCache) put(a record.Agent) {

@@ -24,6 +24,7 @@ import (
 // in the identity file, each replaced only atomically.
 const (
 	keyFile      = "key"
+	nextKeyFile  = "key.next"
 	kexFile      = "kex"
 	identityFile = "identity"
 )
@@ -47,6 +48,9 @@ type identity struct {
 	// Kex says the state directory has a key-agreement key: a kex file
 	// missing then is a key lost, not a directory of an older agent.
 	Kex bool `json:"kex,omitempty"`
+	// NextKey is the public key of a rollover under way: its private key
+	// is in the key.next file until the server acknowledges it.
+	NextKey []byte `json:"next_key,omitempty"`
 }
 
 // fresh reports whether the identity says nothing happened yet: no

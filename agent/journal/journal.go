@@ -167,13 +167,16 @@ type state struct {
 type Journal struct {
 	dir  string
 	cfg  Config
-	key  ed25519.PrivateKey
 	kex  *ecdh.PrivateKey
 	lock *os.File
 
-	// idMu guards the identity; it is never held with the locks below.
+	// idMu guards the identity and the keys; it is never held with the
+	// locks below.
 	idMu sync.Mutex
 	id   identity
+	key  ed25519.PrivateKey
+	// next is the key of a rollover under way (nil when none).
+	next ed25519.PrivateKey
 
 	// syncMu is held while syncing the log; lock order: syncMu, then mu.
 	syncMu sync.Mutex
@@ -264,8 +267,13 @@ func (j *Journal) Close() error {
 // Dir returns the state directory ("" in memory).
 func (j *Journal) Dir() string { return j.dir }
 
-// Key returns the agent's private key, created on first open.
-func (j *Journal) Key() ed25519.PrivateKey { return j.key }
+// Key returns the agent's private key, created on first open and
+// replaced by CompleteRollover.
+func (j *Journal) Key() ed25519.PrivateKey {
+	j.idMu.Lock()
+	defer j.idMu.Unlock()
+	return j.key
+}
 
 // Kex returns the agent's key-agreement key, created on first open (of a
 // state directory an older agent made too).

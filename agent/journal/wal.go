@@ -220,6 +220,9 @@ func (j *Journal) load(agent string) error {
 	if err := j.loadKex(); err != nil {
 		return err
 	}
+	if err := j.loadNextKey(); err != nil {
+		return err
+	}
 	for _, info := range infos {
 		if info.torn >= 0 {
 			j.repairs = append(j.repairs, fmt.Sprintf("%s: cut %d bytes of a torn tail at byte %d (a write a crash interrupted; it never committed)",

@@ -75,6 +75,19 @@ func (b *Bus) Close() {
 	<-b.done
 }
 
+// Relogin closes the connection, so the bus dials again with fresh
+// credentials from Config.Login: an agent whose key rolled over logs in as
+// its new self. Consumers and claims come back as after any reconnect.
+func (b *Bus) Relogin() {
+	b.mu.Lock()
+	s := b.current
+	b.mu.Unlock()
+	if s != nil {
+		b.log.Info().Msg("logging in to the broker again (the agent's key changed)")
+		_ = s.conn.Close()
+	}
+}
+
 // DeadLettered counts the messages this bus moved to the dead-letter queue.
 func (b *Bus) DeadLettered() int64 { return b.deadLettered.Load() }
 

@@ -204,6 +204,7 @@ type Agents interface {
 type AgentControl interface {
 	AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error)
 	RefreshFacts(ctx context.Context, env, name string) (record.Agent, error)
+	RotateKey(ctx context.Context, env, name string) (record.Agent, error)
 }
 
 // Compiles asks the server for compiles of environments' models and reads

@@ -585,12 +585,18 @@ type AgentView struct {
 	record.Agent
 	Online bool   `json:"online"`
 	Key    string `json:"key_fingerprint,omitempty"`
+	// PreviousKey is the fingerprint of the key before the agent's last
+	// key rollover, while it still holds.
+	PreviousKey string `json:"previous_key_fingerprint,omitempty"`
 }
 
 func (a *API) view(ag record.Agent) AgentView {
 	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
+	}
+	if ag.PreviousHolds(ag.PreviousKey, a.now()) {
+		v.PreviousKey = model.Fingerprint(ag.PreviousKey)
 	}
 	return v
 }
@@ -675,6 +681,24 @@ func (a *API) factsRefresh(r *request) (int, any, error) {
 	ag, err := a.svc.Control.RefreshFacts(r.ctx(), env, name)
 	if errors.Is(err, model.ErrConflict) {
 		return 0, nil, newError("conflict", fmt.Sprintf("accept it first (tether agent accept %s)", name), "agent %s is %s: only an accepted agent can be asked for its facts", name, ag.State)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, a.view(ag), nil
+}
+
+// rotateKey asks an agent to replace its key. The answer, 202, is the
+// agent as recorded now: its key changes when its rollover arrives, as an
+// agent event on the event stream.
+func (a *API) rotateKey(r *request) (int, any, error) {
+	env, name, err := agentParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Control.RotateKey(r.ctx(), env, name)
+	if errors.Is(err, model.ErrConflict) {
+		return 0, nil, newError("conflict", fmt.Sprintf("accept it first (tether agent accept %s)", name), "agent %s is %s: only an accepted agent can rotate its key", name, ag.State)
 	}
 	if err != nil {
 		return 0, nil, err

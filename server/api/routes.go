@@ -85,6 +85,7 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it is sent no deploy until resumed", serve: a.agentAction(record.AgentPause)},
 		{method: "POST", path: "/envs/:env/agents/:name/resume", role: record.RoleOperator, action: "agent.resume", summary: "Resume a paused agent", serve: a.agentAction(record.AgentResume)},
 		{method: "POST", path: "/envs/:env/agents/:name/facts-refresh", role: record.RoleOperator, action: "agent.facts-refresh", summary: "Ask an agent to report its facts again; its record is updated when the report arrives", serve: a.factsRefresh},
+		{method: "POST", path: "/envs/:env/agents/:name/rotate-key", role: record.RoleOperator, action: "agent.rotate-key", summary: "Ask an agent to replace its key by a signed rollover; its key changes when the rollover arrives", serve: a.rotateKey},
 
 		{method: "POST", path: "/envs/:env/deploy", role: record.RoleOperator, action: "env.deploy", summary: "Deploy the released version", body: "{agents?: [name], full?: bool}", serve: a.operation(record.OpDeploy)},
 		{method: "POST", path: "/envs/:env/repair", role: record.RoleOperator, action: "env.repair", summary: "Verify everything and repair drift", body: "{agents?: [name]}", serve: a.operation(record.OpRepair)},

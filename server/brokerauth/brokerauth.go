@@ -216,7 +216,12 @@ func (b *Backend) roleOf(ctx context.Context, l bus.BrokerLogin) (role, error) {
 	case err != nil:
 		return refused, err
 	}
-	same := bytes.Equal(a.PublicKey, l.Key)
+	// An agent that rolled its key over logs in with its previous key
+	// until it switches: it hears of the new key's acceptance over that
+	// login. Once the server heard from it with the new key, the old
+	// login is refused.
+	same := bytes.Equal(a.PublicKey, l.Key) ||
+		(a.State == record.AgentAccepted && !a.Switched() && a.PreviousHolds(l.Key, b.now()))
 	switch {
 	case same && a.State == record.AgentAccepted:
 		return accepted, nil
@@ -224,6 +229,9 @@ func (b *Backend) roleOf(ctx context.Context, l bus.BrokerLogin) (role, error) {
 		return pending, nil
 	case !same && a.State == record.AgentPending:
 		return stranger, nil
+	case bytes.Equal(a.PreviousKey, l.Key):
+		b.securityAlert(ctx, l, fmt.Sprintf("broker login of agent %s with its previous key %s, which it left for %s, refused (is the old key in other hands?)",
+			a.Name, bus.Fingerprint(l.Key), bus.Fingerprint(a.PublicKey)))
 	case !same:
 		b.securityAlert(ctx, l, fmt.Sprintf("broker login of %s agent %s with another key (%s, not %s) refused",
 			a.State, a.Name, bus.Fingerprint(l.Key), bus.Fingerprint(a.PublicKey)))

@@ -68,8 +68,14 @@ func ask(t *testing.T, srv *httptest.Server, path string, form url.Values) strin
 
 func TestRights(t *testing.T) {
 	accepted, pending, rejected, stranger, thief := key(t), key(t), key(t), key(t), key(t)
+	rolling, rolled, left := key(t), key(t), key(t)
+	later := time.Now().Add(time.Hour)
 	dir := agents{
 		"prod/web-1": {Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: pub(accepted)},
+		// web-2 rolled its key over to rolling and has not switched yet;
+		// web-3 switched to rolled and left its previous key behind.
+		"prod/web-2": {Env: "prod", Name: "web-2", State: record.AgentAccepted, PublicKey: pub(rolling), PreviousKey: pub(thief)},
+		"prod/web-3": {Env: "prod", Name: "web-3", State: record.AgentAccepted, PublicKey: pub(rolled), PreviousKey: pub(left), PreviousUntil: &later},
 		"prod/new-1": {Env: "prod", Name: "new-1", State: record.AgentPending, PublicKey: pub(pending)},
 		"prod/bad-1": {Env: "prod", Name: "bad-1", State: record.AgentRejected, PublicKey: pub(rejected)},
 	}
@@ -98,6 +104,10 @@ func TestRights(t *testing.T) {
 		{"pending name, another key: may say hello (a token may enroll it)", thief, "prod", "new-1", time.Now(), "", "allow"},
 		{"rejected agent", rejected, "prod", "bad-1", time.Now(), "", "deny"},
 		{"accepted name, another key", thief, "prod", "web-1", time.Now(), "", "deny"},
+		{"rolling over: the new key", rolling, "prod", "web-2", time.Now(), "", "allow"},
+		{"rolling over: the previous key, until the agent switches", thief, "prod", "web-2", time.Now(), "", "allow"},
+		{"rolled over: the new key", rolled, "prod", "web-3", time.Now(), "", "allow"},
+		{"rolled over: the previous key, once the agent switched", left, "prod", "web-3", time.Now(), "", "deny"},
 		{"stale login", accepted, "prod", "web-1", time.Now().Add(-time.Hour), "", "deny"},
 		{"login from the future", accepted, "prod", "web-1", time.Now().Add(time.Hour), "", "deny"},
 		{"password not signed", accepted, "prod", "web-1", time.Now(), "v1.1.AAAA", "deny"},
@@ -118,8 +128,8 @@ func TestRights(t *testing.T) {
 		t.Fatalf("login as guest: got %q, want deny", got)
 	}
 	al.mu.Lock()
-	if len(al.said) != 1 || !strings.Contains(al.said[0], "prod/web-1") {
-		t.Errorf("security alerts: got %q, want one about prod/web-1's key", al.said)
+	if len(al.said) != 2 || !strings.Contains(al.said[0], "prod/web-1") || !strings.Contains(al.said[1], "prod/web-3: broker login of agent web-3 with its previous key") {
+		t.Errorf("security alerts: got %q, want one about prod/web-1's key, one about web-3's previous key", al.said)
 	}
 	al.mu.Unlock()
 

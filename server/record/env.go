@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -247,7 +248,24 @@ type Agent struct {
 	// LastSeq is the highest sequence number accepted from the agent's
 	// current key: a later event may run ahead of it only so far.
 	LastSeq int64 `json:"last_seq,omitempty"`
+	// PreviousKey is the agent's key before its last key rollover. Its
+	// events, and its broker login, still hold until PreviousUntil — nil
+	// until the agent is first heard from with its new key (it has not
+	// switched yet), then a grace later — so nothing the agent signed
+	// before it switched is lost.
+	PreviousKey   []byte     `json:"previous_key,omitempty"`
+	PreviousUntil *time.Time `json:"previous_until,omitempty"`
 }
+
+// PreviousHolds reports whether key is the agent's previous key and still
+// holds at now.
+func (a *Agent) PreviousHolds(key []byte, now time.Time) bool {
+	return len(a.PreviousKey) > 0 && bytes.Equal(a.PreviousKey, key) && (a.PreviousUntil == nil || now.Before(*a.PreviousUntil))
+}
+
+// Switched reports whether the agent was heard from with its new key since
+// its last rollover (or never rolled its key over).
+func (a *Agent) Switched() bool { return len(a.PreviousKey) == 0 || a.PreviousUntil != nil }
 
 // ResourceStatus is where one resource of an environment stands.
 type ResourceStatus struct {

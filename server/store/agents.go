@@ -31,15 +31,26 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 	}
 	// An unknown environment fails the foreign key: model.ErrNotFound.
 	_, err = s.db.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 		ON CONFLICT (env, name) DO UPDATE SET
-			state = excluded.state, public_key = excluded.public_key, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
+			state = excluded.state, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
 			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
 			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END`,
-		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey)
+		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
+		a.PreviousKey, a.PreviousUntil)
 	return wrap("upsert agent "+a.Name, err)
+}
+
+// SetAgentKey implements Store.
+func (s *SQL) SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error) {
+	n, err := s.db.Exec(ctx, `UPDATE agents SET public_key = $4, previous_key = $5, previous_until = $6
+		WHERE env = $1 AND name = $2 AND public_key = $3`, a.Env, a.Name, from, a.PublicKey, a.PreviousKey, a.PreviousUntil)
+	if err != nil {
+		return false, wrap("set the key of agent "+a.Name, err)
+	}
+	return n == 1, nil
 }
 
 // ResetSequence implements Store.
@@ -58,13 +69,14 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	}))
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until`
 
 func scanAgent(r Row) (record.Agent, error) {
 	var a record.Agent
 	var labels, facts, kinds []byte
 	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
-		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey); err != nil {
+		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey,
+		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}); err != nil {
 		return a, err
 	}
 	return a, decodeAgent(&a, labels, facts, kinds)

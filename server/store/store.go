@@ -78,7 +78,13 @@ type Store interface {
 
 	// UpsertAgent records an agent: first sight, or what it says of itself.
 	// Its LastSeq only grows (the greater of the stored and the given).
+	// An agent's keys are written on first sight only, then by
+	// SetAgentKey: a write of other fields from a copy read before a key
+	// changed never puts the old key back.
 	UpsertAgent(ctx context.Context, a record.Agent) error
+	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
+	// if the agent's key is still from, and reports whether it was.
+	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)
 	// ResetSequence starts an agent's sequence over, for a new key: its
 	// LastSeq, the sequence numbers its resources' states were set at,
 	// and its deduplication marks go, so nothing the old key said holds

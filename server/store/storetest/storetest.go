@@ -312,6 +312,40 @@ func testAgents(t *testing.T, s store.Store) {
 	if !got.FirstSeen.Equal(first) {
 		t.Fatalf("first seen %v, want %v (kept from the first sight)", got.FirstSeen, first)
 	}
+	if got.PreviousKey != nil || got.PreviousUntil != nil {
+		t.Fatalf("agent that never rolled its key over: previous key %x until %v; want none", got.PreviousKey, got.PreviousUntil)
+	}
+	// An agent's keys change only by compare-and-set: a write of its
+	// other fields from an older copy never puts an old key back.
+	a.PublicKey = []byte{6, 6, 6}
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.GetAgent(ctx, "prod", "web-1"); err != nil || string(r.PublicKey) != string([]byte{1, 2, 3}) {
+		t.Fatalf("key after an upsert with another: %x, %v; want 010203 kept", r.PublicKey, err)
+	}
+	// A key rollover: the previous key holds until the agent switches
+	// (no time), then until a time.
+	a.PublicKey, a.PreviousKey = []byte{8, 9}, []byte{1, 2, 3}
+	if ok, err := s.SetAgentKey(ctx, a, []byte{7}); err != nil || ok {
+		t.Fatalf("set the key from one the agent does not have: %v, %v; want false", ok, err)
+	}
+	from := []byte{1, 2, 3}
+	for _, until := range []*time.Time{nil, new(time.Now().Add(time.Hour).Truncate(time.Microsecond))} {
+		a.PreviousUntil = until
+		if ok, err := s.SetAgentKey(ctx, a, from); err != nil || !ok {
+			t.Fatalf("set the key from %x: %v, %v; want true", from, ok, err)
+		}
+		from = a.PublicKey
+		r, err := s.GetAgent(ctx, "prod", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.PublicKey) != string([]byte{8, 9}) || string(r.PreviousKey) != string([]byte{1, 2, 3}) ||
+			(until == nil) != (r.PreviousUntil == nil) || (until != nil && !r.PreviousUntil.Equal(*until)) {
+			t.Fatalf("after a rollover: key %x, previous %x until %v; want 0809, 010203 until %v", r.PublicKey, r.PreviousKey, r.PreviousUntil, until)
+		}
+	}
 	if fam := got.Facts["os"].(map[string]any)["family"]; fam != "debian" {
 		t.Fatalf("facts %v", got.Facts)
 	}
