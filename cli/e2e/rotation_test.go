@@ -48,7 +48,7 @@ func TestAgentKeyRotationWhileRunning(t *testing.T) {
 	waitFor(t, 90*time.Second, "alpha to deploy version 1", deployed(v1))
 
 	keyFile := filepath.Join(state, env, "alpha", "key")
-	oldKey := agentKey(t, keyFile)
+	oldKey := readKey(t, keyFile)
 	oldFP := fingerprint(oldKey)
 	if got := c.agent("alpha").Key; got != oldFP {
 		t.Fatalf("the server holds key %s for alpha, its key file %s", got, oldFP)
@@ -63,7 +63,7 @@ func TestAgentKeyRotationWhileRunning(t *testing.T) {
 		return a.Key != oldFP && a.PreviousUntil != nil
 	})
 	a := c.agent("alpha")
-	if newFP := fingerprint(agentKey(t, keyFile)); newFP != a.Key {
+	if newFP := fingerprint(readKey(t, keyFile)); newFP != a.Key {
 		t.Fatalf("alpha's key file holds %s, the server %s", newFP, a.Key)
 	}
 	if show := c.cli("agent", "show", "alpha"); !strings.Contains(show, "key         "+a.Key) || !strings.Contains(show, "previous    "+oldFP+" (its events taken until") {
