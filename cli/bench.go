@@ -282,12 +282,14 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			"through the REST API and timed until the server has recorded every resource deployed.\n" +
 			"The server's resident memory is read from /proc at the end (peak and current).\n\n" +
 			"   tether bench converge --agents 1000 --resources 20\n" +
-			"   tether bench converge --agents 1000 --resources 20 --dir /dev/shm/converge   # tmpfs",
+			"   tether bench converge --agents 1000 --resources 20 --dir /dev/shm/converge   # tmpfs\n" +
+			"   tether bench converge --agents 200 --resources 20 --forged 100000            # through a flood",
 		Flags: append(benchServiceFlags(),
 			benchAMQPFlag(),
 			&ucli.IntFlag{Name: "agents", Value: 1000, Usage: "how many agents"},
 			&ucli.IntFlag{Name: "resources", Value: 20, Usage: "how many file resources each agent gets"},
 			&ucli.IntFlag{Name: "per-connection", Value: 50, Usage: "agents sharing one AMQP connection"},
+			&ucli.IntFlag{Name: "forged", Usage: "publish `N` forged events (a key the server does not know, the agents' names) just before the release, and time the release through them (it starts when half are on the broker)"},
 			&ucli.StringFlag{Name: "dir", Usage: "the agents' journals and files go under `DIR` (default: a new temporary directory)"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
 		),
@@ -297,7 +299,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				return err
 			}
 			o := bench.ConvergeOptions{Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
-				PerConnection: c.Int("per-connection"), Dir: c.String("dir"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
 			}
@@ -314,6 +316,9 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Sprintf("%.1f MiB", res.ServerPeakMiB), fmt.Sprintf("%.1f MiB", res.ServerRSSMiB))
 			if err := t.flush(); err != nil {
 				return err
+			}
+			if res.Forged > 0 {
+				fmt.Fprintf(term.stdout, "\n%d forged events published in %.2f s; the release started once half were on the broker\n", res.Forged, res.ForgedSeconds)
 			}
 			fmt.Fprintf(term.stdout, "\ncommand: %s\n", res.Command)
 			return nil

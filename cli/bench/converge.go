@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,16 +18,19 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
@@ -52,8 +56,13 @@ type ConvergeOptions struct {
 	Dir               string
 	Agents, Resources int
 	PerConnection     int // agents sharing one AMQP connection
-	Timeout           time.Duration
-	Progress          io.Writer // if not nil, shows how far it got (a terminal)
+	// Forged events are published on the events exchange just before the
+	// release, as a host holding a broker login might: signed by keys the
+	// server does not know, in the fleet's agents' names. The release is
+	// timed through the flood.
+	Forged   int
+	Timeout  time.Duration
+	Progress io.Writer // if not nil, shows how far it got (a terminal)
 }
 
 // ConvergeResult is what the converge scenario measured.
@@ -63,6 +72,8 @@ type ConvergeResult struct {
 	EnrollSeconds    float64 `json:"enroll_seconds"`
 	ConvergeSeconds  float64 `json:"converge_seconds"`
 	ResultsPerSecond float64 `json:"results_per_second"`
+	Forged           int     `json:"forged_events,omitempty"`
+	ForgedSeconds    float64 `json:"forged_publish_seconds,omitempty"` // all of them, the release started halfway
 	ServerPeakMiB    float64 `json:"server_peak_rss_mib"`
 	ServerRSSMiB     float64 `json:"server_rss_mib"`
 	Dir              string  `json:"dir"`
@@ -213,6 +224,25 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		return nil, err
 	}
 	defer st.Close()
+	// A flood runs through the release: it starts once half of it is
+	// on the broker.
+	var forged time.Duration
+	forgeDone := make(chan error, 1)
+	if o.Forged > 0 {
+		half := make(chan struct{})
+		go func() {
+			var err error
+			forged, err = forge(ctx, bcfg, names, o.Forged, half)
+			forgeDone <- err
+		}()
+		select {
+		case <-half:
+		case err := <-forgeDone:
+			return nil, err
+		}
+	} else {
+		forgeDone <- nil
+	}
 	start := time.Now()
 	var out api.ExportResponse
 	if err := cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
@@ -262,6 +292,10 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		}
 	}
 	converge := time.Since(start)
+	showProgress(o.Progress, "forging the rest of the events")
+	if err := <-forgeDone; err != nil {
+		return nil, err
+	}
 	showProgress(o.Progress, "")
 	peak, cur, err := procMemory(srv.cmd.Process.Pid)
 	if err != nil {
@@ -271,9 +305,54 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if o.Dir != "" {
 		cmd += " --dir " + o.Dir
 	}
+	if o.Forged > 0 {
+		cmd += fmt.Sprintf(" --forged %d", o.Forged)
+	}
 	return &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
+		Forged: o.Forged, ForgedSeconds: forged.Seconds(),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(len(rs)) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work, Command: cmd}, nil
+}
+
+// forge publishes n heartbeats signed by a key the server does not know,
+// in the names of the fleet's agents, over 8 connections, closes half once
+// half of them are confirmed, and returns how long the broker took to
+// confirm them all.
+func forge(ctx context.Context, bcfg amqp.Config, names []string, n int, half chan<- struct{}) (time.Duration, error) {
+	_, key, err := bus.GenerateKey()
+	if err != nil {
+		return 0, err
+	}
+	body, _ := json.Marshal(bus.Heartbeat{})
+	const conns = 8
+	start := time.Now()
+	var sent atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for c := range conns {
+		g.Go(func() error {
+			cfg := bcfg
+			cfg.ConnectionName = fmt.Sprintf("tether bench forger %d", c)
+			b, err := amqp.New(cfg, zerolog.Nop())
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			for i := c; i < n; i += conns {
+				e := &bus.Envelope{V: bus.ProtocolVersion, ID: uuid.NewString(), Kind: bus.KindHeartbeat, Env: "bench",
+					Agent: names[i%len(names)], Seq: uint64(i/len(names) + 1), TS: time.Now().UTC(), Body: body}
+				bus.Sign(e, key)
+				if err := b.Publish(gctx, e); err != nil {
+					return fmt.Errorf("forged event %d: %w", i, err)
+				}
+				if sent.Add(1) == int64((n+1)/2) {
+					close(half)
+				}
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	return time.Since(start), err
 }
 
 // serverProcess is a `tether server` child process.
