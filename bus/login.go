@@ -114,6 +114,19 @@ func CheckLogin(user, password string, now time.Time, skew time.Duration) (Broke
 	return l, nil
 }
 
+// BrokerConnection is one client connection of the broker, as its
+// management API lists it.
+type BrokerConnection struct {
+	// Name is the broker's name for it ("10.0.0.7:51234 -> 10.0.0.2:5671").
+	Name string
+	// User is the user it logged in as (an agent's: BrokerLogin.User).
+	User string
+	// ConnectedAt is when it opened.
+	ConnectedAt time.Time
+	// Channels is how many channels it has open.
+	Channels int
+}
+
 // String names the agent and its key's fingerprint.
 func (l BrokerLogin) String() string {
 	return l.Env + "/" + l.Agent + " (key " + Fingerprint(l.Key) + ")"

@@ -102,7 +102,9 @@ func serverFlags() []ucli.Flag {
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "broker-login-skew", Value: brokerauth.Default().Skew, EnvVars: []string{"TETHER_BROKER_LOGIN_SKEW"},
 			Usage: "how far an agent's clock may be from this server's for its broker login to hold"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "broker-admin-url", EnvVars: []string{"TETHER_BROKER_ADMIN_URL"},
-			Usage: "RabbitMQ management API `URL` (http://user:password@host:15672): rejecting or revoking an agent closes its broker connections at once"}),
+			Usage: "RabbitMQ management API `URL` (http://user:password@host:15672): rejecting or revoking an agent closes its broker connections at once, and an agent's connections beyond --broker-max-agent-connections are closed"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "broker-max-agent-connections", Value: server.Default().MaxAgentConnections, EnvVars: []string{"TETHER_BROKER_MAX_AGENT_CONNECTIONS"},
+			Usage: "broker connections one agent (a name, whatever its key) may hold, with --broker-admin-url; the newest beyond are closed and alerted (0: no limit)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
@@ -505,6 +507,14 @@ func runServer(c *ucli.Context, term *terminal) error {
 		if cfg.Broker, err = amqp.NewAdmin(u); err != nil {
 			return usageError("--broker-admin-url: %v", err)
 		}
+	}
+	switch n := c.Int("broker-max-agent-connections"); {
+	case n < 0:
+		return usageError("--broker-max-agent-connections %d: want 0 (no limit) or more", n)
+	case n == 0:
+		cfg.MaxAgentConnections = -1
+	default:
+		cfg.MaxAgentConnections = n
 	}
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {

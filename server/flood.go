@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -21,7 +23,10 @@ import (
 //     inspection); the others are dropped at once, counted;
 //   - an agent's accepted events pass at most at rate a second (with a
 //     burst of ten seconds' worth); the others are dropped, counted, and
-//     alerted (within the bound above).
+//     alerted (within the bound above);
+//   - a known agent's hellos — each one written, answered, its inbox
+//     declared and what it misses sent — pass at most one a second after
+//     a burst of helloBurst; the others are dropped, counted and alerted.
 //
 // Each costs a map lookup under one lock: dropping is cheaper than
 // verifying, so a flood drains from the shared queue at the speed of
@@ -40,6 +45,11 @@ const (
 	// maxSenders bounds the senders tracked; beyond, forged names share
 	// one entry (a flood of invented names is one flood).
 	maxSenders = 10000
+	// Hellos of an agent the server knows, signed by its key: an honest
+	// agent says hello when it starts or reconnects, and again, slower
+	// and slower, until it is enrolled.
+	helloBurst = 60
+	helloRate  = 1.0 // a second
 )
 
 // floodGuard tracks senders. Its zero value is not usable: newFloodGuard.
@@ -59,8 +69,15 @@ type sender struct {
 	suppressed int       // alerts not stored in this window
 	last       string    // the last suppressed alert's text
 	dead       int       // refused events dead-lettered in this window
-	tokens     float64   // events the agent may still send at once (-1: a full bucket)
-	refilled   time.Time
+	events     bucket    // the agent's accepted events (allow), or its environment's discoveries
+	hellos     bucket    // the agent's hellos signed by its key
+}
+
+// bucket is a token bucket. Its zero value is full.
+type bucket struct {
+	tokens   float64 // what may pass at once, as of refilled
+	used     bool    // tokens holds a count (else the bucket is full)
+	refilled time.Time
 }
 
 func newFloodGuard(window time.Duration, rate float64) *floodGuard {
@@ -82,7 +99,7 @@ func (g *floodGuard) of(env, agent string, now time.Time) *sender {
 				return g.roll(s, now)
 			}
 		}
-		s = &sender{env: env, agent: agent, start: now, tokens: -1, refilled: now}
+		s = &sender{env: env, agent: agent, start: now}
 		g.senders[key] = s
 	}
 	return g.roll(s, now)
@@ -100,7 +117,7 @@ func (g *floodGuard) roll(s *sender, now time.Time) *sender {
 // sweep forgets senders idle for a whole window with nothing to sum up.
 func (g *floodGuard) sweep(now time.Time) {
 	for k, s := range g.senders {
-		if now.Sub(s.start) >= g.window && s.suppressed == 0 && now.Sub(s.refilled) >= g.window {
+		if now.Sub(s.start) >= g.window && s.suppressed == 0 && now.Sub(s.events.refilled) >= g.window && now.Sub(s.hellos.refilled) >= g.window {
 			delete(g.senders, k)
 		}
 	}
@@ -138,7 +155,15 @@ func (g *floodGuard) deadLetter(env, agent string, now time.Time) bool {
 func (g *floodGuard) allow(env, agent string, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.take(g.of(env, agent, now), g.rate, g.burst, now)
+	return g.of(env, agent, now).events.take(g.rate, g.burst, now)
+}
+
+// hello reports whether a hello of the known agent env/agent, signed by
+// its key, is within its hello rate.
+func (g *floodGuard) hello(env, agent string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.of(env, agent, now).hellos.take(helloRate, helloBurst, now)
 }
 
 // discover reports whether one more agent may be discovered in env now:
@@ -147,21 +172,44 @@ func (g *floodGuard) allow(env, agent string, now time.Time) bool {
 func (g *floodGuard) discover(env string, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.take(g.of(env, discoveryName, now), discoveriesPerMinute/60, discoveryBurst, now)
+	return g.of(env, discoveryName, now).events.take(discoveriesPerMinute/60, discoveryBurst, now)
 }
 
-// take takes one token of s's bucket, refilled at rate a second up to
-// burst.
-func (g *floodGuard) take(s *sender, rate, burst float64, now time.Time) bool {
-	if s.tokens < 0 {
-		s.tokens = burst
+// take takes one token of b, refilled at rate a second up to burst. Called
+// with the guard's lock held.
+func (b *bucket) take(rate, burst float64, now time.Time) bool {
+	if !b.used {
+		b.tokens, b.used = burst, true
+	} else {
+		b.tokens = min(burst, b.tokens+now.Sub(b.refilled).Seconds()*rate)
 	}
-	s.tokens = min(burst, s.tokens+now.Sub(s.refilled).Seconds()*rate)
-	s.refilled = now
-	if s.tokens < 1 {
+	b.refilled = now
+	if b.tokens < 1 {
 		return false
 	}
-	s.tokens--
+	b.tokens--
+	return true
+}
+
+// helloOverRate reports whether a hello is beyond its agent's hello rate:
+// then it is dropped, counted and alerted. Only hellos the server would
+// answer at a cost count: of an agent it knows, signed by the key it knows
+// (its previous key too, while that holds), so nobody without the key can
+// spend an agent's hellos. The others are refused further on, or bounded
+// as discoveries.
+func (s *Server) helloOverRate(ctx context.Context, e *bus.Envelope) bool {
+	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
+	if err != nil {
+		return false // unknown (bounded as a discovery), or the store away (hello fails on its own)
+	}
+	var body bus.Hello
+	now := time.Now()
+	if e.DecodeBody(&body) != nil || !(bytes.Equal(body.PublicKey, a.PublicKey) || a.PreviousHolds(body.PublicKey, now)) ||
+		bus.Verify(e, body.PublicKey) != nil || s.flood.hello(e.Env, e.Agent, now) {
+		return false
+	}
+	s.count(e.Kind, "over_rate")
+	s.security(ctx, e, fmt.Sprintf("agent %s says hello more than %d times at once, then once a second: the excess is dropped", a.Name, helloBurst))
 	return true
 }
 

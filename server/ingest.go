@@ -61,6 +61,9 @@ func (s *Server) count(k bus.Kind, outcome string) {
 
 func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if e.Kind == bus.KindHello {
+		if s.helloOverRate(ctx, e) {
+			return nil
+		}
 		return s.hello(ctx, e)
 	}
 	a, cached, err := s.agents.get(ctx, e.Env, e.Agent)

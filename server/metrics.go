@@ -27,6 +27,8 @@ type Metrics struct {
 	// of stored one by one (a flood).
 	securityHeld prometheus.Counter
 	leading      prometheus.Gauge
+	// brokerClosed counts agents' broker connections closed, by reason.
+	brokerClosed *prometheus.CounterVec
 
 	// listeners are the HTTP listeners whose connections are reported, by
 	// name (observeListener).
@@ -42,7 +44,7 @@ func newMetrics() *Metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tether_api_request_seconds",
 			Help: "API request latency, by route.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"route"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_ingest_events_total",
-			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry; dropped: refused beyond what is dead-lettered in a window; over_rate: beyond the agent's event rate)."}, []string{"kind", "outcome"}),
+			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry; dropped: refused beyond what is dead-lettered in a window; over_rate: beyond the agent's event rate, or its hello rate)."}, []string{"kind", "outcome"}),
 		results: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_ingest_results_total",
 			Help: "Resource results recorded."}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_ingest_batch_events",
@@ -55,9 +57,14 @@ func newMetrics() *Metrics {
 			Help: "Security alerts raised (forged or refused events, refused broker logins), stored or summed up."}),
 		securityHeld: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_held_total",
 			Help: "Security alerts beyond those stored one by one per agent and window, summed up in one alert each window."}),
+		brokerClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_broker_connections_closed_total",
+			Help: "Agents' broker connections the server closed through the management API, by reason (over_limit: beyond the agent's connection limit; revoked: the agent was rejected or revoked)."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading,
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, reason := range []string{"over_limit", "revoked"} {
+		m.brokerClosed.WithLabelValues(reason) // listed at 0 from the start
+	}
 	return m
 }
 

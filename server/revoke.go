@@ -47,6 +47,7 @@ func (s *Server) revoke(ctx context.Context, env, name string) {
 
 func (s *Server) closeConnections(ctx context.Context, env, name string) {
 	n, err := s.cfg.Broker.CloseAgentConnections(ctx, env, name)
+	s.metrics.brokerClosed.WithLabelValues("revoked").Add(float64(n))
 	switch {
 	case err != nil:
 		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot close the rejected agent's broker connections")

@@ -70,15 +70,30 @@ type Config struct {
 	// dead-lettered, the rest dropped) are bounded (default 1m).
 	FloodWindow time.Duration
 	// Broker closes the broker connections of an agent that is rejected
-	// or revoked (nil: they stay open until they drop; where the broker
-	// asks the server about each agent, the agent cannot log in again).
+	// or revoked, and those of an agent beyond MaxAgentConnections (nil:
+	// they stay open until they drop; where the broker asks the server
+	// about each agent, the agent cannot log in again).
 	Broker BrokerAdmin
+	// MaxAgentConnections bounds the broker connections of one agent
+	// (its environment and name, whatever key it logs in with) where
+	// Broker is set: beyond, the newest are closed (see brokerconns.go).
+	// Zero takes the default, 2 (a primary and a standby); negative: no
+	// bound.
+	MaxAgentConnections int
+	// ConnectionSweep is how often the agents' broker connections are
+	// counted (default 5s).
+	ConnectionSweep time.Duration
 }
 
 // BrokerAdmin does to the broker what its clients cannot.
 type BrokerAdmin interface {
 	// CloseAgentConnections closes every connection of env/name.
 	CloseAgentConnections(ctx context.Context, env, name string) (int, error)
+	// Connections lists the broker's client connections.
+	Connections(ctx context.Context) ([]bus.BrokerConnection, error)
+	// CloseConnection closes one connection, telling its client reason;
+	// one gone already is no error.
+	CloseConnection(ctx context.Context, name, reason string) error
 }
 
 // inboxDeleter is a bus that can delete an agent's inbox (found by type
@@ -92,7 +107,8 @@ type inboxDeleter interface {
 // fields; a nil Key is generated.
 func Default() Config {
 	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour,
-		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute}
+		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
+		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second}
 }
 
 // withDefaults fills the zero (or negative) fields of c from Default.
@@ -107,6 +123,10 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.CompileTimeout, def.CompileTimeout)
 	orDefault(&c.AgentEventRate, def.AgentEventRate)
 	orDefault(&c.FloodWindow, def.FloodWindow)
+	orDefault(&c.ConnectionSweep, def.ConnectionSweep)
+	if c.MaxAgentConnections == 0 {
+		c.MaxAgentConnections = def.MaxAgentConnections
+	}
 	return c
 }
 
@@ -232,6 +252,10 @@ func (s *Server) Run(parent context.Context) error {
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
 	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()
+	if s.cfg.Broker != nil && s.cfg.MaxAgentConnections > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.boundConnections(ctx) }()
+	}
 	defer wg.Wait()
 
 	consumers := []bus.Queue{bus.QueueCompliance}

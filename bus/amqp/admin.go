@@ -16,9 +16,11 @@ import (
 	"github.com/tetherhq/tether/bus"
 )
 
-// Admin does through RabbitMQ's management API what AMQP cannot: close
-// another client's connections. Revoking an agent must end the connection
-// it holds, whose channels keep the rights they were given.
+// Admin does through RabbitMQ's management API what AMQP cannot: list
+// and close other clients' connections. Revoking an agent must end the
+// connection it holds, whose channels keep the rights they were given;
+// and the broker bounds the connections of its own users only, not of the
+// agents its HTTP backend lets in, which the server bounds itself.
 type Admin struct {
 	base   *url.URL
 	client *http.Client
@@ -38,14 +40,42 @@ func NewAdmin(rawURL string) (*Admin, error) {
 type connection struct {
 	Name string `json:"name"`
 	User string `json:"user"`
+	// ConnectedAt is in milliseconds since the epoch.
+	ConnectedAt int64 `json:"connected_at"`
+	Channels    int   `json:"channels"`
+}
+
+// Connections lists the broker's client connections. The management API
+// lists a connection once the broker has reported its statistics (every
+// few seconds): one just opened may be missing.
+func (a *Admin) Connections(ctx context.Context) ([]bus.BrokerConnection, error) {
+	var conns []connection
+	if err := a.do(ctx, http.MethodGet, "/api/connections?columns=name,user,connected_at,channels", "", &conns); err != nil {
+		return nil, err
+	}
+	out := make([]bus.BrokerConnection, len(conns))
+	for i, c := range conns {
+		out[i] = bus.BrokerConnection{Name: c.Name, User: c.User, ConnectedAt: time.UnixMilli(c.ConnectedAt), Channels: c.Channels}
+	}
+	return out, nil
+}
+
+// CloseConnection closes the connection the broker names name; reason is
+// what its client is told. One gone already is no error.
+func (a *Admin) CloseConnection(ctx context.Context, name, reason string) error {
+	err := a.do(ctx, http.MethodDelete, "/api/connections/"+url.PathEscape(name), reason, nil)
+	if errors.Is(err, errGone) {
+		return nil
+	}
+	return err
 }
 
 // CloseAgentConnections closes every connection of the agent env/name,
 // whatever key it logged in with, and returns how many it closed.
 func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (int, error) {
 	prefix := bus.BrokerUserPrefix(env, name)
-	var conns []connection
-	if err := a.do(ctx, http.MethodGet, "/api/connections?columns=name,user", &conns); err != nil {
+	conns, err := a.Connections(ctx)
+	if err != nil {
 		return 0, err
 	}
 	closed := 0
@@ -54,8 +84,7 @@ func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (in
 		if !strings.HasPrefix(c.User, prefix) {
 			continue
 		}
-		err := a.do(ctx, http.MethodDelete, "/api/connections/"+url.PathEscape(c.Name), nil)
-		if err != nil && !errors.Is(err, errGone) {
+		if err := a.CloseConnection(ctx, c.Name, "tether: agent revoked"); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -67,7 +96,9 @@ func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (in
 // errGone: the management API knows no such thing (any more).
 var errGone = errors.New("not found")
 
-func (a *Admin) do(ctx context.Context, method, path string, out any) error {
+// do asks the management API; reason, when set, says why (X-Reason: the
+// broker tells the client of a connection it closes).
+func (a *Admin) do(ctx context.Context, method, path, reason string, out any) error {
 	u := *a.base
 	u.User = nil
 	ref, err := url.Parse(path)
@@ -81,7 +112,9 @@ func (a *Admin) do(ctx context.Context, method, path string, out any) error {
 	}
 	pw, _ := a.base.User.Password()
 	req.SetBasicAuth(a.base.User.Username(), pw)
-	req.Header.Set("X-Reason", "tether: agent revoked")
+	if reason != "" {
+		req.Header.Set("X-Reason", reason)
+	}
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("broker management API %s %s: %w", method, target.Path, err)

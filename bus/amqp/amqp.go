@@ -28,6 +28,7 @@ type Bus struct {
 	generation int
 
 	pubSlots chan struct{} // bounds publishing channels
+	opSlots  chan struct{} // bounds operations' channels (takeOp)
 	closing  chan struct{}
 	done     chan struct{} // closed when the supervisor returned
 	closeMu  sync.Once
@@ -60,6 +61,7 @@ func New(cfg Config, log zerolog.Logger) (*Bus, error) {
 		log:      log.With().Str("component", "bus").Str("broker", redactURL(cfg.URL)).Logger(),
 		changed:  make(chan struct{}),
 		pubSlots: make(chan struct{}, cfg.PublisherChannels),
+		opSlots:  make(chan struct{}, maxOperations),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		subs:     newSubscriptions(),
@@ -262,9 +264,41 @@ func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
 	return b.withChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) })
 }
 
+// Channels: the broker bounds the channels of one connection
+// (channel_max, 64 where operations.md sets it), and the library fails an
+// open beyond with "channel id space exhausted". A bus opens at most
+//
+//	consumers (one channel each, and one more while a consumer looks at its queue)
+//	+ PublisherChannels
+//	+ 2 × maxOperations (an operation's channel, and one it may open to look at a queue)
+//	+ 2 (the server's topology declaration and the queue it looks at)
+//	+ claims (an agent's, one each)
+//
+// however many callers run at once: 51 for a server with its 9 consumers,
+// 43 for one agent. Operations beyond maxOperations wait for a slot.
+const maxOperations = 16
+
+// takeOp waits for an operation slot; the returned func gives it back.
+func (b *Bus) takeOp(ctx context.Context) (release func(), err error) {
+	select {
+	case b.opSlots <- struct{}{}:
+		return func() { <-b.opSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.closing:
+		return nil, bus.ErrClosed
+	}
+}
+
 // withChannel runs fn on a fresh channel of the current connection,
-// retrying once on a new connection if the channel broke under it.
+// retrying once on a new connection if the channel broke under it. fn
+// may open one more channel (queueExists); it holds an operation slot.
 func (b *Bus) withChannel(ctx context.Context, fn func(conn *amqp.Connection, ch *amqp.Channel) error) error {
+	release, err := b.takeOp(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	for attempt := 0; ; attempt++ {
 		s, err := b.session(ctx)
 		if err != nil {
@@ -367,6 +401,11 @@ func (b *Bus) Publish(ctx context.Context, e *bus.Envelope) error {
 
 // inboxExists reports whether env/agent's inbox exists.
 func (b *Bus) inboxExists(ctx context.Context, env, agent string) bool {
+	release, err := b.takeOp(ctx)
+	if err != nil {
+		return false
+	}
+	defer release()
 	s, err := b.session(ctx)
 	return err == nil && queueExists(s.conn, b.InboxQueue(env, agent))
 }

@@ -227,6 +227,11 @@ func (b *Bus) Ready(ctx context.Context) error {
 // Backlog counts the messages of a server queue that wait for a consumer
 // (not those delivered and not yet acknowledged).
 func (b *Bus) Backlog(ctx context.Context, q bus.Queue) (int, error) {
+	release, err := b.takeOp(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	s, err := b.session(ctx)
 	if err != nil {
 		return 0, err

@@ -196,6 +196,10 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 // silent SubscriptionCheck of a queue without probes.
 func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *backoff, subscribed func()) error {
 	ch, err := s.conn.Channel()
+	if errors.Is(err, amqp.ErrChannelMax) {
+		return fmt.Errorf("%w: the broker lets one connection open %d channels (channel_max): a server needs its ingest consumers + 43, "+
+			"an agent process 3 per agent it hosts + 40: raise channel_max or run fewer consumers (see operations.md)", err, s.conn.Config.ChannelMax)
+	}
 	if err != nil {
 		return err
 	}

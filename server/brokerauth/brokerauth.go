@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -92,13 +93,13 @@ type Backend struct {
 	mu      sync.Mutex
 	alerted map[string]time.Time // env/name → last alert
 	counts  Counts
-	// strangers bounds the logins of unknown keys per source address.
+	// strangers bounds the logins of unknown keys per source (sourceOf).
 	strangers *buckets
 }
 
-// Logins of keys the server does not know, per source address: a burst
-// (a site's hosts installed at once behind one NAT), then one per
-// strangerEvery.
+// Logins of keys the server does not know, per source (an IPv4 address,
+// an IPv6 /64: see sourceOf): a burst (a site's hosts installed at once
+// behind one NAT), then one per strangerEvery.
 const (
 	strangerBurst = 200
 	strangerEvery = 2 * time.Second
@@ -107,13 +108,37 @@ const (
 	strangerName = "(unknown keys)"
 )
 
-// buckets are token buckets by key, at most maxBuckets of them (the
-// fullest are forgotten first).
+// sourceOf is what strangers' logins from ip are counted by: the address
+// for IPv4, its /64 for IPv6 (a subscriber is given a whole /64, and may
+// pick any address of it), ip as it is when it is no address.
+func sourceOf(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.Unmap().WithZone("")
+	if a.Is4() {
+		return a.String()
+	}
+	p, err := a.Prefix(64)
+	if err != nil {
+		return ip
+	}
+	return p.String()
+}
+
+// buckets are token buckets by key, at most maxBuckets of them. A full
+// bucket is forgotten when room is needed (a new one is the same); when
+// none is full, new keys share one overflow bucket: a spray of new
+// sources cannot push out, and so reset, the buckets of those draining
+// theirs.
 type buckets struct {
-	mu     sync.Mutex
-	burst  float64
-	every  time.Duration
-	bucket map[string]*bucket
+	mu        sync.Mutex
+	burst     float64
+	every     time.Duration
+	bucket    map[string]*bucket
+	overflow  bucket
+	lastSweep time.Time
 }
 
 type bucket struct {
@@ -124,34 +149,48 @@ type bucket struct {
 const maxBuckets = 10000
 
 func newBuckets(burst int, every time.Duration) *buckets {
-	return &buckets{burst: float64(burst), every: every, bucket: map[string]*bucket{}}
+	return &buckets{burst: float64(burst), every: every, bucket: map[string]*bucket{},
+		overflow: bucket{tokens: float64(burst)}}
 }
 
-// take takes a token of key's bucket.
-func (bs *buckets) take(key string, now time.Time) bool {
+// take takes a token of key's bucket, or of the overflow bucket (shared
+// reports which).
+func (bs *buckets) take(key string, now time.Time) (ok, shared bool) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	b, ok := bs.bucket[key]
-	if !ok {
-		if len(bs.bucket) >= maxBuckets {
-			for k, o := range bs.bucket {
-				if o.tokens+now.Sub(o.at).Seconds()/bs.every.Seconds() >= bs.burst {
-					delete(bs.bucket, k)
-				}
+	b, found := bs.bucket[key]
+	if !found && len(bs.bucket) >= maxBuckets && now.Sub(bs.lastSweep) >= bs.every {
+		// At most once a refill period: a bucket that was not full at
+		// the last sweep may be by now.
+		bs.lastSweep = now
+		for k, o := range bs.bucket {
+			if bs.refill(o, now) >= bs.burst {
+				delete(bs.bucket, k)
 			}
 		}
-		b = &bucket{tokens: bs.burst, at: now}
-		if len(bs.bucket) < maxBuckets {
-			bs.bucket[key] = b
-		}
 	}
-	b.tokens = min(bs.burst, b.tokens+now.Sub(b.at).Seconds()/bs.every.Seconds())
-	b.at = now
+	switch {
+	case found:
+	case len(bs.bucket) < maxBuckets:
+		b = &bucket{tokens: bs.burst, at: now}
+		bs.bucket[key] = b
+	default:
+		b, shared = &bs.overflow, true
+	}
+	b.tokens, b.at = bs.refill(b, now), now
 	if b.tokens < 1 {
-		return false
+		return false, shared
 	}
 	b.tokens--
-	return true
+	return true, shared
+}
+
+// refill is what b holds at now.
+func (bs *buckets) refill(b *bucket, now time.Time) float64 {
+	if b.at.IsZero() {
+		return b.tokens
+	}
+	return min(bs.burst, b.tokens+now.Sub(b.at).Seconds()/bs.every.Seconds())
 }
 
 // Counts are the backend's answers so far.
@@ -289,9 +328,9 @@ func (b *Backend) User(ctx context.Context, user, password string) (bool, error)
 
 // VHost answers whether user, connecting from ip, may use vhost (the
 // broker asks when a connection opens). Logins of strangers — keys the
-// server does not know — are bounded per source address: each may say
-// hello and become a pending agent, and invented ones must not flood the
-// server.
+// server does not know — are bounded per source (an IPv4 address, an
+// IPv6 /64): each may say hello and become a pending agent, and invented
+// ones must not flood the server.
 func (b *Backend) VHost(ctx context.Context, user, vhost, ip string) (bool, error) {
 	if vhost != b.cfg.VHost {
 		return false, nil
@@ -304,13 +343,22 @@ func (b *Backend) VHost(ctx context.Context, user, vhost, ip string) (bool, erro
 	if err != nil || r == refused {
 		return false, err
 	}
-	if r == stranger && !b.strangers.take(ip, b.now()) {
+	if r != stranger {
+		return true, nil
+	}
+	source := sourceOf(ip)
+	ok, shared := b.strangers.take(source, b.now())
+	switch {
+	case !ok && shared:
+		b.securityAlert(ctx, bus.BrokerLogin{Env: l.Env, Agent: strangerName}, fmt.Sprintf(
+			"logins of keys the server does not know come from more than %d sources at once: those of new sources (now %s) share %d logins, "+
+				"then one every %s; beyond, refused", maxBuckets, source, strangerBurst, strangerEvery))
+	case !ok:
 		b.securityAlert(ctx, bus.BrokerLogin{Env: l.Env, Agent: strangerName}, fmt.Sprintf(
 			"more than %d logins of keys the server does not know from %s (then one every %s): refused",
-			strangerBurst, ip, strangerEvery))
-		return false, nil
+			strangerBurst, source, strangerEvery))
 	}
-	return true, nil
+	return ok, nil
 }
 
 // Resource answers whether user may have permission (configure, write,

@@ -296,3 +296,122 @@ func TestStrangersBoundedPerAddress(t *testing.T) {
 		t.Fatalf("alerts: %q, want one naming the address", al.said)
 	}
 }
+
+func TestSourceOf(t *testing.T) {
+	for _, tc := range []struct{ ip, want string }{
+		{"203.0.113.7", "203.0.113.7"},
+		{"::ffff:203.0.113.7", "203.0.113.7"},
+		{"2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", "2001:db8:1:3::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+		{"::1", "::/64"},
+		{"not an address", "not an address"},
+		{"", ""},
+	} {
+		if got := sourceOf(tc.ip); got != tc.want {
+			t.Errorf("sourceOf(%q): got %q, want %q", tc.ip, got, tc.want)
+		}
+	}
+}
+
+// strangerBackend is a backend that knows no agent, at a clock the test
+// moves.
+func strangerBackend(t *testing.T) (b *Backend, al *alerts, now *time.Time) {
+	t.Helper()
+	al = &alerts{}
+	b, err := New(Config{}, agents{}, al, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	b.now = func() time.Time { return clock }
+	return b, al, &clock
+}
+
+// An IPv6 subscriber holds a whole /64: its logins count together,
+// whichever addresses of it they come from.
+func TestStrangersBoundedPerIPv6Prefix(t *testing.T) {
+	b, al, _ := strangerBackend(t)
+	ctx := context.Background()
+	k := pub(key(t))
+	user := func(i int) string {
+		return bus.BrokerLogin{Env: "prod", Agent: fmt.Sprintf("fake-%d", i), Key: k}.User()
+	}
+	allowed := 0
+	for i := range 500 {
+		if ok, _ := b.VHost(ctx, user(i), "/", fmt.Sprintf("2001:db8:7:9:%x::%x", i, i+1)); ok {
+			allowed++
+		}
+	}
+	if allowed != strangerBurst {
+		t.Fatalf("500 strangers from 500 addresses of one /64: %d let in, want %d", allowed, strangerBurst)
+	}
+	if ok, _ := b.VHost(ctx, user(1000), "/", "2001:db8:7:a::1"); !ok {
+		t.Fatal("a stranger from the next /64 refused")
+	}
+	if len(al.said) != 1 || !strings.Contains(al.said[0], "2001:db8:7:9::/64") {
+		t.Fatalf("alerts: %q, want one naming the /64", al.said)
+	}
+}
+
+// Beyond maxBuckets sources tracked at once, new sources share one
+// bucket: a spray of sources neither lets each new one in with a full
+// bucket of its own nor pushes out the buckets being drained. Once the
+// sprayed buckets have refilled, they are forgotten and new sources get
+// their own again.
+func TestStrangerBucketsOverflow(t *testing.T) {
+	b, al, now := strangerBackend(t)
+	ctx := context.Background()
+	k := pub(key(t))
+	user := func(i int) string {
+		return bus.BrokerLogin{Env: "prod", Agent: fmt.Sprintf("fake-%d", i), Key: k}.User()
+	}
+	ipv4 := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
+	// One source drains its bucket but for one login; then a spray of
+	// sources, one login each, fills the table.
+	drained := "192.0.2.1"
+	for i := range strangerBurst - 1 {
+		if ok, _ := b.VHost(ctx, user(i), "/", drained); !ok {
+			t.Fatalf("login %d from %s refused within the burst", i, drained)
+		}
+	}
+	for i := range maxBuckets - 1 {
+		if ok, _ := b.VHost(ctx, user(i), "/", ipv4(i)); !ok {
+			t.Fatalf("the first login from %s refused", ipv4(i))
+		}
+	}
+	allowed := 0
+	for i := range 3 * strangerBurst {
+		if ok, _ := b.VHost(ctx, user(i), "/", ipv4(maxBuckets+i)); ok {
+			allowed++
+		}
+	}
+	if allowed != strangerBurst {
+		t.Fatalf("%d new sources beyond the %d tracked: %d logins let in, want the shared bucket's %d", 3*strangerBurst, maxBuckets, allowed, strangerBurst)
+	}
+	if len(al.said) != 1 || !strings.Contains(al.said[0], "more than 10000 sources") {
+		t.Fatalf("alerts: %q, want one about the sources beyond those tracked", al.said)
+	}
+	// The drained source's bucket was kept through the spray.
+	if ok, _ := b.VHost(ctx, user(0), "/", drained); !ok {
+		t.Fatalf("%s refused its last login after the spray", drained)
+	}
+	if ok, _ := b.VHost(ctx, user(0), "/", drained); ok {
+		t.Fatalf("%s let in beyond its burst after the spray: its bucket was reset", drained)
+	}
+	// A refill period on, the sprayed buckets are full again (the
+	// drained one is not): they go, and a new source has its own.
+	*now = now.Add(strangerEvery)
+	for i := range strangerBurst {
+		if ok, _ := b.VHost(ctx, user(i), "/", "198.51.100.77"); !ok {
+			t.Fatalf("login %d from a new source refused once the sprayed buckets refilled", i)
+		}
+	}
+	if ok, _ := b.VHost(ctx, user(1), "/", drained); !ok {
+		t.Fatalf("%s refused a refill period on: want the one login its bucket regained", drained)
+	}
+	if ok, _ := b.VHost(ctx, user(2), "/", drained); ok {
+		t.Fatalf("%s let in twice a refill period on: its bucket was reset", drained)
+	}
+}

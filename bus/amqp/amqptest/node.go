@@ -42,6 +42,12 @@ import (
 // ErrNoRabbitMQ is returned when rabbitmq-server is not installed.
 var ErrNoRabbitMQ = errors.New("rabbitmq-server is not installed (apt-get install rabbitmq-server, or put its sbin directory in PATH); it runs the tests' private RabbitMQ nodes")
 
+// ChannelMax is the channels one connection to a private node may open
+// (channel_max), as operations.md sets it on production brokers: the
+// server's and agents' buses stay within it, and a client cannot open
+// more.
+const ChannelMax = 64
+
 // NodeOptions is what a private node is made with.
 type NodeOptions struct {
 	// TLS adds a TLS listener (verify_peer, without requiring a client
@@ -384,6 +390,9 @@ func (n *Node) config(opts NodeOptions) string {
 	// Temporary directories are often on small file systems: the default
 	// 50 MB free-disk alarm would block publishers.
 	line("disk_free_limit.absolute = 8MB")
+	// The bound operations.md gives production brokers: every client of
+	// every test stays within it.
+	line("channel_max = %d", ChannelMax)
 	line("log.console = false")
 	line("log.file.level = info")
 	if opts.AuthHTTP != "" {
