@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +18,9 @@ import (
 )
 
 // Admin does through RabbitMQ's management API what AMQP cannot: close
-// another client's connections. Revoking an agent must end the connection
-// it holds, whose channels keep the rights they were given.
+// another client's connections. Revoking an agent, or a key its name no
+// longer holds, must end the connections logged in so, whose channels keep
+// the rights they were given.
 type Admin struct {
 	base   *url.URL
 	client *http.Client
@@ -40,10 +42,16 @@ type connection struct {
 	User string `json:"user"`
 }
 
-// CloseAgentConnections closes every connection of the agent env/name,
-// whatever key it logged in with, and returns how many it closed.
-func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (int, error) {
+// CloseAgentConnections closes the connections of the agent env/name
+// logged in with key (its broker user, bus.BrokerLogin.User), or with any
+// key when key is nil, and returns how many it closed.
+func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string, key ed25519.PublicKey) (int, error) {
 	prefix := bus.BrokerUserPrefix(env, name)
+	match := func(user string) bool { return strings.HasPrefix(user, prefix) }
+	if key != nil {
+		only := bus.BrokerLogin{Env: env, Agent: name, Key: key}.User()
+		match = func(user string) bool { return user == only }
+	}
 	var conns []connection
 	if err := a.do(ctx, http.MethodGet, "/api/connections?columns=name,user", &conns); err != nil {
 		return 0, err
@@ -51,7 +59,7 @@ func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (in
 	closed := 0
 	var errs []error
 	for _, c := range conns {
-		if !strings.HasPrefix(c.User, prefix) {
+		if !match(c.User) {
 			continue
 		}
 		err := a.do(ctx, http.MethodDelete, "/api/connections/"+url.PathEscape(c.Name), nil)
@@ -81,7 +89,7 @@ func (a *Admin) do(ctx context.Context, method, path string, out any) error {
 	}
 	pw, _ := a.base.User.Password()
 	req.SetBasicAuth(a.base.User.Username(), pw)
-	req.Header.Set("X-Reason", "tether: agent revoked")
+	req.Header.Set("X-Reason", "tether: the agent was revoked, or this key is no longer its")
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("broker management API %s %s: %w", method, target.Path, err)
