@@ -208,9 +208,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Transport is what an agent needs of the bus.
+// Transport is what an agent needs of the bus. An agent never declares its
+// inbox: the server does when it hears the agent's hello.
 type Transport interface {
-	DeclareInbox(ctx context.Context, env, agent string) error
 	ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error
 	Publish(ctx context.Context, e *bus.Envelope) error
 	Claim(ctx context.Context, env, agent string) (bus.Claim, error)
@@ -547,16 +547,24 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 		case <-cctx.Done():
 		}
 	}()
-	if err := a.bus.DeclareInbox(cctx, a.cfg.Env, a.cfg.Name); err != nil {
-		if cctx.Err() != nil {
-			return nil
+	// The server declares the inbox when it hears a hello: until then
+	// the consumer waits for it. An agent not enrolled yet says hello on
+	// its own schedule (introduce), slower once rejected; an enrolled
+	// agent whose inbox went missing says hello now, so the server
+	// declares it again.
+	missing := bus.OnInboxMissing(func() {
+		if !a.isEnrolled() {
+			return
 		}
-		a.log.Warn().Err(err).Msg("cannot declare the inbox")
-		return nil
-	}
+		if err := a.hello(cctx); err != nil && cctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("cannot say hello to have the missing inbox declared again")
+		}
+	})
 	// An inbox deleted on the broker took its commands with it, and sends
-	// failed while it was missing: once the consumer has declared it
-	// again, hello makes the server send what the agent lacks.
+	// failed while it was missing: once it is consumed again, hello makes
+	// the server send what the agent lacks (again, if a hello said while
+	// it was missing did already: the inbox may have been deleted and
+	// declared again unseen).
 	rehello := bus.OnInboxLost(func() {
 		if err := a.hello(cctx); err != nil && cctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("cannot say hello after the inbox was declared again")
@@ -567,7 +575,7 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle, rehello); err != nil && cctx.Err() == nil {
+		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle, missing, rehello); err != nil && cctx.Err() == nil {
 			errs <- fmt.Errorf("agent %s: inbox: %w", a.cfg.Name, err)
 		}
 		cancel()

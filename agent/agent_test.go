@@ -25,7 +25,8 @@ import (
 const patience = 20 * time.Second
 
 // fakeServer stands in for the server on the in-process bus: it signs
-// commands and collects the agents' events.
+// commands, collects the agents' events, and declares an agent's inbox
+// when it hears its hello, as the server does (agents never declare it).
 type fakeServer struct {
 	t      testing.TB
 	bus    *bus.Local
@@ -50,7 +51,12 @@ func newFakeServer(t testing.TB) *fakeServer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = s.bus.ConsumeEvents(ctx, q, func(_ context.Context, d bus.Delivery) error {
+			_ = s.bus.ConsumeEvents(ctx, q, func(ctx context.Context, d bus.Delivery) error {
+				if e := d.Envelope; e.Kind == bus.KindHello {
+					if err := s.bus.DeclareInbox(ctx, e.Env, e.Agent); err != nil {
+						return err
+					}
+				}
 				s.mu.Lock()
 				s.events = append(s.events, d.Envelope)
 				s.mu.Unlock()

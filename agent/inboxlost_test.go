@@ -9,9 +9,10 @@ import (
 )
 
 // TestInboxDeletedSaysHelloAgain deletes an enrolled agent's inbox with a
-// command in it, as a client with rights on the broker could: the agent
-// declares its inbox again and says hello again, so the server can send
-// what it lacks, and what the server sends then is applied.
+// command in it, as a client with rights on the broker could: the agent,
+// which never declares its inbox, says hello, so the server declares it
+// again and sends what it lacks, and what the server sends then is
+// applied.
 func TestInboxDeletedSaysHelloAgain(t *testing.T) {
 	s := newFakeServer(t)
 	root := t.TempDir()

@@ -11,13 +11,16 @@ import (
 // queues. Delivery is at least once: a message is removed only when its
 // handler returns nil, so receivers deduplicate by envelope id.
 //
-// The server uses Send and ConsumeEvents; an agent uses DeclareInbox,
+// The server uses Send, DeclareInbox and ConsumeEvents; an agent uses
 // ConsumeInbox and Publish. Both sides declare the narrower interface they
-// need.
+// need. Only the server declares inboxes: where each agent has its own
+// rights on the broker, an agent may read its inbox, never declare, delete
+// or bind it, so it cannot give it other arguments (no bound, a
+// dead-letter exchange of its choosing).
 type Bus interface {
 	// Send puts a command in the inbox of e.Agent in e.Env and returns once
 	// the bus has durably accepted it. It fails with ErrNoInbox when that
-	// agent never connected (its inbox does not exist).
+	// agent's inbox does not exist (the server has not heard its hello).
 	Send(ctx context.Context, e *Envelope, opts SendOptions) error
 	// Publish puts an event on the server's queues and returns once the bus
 	// has durably accepted it. It fails with ErrUnroutable when no server
@@ -25,15 +28,19 @@ type Bus interface {
 	// not declared it again yet): the event is not lost silently, the
 	// caller keeps it and tries again.
 	Publish(ctx context.Context, e *Envelope) error
-	// DeclareInbox creates agent's inbox in env if it does not exist. An
-	// agent declares it before saying hello, so the server's answer has
-	// somewhere to go.
+	// DeclareInbox creates agent's inbox in env, with its arguments, if it
+	// does not exist, and routes the agent's commands to it. The server
+	// declares it on the hello of an agent it records (pending or
+	// accepted), so the answer has somewhere to go.
 	DeclareInbox(ctx context.Context, env, agent string) error
-	// ConsumeInbox declares the inbox of agent in env and delivers its
-	// commands to h in order, one at a time, until ctx ends. Of several
-	// consumers of one inbox only one is active; the next takes over when
-	// it leaves. When the inbox is deleted under it, the consumer declares
-	// it again, consumes again, and calls the OnInboxLost callback.
+	// ConsumeInbox delivers the commands of agent's inbox in env to h in
+	// order, one at a time, until ctx ends. Of several consumers of one
+	// inbox only one is active; the next takes over when it leaves. It
+	// never declares the inbox: while the inbox is missing (not declared
+	// yet, or deleted under it) it calls the OnInboxMissing callback and
+	// looks again, with back-off, until the server has declared it. Once
+	// it consumes again an inbox deleted under it, it calls the
+	// OnInboxLost callback.
 	ConsumeInbox(ctx context.Context, env, agent string, h Handler, opts ...InboxOption) error
 	// ConsumeEvents delivers the events of one server queue to h until ctx
 	// ends. When the queue is deleted under it, the consumer declares it
@@ -61,18 +68,29 @@ type InboxOption func(*InboxOptions)
 // InboxOptions are the options of one ConsumeInbox; implementations of Bus
 // read them with NewInboxOptions.
 type InboxOptions struct {
-	// Lost is called after the consumer declared the inbox again and
-	// resumed consuming because the inbox had been deleted under it
-	// (not after a reconnect: a durable inbox outlives its connection).
+	// Lost is called after the consumer resumed consuming because the
+	// inbox had been deleted under it (not after a reconnect: a durable
+	// inbox outlives its connection).
 	Lost func()
+	// Missing is called each time the consumer finds the inbox missing,
+	// before it looks again.
+	Missing func()
 }
 
 // OnInboxLost calls fn each time the inbox was deleted under its consumer
-// and has just been declared and consumed again. The commands it held, and
-// those sent while it was missing, are gone: an agent says hello again, so
-// the server sends what it lacks.
+// and is consumed again. The commands it held, and those sent while it was
+// missing, are gone: an agent says hello again, so the server sends what
+// it lacks.
 func OnInboxLost(fn func()) InboxOption {
 	return func(o *InboxOptions) { o.Lost = fn }
+}
+
+// OnInboxMissing calls fn each time the consumer finds the inbox missing
+// (not declared yet, or deleted), before it looks again with back-off. The
+// server declares an inbox on its agent's hello: an enrolled agent whose
+// inbox is gone says hello.
+func OnInboxMissing(fn func()) InboxOption {
+	return func(o *InboxOptions) { o.Missing = fn }
 }
 
 // NewInboxOptions applies opts.
@@ -106,8 +124,9 @@ type SendOptions struct {
 
 // Errors of the bus.
 var (
-	// ErrNoInbox: the target agent's inbox does not exist (it never
-	// connected, or its inbox was deleted and not declared again yet).
+	// ErrNoInbox: the target agent's inbox does not exist (the server
+	// never heard its hello, or its inbox was deleted and not declared
+	// again yet).
 	ErrNoInbox = errors.New("agent inbox does not exist")
 	// ErrUnroutable: no server queue takes the event (the queue was
 	// deleted; the server declares it again).

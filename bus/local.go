@@ -12,12 +12,13 @@ import (
 
 // Local is the in-process bus of the embedded mode. It keeps the semantics of
 // the RabbitMQ transport: messages travel encoded (every delivery goes
-// through the codec), inboxes exist once their agent consumed them, are
-// bounded and have one active consumer, unacknowledged messages return to the
-// head of their queue, expired commands are dropped, undecodable or
-// rejected messages are dead-lettered and counted, and a queue deleted under
-// its consumers (DeleteQueue, as a client with rights on the broker could)
-// is declared again by them.
+// through the codec), inboxes exist once the server declared them (their
+// consumers wait for them, calling OnInboxMissing), are bounded and have one
+// active consumer, unacknowledged messages return to the head of their
+// queue, expired commands are dropped, undecodable or rejected messages are
+// dead-lettered and counted, and a server queue deleted under its consumers
+// (DeleteQueue, as a client with rights on the broker could) is declared
+// again by them, an inbox waited for again.
 //
 // Nothing survives the process: it is for one embedded run.
 type Local struct {
@@ -26,9 +27,12 @@ type Local struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue
-	dead   []DeadLetter
-	claims map[string]*localClaim
-	closed bool
+	// declared is closed and replaced whenever a queue is created (and on
+	// Close), waking the consumers waiting for an inbox.
+	declared chan struct{}
+	dead     []DeadLetter
+	claims   map[string]*localClaim
+	closed   bool
 }
 
 // DeadLetter is a message the bus gave up on.
@@ -46,7 +50,7 @@ type queue struct {
 	// its consumers.
 	changed chan struct{}
 	// deleted is set when DeleteQueue removed the queue: its consumers
-	// declare it again.
+	// declare it again (a server queue) or wait for it (an inbox).
 	deleted bool
 }
 
@@ -70,15 +74,23 @@ const (
 	maxRedeliveryPause = 5 * time.Second
 )
 
+// An inbox's consumer that finds it missing calls OnInboxMissing again
+// after missingPause, doubling up to the cap, until it is declared.
+const (
+	missingPause    = 100 * time.Millisecond
+	maxMissingPause = 30 * time.Second
+)
+
 var _ Bus = (*Local)(nil)
 
 // NewLocal returns an in-process bus with the server queues declared.
 func NewLocal(log zerolog.Logger) *Local {
 	b := &Local{
-		log:    log.With().Str("component", "bus").Logger(),
-		maxLen: DefaultInboxLength,
-		queues: map[string]*queue{},
-		claims: map[string]*localClaim{},
+		log:      log.With().Str("component", "bus").Logger(),
+		maxLen:   DefaultInboxLength,
+		queues:   map[string]*queue{},
+		declared: make(chan struct{}),
+		claims:   map[string]*localClaim{},
 	}
 	for _, q := range []Queue{QueueEvents, QueueCompliance} {
 		b.queues[string(q)] = newQueue(string(q))
@@ -103,6 +115,7 @@ func (b *Local) Close() {
 	for _, q := range b.queues {
 		q.notify()
 	}
+	b.notifyDeclared()
 	for name, c := range b.claims {
 		close(c.lost)
 		delete(b.claims, name)
@@ -212,8 +225,15 @@ func (b *Local) DeclareInbox(ctx context.Context, env, agent string) error {
 	}
 	if _, ok := b.queues[name]; !ok {
 		b.queues[name] = newQueue(name)
+		b.notifyDeclared()
 	}
 	return nil
+}
+
+// notifyDeclared wakes the consumers waiting for an inbox; b.mu is held.
+func (b *Local) notifyDeclared() {
+	close(b.declared)
+	b.declared = make(chan struct{})
 }
 
 // ConsumeInbox implements Bus.
@@ -221,7 +241,7 @@ func (b *Local) ConsumeInbox(ctx context.Context, env, agent string, h Handler, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return b.consume(ctx, InboxName(env, agent), h, NewInboxOptions(opts...).Lost)
+	return b.consume(ctx, InboxName(env, agent), h, false, NewInboxOptions(opts...))
 }
 
 // ConsumeEvents implements Bus.
@@ -229,7 +249,7 @@ func (b *Local) ConsumeEvents(ctx context.Context, q Queue, h Handler) error {
 	if q != QueueEvents && q != QueueCompliance {
 		return fmt.Errorf("consume %s: no such server queue", q)
 	}
-	return b.consume(ctx, string(q), h, nil)
+	return b.consume(ctx, string(q), h, true, InboxOptions{})
 }
 
 // DeleteQueue deletes a queue (an inbox by InboxName, or a server queue)
@@ -245,49 +265,103 @@ func (b *Local) DeleteQueue(name string) {
 	}
 }
 
-// errDeleted tells a consumer its queue was deleted.
-var errDeleted = errors.New("queue deleted")
+// DeleteInbox deletes the inbox of env/agent with the commands it holds,
+// as the RabbitMQ transport does (an agent revoked, or its pending name
+// given another key). A missing inbox is no error.
+func (b *Local) DeleteInbox(ctx context.Context, env, agent string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.DeleteQueue(InboxName(env, agent))
+	return nil
+}
 
-// join declares the queue name if it does not exist and adds c to its
-// consumers.
-func (b *Local) join(name string, c *consumer) (*queue, error) {
+// Why a consumer is not consuming.
+var (
+	// errDeleted tells a consumer its queue was deleted.
+	errDeleted = errors.New("queue deleted")
+	// errMissing: an inbox not declared (yet).
+	errMissing = errors.New("inbox not declared")
+)
+
+// join adds c to the consumers of queue name, declaring it if it does not
+// exist and declare is set; else it fails with errMissing and returns a
+// channel closed when a queue is next declared.
+func (b *Local) join(name string, c *consumer, declare bool) (*queue, <-chan struct{}, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	q, ok := b.queues[name]
-	if !ok {
+	switch {
+	case !ok && !declare:
+		return nil, b.declared, errMissing
+	case !ok:
 		q = newQueue(name)
 		b.queues[name] = q
+		b.notifyDeclared()
 	}
 	q.consumers = append(q.consumers, c)
 	q.notify()
-	return q, nil
+	return q, nil, nil
 }
 
-// consume delivers the messages of queue name to h until ctx ends. When
-// the queue is deleted under it, it declares it again, consumes again and
-// calls lost (if not nil).
-func (b *Local) consume(ctx context.Context, name string, h Handler, lost func()) error {
+// await joins c to queue name: a server queue (declare) is declared if
+// missing; an inbox is waited for until the server declared it, calling
+// missing (if not nil) at once and then after a pause that doubles.
+func (b *Local) await(ctx context.Context, name string, c *consumer, declare bool, missing func()) (*queue, error) {
+	pause := missingPause
+	var again <-chan time.Time // when to call missing again; nil: now
+	for {
+		q, declared, err := b.join(name, c, declare)
+		if !errors.Is(err, errMissing) {
+			return q, err
+		}
+		if again == nil {
+			if missing != nil {
+				missing()
+			}
+			again = time.After(pause)
+			pause = min(2*pause, maxMissingPause)
+		}
+		select {
+		case <-declared:
+		case <-again:
+			again = nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// consume delivers the messages of queue name to h until ctx ends. A
+// server queue (declare) missing or deleted under it is declared again; an
+// inbox is waited for (o.Missing), and once an inbox deleted under it is
+// consumed again, o.Lost runs.
+func (b *Local) consume(ctx context.Context, name string, h Handler, declare bool, o InboxOptions) error {
 	c := &consumer{queue: name}
-	q, err := b.join(name, c)
+	q, err := b.await(ctx, name, c, declare, o.Missing)
 	if err != nil {
 		return err
 	}
-	defer func() { b.leave(q, c) }()
+	defer func() {
+		if q != nil {
+			b.leave(q, c)
+		}
+	}()
 
 	pause := time.Duration(0)
 	for {
 		m, wait, err := b.next(q, c)
 		if errors.Is(err, errDeleted) {
 			b.leave(q, c)
-			if q, err = b.join(name, c); err != nil {
+			if q, err = b.await(ctx, name, c, declare, o.Missing); err != nil {
 				return err
 			}
-			b.log.Warn().Str("queue", name).Msg("queue deleted under its consumer; declared it again and consuming again")
-			if lost != nil {
-				lost()
+			b.log.Warn().Str("queue", name).Msg("queue deleted under its consumer; consuming it again")
+			if o.Lost != nil {
+				o.Lost()
 			}
 			continue
 		}

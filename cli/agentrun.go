@@ -31,7 +31,7 @@ func agentRunFlags() []ucli.Flag {
 	flags := append([]ucli.Flag{
 		&ucli.StringFlag{Name: "config", Value: defaultAgentConfig, EnvVars: []string{"TETHER_AGENT_CONFIG"},
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
-	}, brokerFlags("`TYPE` of the inbox when the agent creates it: the server's --queue-type (quorum or classic)")...)
+	}, brokerFlags("unused by agents, kept so older configurations still start: the server declares every inbox, of its own --queue-type (`TYPE`)")...)
 	def := agent.Default()
 	return append(flags,
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-ca", EnvVars: []string{"TETHER_TLS_CA"}, Usage: "CA certificate `FILE` (PEM) to trust for amqps://"}),

@@ -102,7 +102,7 @@ func serverFlags() []ucli.Flag {
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "broker-login-skew", Value: brokerauth.Default().Skew, EnvVars: []string{"TETHER_BROKER_LOGIN_SKEW"},
 			Usage: "how far an agent's clock may be from this server's for its broker login to hold"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "broker-admin-url", EnvVars: []string{"TETHER_BROKER_ADMIN_URL"},
-			Usage: "RabbitMQ management API `URL` (http://user:password@host:15672): rejecting or revoking an agent closes its broker connections at once, and an agent's connections beyond --broker-max-agent-connections are closed"}),
+			Usage: "RabbitMQ management API `URL` (http://user:password@host:15672): rejecting or revoking an agent closes its broker connections at once, and so do a key a pending name lost to an enrollment token and a key an agent rolled over from; an agent's connections beyond --broker-max-agent-connections are closed"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "broker-max-agent-connections", Value: server.Default().MaxAgentConnections, EnvVars: []string{"TETHER_BROKER_MAX_AGENT_CONNECTIONS"},
 			Usage: "broker connections one agent (a name, whatever its key) may hold, with --broker-admin-url; the newest beyond are closed and alerted (0: no limit)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},

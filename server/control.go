@@ -47,6 +47,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		return a, err
 	}
 	wasAccepted := false // a rejected agent leaves the inventory
+	wasRejected := a.State == record.AgentRejected
 	switch action {
 	case record.AgentAccept:
 		if a.State == record.AgentAccepted {
@@ -69,7 +70,14 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	switch action {
 	case record.AgentAccept:
 		// Enrolled now; it gets its state at once if connected, else on
-		// its next hello.
+		// its next hello. A rejected agent had its inbox deleted, and
+		// the agent may not declare it: the server declares it again,
+		// as it did on the agent's hello (a pending agent's is there).
+		if wasRejected {
+			if err := s.bus.DeclareInbox(ctx, env, name); err != nil {
+				s.log.Warn().Err(err).Str("agent", name).Msg("cannot declare the accepted agent's inbox; it is declared on its next hello")
+			}
+		}
 		if err := s.enroll(ctx, a, ""); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}

@@ -347,11 +347,17 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			return err
 		}
 	}
-	// The server owns the inboxes and their bindings (an agent may not
-	// bind): the answer to this hello, and every command after it, needs
-	// one.
-	if err := s.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
-		return fmt.Errorf("declare the inbox of %s/%s: %w", a.Env, a.Name, err)
+	if rekeyed {
+		s.startOver(ctx, a, heldKey)
+	}
+	// The server alone declares inboxes, with their arguments, and binds
+	// them (an agent may only read its own): the answer to this hello, and
+	// every command after it, needs one. Never for a rejected agent, which
+	// has no business on the broker.
+	if a.State != record.AgentRejected {
+		if err := s.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
+			return fmt.Errorf("declare the inbox of %s/%s: %w", a.Env, a.Name, err)
+		}
 	}
 	if rekeyed {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Msg("agent presents a new key; its sequence starts over")
@@ -383,6 +389,25 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, e.ID)
+}
+
+// startOver cuts the key a name held before a hello put another on it
+// (held) off the broker, and deletes the name's inbox, which the caller
+// declares again: whoever held that key (the squatter of a pending name,
+// the host before it was installed again) may still be connected, reading
+// the inbox, and nothing queued for them may be left for the new key. The
+// record holds the new key by now, so the broker lets the old one in no
+// more (once its cache expired: closeRevoked closes it again meanwhile).
+// What fails is logged: the new key is the agent's whatever the broker
+// says.
+func (s *Server) startOver(ctx context.Context, a record.Agent, held []byte) {
+	s.cutOff(ctx, revocation{env: a.Env, name: a.Name, key: held, why: "another key took the agent's name"})
+	if d, ok := s.bus.(inboxDeleter); ok {
+		if err := d.DeleteInbox(ctx, a.Env, a.Name); err != nil {
+			s.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
+				Msg("cannot delete the inbox of an agent whose name took another key: what was queued for the old key stays there")
+		}
+	}
 }
 
 // keyName names a key-agreement key in a message: its fingerprint, or

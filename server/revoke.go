@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/tetherhq/tether/bus"
 )
 
 // Revocation: a rejected agent is taken off the broker. Its inbox, with the
@@ -13,15 +15,28 @@ import (
 // the broker started), and a connection opened before the broker's
 // authentication cache expired is let in: so connections are closed again
 // a few times over the following minute.
+//
+// A key an agent's name no longer holds is cut off the same way, without
+// the rest of the agent: the key a pending name held before an enrollment
+// token put another on it (whoever held it may still be reading the
+// inbox), and the key an agent rolled over from, once the agent is heard
+// from with its new one.
 
-// reclose is when, after a rejection, the agent's connections are closed
-// again.
+// reclose is when, after a cut-off, the connections are closed again.
 var reclose = []time.Duration{5 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute}
 
-// revocation is one rejected agent whose connections are closed again.
+// adminTimeout bounds one round of closing through the management API: a
+// broker administration away does not hold up the hello or event that
+// asked for it.
+const adminTimeout = 10 * time.Second
+
+// revocation is one agent, or one key of it, whose connections are closed
+// again.
 type revocation struct {
 	env, name string
-	at        time.Time // of the rejection
+	key       []byte // nil: any key of the agent
+	why       string
+	at        time.Time // of the cut-off
 	next      int       // index in reclose
 }
 
@@ -31,13 +46,7 @@ type revocation struct {
 // broker says, and where the broker asks the server about each agent it
 // cannot log in again.
 func (s *Server) revoke(ctx context.Context, env, name string) {
-	if s.cfg.Broker != nil {
-		s.closeConnections(ctx, env, name)
-		select {
-		case s.revoked <- revocation{env: env, name: name, at: time.Now()}:
-		default: // Run is not running, or a storm of rejections: once is done
-		}
-	}
+	s.cutOff(ctx, revocation{env: env, name: name, why: "the agent was rejected"})
 	if d, ok := s.bus.(inboxDeleter); ok {
 		if err := d.DeleteInbox(ctx, env, name); err != nil {
 			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
@@ -45,19 +54,40 @@ func (s *Server) revoke(ctx context.Context, env, name string) {
 	}
 }
 
-func (s *Server) closeConnections(ctx context.Context, env, name string) {
-	n, err := s.cfg.Broker.CloseAgentConnections(ctx, env, name)
-	s.metrics.brokerClosed.WithLabelValues("revoked").Add(float64(n))
-	switch {
-	case err != nil:
-		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot close the rejected agent's broker connections")
-	case n > 0:
-		s.log.Info().Str("env", env).Str("agent", name).Int("connections", n).Msg("closed the rejected agent's broker connections")
+// cutOff closes r's connections now (when the server has the broker's
+// management API) and hands r to closeRevoked to close again what
+// connects meanwhile.
+func (s *Server) cutOff(ctx context.Context, r revocation) {
+	if s.cfg.Broker == nil {
+		return
+	}
+	s.closeConnections(ctx, r)
+	r.at = time.Now()
+	select {
+	case s.revoked <- r:
+	default: // Run is not running, or a storm of cut-offs: once is done
 	}
 }
 
-// closeRevoked closes again the connections of agents rejected lately, on
-// the reclose schedule, until ctx ends.
+func (s *Server) closeConnections(ctx context.Context, r revocation) {
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	n, err := s.cfg.Broker.CloseAgentConnections(ctx, r.env, r.name, r.key)
+	s.metrics.brokerClosed.WithLabelValues("revoked").Add(float64(n))
+	log := s.log.With().Str("env", r.env).Str("agent", r.name).Str("why", r.why).Logger()
+	if r.key != nil {
+		log = log.With().Str("key", bus.Fingerprint(r.key)).Logger()
+	}
+	switch {
+	case err != nil:
+		log.Warn().Err(err).Msg("cannot close the agent's broker connections")
+	case n > 0:
+		log.Info().Int("connections", n).Msg("closed the agent's broker connections")
+	}
+}
+
+// closeRevoked closes again the connections cut off lately, on the
+// reclose schedule, until ctx ends.
 func (s *Server) closeRevoked(ctx context.Context) {
 	var pending []revocation
 	tick := time.NewTicker(time.Second)
@@ -72,7 +102,7 @@ func (s *Server) closeRevoked(ctx context.Context) {
 			kept := pending[:0]
 			for _, r := range pending {
 				if now.Sub(r.at) >= reclose[r.next] {
-					s.closeConnections(ctx, r.env, r.name)
+					s.closeConnections(ctx, r)
 					r.next++
 				}
 				if r.next < len(reclose) {

@@ -62,7 +62,10 @@ func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, 
 }
 
 // markSwitched records that the agent signs with its new key: its previous
-// key holds for PreviousKeyGrace more.
+// key holds for PreviousKeyGrace more for the events it signed, and no
+// more on the broker: the connections still logged in with it are closed
+// (the agent logs in anew as it switches; whoever else holds the old key
+// is cut off). Its inbox stays.
 func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Time) error {
 	next := *a
 	next.PreviousUntil = new(now.Add(PreviousKeyGrace).UTC())
@@ -76,6 +79,9 @@ func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Tim
 	s.agents.put(next)
 	s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 		Dur("previous_key_holds", PreviousKeyGrace).Msg("agent switched to its new key")
+	if len(next.PreviousKey) > 0 {
+		s.cutOff(ctx, revocation{env: a.Env, name: a.Name, key: next.PreviousKey, why: "the agent switched to its new key"})
+	}
 	return nil
 }
 

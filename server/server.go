@@ -70,9 +70,11 @@ type Config struct {
 	// dead-lettered, the rest dropped) are bounded (default 1m).
 	FloodWindow time.Duration
 	// Broker closes the broker connections of an agent that is rejected
-	// or revoked, and those of an agent beyond MaxAgentConnections (nil:
-	// they stay open until they drop; where the broker asks the server
-	// about each agent, the agent cannot log in again).
+	// or revoked, those of a key an agent's name no longer holds (a
+	// pending name given another key by an enrollment token, a key an
+	// agent rolled over from), and those of an agent beyond
+	// MaxAgentConnections. Nil: they stay open until they drop; where the
+	// broker asks the server about each agent, they cannot log in again.
 	Broker BrokerAdmin
 	// MaxAgentConnections bounds the broker connections of one agent
 	// (its environment and name, whatever key it logs in with) where
@@ -87,8 +89,9 @@ type Config struct {
 
 // BrokerAdmin does to the broker what its clients cannot.
 type BrokerAdmin interface {
-	// CloseAgentConnections closes every connection of env/name.
-	CloseAgentConnections(ctx context.Context, env, name string) (int, error)
+	// CloseAgentConnections closes the connections of env/name logged in
+	// with key, or with any key when key is nil, and returns how many.
+	CloseAgentConnections(ctx context.Context, env, name string, key ed25519.PublicKey) (int, error)
 	// Connections lists the broker's client connections.
 	Connections(ctx context.Context) ([]bus.BrokerConnection, error)
 	// CloseConnection closes one connection, telling its client reason;
@@ -97,8 +100,7 @@ type BrokerAdmin interface {
 }
 
 // inboxDeleter is a bus that can delete an agent's inbox (found by type
-// assertion: the in-process bus of the embedded mode has no untrusted
-// agents to revoke).
+// assertion).
 type inboxDeleter interface {
 	DeleteInbox(ctx context.Context, env, agent string) error
 }

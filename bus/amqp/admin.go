@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,10 +18,11 @@ import (
 )
 
 // Admin does through RabbitMQ's management API what AMQP cannot: list
-// and close other clients' connections. Revoking an agent must end the
-// connection it holds, whose channels keep the rights they were given;
-// and the broker bounds the connections of its own users only, not of the
-// agents its HTTP backend lets in, which the server bounds itself.
+// and close other clients' connections. Revoking an agent, or a key its
+// name no longer holds, must end the connections logged in so, whose
+// channels keep the rights they were given; and the broker bounds the
+// connections of its own users only, not of the agents its HTTP backend
+// lets in, which the server bounds itself.
 type Admin struct {
 	base   *url.URL
 	client *http.Client
@@ -70,10 +72,16 @@ func (a *Admin) CloseConnection(ctx context.Context, name, reason string) error 
 	return err
 }
 
-// CloseAgentConnections closes every connection of the agent env/name,
-// whatever key it logged in with, and returns how many it closed.
-func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (int, error) {
+// CloseAgentConnections closes the connections of the agent env/name
+// logged in with key (its broker user, bus.BrokerLogin.User), or with any
+// key when key is nil, and returns how many it closed.
+func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string, key ed25519.PublicKey) (int, error) {
 	prefix := bus.BrokerUserPrefix(env, name)
+	match := func(user string) bool { return strings.HasPrefix(user, prefix) }
+	if key != nil {
+		only := bus.BrokerLogin{Env: env, Agent: name, Key: key}.User()
+		match = func(user string) bool { return user == only }
+	}
 	conns, err := a.Connections(ctx)
 	if err != nil {
 		return 0, err
@@ -81,10 +89,10 @@ func (a *Admin) CloseAgentConnections(ctx context.Context, env, name string) (in
 	closed := 0
 	var errs []error
 	for _, c := range conns {
-		if !strings.HasPrefix(c.User, prefix) {
+		if !match(c.User) {
 			continue
 		}
-		if err := a.CloseConnection(ctx, c.Name, "tether: agent revoked"); err != nil {
+		if err := a.CloseConnection(ctx, c.Name, "tether: the agent was revoked, or this key is no longer its"); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -194,18 +194,16 @@ func (b *Bus) declareServerQueue(ch *amqp.Channel, q bus.Queue) error {
 
 // declareInbox declares an agent's inbox when it does not exist (an inbox
 // is used as it is, of whatever type and arguments it was made with:
-// declaring it with others would fail) and, on the server, binds it to the
-// commands exchange (declared too: it may have been deleted with the
-// binding). An agent only declares: binding needs rights on the commands
-// exchange, with which any queue could be bound to any agent's commands.
-// Until the server binds it (on the agent's hello) commands do not reach
-// it.
+// declaring it with others would fail) and binds it to the commands
+// exchange (declared too: it may have been deleted with the binding). The
+// server's alone: an agent may not declare its inbox (it could give it
+// other arguments: no bound, a dead-letter exchange of its choosing) nor
+// bind it (with rights on the commands exchange any queue could be bound
+// to any agent's commands).
 func (b *Bus) declareInbox(conn *amqp.Connection, ch *amqp.Channel, env, agent string) error {
 	name := b.InboxQueue(env, agent)
-	if !b.cfg.Agent {
-		if err := ch.ExchangeDeclare(b.cmdExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-			return fmt.Errorf("exchange %s: %w", b.cmdExchange(), err)
-		}
+	if err := ch.ExchangeDeclare(b.cmdExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("exchange %s: %w", b.cmdExchange(), forbidden(err))
 	}
 	if !queueExists(conn, name) {
 		args := b.queueArgs()
@@ -215,9 +213,6 @@ func (b *Bus) declareInbox(conn *amqp.Connection, ch *amqp.Channel, env, agent s
 		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 			return fmt.Errorf("declare inbox %s: %w", name, forbidden(err))
 		}
-	}
-	if b.cfg.Agent {
-		return nil
 	}
 	if err := ch.QueueBind(name, bus.CommandKey(env, agent), b.cmdExchange(), false, nil); err != nil {
 		return fmt.Errorf("bind inbox %s: %w", name, err)
@@ -358,9 +353,10 @@ func (b *Bus) Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) e
 	}
 	err = b.publishConfirmed(ctx, b.cmdExchange(), bus.CommandKey(e.Env, e.Agent), msg)
 	if errors.Is(err, errReturned) && !b.cfg.Agent && b.inboxExists(ctx, e.Env, e.Agent) {
-		// The inbox is there but unbound: the agent declared it (it may
-		// not bind), or the commands exchange was deleted with its
-		// bindings. The server owns bindings: bind it, send again.
+		// The inbox is there but unbound: the commands exchange was
+		// deleted with its bindings, or a client with rights on the
+		// broker unbound it. The server owns bindings: bind it, send
+		// again.
 		if berr := b.DeclareInbox(ctx, e.Env, e.Agent); berr != nil {
 			return fmt.Errorf("send %s to %s/%s: bind the inbox: %w", e.Kind, e.Env, e.Agent, berr)
 		}
@@ -610,9 +606,9 @@ const (
 )
 
 // DeleteQueue deletes one queue of the broker cfg names, with its
-// messages: an inbox whose queue type must change (its agent declares it
-// again and says hello), or, in tests, a server queue, as any client with
-// rights on the broker could.
+// messages: an inbox whose queue type must change (its agent, finding it
+// missing, says hello, and the server declares it again), or, in tests, a
+// server queue, as any client with rights on the broker could.
 func DeleteQueue(ctx context.Context, cfg Config, name string) error {
 	conn, err := cfg.connect(10*time.Second, nil)
 	if err != nil {

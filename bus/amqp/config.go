@@ -82,12 +82,12 @@ type Config struct {
 	CAFile, CertFile, KeyFile string
 	// ConnectionName is shown in RabbitMQ's management (e.g. agent web-1).
 	ConnectionName string
-	// Agent declares only what an agent needs: its inbox, unbound (the
-	// server owns the exchanges, its queues, the queue type and every
-	// binding; an inbox the server made is used as it is). An agent never
-	// publishes to the commands or dead-letter exchanges: a command it
-	// cannot read is dropped (and logged), and its inbox is checked
-	// without a probe.
+	// Agent declares nothing: the server owns the exchanges, its queues,
+	// every inbox (which it declares on the agent's hello, with its
+	// arguments), the queue type and every binding; an agent only reads
+	// its inbox. An agent never publishes to the commands or dead-letter
+	// exchanges: a command it cannot read is dropped (and logged), and its
+	// inbox is checked without a probe.
 	Agent bool
 	// Login, when set, gives the user name and password of each new
 	// connection (an agent's signed, short-lived login; see

@@ -24,24 +24,48 @@ const (
 // ConsumeInbox implements bus.Bus. Of several consumers of one inbox the
 // broker keeps one active (x-single-active-consumer); the others wait and
 // one takes over when it leaves. Commands are handled one at a time, in
-// order. An inbox deleted under its consumer is declared again, with its
-// arguments and binding, and consumed again; then bus.OnInboxLost's
-// callback runs. A consumer that hears nothing for SubscriptionCheck sends
-// a probe through its inbox: one that does not come back means the inbox
-// is gone or unbound, or the broker dropped the subscription without a
-// cancel, and is handled the same way. An agent's consumer, which may not
-// publish to the commands exchange, looks at its inbox instead: gone, or
-// holding messages that do not come, is handled the same way.
+// order. The consumer never declares the inbox (only the server does, and
+// an agent has no right to): it looks for it with a passive declare, and
+// while it is missing calls bus.OnInboxMissing's callback and looks again
+// with back-off (ReconnectMin doubling up to ReconnectMax). An inbox
+// deleted under its consumer is waited for so, and consumed again once the
+// server declared it; then bus.OnInboxLost's callback runs. A consumer
+// that hears nothing for SubscriptionCheck sends a probe through its
+// inbox: one that does not come back means the inbox is gone or unbound,
+// or the broker dropped the subscription without a cancel, and is handled
+// the same way. An agent's consumer, which may not publish to the commands
+// exchange, looks at its inbox instead: gone, or holding messages that do
+// not come, is handled the same way.
 func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler, opts ...bus.InboxOption) error {
+	o := bus.NewInboxOptions(opts...)
+	name := b.InboxQueue(env, agent)
 	return b.consume(ctx, &consumer{
-		queue:   b.InboxQueue(env, agent),
-		declare: func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) },
+		queue:   name,
+		declare: func(conn *amqp.Connection, _ *amqp.Channel) error { return findInbox(conn, name) },
 		h:       h,
 		conc:    1,
 		probe:   bus.CommandKey(env, agent),
 		inspect: b.cfg.Agent,
-		lost:    bus.NewInboxOptions(opts...).Lost,
+		inbox:   true,
+		lost:    o.Lost,
+		missing: o.Missing,
 	})
+}
+
+// errNoInbox: the inbox a consumer looks for does not exist (yet).
+var errNoInbox = errors.New("the inbox does not exist (yet): the server declares it when it hears the agent's hello")
+
+// findInbox looks for an inbox with a passive declare: errNoInbox when it
+// is missing.
+func findInbox(conn *amqp.Connection, name string) error {
+	found, _, err := inspectQueue(conn, name)
+	switch {
+	case err != nil:
+		return fmt.Errorf("look for inbox %s: %w", name, err)
+	case !found:
+		return fmt.Errorf("%s: %w", name, errNoInbox)
+	}
+	return nil
 }
 
 // ConsumeEvents implements bus.Bus. Up to EventConcurrency events are
@@ -79,9 +103,12 @@ type consumer struct {
 	// is lost; else it subscribes again, as a server queue's consumer
 	// does.
 	inspect bool
-	// lost runs once the queue is consumed again after it was lost.
-	lost func()
-	sub  *subscription
+	// inbox: an agent's inbox, which the consumer never declares.
+	inbox bool
+	// lost runs once the queue is consumed again after it was lost;
+	// missing each time the inbox is found missing, before the next look.
+	lost, missing func()
+	sub           *subscription
 }
 
 // Why a subscription ended, besides a lost connection or a channel error.
@@ -163,6 +190,9 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 			b.lostSubs.Add(1)
 			pendingLost = true
 		}
+		if errors.Is(err, errNoInbox) && c.missing != nil {
+			c.missing()
+		}
 		if errors.Is(err, errCancelled) {
 			b.subs.kickSiblings(c.sub)
 		}
@@ -216,6 +246,10 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 	}
 	c.sub.unkick()
 	deliveries, err := ch.Consume(c.queue, "", false, false, false, false, nil)
+	if c.inbox && isAMQPError(err, amqp.NotFound) {
+		// Deleted since it was found.
+		return fmt.Errorf("%s: %w", c.queue, errNoInbox)
+	}
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.queue, err)
 	}

@@ -208,7 +208,7 @@ func TestInboxUnbound(t *testing.T) {
 
 // inbox consumes env/agent's inbox on b until the test ends: the ids of
 // the commands handled, and a signal per OnInboxLost call. The server srv
-// declares and binds the inbox first, and again on each OnInboxLost (as
+// declares and binds the inbox first, and again on each OnInboxMissing (as
 // it does on the hello an agent then says). It returns once a command
 // sent through srv arrives.
 func inbox(t *testing.T, srv, b *tracked, env, agent string) (commands <-chan string, lost <-chan struct{}) {
@@ -224,12 +224,11 @@ func inbox(t *testing.T, srv, b *tracked, env, agent string) (commands <-chan st
 		done <- b.ConsumeInbox(ctx, env, agent, func(_ context.Context, d bus.Delivery) error {
 			got <- d.Envelope.ID
 			return nil
-		}, bus.OnInboxLost(func() {
+		}, bus.OnInboxMissing(func() {
 			if err := srv.DeclareInbox(ctx, env, agent); err != nil && ctx.Err() == nil {
 				t.Errorf("declare the inbox again: %v", err)
 			}
-			lostc <- struct{}{}
-		}))
+		}), bus.OnInboxLost(func() { lostc <- struct{}{} }))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	first := pauseCommand(t)
@@ -339,8 +338,9 @@ func TestDeletedExchange(t *testing.T) {
 }
 
 // TestAgentInboxDeleted: an agent's inbox deleted under its consumer is
-// declared again with its arguments and binding, OnInboxLost runs after,
-// and a command sent then is handled.
+// found missing (OnInboxMissing: the agent says hello, and the server
+// declares it again with its arguments and binding), OnInboxLost runs
+// once it is consumed again, and a command sent then is handled.
 func TestAgentInboxDeleted(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.QueueType = QueueQuorum

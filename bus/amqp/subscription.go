@@ -128,13 +128,21 @@ func (s *subscriptions) down(c *subscription, why error, log zerolog.Logger) {
 	c.why = why
 	switch {
 	case errors.Is(why, errConnectionLost):
+	case errors.Is(why, errNoInbox):
+		// Expected until the server has heard the agent's hello.
+		if c.warned {
+			log.Debug().Err(why).Str("queue", c.queue).Msg("inbox still missing")
+			return
+		}
+		c.warned = true
+		log.Info().Err(why).Str("queue", c.queue).Msg("inbox missing; looking again with back-off until the server declares it")
 	case errors.Is(why, errCancelled), errors.Is(why, errDropped):
 		if s.cancelled[c.queue] {
 			log.Debug().Err(why).Str("queue", c.queue).Msg("subscription lost")
 			return
 		}
 		s.cancelled[c.queue] = true
-		log.Warn().Err(why).Str("queue", c.queue).Msg("subscription lost (queue deleted, or moved to another node); declaring the queue again and consuming again")
+		log.Warn().Err(why).Str("queue", c.queue).Msg("subscription lost (queue deleted, or moved to another node); consuming again once the queue is back (a server queue is declared again at once, an inbox by the server)")
 	case c.warned:
 		log.Debug().Err(why).Str("queue", c.queue).Msg("consumer stopped again")
 	default:

@@ -53,7 +53,8 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"RejectedIsDeadLettered", testRejected},
 		{"DedupOnReceive", testDedup},
 		{"Claim", testClaim},
-		{"InboxDeletedIsDeclaredAgain", testInboxDeleted},
+		{"ConsumerWaitsForItsInbox", testWaitsForInbox},
+		{"InboxDeletedIsWaitedFor", testInboxDeleted},
 		{"ServerQueueDeletedIsDeclaredAgain", testServerQueueDeleted},
 	}
 	for _, tt := range tests {
@@ -126,11 +127,19 @@ func (c *collector) waitFor(t *testing.T, n int) []bus.Delivery {
 }
 
 // consume runs ConsumeInbox in the background; the returned stop cancels it
-// and waits for it to return.
+// and waits for it to return. Unless opts say otherwise, the inbox is
+// declared when the consumer finds it missing, as the server does on the
+// hello an agent then says.
 func consume(t *testing.T, b bus.Bus, agent string, h bus.Handler, opts ...bus.InboxOption) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	declare := bus.OnInboxMissing(func() {
+		if err := b.DeclareInbox(ctx, env, agent); err != nil && ctx.Err() == nil {
+			t.Errorf("declare the inbox of %s: %v", agent, err)
+		}
+	})
+	opts = append([]bus.InboxOption{declare}, opts...)
 	go func() { done <- b.ConsumeInbox(ctx, env, agent, h, opts...) }()
 	var once sync.Once
 	stop = func() {
@@ -150,8 +159,8 @@ func consume(t *testing.T, b bus.Bus, agent string, h bus.Handler, opts ...bus.I
 	return stop
 }
 
-// sendSoon retries Send until the inbox exists (consumers declare it
-// asynchronously).
+// sendSoon retries Send until the inbox exists (declared when its consumer
+// finds it missing, asynchronously).
 func sendSoon(t *testing.T, b bus.Bus, e *bus.Envelope, opts bus.SendOptions) {
 	t.Helper()
 	deadline := time.Now().Add(patience)
@@ -536,17 +545,79 @@ func testClaim(t *testing.T, s Subject) {
 	}
 }
 
-// testInboxDeleted deletes an inbox under its consumer: the consumer
-// declares it again and consumes again, then calls OnInboxLost (so an agent
-// can ask for what it lost), and a command sent after that is handled.
+// testWaitsForInbox consumes an inbox no one declared: the consumer does
+// not declare it, calls OnInboxMissing, and looks again (calling it again)
+// until the inbox is declared; then it consumes, and OnInboxLost is not
+// called (nothing was lost).
+func testWaitsForInbox(t *testing.T, s Subject) {
+	sg := signer()
+	c := newCollector()
+	missing := make(chan struct{}, 1024)
+	lost := make(chan struct{}, 16)
+	consume(t, s.Bus, "unborn", c.handle,
+		bus.OnInboxMissing(func() { missing <- struct{}{} }),
+		bus.OnInboxLost(func() { lost <- struct{}{} }))
+	for i := range 2 {
+		select {
+		case <-missing:
+		case <-time.After(patience):
+			t.Fatalf("OnInboxMissing called %d times within %v, want the consumer to look again", i, patience)
+		}
+		if err := s.Bus.Send(context.Background(), command(t, sg, "unborn", i), bus.SendOptions{}); !errors.Is(err, bus.ErrNoInbox) {
+			t.Fatalf("send while only a consumer waits for the inbox: got %v, want ErrNoInbox (the consumer must not declare it)", err)
+		}
+	}
+	if err := s.Bus.DeclareInbox(context.Background(), env, "unborn"); err != nil {
+		t.Fatal(err)
+	}
+	sendSoon(t, s.Bus, command(t, sg, "unborn", 7), bus.SendOptions{})
+	if got := c.waitFor(t, 1); deployID(t, got[0]) != "7" {
+		t.Fatalf("got %s, want 7", deployID(t, got[0]))
+	}
+	select {
+	case <-lost:
+		t.Fatal("OnInboxLost called for an inbox that was never lost")
+	default:
+	}
+}
+
+// testInboxDeleted deletes an inbox under its consumer: the consumer does
+// not declare it again but calls OnInboxMissing (an agent says hello, and
+// the server declares it); once it consumes the inbox declared again it
+// calls OnInboxLost (so an agent can ask for what it lost), and a command
+// sent after that is handled.
 func testInboxDeleted(t *testing.T, s Subject) {
 	if s.DeleteInbox == nil {
 		t.Fatal("the subject must provide DeleteInbox for this contract")
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	sg := signer()
 	c := newCollector()
 	lost := make(chan struct{}, 16)
-	consume(t, s.Bus, "deleted", c.handle, bus.OnInboxLost(func() { lost <- struct{}{} }))
+	deleted := make(chan struct{})
+	missing := make(chan error, 16)
+	if err := s.Bus.DeclareInbox(ctx, env, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	consume(t, s.Bus, "deleted", c.handle,
+		bus.OnInboxMissing(func() {
+			select {
+			case <-deleted:
+			default:
+				missing <- errors.New("OnInboxMissing called before the inbox was deleted")
+				return
+			}
+			// What the consumer left: no inbox, until the server
+			// declares it.
+			err := s.Bus.Send(ctx, command(t, sg, "deleted", 99), bus.SendOptions{})
+			if !errors.Is(err, bus.ErrNoInbox) {
+				missing <- fmt.Errorf("send while the inbox is missing: got %v, want ErrNoInbox (the consumer must not declare it)", err)
+				return
+			}
+			missing <- s.Bus.DeclareInbox(ctx, env, "deleted")
+		}),
+		bus.OnInboxLost(func() { lost <- struct{}{} }))
 	sendSoon(t, s.Bus, command(t, sg, "deleted", 1), bus.SendOptions{})
 	c.waitFor(t, 1)
 	select {
@@ -554,16 +625,25 @@ func testInboxDeleted(t *testing.T, s Subject) {
 		t.Fatal("OnInboxLost was called while the inbox was there")
 	default:
 	}
-	if err := s.DeleteInbox(context.Background(), env, "deleted"); err != nil {
+	close(deleted)
+	if err := s.DeleteInbox(ctx, env, "deleted"); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-missing:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(patience):
+		t.Fatalf("OnInboxMissing not called within %v of the inbox's deletion", patience)
 	}
 	select {
 	case <-lost:
 	case <-time.After(patience):
-		t.Fatalf("OnInboxLost not called within %v of the inbox's deletion", patience)
+		t.Fatalf("OnInboxLost not called within %v of the inbox's declaration", patience)
 	}
-	// Called once the inbox is declared and consumed again: no retry.
-	if err := s.Bus.Send(context.Background(), command(t, sg, "deleted", 2), bus.SendOptions{}); err != nil {
+	// Called once the inbox is consumed again: no retry.
+	if err := s.Bus.Send(ctx, command(t, sg, "deleted", 2), bus.SendOptions{}); err != nil {
 		t.Fatalf("send after OnInboxLost: got %v, want the inbox back", err)
 	}
 	got := c.waitFor(t, 2)

@@ -15,14 +15,18 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // TestAgentRightsOnTheBroker runs a fleet on a broker that asks the server
 // about each agent (rabbitmq_auth_backend_http), the server and agents
-// speaking TLS to it (amqps://, verify_peer), then attacks agent beta
-// with agent alpha's real credentials — its key, read from its state
-// directory, as a compromised host would — and checks that the broker
-// refuses every attempt while beta keeps converging; then revokes alpha:
+// speaking TLS to it (amqps://, verify_peer), then attacks agent beta, and
+// alpha's own inbox, with agent alpha's real credentials — its key, read
+// from its state directory, as a compromised host would — and checks that
+// the broker refuses every attempt while beta keeps converging. The agents
+// started with no inbox (the server declares it on their hello); beta's
+// inbox is then deleted on the broker, and beta, which may not declare it,
+// has the server declare it again and deploys on. Last, alpha is revoked:
 // its connection is closed and it cannot log in again.
 func TestAgentRightsOnTheBroker(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -58,6 +62,13 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 	h := loginAs(t, node, key, "alpha")
 	ns := c.ns
 	betaInbox, betaClaim := ns+".agent."+env+".beta", ns+".primary."+env+".beta"
+	alphaInbox := ns + ".agent." + env + ".alpha"
+	declare := func(name string, args amqp.Table) func(ch *amqp.Channel) error {
+		return func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclare(name, true, false, false, false, args)
+			return err
+		}
+	}
 	attacks := []struct {
 		name string
 		do   func(ch *amqp.Channel) error
@@ -82,8 +93,14 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 			return err
 		}},
 		{"bind its own inbox to beta's commands", func(ch *amqp.Channel) error {
-			return ch.QueueBind(ns+".agent."+env+".alpha", bus.CommandKey(env, "beta"), ns+".cmd", false, nil)
+			return ch.QueueBind(alphaInbox, bus.CommandKey(env, "beta"), ns+".cmd", false, nil)
 		}},
+		// Its own inbox is the server's to declare, with its arguments.
+		{"declare its own inbox as the server did", declare(alphaInbox, inboxArgs())},
+		{"declare its own inbox again without a bound", declare(alphaInbox, amqp.Table{"x-queue-type": "classic"})},
+		{"declare its own inbox dead-lettering into the events exchange", declare(alphaInbox, amqp.Table{"x-queue-type": "classic",
+			"x-dead-letter-exchange": ns + ".events", "x-dead-letter-routing-key": bus.EventKey(env, "beta", bus.KindResourceStatus)})},
+		{"delete its own inbox", func(ch *amqp.Channel) error { _, err := ch.QueueDelete(alphaInbox, false, false, false); return err }},
 		{"publish into beta's inbox", publishing(ns+".cmd", bus.CommandKey(env, "beta"))},
 		{"publish into beta's inbox by its name", publishing("", betaInbox)},
 		{"publish events with beta's routing key", publishing(ns+".events", bus.EventKey(env, "beta", bus.KindResourceStatus))},
@@ -126,6 +143,31 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 		return st.Version == v2 && st.State == "deployed"
 	})
 
+	// Beta's inbox deleted on the broker, as a client with rights on it
+	// could: beta finds it missing and says hello, the server declares it
+	// again with its arguments (declaring it with exactly those succeeds),
+	// and beta deploys the next version.
+	ctx := context.Background()
+	if err := c.bus.DeleteInbox(ctx, env, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminChannel(t, node)
+	waitFor(t, 60*time.Second, "beta's inbox declared again", func() bool {
+		if _, err := admin.QueueDeclarePassive(betaInbox, true, false, false, false, nil); err != nil {
+			admin = adminChannel(t, node) // a failed passive declare closes the channel
+			return false
+		}
+		return true
+	})
+	if _, err := admin.QueueDeclare(betaInbox, true, false, false, false, inboxArgs()); err != nil {
+		t.Fatalf("beta's inbox declared again lacks its arguments: %v", err)
+	}
+	v3 := c.release(model("three"))
+	waitFor(t, 90*time.Second, "beta to deploy version 3 after its inbox was deleted", func() bool {
+		st := c.statuses()["file[beta,path=/srv/b]"]
+		return st.Version == v3 && st.State == "deployed"
+	})
+
 	// Revoked, alpha is cut off and cannot come back.
 	c.cli("agent", "revoke", "alpha")
 	select {
@@ -149,6 +191,93 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 	if strings.Contains(string(out), ns+".agent."+env+".alpha\n") {
 		t.Errorf("alpha's inbox is still on the broker after its revocation:\n%s", out)
 	}
+}
+
+// TestSquatterOfAPendingNameIsCutOff: someone who reaches the broker
+// says hello first under the name of a host not installed yet, with a key
+// of their own: a pending agent, whose inbox they read. The host then
+// starts with an enrollment token, and its key takes the name. The
+// squatter's connection is closed and their inbox started over: they read
+// nothing, and the host deploys.
+func TestSquatterOfAPendingNameIsCutOff(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authListen := ln.Addr().String()
+	ln.Close()
+	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
+
+	_, key, err := bus.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := loginAs(t, node, key, "gamma")
+	hello, err := bus.NewSigner(key, 0).Seal(bus.KindHello, env, "gamma", bus.Hello{PublicKey: key.Public().(ed25519.PublicKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := bus.Encode(hello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.attempt(publishingBody(c.ns+".events", bus.EventKey(env, "gamma", bus.KindHello), body)); err != nil {
+		t.Fatalf("the squatter's hello: %v", err)
+	}
+	waitFor(t, 30*time.Second, "gamma recorded pending", func() bool { return c.agent("gamma").State == record.AgentPending })
+	// Pending, the squatter may read the inbox (once the broker's cache of
+	// its answers as a stranger expired).
+	inbox := c.ns + ".agent." + env + ".gamma"
+	var got <-chan amqp.Delivery
+	waitFor(t, 30*time.Second, "the squatter consuming gamma's inbox", func() bool {
+		ch, err := h.conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err = ch.Consume(inbox, "", false, false, false, false, nil); err != nil {
+			return false
+		}
+		return true
+	})
+
+	c.startAgent("gamma", agentOpts{stateDir: t.TempDir(), root: t.TempDir()})
+	select {
+	case <-h.closed:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the squatter's connection still open 90s after gamma's host took the name")
+	}
+	v1 := c.release(fileModel(t, 0, nil, map[string]string{"gamma": "  file \"g\" {\n    path = \"/srv/g\"\n    content = \"one\"\n  }\n"}))
+	waitFor(t, 90*time.Second, "gamma to deploy version 1", func() bool {
+		st := c.statuses()["file[gamma,path=/srv/g]"]
+		return st.Version == v1 && st.State == "deployed"
+	})
+	for d := range got {
+		t.Errorf("the squatter read %s (%d bytes) from gamma's inbox", d.Type, len(d.Body))
+	}
+}
+
+// adminChannel is a channel of the node's administrator, beside the
+// server: a client with every right on the broker.
+func adminChannel(t *testing.T, node *amqptest.Node) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// inboxArgs are the arguments the server declares an inbox with, on the
+// clusters here (classic queues, the default bound).
+func inboxArgs() amqp.Table {
+	return amqp.Table{"x-queue-type": "classic", "x-single-active-consumer": true,
+		"x-max-length": int64(bus.DefaultInboxLength), "x-overflow": "reject-publish"}
 }
 
 // intruder is a broker connection with an agent's own login.
@@ -204,11 +333,16 @@ func (h *intruder) attempt(do func(ch *amqp.Channel) error) error {
 // publishing publishes to exchange with key, waiting for the broker's
 // confirm.
 func publishing(exchange, key string) func(ch *amqp.Channel) error {
+	return publishingBody(exchange, key, []byte("{}"))
+}
+
+// publishingBody is publishing with a body.
+func publishingBody(exchange, key string, body []byte) func(ch *amqp.Channel) error {
 	return func(ch *amqp.Channel) error {
 		if err := ch.Confirm(false); err != nil {
 			return err
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, false, false, amqp.Publishing{Body: []byte("{}")})
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, false, false, amqp.Publishing{Body: body})
 		if err != nil {
 			return err
 		}

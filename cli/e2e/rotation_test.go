@@ -19,8 +19,9 @@ import (
 // TestAgentKeyRotationWhileRunning rotates the key of an agent that logs
 // in to the broker as itself (a broker that asks the server about each
 // login) while it runs: the agent switches to its new key, logs in with
-// it, and deploys the next version; a login with its old key is refused,
-// with a security alert.
+// it, and deploys the next version; a connection someone else opened with
+// its old key before the switch is closed, and a login with the old key
+// is refused, with a security alert.
 func TestAgentKeyRotationWhileRunning(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,6 +55,10 @@ func TestAgentKeyRotationWhileRunning(t *testing.T) {
 		t.Fatalf("the server holds key %s for alpha, its key file %s", got, oldFP)
 	}
 
+	// Someone else holding the key (a copy of the key file) is connected
+	// with it when the rotation starts.
+	thief := loginAs(t, node, oldKey, "alpha")
+
 	out := c.cli("agent", "rotate-key", "alpha")
 	if !strings.Contains(out, "asked to replace its key "+oldFP) {
 		t.Fatalf("tether agent rotate-key: %q", out)
@@ -71,6 +76,12 @@ func TestAgentKeyRotationWhileRunning(t *testing.T) {
 	}
 	if !logged(p, "logging in to the broker again") {
 		t.Errorf("alpha did not log in again after its key changed:\n%s", p.output())
+	}
+
+	select {
+	case <-thief.closed:
+	case <-time.After(90 * time.Second):
+		t.Fatal("a connection with alpha's old key still open 90s after alpha switched to its new key")
 	}
 
 	// The old login is refused from now on (once the broker's cache of

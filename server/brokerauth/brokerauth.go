@@ -6,10 +6,10 @@
 // come from the server's store, so accepting, rejecting or revoking an
 // agent changes its rights on the broker within the cache's lifetime.
 //
-// An agent may read its own inbox and hold its own primary claim, and
-// publish to the events exchange with routing keys <env>.<agent>.<kind>
-// only: no other queue, no binding, no exchange, no other agent's routing
-// key. One the server does not know yet may only publish its hello. The
+// An agent may read its own inbox (never declare, delete or bind it: the
+// server declares it) and hold its own primary claim, and publish to the
+// events exchange with routing keys <env>.<agent>.<kind> only: no other
+// queue, no binding, no exchange, no other agent's routing key. One the server does not know yet may only publish its hello. The
 // server logs in as a user of the broker's own database, which the broker
 // asks first; this backend never grants anything to a user that is not an
 // agent's.
@@ -239,7 +239,7 @@ const (
 	// this key's): it may say hello, nothing else.
 	stranger
 	// pending: the key of an agent waiting for an operator: hello, its
-	// refusals, and its inbox, where its acceptance will come.
+	// refusals, and reading its inbox, where its acceptance will come.
 	pending
 	// accepted: an enrolled agent.
 	accepted
@@ -383,10 +383,15 @@ func (b *Backend) Resource(ctx context.Context, user, vhost, resource, name, per
 		}
 		switch name {
 		case b.inbox(l):
-			// Declaring it (when missing) and consuming it; binding
-			// needs write, which no agent has.
-			return permission == "configure" || permission == "read", nil
+			// Consuming it, nothing else: the server declares it, with
+			// its arguments (a bound, no dead-letter exchange). With
+			// configure an agent could delete it and declare it again
+			// unbounded, or dead-lettering where it likes; binding
+			// needs write, which no agent has. Looking for it (a
+			// passive declare) needs no right.
+			return permission == "read", nil
 		case b.claim(l):
+			// An exclusive queue of its own, declared to hold the claim.
 			return permission == "configure", nil
 		}
 	}

@@ -140,7 +140,7 @@ func TestRights(t *testing.T) {
 		want                       string
 	}{
 		{"read own inbox", web1, "queue", "tether.agent.prod.web-1", "read", "allow"},
-		{"declare own inbox", web1, "queue", "tether.agent.prod.web-1", "configure", "allow"},
+		{"declare, redeclare or delete own inbox", web1, "queue", "tether.agent.prod.web-1", "configure", "deny"},
 		{"bind to own inbox", web1, "queue", "tether.agent.prod.web-1", "write", "deny"},
 		{"read another's inbox", web1, "queue", "tether.agent.prod.web-2", "read", "deny"},
 		{"delete another's inbox", web1, "queue", "tether.agent.prod.web-2", "configure", "deny"},
@@ -159,6 +159,7 @@ func TestRights(t *testing.T) {
 		{"publish to the default exchange", web1, "exchange", "amq.default", "write", "deny"},
 		{"publish dead letters", web1, "exchange", "tether.dead", "write", "deny"},
 		{"pending reads its inbox", new1, "queue", "tether.agent.prod.new-1", "read", "allow"},
+		{"pending declares its inbox", new1, "queue", "tether.agent.prod.new-1", "configure", "deny"},
 		{"stranger reads the inbox of its name", new2, "queue", "tether.agent.prod.new-2", "read", "deny"},
 		{"stranger claims", new2, "queue", "tether.primary.prod.new-2", "configure", "deny"},
 		{"stranger publishes events", new2, "exchange", "tether.events", "write", "allow"},
