@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
@@ -42,6 +43,8 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	if !action.Valid() {
 		return record.Agent{}, fmt.Errorf("%w: agent action %q", model.ErrInvalid, action)
 	}
+	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
+	defer unlock()
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err
@@ -67,6 +70,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		return a, err
 	}
 	s.agents.put(a)
+	unlock()
 	switch action {
 	case record.AgentAccept:
 		// Enrolled now; it gets its state at once if connected, else on

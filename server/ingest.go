@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"strings"
 	"sync"
@@ -176,6 +177,7 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 // that says so: several replicas write agents, so a cached copy is never
 // written back.
 func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) error {
+	defer s.agentLocks.lock(env, name)()
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return err
@@ -222,6 +224,8 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("%w: %s: sequence number past the protocol's limit", bus.ErrReject, e)
 	}
 	now := time.Now().UTC()
+	unlock := s.agentLocks.lock(e.Env, e.Agent)
+	defer unlock()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
 	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched := false, "", a.Generation, false, false, false
 	heldKey := a.PublicKey
@@ -747,6 +751,23 @@ type agentKey struct{ env, name string }
 type cachedAgent struct {
 	agent record.Agent
 	at    time.Time
+}
+
+// agentLocks serialise this server's read-modify-write of one agent's
+// record: events of one agent are handled by several consumers at once,
+// and a heartbeat read before a status (or an operator's reject) was
+// written would write the older copy back over it.
+type agentLocks [64]sync.Mutex
+
+// lock locks env/name's stripe and returns its unlock.
+func (l *agentLocks) lock(env, name string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(env))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	m := &l[h.Sum32()%uint32(len(l))]
+	m.Lock()
+	return m.Unlock
 }
 
 func newAgentCache(st store.Store, ttl time.Duration) *agentCache {

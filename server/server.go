@@ -156,19 +156,20 @@ func (c Config) Validate() error {
 
 // Server is one server process's core.
 type Server struct {
-	cfg       Config
-	store     store.Store
-	bus       bus.Bus
-	sched     *scheduler.Scheduler
-	signer    *bus.Signer
-	feed      *Feed
-	dedup     *bus.Dedup
-	agents    *agentCache
-	committer *committer
-	sealers   sealers
-	log       zerolog.Logger
-	metrics   *Metrics
-	handled   atomic.Uint64
+	cfg        Config
+	store      store.Store
+	bus        bus.Bus
+	sched      *scheduler.Scheduler
+	signer     *bus.Signer
+	feed       *Feed
+	dedup      *bus.Dedup
+	agents     *agentCache
+	agentLocks *agentLocks
+	committer  *committer
+	sealers    sealers
+	log        zerolog.Logger
+	metrics    *Metrics
+	handled    atomic.Uint64
 	// flood bounds what one sender costs (see flood.go).
 	flood *floodGuard
 	// revoked takes rejected agents whose connections closeRevoked
@@ -197,18 +198,19 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	m := newMetrics()
 	m.observeBus(b)
 	s := &Server{
-		cfg:       cfg,
-		store:     st,
-		bus:       b,
-		signer:    signer,
-		feed:      newFeed(),
-		dedup:     bus.NewDedup(1 << 16),
-		agents:    newAgentCache(st, cfg.AgentCacheTTL),
-		committer: newCommitter(st, cfg.MaxBatch, m),
-		log:       log,
-		metrics:   m,
-		revoked:   make(chan revocation, 256),
-		flood:     newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
+		cfg:        cfg,
+		store:      st,
+		bus:        b,
+		signer:     signer,
+		feed:       newFeed(),
+		dedup:      bus.NewDedup(1 << 16),
+		agents:     newAgentCache(st, cfg.AgentCacheTTL),
+		agentLocks: new(agentLocks),
+		committer:  newCommitter(st, cfg.MaxBatch, m),
+		log:        log,
+		metrics:    m,
+		revoked:    make(chan revocation, 256),
+		flood:      newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
 	}
 	s.sched = scheduler.New(st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil
