@@ -227,7 +227,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	unlock := s.agentLocks.lock(e.Env, e.Agent)
 	defer unlock()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
-	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched := false, "", a.Generation, false, false, false
+	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched, stale := false, "", a.Generation, false, false, false, false
 	heldKey := a.PublicKey
 	switch {
 	case errors.Is(err, model.ErrNotFound):
@@ -278,7 +278,12 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
 		switched = !a.Switched()
-		if a.State == record.AgentAccepted && body.Generation < a.Generation && body.Generation > 0 {
+		// A hello said before events already recorded (several consumers
+		// take events at once; a hello repeated before enrollment may
+		// arrive late) tells an older generation than the agent holds:
+		// it moves nothing back.
+		stale = a.LastSeq > 0 && e.Seq < uint64(a.LastSeq) && body.Generation < a.Generation
+		if a.State == record.AgentAccepted && body.Generation < a.Generation && body.Generation > 0 && !stale {
 			wentBack = fmt.Sprintf("agent %s holds generation %d, behind the %d it reported before: its journal was reset, "+
 				"or restored from an older copy (a replay cannot do it: agents refuse older desired state); it is sent its whole desired state",
 				a.Name, body.Generation, a.Generation)
@@ -293,7 +298,10 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	if !notSwitched {
 		a.PublicKey = body.PublicKey
 	}
-	a.Generation, a.LastSeen, a.Connected = body.Generation, now, true
+	if !stale {
+		a.Generation = body.Generation
+	}
+	a.LastSeen, a.Connected = now, true
 	a.LastSeq = max(a.LastSeq, int64(e.Seq))
 	refusal := ""
 	switch {
@@ -368,7 +376,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	}
 	if wentBack != "" {
 		s.security(ctx, e, wentBack)
-	} else if body.Generation == 0 && heldBefore > 0 && !rekeyed {
+	} else if body.Generation == 0 && heldBefore > 0 && !rekeyed && !stale {
 		// An empty journal: a standby that took over, or a journal
 		// started over. Not a step back anyone could force.
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Int64("held_before", heldBefore).

@@ -232,6 +232,12 @@ func TestHostileBrokerClient(t *testing.T) {
 			t.Fatalf("reset-journal: exit %d: %s%s", code, out, errb)
 		}
 		web = c.startAgent("web", agentOpts{stateDir: webState, root: webRoot})
+		// The server still holds what web said before it started over:
+		// wait for the new process to be sent its whole state (a deploy
+		// done) and for the server to record what it holds now.
+		waitFor(t, 60*time.Second, "web to deploy its whole state again and the server to know", func() bool {
+			return strings.Contains(web.output(), "job finished") && c.agent("web").Generation == v2
+		})
 		c.converged(v2, total, 60*time.Second)
 		replay()
 		c.alertSaying("web", "refused", fmt.Sprintf("older than the %d held", v2))
