@@ -344,7 +344,10 @@ func benchBrokerAuthCommand(term *terminal) *ucli.Command {
 			"  inbox and event  every agent declares its inbox and publishes a heartbeat, confirmed;\n" +
 			"  first contact    --first-contact agents the server does not know connect and say hello; also\n" +
 			"                   timed until the server has recorded them all (pending).\n" +
-			"Each phase counts the questions the server answered (user, vhost, resource, topic) per second.\n" +
+			"Each phase counts the questions the server answered (user, vhost, resource, topic) per second, and\n" +
+			"the processor time the broker node and this process (the agents' side and the server) used.\n" +
+			"For comparison, the same agents then connect with the broker's own user (no questions), over TLS\n" +
+			"and over plain AMQP.\n" +
 			"The limit of open files is raised to its hard limit (`ulimit -Hn`), which must exceed N + 1024.\n\n" +
 			"   tether bench broker-auth --agents 1000",
 		Flags: append(benchServiceFlags(),
@@ -371,14 +374,14 @@ func benchBrokerAuthCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "PHASE", "AGENTS", "SECONDS", "AGENT P50", "AGENT P95", "AGENT MAX", "QUESTIONS", "QUESTIONS/S", "REFUSED", "BY KIND")
+			t := newTable(term.stdout, "PHASE", "AGENTS", "SECONDS", "AGENT P50", "AGENT P95", "AGENT MAX", "CPU S NODE/OWN", "QUESTIONS", "QUESTIONS/S", "REFUSED", "BY KIND")
 			for _, p := range res.Phases {
 				secs := fmt.Sprintf("%.2f", p.Seconds)
 				if p.RecordedSeconds > 0 {
 					secs += fmt.Sprintf(" (recorded %.2f)", p.RecordedSeconds)
 				}
 				t.row(p.Name, strconv.Itoa(p.Agents), secs, fmt.Sprintf("%.2f", p.P50Seconds), fmt.Sprintf("%.2f", p.P95Seconds),
-					fmt.Sprintf("%.2f", p.MaxSeconds), strconv.FormatInt(p.Questions, 10), fmt.Sprintf("%.0f", p.QuestionsPerSecond), strconv.FormatInt(p.Refused, 10),
+					fmt.Sprintf("%.2f", p.MaxSeconds), fmt.Sprintf("%.2f/%.2f", p.NodeCPUSeconds, p.SelfCPUSeconds), strconv.FormatInt(p.Questions, 10), fmt.Sprintf("%.0f", p.QuestionsPerSecond), strconv.FormatInt(p.Refused, 10),
 					byKind(p.ByKind))
 			}
 			if err := t.flush(); err != nil {
@@ -411,21 +414,25 @@ func benchIngestTLSCommand(term *terminal) *ucli.Command {
 		Usage:     "compare the ingest path over TLS with per-agent broker logins against plain AMQP with a shared user",
 		UsageText: "tether bench ingest-tls [--events 20000] [--agents 100] [--consumers 8] [--rounds 2] [--postgres URL] [-o json]",
 		Description: "Starts a RabbitMQ node of its own (rabbitmq-server must be installed; nothing of the machine's\n" +
-			"broker is used), set up as for `tether bench broker-auth`, and runs the ingest path on it in two\n" +
-			"setups, each run on a new PostgreSQL schema: plain (amqp://, every agent and the server with one user\n" +
-			"of the broker's own, as on a trusted network), and as on an untrusted network (amqps://, each agent\n" +
-			"logging in as itself, the broker asking the server through its cache; the server over TLS with\n" +
-			"the broker's own user). Each time --agents agents connect at once and publish their share of the\n" +
-			"--events signed resource.status events (one result each, one after the other, each confirmed);\n" +
-			"then a server takes the backlog into PostgreSQL, timed as in `tether bench ingest`. Each round runs\n" +
-			"both setups, in turn plain first and TLS first. Prints each run, each setup's sum over the rounds\n" +
-			"and the ratios TLS / plain.\n\n" +
+			"broker is used), set up as for `tether bench broker-auth`, and runs the ingest path on it in three\n" +
+			"setups, each run on a new PostgreSQL schema:\n" +
+			"  plain AMQP, one shared user        amqp://, the agents and the server with one user of the broker's\n" +
+			"                                     own, as on a trusted network;\n" +
+			"  TLS, one shared user               the same over amqps:// (TLS alone);\n" +
+			"  TLS, each agent logs in as itself  amqps://, as on an untrusted network: the broker asks the server,\n" +
+			"                                     through its cache, about each agent; the server over TLS with the\n" +
+			"                                     broker's own user.\n" +
+			"Each time --agents agents connect at once and publish their share of the --events signed\n" +
+			"resource.status events (one result each, one after the other, each confirmed); then a server takes\n" +
+			"the backlog into PostgreSQL, timed as in `tether bench ingest`. Each round runs every setup, in\n" +
+			"that order and in the reverse order in turn. Prints each run, each setup's sum over the rounds, the\n" +
+			"processor time the broker node and this process used, and the ratios to plain.\n\n" +
 			"   tether bench ingest-tls --events 20000",
 		Flags: append(benchServiceFlags(),
 			&ucli.IntFlag{Name: "events", Value: 20000, Usage: "how many status events to publish and ingest, each time"},
 			&ucli.IntFlag{Name: "agents", Value: 100, Usage: "how many agents send them (a connection each)"},
 			&ucli.IntFlag{Name: "consumers", Value: server.Default().Consumers, Usage: "the server's ingest consumers (each handles 64 events at once)"},
-			&ucli.IntFlag{Name: "rounds", Value: 2, Usage: "how many runs of each setup (in turn plain first and TLS first)"},
+			&ucli.IntFlag{Name: "rounds", Value: 2, Usage: "how many runs of each setup (in that order and in the reverse order in turn)"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
 		),
 		Action: func(c *ucli.Context) error {
@@ -445,21 +452,22 @@ func benchIngestTLSCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "RUN", "SETUP", "CONNECT S", "PUBLISH S", "PUBLISHED/S", "INGEST S", "INGESTED/S", "PER TRANSACTION", "QUESTIONS")
+			t := newTable(term.stdout, "RUN", "SETUP", "CONNECT S", "PUBLISH S", "PUBLISHED/S", "CPU S NODE/OWN", "INGEST S", "INGESTED/S", "CPU S NODE/OWN", "PER TRANSACTION", "QUESTIONS")
 			runs := make([]string, 0, len(res.Runs)+2)
 			for i := range res.Runs {
 				runs = append(runs, strconv.Itoa(i+1))
 			}
-			runs = append(runs, "all", "all")
-			for i, x := range append(res.Runs, res.Plain, res.TLSAuth) {
+			runs = append(runs, "all", "all", "all")
+			for i, x := range append(res.Runs, res.Plain, res.TLSShared, res.TLSAuth) {
 				t.row(runs[i], x.Setup, fmt.Sprintf("%.2f", x.ConnectSeconds), fmt.Sprintf("%.2f", x.PublishSeconds), fmt.Sprintf("%.0f", x.PublishRate),
-					fmt.Sprintf("%.2f", x.IngestSeconds), fmt.Sprintf("%.0f", x.IngestRate), fmt.Sprintf("%.1f", x.PerTransaction), strconv.FormatInt(x.Questions, 10))
+					fmt.Sprintf("%.2f/%.2f", x.PublishNodeCPU, x.PublishSelfCPU), fmt.Sprintf("%.2f", x.IngestSeconds), fmt.Sprintf("%.0f", x.IngestRate),
+					fmt.Sprintf("%.2f/%.2f", x.IngestNodeCPU, x.IngestSelfCPU), fmt.Sprintf("%.1f", x.PerTransaction), strconv.FormatInt(x.Questions, 10))
 			}
 			if err := t.flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(term.stdout, "\nTLS / plain: ingest %.2f, publish %.2f; %d events of %d agents, %d consumers; command: %s\n",
-				res.IngestRatio, res.PublishRatio, res.Events, res.Agents, res.Consumers, res.Command)
+			fmt.Fprintf(term.stdout, "\nTLS with per-agent logins / plain: ingest %.2f, publish %.2f (TLS alone: %.2f, %.2f); %d events of %d agents, %d consumers; command: %s\n",
+				res.IngestRatio, res.PublishRatio, res.TLSIngestRatio, res.TLSPublishRatio, res.Events, res.Agents, res.Consumers, res.Command)
 			return nil
 		},
 	}

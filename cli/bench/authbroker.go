@@ -186,6 +186,17 @@ func raiseFileLimit(need uint64) (uint64, error) {
 	return lim.Cur, nil
 }
 
+// cpu returns the processor time the node and this process have used so
+// far (0 for the node when /proc cannot say).
+func (ab *authBroker) cpu() (node, self time.Duration) {
+	node, _ = ab.node.CPUTime()
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return node, self
+}
+
 // openFiles counts this process's open files.
 func openFiles() int {
 	fds, err := os.ReadDir("/proc/self/fd")

@@ -55,6 +55,10 @@ type BrokerAuthPhase struct {
 	P50Seconds float64 `json:"p50_seconds"`
 	P95Seconds float64 `json:"p95_seconds"`
 	MaxSeconds float64 `json:"max_seconds"`
+	// Processor time used meanwhile by the broker node and by this
+	// process (the agents' side and the server), in seconds.
+	NodeCPUSeconds float64 `json:"node_cpu_seconds"`
+	SelfCPUSeconds float64 `json:"self_cpu_seconds"`
 	// RecordedSeconds (first contact) is the time until the server had
 	// recorded every hello (pending agents).
 	RecordedSeconds float64 `json:"recorded_seconds,omitempty"`
@@ -176,7 +180,7 @@ func RunBrokerAuth(ctx context.Context, o BrokerAuthOptions) (*BrokerAuthResult,
 			return nil, err
 		}
 	}
-	p, err := runPhase(ctx, o.Progress, "connect", auth, fleet, func(ctx context.Context, a *loginAgent) error {
+	p, err := runPhase(ctx, o.Progress, "connect", ab, auth, fleet, func(ctx context.Context, a *loginAgent) error {
 		return a.connect(ctx, ab, scfg, env)
 	})
 	if cpu != nil {
@@ -189,7 +193,7 @@ func RunBrokerAuth(ctx context.Context, o BrokerAuthOptions) (*BrokerAuthResult,
 	res.OpenFiles = openFiles()
 
 	// Their inboxes and a first event each.
-	p, err = runPhase(ctx, o.Progress, "inbox and event", auth, fleet, func(ctx context.Context, a *loginAgent) error {
+	p, err = runPhase(ctx, o.Progress, "inbox and event", ab, auth, fleet, func(ctx context.Context, a *loginAgent) error {
 		if err := a.bus.DeclareInbox(ctx, env, a.name); err != nil {
 			return err
 		}
@@ -216,7 +220,7 @@ func RunBrokerAuth(ctx context.Context, o BrokerAuthOptions) (*BrokerAuthResult,
 		}
 		defer closeAgents(strangers)
 		start := time.Now()
-		p, err := runPhase(ctx, o.Progress, "first contact", auth, strangers, func(ctx context.Context, a *loginAgent) error {
+		p, err := runPhase(ctx, o.Progress, "first contact", ab, auth, strangers, func(ctx context.Context, a *loginAgent) error {
 			if err := a.connect(ctx, ab, scfg, env); err != nil {
 				return err
 			}
@@ -267,7 +271,7 @@ func RunBrokerAuth(ctx context.Context, o BrokerAuthOptions) (*BrokerAuthResult,
 		if !tls {
 			name = "connect, broker's user, plain"
 		}
-		p, err := runPhase(ctx, o.Progress, name, auth, fleet, func(ctx context.Context, a *loginAgent) error {
+		p, err := runPhase(ctx, o.Progress, name, ab, auth, fleet, func(ctx context.Context, a *loginAgent) error {
 			return a.open(ctx, ab.agentConfig(scfg, a.name, tls, nil))
 		})
 		if err != nil {
@@ -324,9 +328,10 @@ func closeAgents(fleet []*loginAgent) {
 // own, and times them, counting the questions auth (nil: none) answered
 // meanwhile.
 // Any agent's failure fails the phase.
-func runPhase(ctx context.Context, progress io.Writer, name string, auth *questions, fleet []*loginAgent,
+func runPhase(ctx context.Context, progress io.Writer, name string, ab *authBroker, auth *questions, fleet []*loginAgent,
 	do func(context.Context, *loginAgent) error) (BrokerAuthPhase, error) {
 	before, refusedBefore := auth.count()
+	nodeBefore, selfBefore := ab.cpu()
 	took := make([]time.Duration, len(fleet))
 	errs := make([]error, len(fleet))
 	var finished atomic.Int64
@@ -351,6 +356,7 @@ func runPhase(ctx context.Context, progress io.Writer, name string, auth *questi
 	}
 	elapsed := time.Since(start)
 	after, refusedAfter := auth.count()
+	nodeAfter, selfAfter := ab.cpu()
 	for i, err := range errs {
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -370,5 +376,6 @@ func runPhase(ctx context.Context, progress io.Writer, name string, auth *questi
 	}
 	return BrokerAuthPhase{Name: name, Agents: len(fleet), Seconds: elapsed.Seconds(),
 		Questions: q, ByKind: byKind, Refused: refusedAfter - refusedBefore, QuestionsPerSecond: float64(q) / elapsed.Seconds(),
+		NodeCPUSeconds: (nodeAfter - nodeBefore).Seconds(), SelfCPUSeconds: (selfAfter - selfBefore).Seconds(),
 		P50Seconds: took[len(took)/2].Seconds(), P95Seconds: took[len(took)*95/100].Seconds(), MaxSeconds: took[len(took)-1].Seconds()}, nil
 }

@@ -79,23 +79,26 @@ func TestIngestTLSScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Runs) != 2 || res.Runs[0].Setup != plainSetup || res.Runs[1].Setup != tlsSetup {
-		t.Fatalf("got runs %+v, want plain then TLS", res.Runs)
+	if len(res.Runs) != 3 || res.Runs[0].Setup != setupNames[plainShared] || res.Runs[1].Setup != setupNames[tlsShared] || res.Runs[2].Setup != setupNames[tlsOwn] {
+		t.Fatalf("got runs %+v, want plain, TLS with a shared user, TLS with per-agent logins", res.Runs)
 	}
-	if res.Plain.Questions != 0 {
-		t.Errorf("plain setup: got %d questions to the server, want none", res.Plain.Questions)
+	for _, x := range []IngestSide{res.Plain, res.TLSShared} {
+		if x.Questions != 0 {
+			t.Errorf("%s: got %d questions to the server, want none", x.Setup, x.Questions)
+		}
 	}
 	// Per agent: its login (user, vhost), its first publish (resource,
 	// topic).
 	if res.TLSAuth.Questions < 4*5 {
 		t.Errorf("TLS setup: got %d questions to the server, want at least 4 per agent (20)", res.TLSAuth.Questions)
 	}
-	for _, x := range []IngestSide{res.Plain, res.TLSAuth} {
+	for _, x := range []IngestSide{res.Plain, res.TLSShared, res.TLSAuth} {
 		if x.IngestRate <= 0 || x.PublishRate <= 0 || x.PerTransaction < 1 {
 			t.Errorf("%s: got ingest %.0f/s, publish %.0f/s, %.1f per transaction: want figures of a run that took place", x.Setup, x.IngestRate, x.PublishRate, x.PerTransaction)
 		}
 	}
-	if res.IngestRatio <= 0 || res.PublishRatio <= 0 {
-		t.Errorf("got ratios ingest %.2f, publish %.2f, want both above 0", res.IngestRatio, res.PublishRatio)
+	if res.IngestRatio <= 0 || res.PublishRatio <= 0 || res.TLSIngestRatio <= 0 || res.TLSPublishRatio <= 0 {
+		t.Errorf("got ratios ingest %.2f, publish %.2f, TLS alone %.2f and %.2f, want all above 0",
+			res.IngestRatio, res.PublishRatio, res.TLSIngestRatio, res.TLSPublishRatio)
 	}
 }

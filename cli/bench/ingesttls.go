@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,13 @@ type IngestSide struct {
 	// Questions the server answered for the broker (per-agent logins
 	// only).
 	Questions int64 `json:"questions"`
+	// Processor time, in seconds, used while publishing and while
+	// ingesting by the broker node and by this process (the agents'
+	// side, or the server).
+	PublishNodeCPU float64 `json:"publish_node_cpu_seconds"`
+	PublishSelfCPU float64 `json:"publish_self_cpu_seconds"`
+	IngestNodeCPU  float64 `json:"ingest_node_cpu_seconds"`
+	IngestSelfCPU  float64 `json:"ingest_self_cpu_seconds"`
 }
 
 // IngestTLSResult is what the ingest-tls scenario measured.
@@ -52,14 +60,18 @@ type IngestTLSResult struct {
 	Agents    int `json:"agents"`
 	Consumers int `json:"consumers"`
 	Rounds    int `json:"rounds"`
-	// Plain and TLSAuth sum up each setup's runs: seconds added, rates
-	// over the seconds added (Rounds × Events events).
-	Plain   IngestSide `json:"plain"`
-	TLSAuth IngestSide `json:"tls_auth"`
-	// IngestRatio and PublishRatio are the TLS setup's rates over the
-	// plain one's.
-	IngestRatio  float64 `json:"ingest_ratio"`
-	PublishRatio float64 `json:"publish_ratio"`
+	// Plain, TLSShared and TLSAuth sum up each setup's runs: seconds
+	// added, rates over the seconds added (Rounds × Events events).
+	Plain     IngestSide `json:"plain"`
+	TLSShared IngestSide `json:"tls_shared"`
+	TLSAuth   IngestSide `json:"tls_auth"`
+	// IngestRatio and PublishRatio are the rates of TLS with per-agent
+	// logins over plain's; TLSIngestRatio and TLSPublishRatio those of
+	// TLS with the shared user (TLS alone) over plain's.
+	IngestRatio     float64 `json:"ingest_ratio"`
+	PublishRatio    float64 `json:"publish_ratio"`
+	TLSIngestRatio  float64 `json:"tls_only_ingest_ratio"`
+	TLSPublishRatio float64 `json:"tls_only_publish_ratio"`
 	// Runs are the runs in the order they ran.
 	Runs    []IngestSide `json:"runs"`
 	Command string       `json:"command"`
@@ -67,19 +79,19 @@ type IngestTLSResult struct {
 
 // RunIngestTLS runs the ingest path on one private RabbitMQ node (see
 // authBroker), each time on a new PostgreSQL schema and a namespace of its
-// own, in two setups: as agents and servers are set up on a trusted
-// network (plain AMQP, one user of the broker's own for everyone), and as
-// docs/operations.md sets them up on an untrusted one (TLS; each agent
-// logs in as itself, and the broker asks the server, through its cache,
-// what the agent may do; the server logs in as the broker's own user,
-// over TLS too). Each time Agents agents connect, publish their share of
+// own, in three setups: as agents and servers are set up on a trusted
+// network (plain AMQP, one user of the broker's own for everyone); the
+// same over TLS (TLS alone); and as docs/operations.md sets them up on an
+// untrusted network (TLS; each agent logs in as itself, and the broker
+// asks the server, through its cache, what the agent may do; the server
+// logs in as the broker's own user, over TLS too). Each time Agents agents connect, publish their share of
 // Events signed resource.status events (one result each), and disconnect;
 // then a server with Consumers consumers takes the backlog into
 // PostgreSQL and is timed until every event is written, as in RunIngest.
 //
-// Each round runs both setups, the first round plain first, the next TLS
-// first, and so on: a node or database warming up, or a machine whose
-// load drifts, weighs on both alike.
+// Each round runs every setup, the first round in the order above, the
+// next in the reverse order, and so on: a node or database warming up, or
+// a machine whose load drifts, weighs on all alike.
 func RunIngestTLS(ctx context.Context, o IngestTLSOptions) (*IngestTLSResult, error) {
 	if o.Events < 1 || o.Agents < 1 || o.Consumers < 1 || o.Rounds < 1 {
 		return nil, errors.New("bench ingest-tls: events, agents, consumers and rounds must be at least 1")
@@ -101,12 +113,12 @@ func RunIngestTLS(ctx context.Context, o IngestTLSOptions) (*IngestTLSResult, er
 	res := &IngestTLSResult{Events: o.Events, Agents: o.Agents, Consumers: o.Consumers, Rounds: o.Rounds,
 		Command: fmt.Sprintf("tether bench ingest-tls --events %d --agents %d --consumers %d --rounds %d", o.Events, o.Agents, o.Consumers, o.Rounds)}
 	for r := range o.Rounds {
-		order := []bool{false, true}
+		order := []ingestSetup{plainShared, tlsShared, tlsOwn}
 		if r%2 == 1 {
-			order = []bool{true, false}
+			slices.Reverse(order)
 		}
-		for _, tls := range order {
-			side, err := ingestSide(ctx, o, ab, tls)
+		for _, setup := range order {
+			side, err := ingestSide(ctx, o, ab, setup)
 			if err != nil {
 				if ctx.Err() != nil {
 					err = fmt.Errorf("%w (raise --timeout?)", err)
@@ -117,42 +129,51 @@ func RunIngestTLS(ctx context.Context, o IngestTLSOptions) (*IngestTLSResult, er
 		}
 	}
 	showProgress(o.Progress, "")
-	var sums [2]IngestSide
+	var sums [3]IngestSide
 	for _, x := range res.Runs {
-		s := &sums[0]
-		if x.Setup == tlsSetup {
-			s = &sums[1]
-		}
+		s := &sums[slices.Index(setupNames[:], x.Setup)]
 		s.Setup = x.Setup
 		s.ConnectSeconds += x.ConnectSeconds
 		s.PublishSeconds += x.PublishSeconds
 		s.IngestSeconds += x.IngestSeconds
 		s.PerTransaction += x.PerTransaction / float64(o.Rounds)
 		s.Questions += x.Questions
+		s.PublishNodeCPU += x.PublishNodeCPU
+		s.PublishSelfCPU += x.PublishSelfCPU
+		s.IngestNodeCPU += x.IngestNodeCPU
+		s.IngestSelfCPU += x.IngestSelfCPU
 	}
 	for i := range sums {
 		events := float64(o.Rounds * o.Events)
 		sums[i].PublishRate = events / sums[i].PublishSeconds
 		sums[i].IngestRate = events / sums[i].IngestSeconds
 	}
-	res.Plain, res.TLSAuth = sums[0], sums[1]
+	res.Plain, res.TLSShared, res.TLSAuth = sums[plainShared], sums[tlsShared], sums[tlsOwn]
 	res.IngestRatio = res.TLSAuth.IngestRate / res.Plain.IngestRate
 	res.PublishRatio = res.TLSAuth.PublishRate / res.Plain.PublishRate
+	res.TLSIngestRatio = res.TLSShared.IngestRate / res.Plain.IngestRate
+	res.TLSPublishRatio = res.TLSShared.PublishRate / res.Plain.PublishRate
 	return res, nil
 }
 
-// The setups of RunIngestTLS.
+// ingestSetup is a setup of RunIngestTLS.
+type ingestSetup int
+
 const (
-	plainSetup = "plain AMQP, one shared user"
-	tlsSetup   = "TLS, each agent logs in as itself"
+	plainShared ingestSetup = iota // plain AMQP, the broker's own user for all
+	tlsShared                      // the same over TLS
+	tlsOwn                         // TLS, each agent logging in as itself
 )
 
+var setupNames = [...]string{
+	plainShared: "plain AMQP, one shared user",
+	tlsShared:   "TLS, one shared user",
+	tlsOwn:      "TLS, each agent logs in as itself",
+}
+
 // ingestSide measures one setup of RunIngestTLS.
-func ingestSide(ctx context.Context, o IngestTLSOptions, ab *authBroker, tls bool) (IngestSide, error) {
-	side := IngestSide{Setup: plainSetup}
-	if tls {
-		side.Setup = tlsSetup
-	}
+func ingestSide(ctx context.Context, o IngestTLSOptions, ab *authBroker, setup ingestSetup) (IngestSide, error) {
+	side := IngestSide{Setup: setupNames[setup]}
 	st, _, closeStore, err := newStore(ctx, o.Postgres)
 	if err != nil {
 		return side, err
@@ -169,7 +190,7 @@ func ingestSide(ctx context.Context, o IngestTLSOptions, ab *authBroker, tls boo
 		return side, err
 	}
 
-	scfg := ab.serverConfig(!tls)
+	scfg := ab.serverConfig(setup == plainShared)
 	sb, err := amqp.New(scfg, zerolog.Nop())
 	if err != nil {
 		return side, err
@@ -186,7 +207,7 @@ func ingestSide(ctx context.Context, o IngestTLSOptions, ab *authBroker, tls boo
 		return side, err
 	}
 	var asked *questions
-	if tls {
+	if setup == tlsOwn {
 		hctx, stopHTTP := context.WithCancel(ctx)
 		var wait func() error
 		if asked, wait, err = ab.serveBrokerAuth(hctx, srv, scfg.Namespace); err != nil {
@@ -206,19 +227,19 @@ func ingestSide(ctx context.Context, o IngestTLSOptions, ab *authBroker, tls boo
 	}
 	defer closeAgents(fleet)
 	connect := func(ctx context.Context, a *loginAgent) error {
-		if tls {
+		if setup == tlsOwn {
 			return a.connect(ctx, ab, scfg, env)
 		}
-		return a.open(ctx, ab.agentConfig(scfg, a.name, false, nil))
+		return a.open(ctx, ab.agentConfig(scfg, a.name, setup == tlsShared, nil))
 	}
-	p, err := runPhase(ctx, o.Progress, side.Setup+": connect", asked, fleet, connect)
+	p, err := runPhase(ctx, o.Progress, side.Setup+": connect", ab, asked, fleet, connect)
 	if err != nil {
 		return side, err
 	}
 	side.ConnectSeconds, side.Questions = p.Seconds, p.Questions
 	var sent atomic.Int64
 	start := time.Now()
-	p, err = runPhase(ctx, nil, side.Setup+": publish", asked, fleet, func(ctx context.Context, a *loginAgent) error {
+	p, err = runPhase(ctx, nil, side.Setup+": publish", ab, asked, fleet, func(ctx context.Context, a *loginAgent) error {
 		// Agent i's events are i, i+agents, …: statusEvents deals them so.
 		for i := a.n; i < len(events); i += o.Agents {
 			if err := a.bus.Publish(ctx, events[i]); err != nil {
@@ -236,12 +257,16 @@ func ingestSide(ctx context.Context, o IngestTLSOptions, ab *authBroker, tls boo
 	side.PublishSeconds = time.Since(start).Seconds()
 	side.PublishRate = float64(len(events)) / side.PublishSeconds
 	side.Questions += p.Questions
+	side.PublishNodeCPU, side.PublishSelfCPU = p.NodeCPUSeconds, p.SelfCPUSeconds
 	closeAgents(fleet)
 
+	nodeBefore, selfBefore := ab.cpu()
 	took, stats, err := ingestBacklog(ctx, o.Progress, srv, len(events))
 	if err != nil {
 		return side, err
 	}
+	nodeAfter, selfAfter := ab.cpu()
+	side.IngestNodeCPU, side.IngestSelfCPU = (nodeAfter - nodeBefore).Seconds(), (selfAfter - selfBefore).Seconds()
 	side.IngestSeconds = took.Seconds()
 	side.IngestRate = float64(len(events)) / side.IngestSeconds
 	side.PerTransaction = float64(stats.Written) / float64(max(stats.Transactions, 1))

@@ -520,6 +520,42 @@ func (n *Node) awaitStartup(ctx context.Context) error {
 	}
 }
 
+// CPUTime is the processor time (user and system) the node's processes
+// have used so far: what a benchmark puts beside its own. It reads /proc
+// (Linux), at 100 clock ticks a second (USER_HZ on every Linux
+// architecture Go supports).
+func (n *Node) CPUTime() (time.Duration, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	pgid := n.cmd.Process.Pid
+	var ticks int64
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp session tty tpgid flags minflt
+		// cminflt majflt cmajflt utime stime …; comm may hold spaces.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += utime + stime
+	}
+	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
 // Ctl runs rabbitmqctl against the node (rabbitmqctl -n Name args…) and
 // returns what it printed.
 func (n *Node) Ctl(ctx context.Context, args ...string) ([]byte, error) {
