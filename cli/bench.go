@@ -339,11 +339,11 @@ func benchBrokerAuthCommand(term *terminal) *ucli.Command {
 			"rabbitmq_auth_backend_http, asking a server run in this process on a new PostgreSQL schema. It\n" +
 			"stores N enrolled agents, each with an ed25519 key of its own, then times, from this process\n" +
 			"(one goroutine and one connection per agent):\n" +
-			"  connect          every agent opens its connection at once, with its own signed login, as after\n" +
-			"                   a broker restart (the broker's cache is empty);\n" +
-			"  inbox and event  every agent declares its inbox and publishes a heartbeat, confirmed;\n" +
-			"  first contact    --first-contact agents the server does not know connect and say hello; also\n" +
-			"                   timed until the server has recorded them all (pending).\n" +
+			"  connect        every agent opens its connection at once, with its own signed login, as after a\n" +
+			"                 broker restart (the broker's cache is empty, the agents' inboxes are there);\n" +
+			"  first event    every agent publishes a heartbeat, confirmed;\n" +
+			"  first contact  --first-contact agents the server does not know connect and say hello; also\n" +
+			"                 timed until the server has recorded them all (pending).\n" +
 			"Each phase counts the questions the server answered (user, vhost, resource, topic) per second, and\n" +
 			"the processor time the broker node and this process (the agents' side and the server) used.\n" +
 			"For comparison, the same agents then connect with the broker's own user (no questions), over TLS\n" +
@@ -466,8 +466,10 @@ func benchIngestTLSCommand(term *terminal) *ucli.Command {
 			if err := t.flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(term.stdout, "\nTLS with per-agent logins / plain: ingest %.2f, publish %.2f (TLS alone: %.2f, %.2f); %d events of %d agents, %d consumers; command: %s\n",
-				res.IngestRatio, res.PublishRatio, res.TLSIngestRatio, res.TLSPublishRatio, res.Events, res.Agents, res.Consumers, res.Command)
+			fmt.Fprintf(term.stdout, "\nTLS with per-agent logins / plain: ingest %.2f, publish %.2f (TLS alone: %.2f, %.2f); by processor time per event: ingest %.2f, publish %.2f\n"+
+				"%d events of %d agents, %d consumers; command: %s\n",
+				res.IngestRatio, res.PublishRatio, res.TLSIngestRatio, res.TLSPublishRatio, res.IngestCPURatio, res.PublishCPURatio,
+				res.Events, res.Agents, res.Consumers, res.Command)
 			return nil
 		},
 	}

@@ -89,10 +89,11 @@ type BrokerAuthResult struct {
 // The phases, each timed from its start until every agent is done:
 //
 //   - connect: every agent opens its connection at once, as after a
-//     broker restart (the node is new: its cache is empty);
-//   - inbox and event: every agent declares its inbox and publishes a
-//     heartbeat, confirmed by the broker (the questions about queues,
-//     exchanges and routing keys);
+//     broker restart (the node is new: its cache is empty; the agents'
+//     inboxes are there, declared by the server beforehand, as durable
+//     queues outlive a restart);
+//   - first event: every agent publishes a heartbeat, confirmed by the
+//     broker (the questions about the exchange and the routing key);
 //   - first contact: FirstContact agents the server does not know connect
 //     and publish their hello; also timed until the server has recorded
 //     them all, pending.
@@ -166,6 +167,12 @@ func RunBrokerAuth(ctx context.Context, o BrokerAuthOptions) (*BrokerAuthResult,
 	fleet := make([]*loginAgent, o.Agents)
 	for i := range fleet {
 		fleet[i] = &loginAgent{n: i, name: agentName(i), key: keys[i]}
+		if err := sb.DeclareInbox(ctx, env, fleet[i].name); err != nil {
+			return nil, fmt.Errorf("declare the inbox of %s: %w", fleet[i].name, err)
+		}
+		if i%100 == 0 {
+			showProgress(o.Progress, "declaring inboxes: %d/%d", i, o.Agents)
+		}
 	}
 	defer closeAgents(fleet)
 
@@ -192,11 +199,8 @@ func RunBrokerAuth(ctx context.Context, o BrokerAuthOptions) (*BrokerAuthResult,
 	res.Phases = append(res.Phases, p)
 	res.OpenFiles = openFiles()
 
-	// Their inboxes and a first event each.
-	p, err = runPhase(ctx, o.Progress, "inbox and event", ab, auth, fleet, func(ctx context.Context, a *loginAgent) error {
-		if err := a.bus.DeclareInbox(ctx, env, a.name); err != nil {
-			return err
-		}
+	// A first event each.
+	p, err = runPhase(ctx, o.Progress, "first event", ab, auth, fleet, func(ctx context.Context, a *loginAgent) error {
 		e, err := bus.NewSigner(a.key, 0).Seal(bus.KindHeartbeat, env, a.name, bus.Heartbeat{})
 		if err != nil {
 			return err

@@ -37,7 +37,7 @@ func TestBrokerAuthScenario(t *testing.T) {
 		asked  []string // kinds of question asked at least once per agent
 	}{
 		{"connect", agents, []string{"user", "vhost"}},
-		{"inbox and event", agents, []string{"resource", "topic"}},
+		{"first event", agents, []string{"resource", "topic"}},
 		{"first contact", first, []string{"user", "vhost", "resource", "topic"}},
 		{"connect, broker's user, TLS", agents, nil},
 		{"connect, broker's user, plain", agents, nil},
