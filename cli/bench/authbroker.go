@@ -32,7 +32,7 @@ const authCacheTTL = 10 * time.Second
 // themselves: a TLS listener, the broker's own users first (the
 // server), then every other login through rabbitmq_auth_backend_cache to
 // rabbitmq_auth_backend_http, whose questions a server of the scenario
-// answers on AuthListener. The node keeps a plaintext listener too, for
+// answers (serveBrokerAuth). The node keeps a plaintext listener too, for
 // the plain side of a comparison.
 type authBroker struct {
 	node *rabbitnode.Node
