@@ -57,6 +57,8 @@ bench: build
 	./$(BIN) bench ingest --events 20000
 	./$(BIN) bench export --resources 100000 --change 1
 	./$(BIN) bench converge --agents 1000 --resources 20
+	./$(BIN) bench broker-auth --agents 1000
+	./$(BIN) bench ingest-tls --events 20000
 
 ## fuzz: run the fuzz targets for a while each
 fuzz:

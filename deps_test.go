@@ -40,7 +40,8 @@ var rules = map[string]rule{
 	"bus":                          {internal: []string{"model"}},
 	"bus/bustest":                  {internal: []string{"bus", "model"}},
 	"bus/amqp":                     {internal: []string{"bus", "model"}, external: []string{"github.com/rabbitmq/amqp091-go"}},
-	"bus/amqp/amqptest":            {internal: []string{"bus", "bus/amqp", "model/testenv"}},
+	"bus/amqp/rabbitnode":          {}, // private RabbitMQ nodes, for tests (through amqptest) and `tether bench`
+	"bus/amqp/amqptest":            {internal: []string{"bus", "bus/amqp", "bus/amqp/rabbitnode", "model/testenv"}},
 	"agent/handler":                {internal: []string{"model", "model/durable"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/handlertest":    {internal: []string{"agent/handler", "model", "model/testenv"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/builtin":        {internal: []string{"agent/handler", "agent/handler/*"}},
@@ -66,7 +67,7 @@ var rules = map[string]rule{
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
 	"cli/embedded":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
-	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "model", "server", "server/api", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}},
+	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},
 	"cli/e2e":                      {},                          // tests only: real processes, checked through the store
 	"":                             {internal: []string{"cli"}}, // main.go
 

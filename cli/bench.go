@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/cli/bench"
 	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/brokerauth"
 )
 
 func benchCommand(term *terminal) *ucli.Command {
@@ -20,7 +21,8 @@ func benchCommand(term *terminal) *ucli.Command {
 		Usage: "measure Tether on this machine (benchmark scenarios)",
 		Description: "Each scenario prints its figures and the command that reproduces them;\n" +
 			"docs/performance.md records them.",
-		Subcommands: []*ucli.Command{benchDeployCommand(term), benchIngestCommand(term), benchExportCommand(term), benchConvergeCommand(term), benchCompileCommand(term)},
+		Subcommands: []*ucli.Command{benchDeployCommand(term), benchIngestCommand(term), benchExportCommand(term), benchConvergeCommand(term), benchCompileCommand(term),
+			benchBrokerAuthCommand(term), benchIngestTLSCommand(term)},
 	}
 }
 
@@ -321,6 +323,153 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "\n%d forged events published in %.2f s; the release started once half were on the broker\n", res.Forged, res.ForgedSeconds)
 			}
 			fmt.Fprintf(term.stdout, "\ncommand: %s\n", res.Command)
+			return nil
+		},
+	}
+}
+
+func benchBrokerAuthCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:      "broker-auth",
+		Usage:     "time N agents logging in to the broker as themselves at once, over TLS, through the server's answers to RabbitMQ",
+		UsageText: "tether bench broker-auth [--agents 1000] [--first-contact 200] [--postgres URL] [-o json]",
+		Description: "Starts a RabbitMQ node of its own (rabbitmq-server must be installed; nothing of the machine's\n" +
+			"broker is used) set up as docs/operations.md says for agents that log in as themselves: a TLS\n" +
+			"listener, the broker's own users first, then rabbitmq_auth_backend_cache (10 s) in front of\n" +
+			"rabbitmq_auth_backend_http, asking a server run in this process on a new PostgreSQL schema. It\n" +
+			"stores N enrolled agents, each with an ed25519 key of its own, then times, from this process\n" +
+			"(one goroutine and one connection per agent):\n" +
+			"  connect        every agent opens its connection at once, with its own signed login, as after a\n" +
+			"                 broker restart (the broker's cache is empty, the agents' inboxes are there);\n" +
+			"  first event    every agent publishes a heartbeat, confirmed;\n" +
+			"  first contact  --first-contact agents the server does not know connect and say hello; also\n" +
+			"                 timed until the server has recorded them all (pending).\n" +
+			"Each phase counts the questions the server answered (user, vhost, resource, topic) per second, and\n" +
+			"the processor time the broker node and this process (the agents' side and the server) used.\n" +
+			"For comparison, the same agents then connect with the broker's own user (no questions), over TLS\n" +
+			"and over plain AMQP.\n" +
+			"The limit of open files is raised to its hard limit (`ulimit -Hn`), which must exceed N + 1024.\n\n" +
+			"   tether bench broker-auth --agents 1000",
+		Flags: append(benchServiceFlags(),
+			&ucli.IntFlag{Name: "agents", Value: 1000, Usage: "how many enrolled agents connect at once"},
+			&ucli.IntFlag{Name: "first-contact", Value: brokerauth.StrangerBurst,
+				Usage: fmt.Sprintf("how many agents the server does not know connect after them (0 to %d: the logins of unknown keys the server lets in at once from one address)", brokerauth.StrangerBurst)},
+			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the connect phase (this process: agents and server) to `FILE`"},
+		),
+		Action: func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			o := bench.BrokerAuthOptions{Postgres: c.String("postgres"), Agents: c.Int("agents"), FirstContact: c.Int("first-contact"),
+				Timeout: c.Duration("timeout"), CPUProfile: c.String("cpuprofile"), Progress: benchProgress(term)}
+			if o.Agents < 1 || o.FirstContact < 0 || o.FirstContact > brokerauth.StrangerBurst {
+				return usageError("--agents must be at least 1 and --first-contact 0 to %d", brokerauth.StrangerBurst)
+			}
+			res, err := bench.RunBrokerAuth(c.Context, o)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return writeJSON(term.stdout, res)
+			}
+			t := newTable(term.stdout, "PHASE", "AGENTS", "SECONDS", "AGENT P50", "AGENT P95", "AGENT MAX", "CPU S NODE/OWN", "QUESTIONS", "QUESTIONS/S", "REFUSED", "BY KIND")
+			for _, p := range res.Phases {
+				secs := fmt.Sprintf("%.2f", p.Seconds)
+				if p.RecordedSeconds > 0 {
+					secs += fmt.Sprintf(" (recorded %.2f)", p.RecordedSeconds)
+				}
+				t.row(p.Name, strconv.Itoa(p.Agents), secs, fmt.Sprintf("%.2f", p.P50Seconds), fmt.Sprintf("%.2f", p.P95Seconds),
+					fmt.Sprintf("%.2f", p.MaxSeconds), fmt.Sprintf("%.2f/%.2f", p.NodeCPUSeconds, p.SelfCPUSeconds), strconv.FormatInt(p.Questions, 10), fmt.Sprintf("%.0f", p.QuestionsPerSecond), strconv.FormatInt(p.Refused, 10),
+					byKind(p.ByKind))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(term.stdout, "\nnode started in %.1f s; %d files open in this process with every agent connected (limit %d); command: %s\n",
+				res.NodeStartSeconds, res.OpenFiles, res.FileLimit, res.Command)
+			return nil
+		},
+	}
+}
+
+// byKind shows the broker's questions by kind, in the order it asks them.
+func byKind(m map[string]int64) string {
+	var parts []string
+	for _, k := range []string{"user", "vhost", "resource", "topic"} {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func benchIngestTLSCommand(term *terminal) *ucli.Command {
+	return &ucli.Command{
+		Name:      "ingest-tls",
+		Usage:     "compare the ingest path over TLS with per-agent broker logins against plain AMQP with a shared user",
+		UsageText: "tether bench ingest-tls [--events 20000] [--agents 100] [--consumers 8] [--rounds 2] [--postgres URL] [-o json]",
+		Description: "Starts a RabbitMQ node of its own (rabbitmq-server must be installed; nothing of the machine's\n" +
+			"broker is used), set up as for `tether bench broker-auth`, and runs the ingest path on it in three\n" +
+			"setups, each run on a new PostgreSQL schema:\n" +
+			"  plain AMQP, one shared user        amqp://, the agents and the server with one user of the broker's\n" +
+			"                                     own, as on a trusted network;\n" +
+			"  TLS, one shared user               the same over amqps:// (TLS alone);\n" +
+			"  TLS, each agent logs in as itself  amqps://, as on an untrusted network: the broker asks the server,\n" +
+			"                                     through its cache, about each agent; the server over TLS with the\n" +
+			"                                     broker's own user.\n" +
+			"Each time --agents agents connect at once and publish their share of the --events signed\n" +
+			"resource.status events (one result each, one after the other, each confirmed); then a server takes\n" +
+			"the backlog into PostgreSQL, timed as in `tether bench ingest`. Each round runs every setup, in\n" +
+			"that order and in the reverse order in turn. Prints each run, each setup's sum over the rounds, the\n" +
+			"processor time the broker node and this process used, and the ratios to plain.\n\n" +
+			"   tether bench ingest-tls --events 20000",
+		Flags: append(benchServiceFlags(),
+			&ucli.IntFlag{Name: "events", Value: 20000, Usage: "how many status events to publish and ingest, each time"},
+			&ucli.IntFlag{Name: "agents", Value: 100, Usage: "how many agents send them (a connection each)"},
+			&ucli.IntFlag{Name: "consumers", Value: server.Default().Consumers, Usage: "the server's ingest consumers (each handles 64 events at once)"},
+			&ucli.IntFlag{Name: "rounds", Value: 2, Usage: "how many runs of each setup (in that order and in the reverse order in turn)"},
+			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
+		),
+		Action: func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			o := bench.IngestTLSOptions{Postgres: c.String("postgres"), Events: c.Int("events"), Agents: c.Int("agents"),
+				Consumers: c.Int("consumers"), Rounds: c.Int("rounds"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+			if o.Events < 1 || o.Agents < 1 || o.Consumers < 1 || o.Rounds < 1 {
+				return usageError("--events, --agents, --consumers and --rounds must be at least 1")
+			}
+			res, err := bench.RunIngestTLS(c.Context, o)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return writeJSON(term.stdout, res)
+			}
+			t := newTable(term.stdout, "RUN", "SETUP", "CONNECT S", "PUBLISH S", "PUBLISHED/S", "CPU S NODE/OWN", "INGEST S", "INGESTED/S", "CPU S NODE/OWN", "PER TRANSACTION", "QUESTIONS")
+			runs := make([]string, 0, len(res.Runs)+2)
+			for i := range res.Runs {
+				runs = append(runs, strconv.Itoa(i+1))
+			}
+			runs = append(runs, "all", "all", "all")
+			for i, x := range append(res.Runs, res.Plain, res.TLSShared, res.TLSAuth) {
+				t.row(runs[i], x.Setup, fmt.Sprintf("%.2f", x.ConnectSeconds), fmt.Sprintf("%.2f", x.PublishSeconds), fmt.Sprintf("%.0f", x.PublishRate),
+					fmt.Sprintf("%.2f/%.2f", x.PublishNodeCPU, x.PublishSelfCPU), fmt.Sprintf("%.2f", x.IngestSeconds), fmt.Sprintf("%.0f", x.IngestRate),
+					fmt.Sprintf("%.2f/%.2f", x.IngestNodeCPU, x.IngestSelfCPU), fmt.Sprintf("%.1f", x.PerTransaction), strconv.FormatInt(x.Questions, 10))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(term.stdout, "\nTLS with per-agent logins / plain: ingest %.2f, publish %.2f (TLS alone: %.2f, %.2f); by processor time per event: ingest %.2f, publish %.2f\n"+
+				"%d events of %d agents, %d consumers; command: %s\n",
+				res.IngestRatio, res.PublishRatio, res.TLSIngestRatio, res.TLSPublishRatio, res.IngestCPURatio, res.PublishCPURatio,
+				res.Events, res.Agents, res.Consumers, res.Command)
 			return nil
 		},
 	}

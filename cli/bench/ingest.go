@@ -74,7 +74,7 @@ func RunIngest(ctx context.Context, o IngestOptions) (*IngestResult, error) {
 	}
 	defer closeStore()
 	const env = "bench"
-	signers, rs, err := storeFleet(ctx, st, env, agents)
+	signers, _, rs, err := storeFleet(ctx, st, env, agents)
 	if err != nil {
 		return nil, err
 	}
@@ -96,20 +96,9 @@ func RunIngest(ctx context.Context, o IngestOptions) (*IngestResult, error) {
 		return nil, fmt.Errorf("RabbitMQ at --amqp: %w (start it with `rabbitmq-server -detached`)", err)
 	}
 
-	// The events, and the same rows for the baseline.
-	events := make([]*bus.Envelope, n)
-	batches := make([]store.ResultBatch, n)
-	for i := range n {
-		a := i % agents
-		r := rs[a*resourcesPerAgent+(i/agents)%resourcesPerAgent]
-		body := bus.ResourceStatus{DeployID: "bench", Generation: 1,
-			Results: []model.Result{{ID: r.ID, State: model.StateDeployed, Message: "bench " + strconv.Itoa(i)}}}
-		e, err := signers[a].Seal(bus.KindResourceStatus, env, r.ID.Agent, body)
-		if err != nil {
-			return nil, err
-		}
-		events[i] = e
-		batches[i] = store.ResultBatch{Env: env, Agent: r.ID.Agent, Seq: e.Seq, Version: 1, DeployID: "bench", Results: body.Results}
+	events, batches, err := statusEvents(env, signers, rs, n)
+	if err != nil {
+		return nil, err
 	}
 	if err := fillQueue(ctx, o.Progress, b, events); err != nil {
 		return nil, err
@@ -129,32 +118,12 @@ func RunIngest(ctx context.Context, o IngestOptions) (*IngestResult, error) {
 			return nil, err
 		}
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- srv.Run(runCtx) }()
-	for srv.IngestStats().Events < uint64(n) {
-		select {
-		case err := <-done:
-			stop()
-			return nil, fmt.Errorf("the server stopped during the benchmark: %w", err)
-		case <-ctx.Done():
-			stop()
-			return nil, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-		showProgress(o.Progress, "ingesting: %d/%d", srv.IngestStats().Events, n)
-	}
-	ingest := time.Since(start)
-	stats := srv.IngestStats()
+	ingest, stats, err := ingestBacklog(ctx, o.Progress, srv, n)
 	if cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
-	stop()
-	<-done
-	showProgress(o.Progress, "")
-	if stats.Written != uint64(n) {
-		return nil, fmt.Errorf("the server wrote %d of %d events", stats.Written, n)
+	if err != nil {
+		return nil, err
 	}
 
 	// The baseline, on a schema of its own holding the same fleet.
@@ -163,7 +132,7 @@ func RunIngest(ctx context.Context, o IngestOptions) (*IngestResult, error) {
 		return nil, err
 	}
 	defer closeBaseline()
-	if _, _, err := storeFleet(ctx, bst, env, agents); err != nil {
+	if _, _, _, err := storeFleet(ctx, bst, env, agents); err != nil {
 		return nil, err
 	}
 	per := float64(stats.Written) / float64(max(stats.Transactions, 1))
@@ -184,6 +153,60 @@ func RunIngest(ctx context.Context, o IngestOptions) (*IngestResult, error) {
 		Command: fmt.Sprintf("tether bench ingest --events %d --agents %d --consumers %d", n, agents, consumers)}
 	res.Ratio = res.IngestRate / res.BaselineRate
 	return res, nil
+}
+
+// statusEvents makes n resource.status events (one result each) of the
+// fleet storeFleet stored, signed by its agents in turn, and the same rows
+// as the store's batches for the baseline.
+func statusEvents(env string, signers []*bus.Signer, rs []model.Resource, n int) ([]*bus.Envelope, []store.ResultBatch, error) {
+	agents := len(signers)
+	events := make([]*bus.Envelope, n)
+	batches := make([]store.ResultBatch, n)
+	for i := range n {
+		a := i % agents
+		r := rs[a*resourcesPerAgent+(i/agents)%resourcesPerAgent]
+		body := bus.ResourceStatus{DeployID: "bench", Generation: 1,
+			Results: []model.Result{{ID: r.ID, State: model.StateDeployed, Message: "bench " + strconv.Itoa(i)}}}
+		e, err := signers[a].Seal(bus.KindResourceStatus, env, r.ID.Agent, body)
+		if err != nil {
+			return nil, nil, err
+		}
+		events[i] = e
+		batches[i] = store.ResultBatch{Env: env, Agent: r.ID.Agent, Seq: e.Seq, Version: 1, DeployID: "bench", Results: body.Results}
+	}
+	return events, batches, nil
+}
+
+// ingestBacklog runs srv on a backlog of n events and times it until it
+// has handled every one, then stops it. Every event must have been
+// written.
+func ingestBacklog(ctx context.Context, progress io.Writer, srv *server.Server, n int) (time.Duration, server.IngestStats, error) {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- srv.Run(runCtx) }()
+	for srv.IngestStats().Events < uint64(n) {
+		select {
+		case err := <-done:
+			return 0, server.IngestStats{}, fmt.Errorf("the server stopped during the benchmark: %w", err)
+		case <-ctx.Done():
+			stop()
+			<-done
+			return 0, server.IngestStats{}, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+		showProgress(progress, "ingesting: %d/%d", srv.IngestStats().Events, n)
+	}
+	took := time.Since(start)
+	stats := srv.IngestStats()
+	stop()
+	<-done
+	showProgress(progress, "")
+	if stats.Written != uint64(n) {
+		return 0, stats, fmt.Errorf("the server wrote %d of %d events", stats.Written, n)
+	}
+	return took, stats, nil
 }
 
 // brokerCeiling fills the queue with events again and times consumers that

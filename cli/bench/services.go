@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"strings"
 	"time"
@@ -46,36 +47,54 @@ func newStore(ctx context.Context, base string) (*postgres.Store, string, func()
 const resourcesPerAgent = 100
 
 // storeFleet stores a released version of agents × 100 files in env and
-// the agents, accepted, with keys of their own.
-func storeFleet(ctx context.Context, st store.Store, env string, agents int) ([]*bus.Signer, []model.Resource, error) {
+// the agents, accepted, with keys of their own; it returns their signers
+// and their keys.
+func storeFleet(ctx context.Context, st store.Store, env string, agents int) ([]*bus.Signer, []ed25519.PrivateKey, []model.Resource, error) {
 	if err := st.CreateEnv(ctx, record.Environment{Name: env, Settings: quietSettings(), CreatedAt: time.Now().UTC()}); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	keys, err := storeAgents(ctx, st, env, 0, agents)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	var rs []model.Resource
 	signers := make([]*bus.Signer, agents)
 	for a := range agents {
-		name := fmt.Sprintf("host%04d", a)
+		name := agentName(a)
 		for i := range resourcesPerAgent {
 			path := fmt.Sprintf("/etc/app/%03d.conf", i)
 			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: name, Key: "path", Value: path},
 				Attributes: model.Attributes{"path": path, "content": "v1 " + path, "mode": "0644"}})
 		}
-		pub, key, err := bus.GenerateKey()
-		if err != nil {
-			return nil, nil, err
-		}
-		signers[a] = bus.NewSigner(key, 0)
-		now := time.Now().UTC()
-		if err := st.UpsertAgent(ctx, record.Agent{Env: env, Name: name, State: record.AgentAccepted, PublicKey: pub, FirstSeen: now, LastSeen: now}); err != nil {
-			return nil, nil, err
-		}
+		signers[a] = bus.NewSigner(keys[a], 0)
 	}
 	v, err := st.PutVersion(ctx, env, model.VersionMeta{Compiler: "tether bench"}, rs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	_, err = st.Release(ctx, env, v.Number)
-	return signers, rs, err
+	return signers, keys, rs, err
+}
+
+// agentName is the name of the scenarios' agent number i.
+func agentName(i int) string { return fmt.Sprintf("host%04d", i) }
+
+// storeAgents stores agents from..from+n-1 of env (an existing
+// environment), accepted, with keys of their own, and returns the keys.
+func storeAgents(ctx context.Context, st store.Store, env string, from, n int) ([]ed25519.PrivateKey, error) {
+	keys := make([]ed25519.PrivateKey, n)
+	for i := range n {
+		pub, key, err := bus.GenerateKey()
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = key
+		now := time.Now().UTC()
+		if err := st.UpsertAgent(ctx, record.Agent{Env: env, Name: agentName(from + i), State: record.AgentAccepted, PublicKey: pub, FirstSeen: now, LastSeen: now}); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
 }
 
 // quietSettings are an environment's settings with nothing scheduled: the

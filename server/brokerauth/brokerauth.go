@@ -98,10 +98,10 @@ type Backend struct {
 }
 
 // Logins of keys the server does not know, per source (an IPv4 address,
-// an IPv6 /64: see sourceOf): a burst (a site's hosts installed at once
-// behind one NAT), then one per strangerEvery.
+// an IPv6 /64: see sourceOf): a burst of StrangerBurst (a site's hosts
+// installed at once behind one NAT), then one per strangerEvery.
 const (
-	strangerBurst = 200
+	StrangerBurst = 200
 	strangerEvery = 2 * time.Second
 	// strangerName is the name alerts about them go under (not an agent
 	// name: those start with a letter or digit).
@@ -217,7 +217,7 @@ func New(cfg Config, agents Agents, alert Alerter, log zerolog.Logger) (*Backend
 		return nil, err
 	}
 	return &Backend{cfg: cfg, agents: agents, alert: alert, now: time.Now, alerted: map[string]time.Time{},
-		strangers: newBuckets(strangerBurst, strangerEvery),
+		strangers: newBuckets(StrangerBurst, strangerEvery),
 		log:       log.With().Str("component", "broker-auth").Logger()}, nil
 }
 
@@ -352,11 +352,11 @@ func (b *Backend) VHost(ctx context.Context, user, vhost, ip string) (bool, erro
 	case !ok && shared:
 		b.securityAlert(ctx, bus.BrokerLogin{Env: l.Env, Agent: strangerName}, fmt.Sprintf(
 			"logins of keys the server does not know come from more than %d sources at once: those of new sources (now %s) share %d logins, "+
-				"then one every %s; beyond, refused", maxBuckets, source, strangerBurst, strangerEvery))
+				"then one every %s; beyond, refused", maxBuckets, source, StrangerBurst, strangerEvery))
 	case !ok:
 		b.securityAlert(ctx, bus.BrokerLogin{Env: l.Env, Agent: strangerName}, fmt.Sprintf(
 			"more than %d logins of keys the server does not know from %s (then one every %s): refused",
-			strangerBurst, source, strangerEvery))
+			StrangerBurst, source, strangerEvery))
 	}
 	return ok, nil
 }

@@ -280,8 +280,8 @@ func TestStrangersBoundedPerAddress(t *testing.T) {
 			allowed++
 		}
 	}
-	if allowed != strangerBurst {
-		t.Fatalf("500 strangers from one address: %d let in, want %d", allowed, strangerBurst)
+	if allowed != StrangerBurst {
+		t.Fatalf("500 strangers from one address: %d let in, want %d", allowed, StrangerBurst)
 	}
 	if ok, _ := b.VHost(ctx, stranger(1000), "/", "198.51.100.1"); !ok {
 		t.Fatal("a stranger from another address refused")
@@ -345,8 +345,8 @@ func TestStrangersBoundedPerIPv6Prefix(t *testing.T) {
 			allowed++
 		}
 	}
-	if allowed != strangerBurst {
-		t.Fatalf("500 strangers from 500 addresses of one /64: %d let in, want %d", allowed, strangerBurst)
+	if allowed != StrangerBurst {
+		t.Fatalf("500 strangers from 500 addresses of one /64: %d let in, want %d", allowed, StrangerBurst)
 	}
 	if ok, _ := b.VHost(ctx, user(1000), "/", "2001:db8:7:a::1"); !ok {
 		t.Fatal("a stranger from the next /64 refused")
@@ -372,7 +372,7 @@ func TestStrangerBucketsOverflow(t *testing.T) {
 	// One source drains its bucket but for one login; then a spray of
 	// sources, one login each, fills the table.
 	drained := "192.0.2.1"
-	for i := range strangerBurst - 1 {
+	for i := range StrangerBurst - 1 {
 		if ok, _ := b.VHost(ctx, user(i), "/", drained); !ok {
 			t.Fatalf("login %d from %s refused within the burst", i, drained)
 		}
@@ -383,13 +383,13 @@ func TestStrangerBucketsOverflow(t *testing.T) {
 		}
 	}
 	allowed := 0
-	for i := range 3 * strangerBurst {
+	for i := range 3 * StrangerBurst {
 		if ok, _ := b.VHost(ctx, user(i), "/", ipv4(maxBuckets+i)); ok {
 			allowed++
 		}
 	}
-	if allowed != strangerBurst {
-		t.Fatalf("%d new sources beyond the %d tracked: %d logins let in, want the shared bucket's %d", 3*strangerBurst, maxBuckets, allowed, strangerBurst)
+	if allowed != StrangerBurst {
+		t.Fatalf("%d new sources beyond the %d tracked: %d logins let in, want the shared bucket's %d", 3*StrangerBurst, maxBuckets, allowed, StrangerBurst)
 	}
 	if len(al.said) != 1 || !strings.Contains(al.said[0], "more than 10000 sources") {
 		t.Fatalf("alerts: %q, want one about the sources beyond those tracked", al.said)
@@ -404,7 +404,7 @@ func TestStrangerBucketsOverflow(t *testing.T) {
 	// A refill period on, the sprayed buckets are full again (the
 	// drained one is not): they go, and a new source has its own.
 	*now = now.Add(strangerEvery)
-	for i := range strangerBurst {
+	for i := range StrangerBurst {
 		if ok, _ := b.VHost(ctx, user(i), "/", "198.51.100.77"); !ok {
 			t.Fatalf("login %d from a new source refused once the sprayed buckets refilled", i)
 		}

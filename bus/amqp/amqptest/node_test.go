@@ -101,6 +101,17 @@ func TestNodeAuthHTTPAndManagement(t *testing.T) {
 			}
 		}
 	})
+	t.Run("cpu time", func(t *testing.T) {
+		// Booting alone takes the node seconds of processor time; a
+		// count that missed its processes would read 0.
+		cpu, err := n.CPUTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cpu <= 0 {
+			t.Errorf("got CPU time %v for a node that booted, want more than 0", cpu)
+		}
+	})
 	t.Run("management", func(t *testing.T) {
 		// The URL carries the administrator's credentials.
 		resp, err := http.Get(n.ManagementURL + "/api/overview")

@@ -1,4 +1,4 @@
-package amqptest
+package rabbitnode
 
 import (
 	"crypto/ecdsa"
