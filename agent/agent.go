@@ -323,6 +323,12 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 	}
 	held := j.ServerKey()
 	switch {
+	case held != nil && pin != "" && bus.Fingerprint(held) != pin && (pin == fingerprintOf(j.PreviousServerKey()) || pin == fingerprintOf(j.NextServerKey())):
+		// The server's signing key rolled over: the configuration names
+		// the key the agent left, or the next one it takes already.
+		log.Info().Str("configured", pin).Str("server_key", bus.Fingerprint(held)).
+			Msg("the configured server key (enrollment token or --server-key) is the server's previous or next one: the agent trusts the key its journal holds")
+		a.markEnrolled()
 	case held != nil && pin != "" && bus.Fingerprint(held) != pin:
 		j.Close()
 		return nil, fmt.Errorf("agent %s: the journal in %s trusts server key %s, not %s as configured; "+
@@ -340,6 +346,14 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		return nil, err
 	}
 	return a, nil
+}
+
+// fingerprintOf names a key, "" for none.
+func fingerprintOf(k ed25519.PublicKey) string {
+	if k == nil {
+		return ""
+	}
+	return bus.Fingerprint(k)
 }
 
 // enforcing runs f holding the enforce lock: nothing else changes the host
@@ -668,6 +682,7 @@ func (a *Agent) hello(ctx context.Context) error {
 		Kinds:           a.reg.Kinds(),
 		Generation:      s.Generation,
 		SliceHash:       hash,
+		ServerKeys:      a.serverKeys(),
 	}
 	if !a.isEnrolled() {
 		h.Token = a.cfg.Token

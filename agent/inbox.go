@@ -20,14 +20,30 @@ import (
 func (a *Agent) handle(ctx context.Context, d bus.Delivery) error {
 	e := d.Envelope
 	if e.Env != a.cfg.Env || e.Agent != a.cfg.Name {
-		return fmt.Errorf("%w: %s is addressed to %s/%s", bus.ErrReject, e, e.Env, e.Agent)
+		// The server sends a command to its agent's inbox only: one
+		// addressed to another is a replay by someone who can write
+		// into this inbox.
+		err := fmt.Errorf("%w: %s is addressed to %s/%s", errReplay, e, e.Env, e.Agent)
+		a.refuse(ctx, e, err)
+		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	if e.Kind == bus.KindRejected {
 		return a.onRejected(e)
 	}
-	if err := a.verify(e); err != nil {
+	byNext, err := a.verify(e)
+	switch {
+	case errors.Is(err, errLeftBehind):
+		a.log.Info().Str("message", e.String()).
+			Msg("dropping a message signed by the server key this agent left for the next one: the server's answer to a hello sent before the switch reached this agent")
+		return nil
+	case err != nil:
 		a.refuse(ctx, e, err)
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
+	case byNext:
+		// Only the server, once it switched, signs with its next key.
+		if err := a.switchServerKey(ctx); err != nil {
+			return err
+		}
 	}
 	if a.journal.Seen(e.ID) {
 		return nil
@@ -40,7 +56,7 @@ func (a *Agent) handle(ctx context.Context, d bus.Delivery) error {
 		a.log.Info().Err(err).Str("message", e.String()).Msg("dropping a stale command")
 		return a.journal.Begin().Seen(e.ID).Commit()
 	}
-	err := a.command(ctx, e, answer)
+	err = a.command(ctx, e, answer)
 	if errors.Is(err, bus.ErrReject) {
 		// Final: remember it so a redelivery is not looked at again.
 		if jerr := a.journal.Begin().Seen(e.ID).Commit(); jerr != nil {
@@ -57,7 +73,7 @@ func (a *Agent) onRejected(e *bus.Envelope) error {
 	var body bus.Rejected
 	_ = e.DecodeBody(&body)
 	if a.isEnrolled() {
-		if err := bus.Verify(e, a.journal.ServerKey()); err != nil {
+		if err := bus.Verify(e, a.journal.ServerKey()); err != nil && (a.journal.NextServerKey() == nil || bus.Verify(e, a.journal.NextServerKey()) != nil) {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 	}
@@ -180,6 +196,12 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			return err
 		}
 		return tx.Commit()
+	case bus.KindServerRollover:
+		var body bus.ServerRollover
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return a.takeServerRollover(ctx, tx, e, body)
 	case bus.KindFactsRefresh:
 		if err := tx.Commit(); err != nil {
 			return err
@@ -192,32 +214,41 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 	return nil
 }
 
-// verify checks a command's signature against the server key. Before
-// enrollment only `enrolled` is accepted, and only when it carries the key
-// the agent was told to expect (its token's fingerprint, or the operator's
-// --server-key) and is signed by it: whoever writes into a new agent's
-// inbox first cannot make it trust another key.
-func (a *Agent) verify(e *bus.Envelope) error {
+// verify checks a command's signature against the server key, or the
+// server's next key once a server.rollover announced it: byNext says the
+// command is signed by the next key, which the server signs with only
+// once it switched. Before enrollment only `enrolled` is accepted, and
+// only when it carries the key the agent was told to expect (its token's
+// fingerprint, or the operator's --server-key) and is signed by it:
+// whoever writes into a new agent's inbox first cannot make it trust
+// another key.
+func (a *Agent) verify(e *bus.Envelope) (byNext bool, err error) {
 	if key := a.journal.ServerKey(); key != nil {
-		if err := bus.Verify(e, key); err != nil {
-			return fmt.Errorf("%w: %w", errForged, err)
+		if err := bus.Verify(e, key); err == nil {
+			return false, nil
 		}
-		return nil
+		if next := a.journal.NextServerKey(); next != nil && bus.Verify(e, next) == nil {
+			return true, nil
+		}
+		if prev := a.journal.PreviousServerKey(); prev != nil && (e.Kind == bus.KindEnrolled || e.Kind == bus.KindServerRollover) && bus.Verify(e, prev) == nil {
+			return false, errLeftBehind
+		}
+		return false, fmt.Errorf("%w: %w", errForged, bus.Verify(e, key))
 	}
 	if e.Kind != bus.KindEnrolled {
-		return fmt.Errorf("%w: %s arrived before enrollment: no server key to verify it with", errForged, e.Kind)
+		return false, fmt.Errorf("%w: %s arrived before enrollment: no server key to verify it with", errForged, e.Kind)
 	}
 	var body bus.Enrolled
 	if err := e.DecodeBody(&body); err != nil {
-		return err
+		return false, err
 	}
 	if fp := bus.Fingerprint(body.ServerKey); fp != a.pin {
-		return fmt.Errorf("%w: enrollment offers server key %s, not %s, the one this agent was told to expect", errForged, fp, a.pin)
+		return false, fmt.Errorf("%w: enrollment offers server key %s, not %s, the one this agent was told to expect", errForged, fp, a.pin)
 	}
 	if err := bus.Verify(e, body.ServerKey); err != nil {
-		return fmt.Errorf("%w: %w", errForged, err)
+		return false, fmt.Errorf("%w: %w", errForged, err)
 	}
-	return nil
+	return false, nil
 }
 
 // Why a command is refused.
@@ -226,6 +257,13 @@ var (
 	errForged = errors.New("forged command")
 	// errReplay: signed by the server, but taking the agent back.
 	errReplay = errors.New("replayed command")
+	// errLeftBehind: an `enrolled` or `server.rollover` signed by the
+	// server key the agent left for the next one. The server sends these
+	// to an agent whose hello said it held only the old key; one that
+	// switched meanwhile (by commands queued before the answer) drops
+	// them, taking nothing from them and reporting nothing: they could
+	// only give it back what it holds.
+	errLeftBehind = errors.New("signed by the server key this agent left")
 )
 
 // answersHello reports whether e is an `enrolled` answering a hello of

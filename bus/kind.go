@@ -34,6 +34,10 @@ const (
 	// verifies the agent's events with the new key from now on, and the
 	// agent switches to it.
 	KindKeyAccepted Kind = "key.accepted"
+	// KindServerRollover announces the server's next signing key
+	// (ServerRollover): the agent takes commands signed by either key
+	// until the first one signed by the next, then by the next alone.
+	KindServerRollover Kind = "server.rollover"
 )
 
 // Agent → server kinds.
@@ -53,19 +57,22 @@ const (
 	// KindKeyRollover proposes the agent's next key, signed by its
 	// current one, with the next key's proof of possession (KeyRollover).
 	KindKeyRollover Kind = "key.rollover"
+	// KindServerRolloverAck says the agent took a server.rollover and
+	// which server keys it takes from now on (ServerRolloverAck).
+	KindServerRolloverAck Kind = "server.rollover.ack"
 )
 
 var toAgent = map[Kind]bool{
 	KindDesiredDiff: true, KindDesiredFull: true, KindDeploy: true, KindRepair: true,
 	KindDryRun: true, KindPause: true, KindResume: true, KindEnrolled: true,
 	KindDependencyStatus: true, KindFactsRefresh: true, KindRejected: true,
-	KindRotateKey: true, KindKeyAccepted: true,
+	KindRotateKey: true, KindKeyAccepted: true, KindServerRollover: true,
 }
 
 var toServer = map[Kind]bool{
 	KindHello: true, KindHeartbeat: true, KindResourceStatus: true, KindCompliance: true,
 	KindDryRunResult: true, KindFacts: true, KindStateRequest: true, KindGoodbye: true, KindSecurity: true,
-	KindKeyRollover: true,
+	KindKeyRollover: true, KindServerRolloverAck: true,
 }
 
 // Known reports whether k is a kind of this protocol version.
@@ -201,6 +208,11 @@ type Hello struct {
 	Generation      int64             `json:"generation"`
 	SliceHash       model.Hash        `json:"slice_hash"`
 	Token           string            `json:"token,omitempty"`
+	// ServerKeys are the fingerprints of the server keys the agent takes
+	// commands signed by: the one it pinned, and the next one a
+	// server.rollover announced; before enrollment, the one it expects.
+	// Empty from agents older than server key rollovers.
+	ServerKeys []string `json:"server_keys,omitempty"`
 }
 
 // ResourceStatus carries a batch of results of one deploy (kind

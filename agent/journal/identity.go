@@ -51,6 +51,14 @@ type identity struct {
 	// NextKey is the public key of a rollover under way: its private key
 	// is in the key.next file until the server acknowledges it.
 	NextKey []byte `json:"next_key,omitempty"`
+	// NextServerKey is the server's next signing key, announced by a
+	// server.rollover signed by ServerKey: commands signed by either are
+	// taken until the first signed by it, which makes it ServerKey.
+	NextServerKey []byte `json:"next_server_key,omitempty"`
+	// PreviousServerKey is the server key pinned before the last switch:
+	// a configuration (enrollment token, --server-key) that still names
+	// it starts the agent; nothing it signs is taken.
+	PreviousServerKey []byte `json:"previous_server_key,omitempty"`
 }
 
 // fresh reports whether the identity says nothing happened yet: no
