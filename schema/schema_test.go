@@ -42,6 +42,7 @@ var released = map[string]string{
 	"postgres/0006_sources.sql":       "97d28185bcab2bf1fa98c4dde4627297e4afd8c5fe4c71245194b604ae0d9a5f",
 	"postgres/0008_key_agreement.sql": "282f3ed995dd345adbe8f0449f58f06f0bf0444c94317579b872143644919623",
 	"postgres/0009_key_rollover.sql":  "f50311fab58dce33ca9db91c5456fec359bdc8f35b7460f03cbe6277b3cd287d",
+	"postgres/0011_signing_keys.sql":  "e348ee9c9ea3865f445ff5fdcf3f42396b5265a17f22db6f686db0488438c1d6",
 	"sqlite/0001_init.sql":            "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
 	"sqlite/0002_server.sql":          "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
 	"sqlite/0003_agents.sql":          "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
@@ -50,6 +51,7 @@ var released = map[string]string{
 	"sqlite/0006_sources.sql":         "19245e54c932cc611d981a58edd5a1ef349a4bccba89023f44204003b3904f75",
 	"sqlite/0008_key_agreement.sql":   "cf435b8a9e14ad74667a988570b9bc2a5608e8e21653f8a11e18d6cb0a7f18b9",
 	"sqlite/0009_key_rollover.sql":    "16cf2d24e3f0b1468fcd5e07788f619f5295510302ef6c7184bbb0e80bdf49cb",
+	"sqlite/0011_signing_keys.sql":    "8daf04a68ef69607c9b31b35fd976d3c5ba5b21c6310b535cd71264e292fb25e",
 }
 
 func TestReleasedMigrationsUnchanged(t *testing.T) {

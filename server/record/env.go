@@ -255,6 +255,15 @@ type Agent struct {
 	// before it switched is lost.
 	PreviousKey   []byte     `json:"previous_key,omitempty"`
 	PreviousUntil *time.Time `json:"previous_until,omitempty"`
+	// ServerKeys are the fingerprints of the server keys the agent takes
+	// commands signed by, as it last said (hello, server.rollover.ack):
+	// the one it pinned, and the next one a rollover announced; before
+	// enrollment, the one it expects. Empty for agents older than
+	// rollovers of the server's key.
+	ServerKeys []string `json:"server_keys,omitempty"`
+	// ServerKeysSeq is the sequence number of the event that said them:
+	// a store keeps the word of the latest.
+	ServerKeysSeq int64 `json:"-"`
 }
 
 // PreviousHolds reports whether key is the agent's previous key and still

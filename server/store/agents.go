@@ -29,17 +29,20 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 	if err != nil {
 		return fmt.Errorf("upsert agent: %w", err)
 	}
+	serverKeys := encodeList(a.ServerKeys)
 	// An unknown environment fails the foreign key: model.ErrNotFound.
 	_, err = s.db.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 		ON CONFLICT (env, name) DO UPDATE SET
 			state = excluded.state, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
 			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
-			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END`,
+			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END,
+			server_keys = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys ELSE excluded.server_keys END,
+			server_keys_seq = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys_seq ELSE excluded.server_keys_seq END`,
 		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
-		a.PreviousKey, a.PreviousUntil)
+		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq)
 	return wrap("upsert agent "+a.Name, err)
 }
 
@@ -57,7 +60,7 @@ func (s *SQL) SetAgentKey(ctx context.Context, a record.Agent, from []byte) (boo
 func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	return wrap("reset the sequence of "+agent, s.db.Tx(ctx, func(tx Tx) error {
 		for _, q := range []string{
-			`UPDATE agents SET last_seq = 0 WHERE env = $1 AND name = $2`,
+			`UPDATE agents SET last_seq = 0, server_keys_seq = 0 WHERE env = $1 AND name = $2`,
 			`UPDATE resource_status SET seq = 0, compliance_seq = 0 WHERE env = $1 AND agent = $2`,
 			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
 		} {
@@ -69,17 +72,32 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	}))
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq`
 
 func scanAgent(r Row) (record.Agent, error) {
 	var a record.Agent
-	var labels, facts, kinds []byte
+	var labels, facts, kinds, serverKeys []byte
 	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
 		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey,
-		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}); err != nil {
+		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq); err != nil {
 		return a, err
 	}
+	if err := json.Unmarshal(serverKeys, &a.ServerKeys); err != nil {
+		return a, fmt.Errorf("%w: server keys of agent %s: %w", ErrCorrupt, a.Name, err)
+	}
+	if len(a.ServerKeys) == 0 {
+		a.ServerKeys = nil
+	}
 	return a, decodeAgent(&a, labels, facts, kinds)
+}
+
+// encodeList returns a list of strings as stored (JSON, never null).
+func encodeList(l []string) []byte {
+	if len(l) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(l) // strings: cannot fail
+	return b
 }
 
 // GetAgent implements Store.

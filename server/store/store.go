@@ -195,6 +195,14 @@ type Store interface {
 	// holds old: ErrConflict when it holds something else, ErrNotFound
 	// when there is none.
 	ReplaceSecret(ctx context.Context, name string, old, value []byte) error
+	// SigningKeys returns the server's signing keys: the current one (the
+	// secret record.SigningKeySecret) and the rollover under way, if any;
+	// ErrNotFound before a server made its key.
+	SigningKeys(ctx context.Context) (record.SigningKeys, error)
+	// UpdateSigningKeys changes the signing keys with fn, in one
+	// transaction: concurrent changes run one after the other, each seeing
+	// the last. fn's error is returned as it is, and nothing changes.
+	UpdateSigningKeys(ctx context.Context, fn func(*record.SigningKeys) error) (record.SigningKeys, error)
 
 	// Lead makes this process the leader of name (one environment's
 	// scheduler) unless another process leads it: then ok is false. The

@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"Lead", testLead},
 		{"Secret", testSecret},
+		{"SigningKeys", testSigningKeys},
 		{"Compiles", testCompiles},
 		{"PruneCompiles", testPruneCompiles},
 		{"Sources", testSources},
