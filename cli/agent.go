@@ -76,6 +76,9 @@ func agentCommand(term *terminal) *ucli.Command {
 				case a.PreviousKey != "":
 					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
 				}
+				if len(a.ServerKeys) > 0 {
+					fmt.Fprintf(term.stdout, "  takes       %s (the server keys it takes commands signed by)\n", strings.Join(a.ServerKeys, ", "))
+				}
 				fmt.Fprintf(term.stdout, "  last seen   %s\n  facts:\n", a.LastSeen.Local().Format(time.DateTime))
 				return writeJSON(term.stdout, a.Facts)
 			}),

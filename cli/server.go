@@ -253,6 +253,7 @@ func serverCommand(term *terminal) *ucli.Command {
 		Subcommands: []*ucli.Command{
 			serverKeygenCommand(term),
 			serverRotateKeyCommand(term),
+			serverSigningKeyCommand(term),
 			remoteCommand(term, "key", "print the public key of the server you talk to, and its fingerprint, for agents' --server-key", "",
 				nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 					var info api.ServerInfo
@@ -518,6 +519,10 @@ func runServer(c *ucli.Context, term *terminal) error {
 	}
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {
+		return err
+	}
+	// A rollover of the signing key under way may have switched it.
+	if err := srv.LoadSigningKeys(ctx); err != nil {
 		return err
 	}
 	var auth *brokerauth.Backend

@@ -131,6 +131,12 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 		return s.rollover(ctx, a, e, body, byPrevious)
+	case bus.KindServerRolloverAck:
+		var body bus.ServerRolloverAck
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		return s.rolloverAck(ctx, a, e, body)
 	case bus.KindHeartbeat:
 		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
@@ -205,6 +211,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
 	}
 	if err := checkFacts(body.Labels, body.Facts); err != nil {
+		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+	}
+	if err := checkServerKeys(body.ServerKeys); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
 	if len(body.KeyAgreementKey) > 0 {
@@ -295,6 +304,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			Msg("agent presents a key-agreement key (upgraded): sensitive values are sealed to it from now on")
 	}
 	a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
+	a.ServerKeys, a.ServerKeysSeq = body.ServerKeys, int64(e.Seq)
 	if !notSwitched {
 		a.PublicKey = body.PublicKey
 	}
@@ -458,12 +468,9 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	case !errors.Is(err, model.ErrNotFound):
 		return err
 	}
-	enrolled, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: s.PublicKey(), Hello: hello,
-		LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released})
-	if err != nil {
-		return err
-	}
-	if err := s.bus.Send(ctx, enrolled, bus.SendOptions{}); err != nil {
+	// The rollover of the server's key comes with it, when the agent
+	// lacks it (answerHello).
+	if err := s.answerHello(ctx, a, bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released}); err != nil {
 		return err
 	}
 	if a.Paused {

@@ -13,6 +13,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/secret"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // Sealer seals the secrets the server keeps in its store with a key the
@@ -34,11 +35,12 @@ type SecretStore interface {
 	Secret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error)
 	Secrets(ctx context.Context) (map[string][]byte, error)
 	ReplaceSecret(ctx context.Context, name string, old, value []byte) error
+	UpdateSigningKeys(ctx context.Context, fn func(*record.SigningKeys) error) (record.SigningKeys, error)
 }
 
 // signingKeySecret is the secret holding the server's ed25519 signing key,
 // which every replica shares and every agent pins.
-const signingKeySecret = "server-signing-key"
+const signingKeySecret = record.SigningKeySecret
 
 // secretAAD binds a sealed secret to its row: a value copied under
 // another name does not open.
@@ -145,6 +147,31 @@ func Reseal(ctx context.Context, st SecretStore, ring Sealer) (Resealed, error) 
 			return done, fmt.Errorf("secret %s: %w", name, err)
 		}
 		done.From[from]++
+	}
+	// The next signing key of a rollover under way, sealed in its own
+	// table.
+	_, err = st.UpdateSigningKeys(ctx, func(ks *record.SigningKeys) error {
+		r := ks.Rollover
+		if r == nil {
+			return nil
+		}
+		from := ring.SealedWith(r.PrivateKey)
+		if from == done.Key {
+			done.Kept++
+			return nil
+		}
+		plain, err := ring.Open(r.PrivateKey, rolloverAAD(r.PublicKey))
+		if err != nil {
+			return fmt.Errorf("the next signing key: %w", err)
+		}
+		if r.PrivateKey, err = ring.Seal(plain, rolloverAAD(r.PublicKey)); err != nil {
+			return err
+		}
+		done.From[from]++
+		return nil
+	})
+	if err != nil && !errors.Is(err, model.ErrNotFound) {
+		return done, fmt.Errorf("seal the secrets again: %w", err)
 	}
 	return done, nil
 }

@@ -61,6 +61,12 @@ type Config struct {
 	// (SigningKey). Nil (the embedded mode): the master key is kept in the
 	// store as it is.
 	Keyring Sealer
+	// SigningKeyRefresh is how often the server reads its signing keys
+	// from the store (default 5s), when it has a Keyring: a rollover step
+	// taken through another replica is seen within this time, and a
+	// switch to the next key takes effect twice this long after it is
+	// asked, on every replica at once.
+	SigningKeyRefresh time.Duration
 	// AgentEventRate bounds the events one accepted agent may send a
 	// second (default 200, with bursts of ten times as many): beyond, its
 	// events are dropped, counted and alerted.
@@ -110,7 +116,7 @@ type inboxDeleter interface {
 func Default() Config {
 	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour,
 		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
-		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second}
+		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second}
 }
 
 // withDefaults fills the zero (or negative) fields of c from Default.
@@ -129,6 +135,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxAgentConnections == 0 {
 		c.MaxAgentConnections = def.MaxAgentConnections
 	}
+	orDefault(&c.SigningKeyRefresh, def.SigningKeyRefresh)
 	return c
 }
 
@@ -178,6 +185,10 @@ type Server struct {
 	// compiles is the compile queue while Run runs and the server
 	// compiles (Config.Sources); nil otherwise.
 	compiles atomic.Pointer[compilequeue.Queue]
+	// keys are the signing keys as last read from the store (see
+	// signingkey.go); keysMu guards them and the signer's switches.
+	keysMu sync.Mutex
+	keys   keySet
 }
 
 // New returns a server over st and b.
@@ -202,6 +213,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		store:      st,
 		bus:        b,
 		signer:     signer,
+		keys:       keySet{current: cfg.Key},
 		feed:       newFeed(),
 		dedup:      bus.NewDedup(1 << 16),
 		agents:     newAgentCache(st, cfg.AgentCacheTTL),
@@ -250,8 +262,12 @@ func (s *Server) Run(parent context.Context) error {
 	}
 	// Runs after cancel below: the compile running ends with ctx.
 	defer stopCompiles()
+	if err := s.LoadSigningKeys(ctx); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); s.watchSigningKeys(ctx) }()
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()

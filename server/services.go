@@ -54,7 +54,8 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Ready:      ready,
 		Metrics:    metrics,
 		Observer:   s.metrics,
-		ServerKey:  s.PublicKey(),
+		ServerKey:  s.PublicKey,
+		SigningKey: s,
 	}
 	if s.cfg.Sources != nil {
 		svc.Sources = s

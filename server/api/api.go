@@ -289,9 +289,21 @@ type Services struct {
 	Metrics http.Handler
 	// Observer, if set, is told of every request.
 	Observer Observer
-	// ServerKey is the key the server signs commands with: agents pin it,
-	// and enrollment tokens carry its fingerprint.
-	ServerKey ed25519.PublicKey
+	// ServerKey returns the key the server signs commands with now:
+	// agents pin it, and enrollment tokens carry its fingerprint.
+	ServerKey func() ed25519.PublicKey
+	// SigningKey rolls the server's signing key over (nil: answered as
+	// a conflict, the server has nothing to roll over).
+	SigningKey SigningKeys
+}
+
+// SigningKeys rolls the server's signing key over: a next key made and
+// announced to agents, switched to, the old one retired.
+type SigningKeys interface {
+	SigningKeyStatus(ctx context.Context) (record.SigningKeyStatus, error)
+	NewSigningKey(ctx context.Context) (record.SigningKeyStatus, error)
+	SwitchSigningKey(ctx context.Context, force bool) (record.SigningKeyStatus, error)
+	RetireSigningKey(ctx context.Context, force bool) (record.SigningKeyStatus, error)
 }
 
 // API serves the REST API.

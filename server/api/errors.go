@@ -57,6 +57,7 @@ var Codes = map[string]int{
 	"halted":            http.StatusConflict,
 	"no_release":        http.StatusConflict,
 	"no_agents":         http.StatusConflict,
+	"not_ready":         http.StatusConflict, // agents are not ready for a step of a rollover of the server's signing key (force takes it)
 	"too_large":         http.StatusRequestEntityTooLarge,
 	"invalid":           http.StatusUnprocessableEntity,
 	"invalid_attribute": http.StatusUnprocessableEntity, // an uploaded resource breaks its kind's declaration (model.CheckKind)

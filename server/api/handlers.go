@@ -1069,7 +1069,8 @@ type ServerInfo struct {
 }
 
 func (a *API) serverInfo(r *request) (int, any, error) {
-	return http.StatusOK, ServerInfo{PublicKey: a.svc.ServerKey, Fingerprint: model.Fingerprint(a.svc.ServerKey), Version: a.cfg.Version}, nil
+	key := a.serverKey()
+	return http.StatusOK, ServerInfo{PublicKey: key, Fingerprint: model.Fingerprint(key), Version: a.cfg.Version}, nil
 }
 
 // nonNil makes an empty listing [] rather than null in JSON.
@@ -1126,7 +1127,7 @@ func (a *API) createEnrollToken(r *request) (int, any, error) {
 	}
 	// The token carries the server key's fingerprint: an agent started
 	// with it trusts only this server.
-	secret, err := model.NewEnrollmentToken(a.svc.ServerKey)
+	secret, err := model.NewEnrollmentToken(a.serverKey())
 	if err != nil {
 		return 0, nil, err
 	}

@@ -113,6 +113,10 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/events", role: record.RoleViewer, summary: "Live events as server-sent events", query: []string{"env"}, stream: true, serve: a.events},
 		{method: "GET", path: "/whoami", role: record.RoleViewer, summary: "The calling token", serve: a.whoami},
 		{method: "GET", path: "/server", role: record.RoleViewer, summary: "The server's public key and its fingerprint (agents pin it with --server-key)", serve: a.serverInfo},
+		{method: "GET", path: "/server/signing-key", role: record.RoleAdmin, global: true, summary: "Where a rollover of the server's signing key stands, and which agents are not ready for its next step", serve: a.signingKeyStatus},
+		{method: "POST", path: "/server/signing-key/new", role: record.RoleAdmin, global: true, action: "server.signing-key.new", summary: "Make the server's next signing key and announce it to every accepted agent (server.rollover)", serve: a.signingKeyStep("new")},
+		{method: "POST", path: "/server/signing-key/switch", role: record.RoleAdmin, global: true, action: "server.signing-key.switch", summary: "Make every server sign with the next key, once every accepted agent took it (or force); answers after the switch", body: "{force?: bool}", serve: a.signingKeyStep("switch")},
+		{method: "POST", path: "/server/signing-key/retire", role: record.RoleAdmin, global: true, action: "server.signing-key.retire", summary: "Forget the key the servers signed with before the switch, once every accepted agent takes the new one (or force)", body: "{force?: bool}", serve: a.signingKeyStep("retire")},
 		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", serve: a.openapi},
 	}
 }
