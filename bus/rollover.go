@@ -74,7 +74,8 @@ type ServerRollover struct {
 // ServerRolloverAck tells the server an agent took a server.rollover:
 // ServerKeys are the fingerprints of the server keys it takes commands
 // signed by from now on (the one it pinned, then the next), Rollover the
-// id of the server.rollover it answers.
+// id of the server.rollover it answers. Rollover is empty when the agent
+// says it took the next key alone (the server switched).
 type ServerRolloverAck struct {
 	ServerKeys []string `json:"server_keys"`
 	Rollover   string   `json:"rollover,omitempty"`

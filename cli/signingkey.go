@@ -38,7 +38,9 @@ func serverSigningKeyCommand(term *terminal) *ucli.Command {
 			default:
 				fmt.Fprintf(term.stdout, "old signing key retired; the servers hold one key, %s.\n\n", st.Signing.Fingerprint)
 			}
-			writeSigningKeyStatus(term.stdout, st)
+			// Right after new, no agent has had time to take the key:
+			// status lists them as they do.
+			writeSigningKeyStatus(term.stdout, st, name != "new")
 			if st.Note != "" {
 				fmt.Fprintf(term.stdout, "\n%s\n", st.Note)
 			}
@@ -93,7 +95,7 @@ func signingKeyStatusCommand(term *terminal) *ucli.Command {
 			if asJSON {
 				return writeJSON(term.stdout, st)
 			}
-			writeSigningKeyStatus(term.stdout, st)
+			writeSigningKeyStatus(term.stdout, st, true)
 			return nil
 		})
 	cmd.Description = "Phases: steady (one key), announced (a next key made; the current key signs), switching (every server signs\n" +
@@ -102,8 +104,9 @@ func signingKeyStatusCommand(term *terminal) *ucli.Command {
 	return cmd
 }
 
-// writeSigningKeyStatus writes a rollover's state for people.
-func writeSigningKeyStatus(w io.Writer, st record.SigningKeyStatus) {
+// writeSigningKeyStatus writes a rollover's state for people, with the
+// agents not ready for its next step if waiting.
+func writeSigningKeyStatus(w io.Writer, st record.SigningKeyStatus, waiting bool) {
 	fmt.Fprintf(w, "phase      %s\nsigning    %s\n", st.Phase, st.Signing.Fingerprint)
 	if st.Next != nil {
 		fmt.Fprintf(w, "next       %s (made %s)\n", st.Next.Fingerprint, st.MadeAt.Local().Format(time.DateTime))
@@ -123,13 +126,16 @@ func writeSigningKeyStatus(w io.Writer, st record.SigningKeyStatus) {
 	default:
 		what = "take the signing key"
 	}
+	if !waiting {
+		return
+	}
 	fmt.Fprintf(w, "agents     %d accepted, %d %s\n", st.Agents, st.Ready, what)
 	for _, a := range st.Waiting {
 		conn := "offline"
 		if a.Connected {
 			conn = "connected"
 		}
-		takes := "never said which server keys it takes (older than signing-key rollovers: upgrade it)"
+		takes := "never said which server keys it takes: older than signing-key rollovers, upgrade it"
 		if len(a.ServerKeys) > 0 {
 			takes = "takes " + strings.Join(a.ServerKeys, ", ")
 		}

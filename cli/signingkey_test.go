@@ -82,8 +82,11 @@ func TestServerSigningKeyCommands(t *testing.T) {
 		}
 	}
 	code, stdout, stderr := invoke(t, "server", "signing-key", "new")
-	if code != 0 || !strings.Contains(stdout, "announced to 1 agent(s)") || !strings.Contains(stdout, "waiting  prod/web-1 (offline; never said which server keys it takes") {
+	if code != 0 || !strings.Contains(stdout, "announced to 1 agent(s)") || !strings.Contains(stdout, "tether server signing-key status") {
 		t.Fatalf("new: exit %d, %q / %q", code, stdout, stderr)
+	}
+	if code, stdout, _ := invoke(t, "server", "signing-key", "status"); code != 0 || !strings.Contains(stdout, "waiting  prod/web-1 (offline; never said which server keys it takes: older") {
+		t.Fatalf("status after new: exit %d, %q; want web-1 listed as waiting", code, stdout)
 	}
 	var status record.SigningKeyStatus
 	if code, stdout, _ := invoke(t, "server", "signing-key", "status", "-o", "json"); code != 0 || json.Unmarshal([]byte(stdout), &status) != nil ||

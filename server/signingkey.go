@@ -329,9 +329,7 @@ func (s *Server) status(ctx context.Context) (record.SigningKeyStatus, error) {
 	fp := model.Fingerprint(pubOf(want))
 	err := s.eachAccepted(ctx, func(a record.Agent) error {
 		st.Agents++
-		// In the steady phase an agent that never said which keys it
-		// takes (older than rollovers) is taken to take the one key.
-		if slices.Contains(a.ServerKeys, fp) || (st.Phase == record.SigningKeySteady && len(a.ServerKeys) == 0) {
+		if slices.Contains(a.ServerKeys, fp) {
 			st.Ready++
 			return nil
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
-	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store"
@@ -26,7 +25,7 @@ import (
 // keyedRig is a rig whose server keeps its signing key sealed in the store
 // with a key file's key, as `tether server` does, and reads its signing
 // keys often.
-func keyedRig(t *testing.T, enrollment record.Enrollment) (*rig, *keyring.Ring) {
+func keyedRig(t *testing.T, enrollment record.Enrollment) *rig {
 	t.Helper()
 	kr := ring(t, []byte("0123456789abcdef0123456789abcdef"))
 	settings := record.DefaultEnvSettings()
@@ -38,7 +37,7 @@ func keyedRig(t *testing.T, enrollment record.Enrollment) (*rig, *keyring.Ring) 
 		}
 		*c = server.Config{Key: key, Keyring: kr, SigningKeyRefresh: 20 * time.Millisecond}
 	}, map[string]record.EnvSettings{"test": settings})
-	return r, kr
+	return r
 }
 
 // serverAgent is the configuration of an agent with a state directory
@@ -78,7 +77,7 @@ func refusedStep(err error) (*record.SigningKeyStepError, bool) {
 // next hello while the old key is kept; both keep deploying; the old key
 // is retired; every step refuses what its state does not allow.
 func TestServerSigningKeyRotation(t *testing.T) {
-	r, _ := keyedRig(t, record.EnrollManual)
+	r := keyedRig(t, record.EnrollManual)
 	old := r.srv.PublicKey()
 	webDir, dbDir := t.TempDir(), t.TempDir()
 	cacheDir := t.TempDir()
@@ -207,7 +206,7 @@ func first[T any](_ T, err error) error { return err }
 // running agent: it is refused, the agent reports it, and the server
 // raises a security alert naming it.
 func TestForgedServerRolloverIsAlerted(t *testing.T) {
-	r, _ := keyedRig(t, record.EnrollManual)
+	r := keyedRig(t, record.EnrollManual)
 	key, err := server.SigningKey(r.ctx, r.store, ring(t, []byte("0123456789abcdef0123456789abcdef")), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -337,35 +336,48 @@ func TestSigningKeyRolloverAcrossReplicas(t *testing.T) {
 
 // A rotation of the key file seals the next signing key again too.
 func TestResealCoversTheNextSigningKey(t *testing.T) {
-	r, kr := keyedRig(t, record.EnrollManual)
-	if _, err := r.srv.NewSigningKey(r.ctx); err != nil {
-		t.Fatal(err)
-	}
-	newer := []byte("fedcba9876543210fedcba9876543210")
-	rotated := ring(t, newer, []byte("0123456789abcdef0123456789abcdef"))
-	done, err := server.Reseal(r.ctx, r.store, rotated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := done.From[kr.KeyID()]; n < 2 {
-		t.Fatalf("resealed %v: want the current and the next signing keys sealed again", done.From)
-	}
-	ks, err := r.store.SigningKeys(r.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := rotated.SealedWith(ks.Rollover.PrivateKey); got != rotated.KeyID() {
-		t.Fatalf("next signing key sealed with %s, want %s", got, rotated.KeyID())
-	}
-	// A server with the new key alone opens both.
-	srv, err := server.New(server.Config{Key: nil, Keyring: ring(t, newer)}, r.store, r.bus, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.LoadSigningKeys(r.ctx); err != nil {
-		t.Fatalf("load the signing keys with the new key file: %v", err)
-	}
-	if st, err := srv.SigningKeyStatus(r.ctx); err != nil || st.Phase != record.SigningKeyAnnounced {
-		t.Fatalf("status with the new key file: %+v, %v", st, err)
-	}
+	eachStore(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		older, newer := []byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210")
+		kr := ring(t, older)
+		key, err := server.SigningKey(ctx, st, kr, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := server.New(server.Config{Key: key, Keyring: kr}, st, bus.NewLocal(zerolog.Nop()), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.NewSigningKey(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rotated := ring(t, newer, older)
+		done, err := server.Reseal(ctx, st, rotated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := done.From[kr.KeyID()]; n != 2 {
+			t.Fatalf("resealed %v: want the current and the next signing keys sealed again", done.From)
+		}
+		ks, err := st.SigningKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rotated.SealedWith(ks.Rollover.PrivateKey); got != rotated.KeyID() {
+			t.Fatalf("next signing key sealed with %s, want %s", got, rotated.KeyID())
+		}
+		// A server with the new key alone opens both.
+		after, err := server.New(server.Config{Keyring: ring(t, newer)}, st, bus.NewLocal(zerolog.Nop()), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := after.LoadSigningKeys(ctx); err != nil {
+			t.Fatalf("load the signing keys with the new key file: %v", err)
+		}
+		if s, err := after.SigningKeyStatus(ctx); err != nil || s.Phase != record.SigningKeyAnnounced || !after.PublicKey().Equal(pubKey(key)) {
+			t.Fatalf("status with the new key file: %+v, %v; want the rollover announced, the old key signing", s, err)
+		}
+	})
 }
+
+func pubKey(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }

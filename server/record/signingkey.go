@@ -50,8 +50,10 @@ type SigningKeyStatus struct {
 	SwitchAt *time.Time      `json:"switch_at,omitempty"`
 	// Agents counts the accepted agents of every environment; Ready those
 	// that take the key the next step needs (the next key before the
-	// switch, the signing key after it); Waiting lists the others (at most
-	// MaxListedWaiting; WaitingCount counts them all).
+	// switch, the signing key after it and when no rollover is under way);
+	// Waiting lists the others (at most MaxListedWaiting; WaitingCount
+	// counts them all), agents that never said which keys they take (older
+	// than rollovers) among them.
 	Agents       int            `json:"agents"`
 	Ready        int            `json:"ready"`
 	Waiting      []WaitingAgent `json:"waiting,omitempty"`
