@@ -8,6 +8,8 @@ package amqptest
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -82,7 +84,22 @@ func Open(t testing.TB, cfg amqp.Config) *Bus {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Generous: under `go test -race ./...` on two cores a broker that is
+	// there can take seconds to answer. One that is not there at all
+	// refuses the connection at once (below).
+	wait := 20 * time.Second
+	if u, err := url.Parse(cfg.URL); err == nil && u.Hostname() != "" {
+		port := u.Port()
+		if port == "" {
+			port = map[bool]string{true: "5671", false: "5672"}[u.Scheme == "amqps"]
+		}
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), port), 2*time.Second); err != nil {
+			wait = time.Second
+		} else {
+			c.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if err := b.Ready(ctx); err != nil {
 		b.Close()
