@@ -61,9 +61,20 @@ func newRigWith(t *testing.T, st store.Store, cfg api.Config, log zerolog.Logger
 // newServerRig is newRigWith with the server configured by scfg.
 func newServerRig(t *testing.T, st store.Store, scfg server.Config, cfg api.Config, log zerolog.Logger) *rig {
 	t.Helper()
+	return newServerRigOn(t, st, scfg, cfg, log, nil)
+}
+
+// newServerRigOn is newServerRig with the server's bus wrapped by wrap
+// (nil: the in-process bus as it is).
+func newServerRigOn(t *testing.T, st store.Store, scfg server.Config, cfg api.Config, log zerolog.Logger, wrap func(*bus.Local) bus.Bus) *rig {
+	t.Helper()
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(func() { b.Close() })
-	srv, err := server.New(scfg, st, b, zerolog.Nop())
+	var sb bus.Bus = b
+	if wrap != nil {
+		sb = wrap(b)
+	}
+	srv, err := server.New(scfg, st, sb, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

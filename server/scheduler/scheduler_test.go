@@ -45,6 +45,14 @@ func (r *recorder) Send(_ context.Context, e *bus.Envelope, opts bus.SendOptions
 	return nil
 }
 
+func (r *recorder) SendBatch(ctx context.Context, msgs []bus.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = r.Send(ctx, m.Envelope, m.Options)
+	}
+	return errs
+}
+
 // take returns what was sent since the last take, as "agent:kind" strings.
 func (r *recorder) take() []string {
 	r.mu.Lock()
@@ -120,11 +128,11 @@ func (f *fixture) releaseFanout(t *testing.T, rs ...model.Resource) (int64, reco
 	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
 		t.Fatal(err)
 	}
-	fan, err := f.s.Released(f.ctx, "prod", v.Number)
+	rel, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: v.Number}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Number, fan
+	return v.Number, rel.Fanout
 }
 
 func file(agent, path, content string, requires ...model.ID) model.Resource {
@@ -159,7 +167,7 @@ func TestFullThenDiff(t *testing.T) {
 		t.Fatalf("deploy %+v", dep)
 	}
 	// Nothing is sent twice for the same generation.
-	if _, err := f.s.Released(f.ctx, "prod", 2); err != nil {
+	if _, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: 2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.rec.take(); len(got) != 0 {
