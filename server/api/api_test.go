@@ -180,8 +180,8 @@ func testFlow(t *testing.T, st store.Store) {
 	motd := file("web-1", "/etc/motd", "hello")
 	motd.Requires = []model.ID{secret.ID}
 	var exp api.ExportResponse
-	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{secret, motd}, Meta: model.VersionMeta{Source: "test"}}, &exp, 201)
-	if exp.Version.Number != 1 || !exp.Released || exp.Reused || exp.Version.Meta.ExportedBy != "root" {
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{secret, motd}, Meta: model.VersionMeta{Source: "test"}}, &exp, 202)
+	if exp.Version.Number != 1 || !exp.Released || exp.Reused || exp.Version.Meta.ExportedBy != "root" || exp.ReleaseID == "" {
 		t.Fatalf("export %+v", exp)
 	}
 	// The same set again is reused, not a new version.
@@ -420,7 +420,7 @@ func TestAuthorization(t *testing.T) {
 	if len(envs) != 2 {
 		t.Fatalf("envs seen by an unscoped viewer: %+v", envs)
 	}
-	r.must(opA, "POST", "/api/v1/envs/a/versions/1/release", nil, nil, 200)
+	r.must(opA, "POST", "/api/v1/envs/a/versions/1/release", nil, nil, 202)
 	r.must(opA, "POST", "/api/v1/envs/a/agents/h/accept", nil, nil, 200)
 	var who record.Token
 	r.must(opA, "GET", "/api/v1/whoami", nil, &who, 200)

@@ -39,6 +39,7 @@ type Versions interface {
 	GetVersion(ctx context.Context, env string, n int64, withResources bool) (model.Version, error)
 	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
 	AgentSlices(ctx context.Context, env string, n int64, agents []string) ([]model.Slice, error)
+	VersionAgents(ctx context.Context, env string, n int64, after string, limit int) ([]string, error)
 }
 
 // Agents reads what the server knows of agents.
@@ -528,27 +529,28 @@ func (s *Scheduler) indexed(env string, n int64) bool {
 }
 
 // buildIndex reads which agents wait for which resources of other agents
-// in version n, a page of agents at a time: the slices of accepted agents
-// (only they are sent anything, so only they can wait). The caller holds
-// indexMu.
+// in version n, a page of the version's agents at a time (agents that
+// have not said hello yet included: they may by the time others report).
+// The caller holds indexMu.
 func (s *Scheduler) buildIndex(ctx context.Context, env string, n int64) error {
 	rv := &releasedVersion{number: n, waiting: map[model.ID][]string{}}
-	err := s.pages(ctx, env, func(agents []record.Agent) error {
-		names := make([]string, len(agents))
-		for i, a := range agents {
-			names[i] = a.Name
+	after := ""
+	for {
+		names, err := s.store.VersionAgents(ctx, env, n, after, s.cfg.PageSize)
+		if err != nil {
+			return fmt.Errorf("index version %d of %s: %w", n, env, err)
 		}
+		if len(names) == 0 {
+			break
+		}
+		after = names[len(names)-1]
 		slices, err := s.store.AgentSlices(ctx, env, n, names)
 		if err != nil {
-			return err
+			return fmt.Errorf("index version %d of %s: %w", n, env, err)
 		}
 		for _, sl := range slices {
 			rv.addWaiting(sl.Resources)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("index version %d of %s: %w", n, env, err)
 	}
 	s.mu.Lock()
 	s.released[env] = rv

@@ -143,6 +143,16 @@ func (s *SQL) CountAgents(ctx context.Context, env string, state record.AgentSta
 	return n, wrap(fmt.Sprintf("count %s agents of %q", state, env), err)
 }
 
+// VersionAgents implements Store.
+func (s *SQL) VersionAgents(ctx context.Context, env string, n int64, after string, limit int) ([]string, error) {
+	out, err := queryAll(ctx, s.db, func(r Row) (string, error) {
+		var a string
+		err := r.Scan(&a)
+		return a, err
+	}, `SELECT DISTINCT agent FROM version_resources WHERE env = $1 AND number = $2 AND agent > $3 ORDER BY agent LIMIT $4`, env, n, after, limitOf(limit))
+	return out, wrap(fmt.Sprintf("agents of version %d of %q", n, env), err)
+}
+
 // MaxSlicesAtOnce bounds the agents one AgentSlices call reads.
 const MaxSlicesAtOnce = 1000
 

@@ -68,6 +68,10 @@ type Store interface {
 	// (at most MaxSlicesAtOnce), in the order given, each sorted by ID;
 	// an agent with no resource in n has an empty slice.
 	AgentSlices(ctx context.Context, env string, n int64, agents []string) ([]model.Slice, error)
+	// VersionAgents returns a page of the agents that have resources in
+	// version n: at most limit (0: 100) of those named after after, by
+	// name.
+	VersionAgents(ctx context.Context, env string, n int64, after string, limit int) ([]string, error)
 	// ResourceHashes returns the ID and intent hash of every resource of
 	// version n, sorted by ID, without reading their bodies.
 	ResourceHashes(ctx context.Context, env string, n int64) ([]record.ResourceHash, error)

@@ -202,6 +202,16 @@ func testAgentPages(t *testing.T, s store.Store) {
 	if err != nil || !reflect.DeepEqual(one.Resources, sl[2].Resources) {
 		t.Fatalf("AgentSlices gave web1 %+v, AgentSlice %+v (%v); want the same", sl[2].Resources, one.Resources, err)
 	}
+	for _, tt := range []struct {
+		after string
+		limit int
+		want  []string
+	}{{"", 0, []string{"web1", "web2"}}, {"", 1, []string{"web1"}}, {"web1", 5, []string{"web2"}}, {"web2", 5, nil}} {
+		got, err := s.VersionAgents(ctx, "prod", v.Number, tt.after, tt.limit)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Fatalf("agents of the version after %q (limit %d): %v, %v; want %v", tt.after, tt.limit, got, err, tt.want)
+		}
+	}
 	if _, err := s.AgentSlices(ctx, "prod", v.Number, make([]string, store.MaxSlicesAtOnce+1)); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("too many at once: %v, want ErrInvalid", err)
 	}
