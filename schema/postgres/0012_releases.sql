@@ -19,3 +19,19 @@ CREATE TABLE releases (
 );
 
 CREATE INDEX releases_env ON releases (env, seq);
+
+-- Cross-agent requirements of each version, written with it: agent has a
+-- resource that requires resource required of another agent, and is told
+-- how it ends. waits_known says a version's were written (versions stored
+-- before this migration have none: they are read from the resources).
+
+CREATE TABLE version_waits (
+    env      TEXT NOT NULL,
+    number   BIGINT NOT NULL,
+    required TEXT NOT NULL,
+    agent    TEXT NOT NULL,
+    PRIMARY KEY (env, number, required, agent),
+    FOREIGN KEY (env, number) REFERENCES versions(env, number) ON DELETE CASCADE
+);
+
+ALTER TABLE versions ADD COLUMN waits_known BOOLEAN NOT NULL DEFAULT FALSE;

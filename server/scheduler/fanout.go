@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/google/uuid"
@@ -177,12 +178,7 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	if cur.Number != n {
 		return out, &SupersededError{By: cur.Number}
 	}
-	type target struct {
-		agent record.Agent
-		from  int64
-	}
 	var behind []target
-	var names []string
 	for _, a := range agents {
 		from := s.sentOr(env.Name, a.Name, a.Generation)
 		if from == n {
@@ -190,51 +186,13 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 			continue
 		}
 		behind = append(behind, target{a, from})
-		names = append(names, a.Name)
 	}
 	if len(behind) == 0 {
 		return out, nil
 	}
-	next, err := s.store.AgentSlices(ctx, env.Name, n, names)
+	msgs, owner, err := s.pageDesired(ctx, env.Name, n, later, behindNames(behind), fromOf(behind), &out)
 	if err != nil {
 		return out, err
-	}
-	// The slices they hold, read once per version they hold (most hold
-	// the one released before).
-	prev := make([]*model.Slice, len(behind))
-	byFrom := map[int64][]int{}
-	for i, t := range behind {
-		if t.from > 0 {
-			byFrom[t.from] = append(byFrom[t.from], i)
-		}
-	}
-	for from, idx := range byFrom {
-		if _, err := s.store.GetVersion(ctx, env.Name, from, false); err != nil {
-			continue // pruned: they are sent their full state
-		}
-		held := make([]string, len(idx))
-		for k, i := range idx {
-			held[k] = behind[i].agent.Name
-		}
-		sl, err := s.store.AgentSlices(ctx, env.Name, from, held)
-		if err != nil {
-			continue
-		}
-		for k, i := range idx {
-			prev[i] = &sl[k]
-		}
-	}
-
-	msgs := make([]bus.Outgoing, 0, len(behind))
-	owner := make([]int, 0, len(behind))
-	for i, t := range behind {
-		e, err := s.desired(ctx, env.Name, t.agent.Name, n, next[i], prev[i])
-		if err != nil {
-			out.pend(s, env.Name, n, t.agent.Name, later, err)
-			continue
-		}
-		msgs = append(msgs, bus.Outgoing{Envelope: e})
-		owner = append(owner, i)
 	}
 	errs := s.send.SendBatch(ctx, msgs)
 	if ctx.Err() != nil {
@@ -280,6 +238,152 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	return out, nil
 }
 
+// target is an agent a page sends to, and the generation it holds.
+type target struct {
+	agent record.Agent
+	from  int64
+}
+
+func behindNames(ts []target) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.agent.Name
+	}
+	return out
+}
+
+func fromOf(ts []target) []int64 {
+	out := make([]int64, len(ts))
+	for i, t := range ts {
+		out[i] = t.from
+	}
+	return out
+}
+
+// pageDesired returns the signed desired states that bring the agents
+// named, holding generations from, to version n, and the index in names
+// of each; an agent none could be made for is pended in out. Diffs are
+// computed from the resources' hashes (no body read), and only the bodies
+// of the resources that changed are read, one query for the page; an
+// agent that holds no version a diff can start from is sent its full
+// state.
+func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later string, names []string, from []int64, out *pageOutcome) ([]bus.Outgoing, []int, error) {
+	next, err := s.store.SliceHashes(ctx, env, n, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	prev := make([][]record.ResourceHash, len(names))
+	hasPrev := make([]bool, len(names))
+	byFrom := map[int64][]int{}
+	for i, f := range from {
+		if f > 0 {
+			byFrom[f] = append(byFrom[f], i)
+		}
+	}
+	for f, idx := range byFrom {
+		if _, err := s.store.GetVersion(ctx, env, f, false); err != nil {
+			continue // pruned: they are sent their full state
+		}
+		held := make([]string, len(idx))
+		for k, i := range idx {
+			held[k] = names[i]
+		}
+		hs, err := s.store.SliceHashes(ctx, env, f, held)
+		if err != nil {
+			continue
+		}
+		for k, i := range idx {
+			prev[i], hasPrev[i] = hs[k], true
+		}
+	}
+	type plan struct {
+		hash    model.Hash
+		diff    model.Diff
+		upserts []model.ID
+	}
+	plans := make([]plan, len(names))
+	var changed []model.ID
+	var full []string
+	var fullAt []int
+	for i := range names {
+		hashes := make([]model.Hash, len(next[i]))
+		for k, h := range next[i] {
+			hashes[k] = h.Hash
+		}
+		p := &plans[i]
+		p.hash = model.SetHashOf(hashes)
+		if !hasPrev[i] {
+			full, fullAt = append(full, names[i]), append(fullAt, i)
+			continue
+		}
+		p.diff = model.Diff{From: from[i], To: n}
+		old := make(map[model.ID]model.Hash, len(prev[i]))
+		for _, h := range prev[i] {
+			old[h.ID] = h.Hash
+		}
+		for _, h := range next[i] {
+			if was, ok := old[h.ID]; !ok || was != h.Hash {
+				p.upserts = append(p.upserts, h.ID)
+			}
+			delete(old, h.ID)
+		}
+		for id := range old {
+			p.diff.Deletes = append(p.diff.Deletes, id)
+		}
+		slices.SortFunc(p.diff.Deletes, model.ID.Compare)
+		changed = append(changed, p.upserts...)
+	}
+	bodies := make(map[model.ID]model.Resource, len(changed))
+	for len(changed) > 0 {
+		chunk := changed[:min(len(changed), 1000)]
+		changed = changed[len(chunk):]
+		rs, err := s.store.ResourcesByID(ctx, env, n, chunk)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range rs {
+			bodies[r.ID] = r
+		}
+	}
+	fulls, err := s.store.AgentSlices(ctx, env, n, full)
+	if err != nil {
+		return nil, nil, err
+	}
+	fullOf := make(map[int]model.Slice, len(full))
+	for k, i := range fullAt {
+		fullOf[i] = fulls[k]
+	}
+	msgs := make([]bus.Outgoing, 0, len(names))
+	owner := make([]int, 0, len(names))
+	for i, agent := range names {
+		var e *bus.Envelope
+		var err error
+		if sl, ok := fullOf[i]; ok {
+			e, err = s.envelope(ctx, env, agent, n, plans[i].hash, nil, sl.Resources)
+		} else {
+			d := plans[i].diff
+			for _, id := range plans[i].upserts {
+				r, ok := bodies[id]
+				if !ok {
+					err = fmt.Errorf("resource %s of version %d: %w", id, n, model.ErrNotFound)
+					break
+				}
+				d.Upserts = append(d.Upserts, r)
+			}
+			if err == nil {
+				e, err = s.envelope(ctx, env, agent, n, plans[i].hash, &d, nil)
+			}
+		}
+		if err != nil {
+			out.pend(s, env, n, agent, later, err)
+			continue
+		}
+		msgs = append(msgs, bus.Outgoing{Envelope: e})
+		owner = append(owner, i)
+	}
+	return msgs, owner, nil
+}
+
 // sentOr returns the generation last sent to agent, or held when none was.
 func (s *Scheduler) sentOr(env, agent string, held int64) int64 {
 	s.mu.Lock()
@@ -298,31 +402,39 @@ func (s *Scheduler) setSent(env, agent string, gen int64) {
 
 // desired returns the signed command that brings agent from the slice it
 // holds (prev, nil when it holds none a diff can start from) to next:
-// a diff, or its full desired state. Sensitive values are sealed to the
-// agent before anything enters the bus; the hashes, over their digests,
-// do not change.
+// a diff, or its full desired state.
 func (s *Scheduler) desired(ctx context.Context, env, agent string, to int64, next model.Slice, prev *model.Slice) (*bus.Envelope, error) {
 	hash, err := next.Hash()
 	if err != nil {
 		return nil, err
 	}
-	var kind bus.Kind
-	var body any
-	if prev != nil {
-		d, err := model.DiffSlices(*prev, next)
-		if err != nil {
-			return nil, err
-		}
-		if d.Upserts, err = s.seal.SealFor(ctx, env, agent, d.Upserts); err != nil {
-			return nil, err
-		}
-		kind, body = bus.KindDesiredDiff, bus.DesiredDiff{Diff: d, SliceHash: hash}
-	} else {
-		resources, err := s.seal.SealFor(ctx, env, agent, next.Resources)
-		if err != nil {
-			return nil, err
-		}
-		kind, body = bus.KindDesiredFull, bus.DesiredFull{Generation: to, Resources: resources, SliceHash: hash}
+	if prev == nil {
+		return s.envelope(ctx, env, agent, to, hash, nil, next.Resources)
 	}
-	return s.signer.Seal(kind, env, agent, body)
+	d, err := model.DiffSlices(*prev, next)
+	if err != nil {
+		return nil, err
+	}
+	return s.envelope(ctx, env, agent, to, hash, &d, nil)
+}
+
+// envelope signs the command that brings agent to generation to, whose
+// slice hashes to hash: the diff d, or (d nil) the full state resources.
+// Sensitive values are sealed to the agent before anything enters the
+// bus; the hashes, over their digests, do not change.
+func (s *Scheduler) envelope(ctx context.Context, env, agent string, to int64, hash model.Hash, d *model.Diff, resources []model.Resource) (*bus.Envelope, error) {
+	if d != nil {
+		upserts, err := s.seal.SealFor(ctx, env, agent, d.Upserts)
+		if err != nil {
+			return nil, err
+		}
+		diff := *d
+		diff.Upserts = upserts
+		return s.signer.Seal(bus.KindDesiredDiff, env, agent, bus.DesiredDiff{Diff: diff, SliceHash: hash})
+	}
+	sealed, err := s.seal.SealFor(ctx, env, agent, resources)
+	if err != nil {
+		return nil, err
+	}
+	return s.signer.Seal(bus.KindDesiredFull, env, agent, bus.DesiredFull{Generation: to, Resources: sealed, SliceHash: hash})
 }

@@ -40,6 +40,9 @@ type Versions interface {
 	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
 	AgentSlices(ctx context.Context, env string, n int64, agents []string) ([]model.Slice, error)
 	VersionAgents(ctx context.Context, env string, n int64, after string, limit int) ([]string, error)
+	SliceHashes(ctx context.Context, env string, n int64, agents []string) ([][]record.ResourceHash, error)
+	ResourcesByID(ctx context.Context, env string, n int64, ids []model.ID) ([]model.Resource, error)
+	VersionWaits(ctx context.Context, env string, n int64) (map[model.ID][]string, bool, error)
 }
 
 // Agents reads what the server knows of agents.
@@ -529,10 +532,21 @@ func (s *Scheduler) indexed(env string, n int64) bool {
 }
 
 // buildIndex reads which agents wait for which resources of other agents
-// in version n, a page of the version's agents at a time (agents that
-// have not said hello yet included: they may by the time others report).
-// The caller holds indexMu.
+// in version n: as the store keeps them with the version or, for a version
+// stored before it did, from its resources, a page of the version's agents
+// at a time (agents that have not said hello yet included: they may by the
+// time others report). The caller holds indexMu.
 func (s *Scheduler) buildIndex(ctx context.Context, env string, n int64) error {
+	waits, known, err := s.store.VersionWaits(ctx, env, n)
+	if err != nil {
+		return fmt.Errorf("index version %d of %s: %w", n, env, err)
+	}
+	if known { // stored with the version: no resource to read
+		s.mu.Lock()
+		s.released[env] = &releasedVersion{number: n, waiting: waits}
+		s.mu.Unlock()
+		return nil
+	}
 	rv := &releasedVersion{number: n, waiting: map[model.ID][]string{}}
 	after := ""
 	for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -207,6 +208,164 @@ func (s *SQL) AgentSlices(ctx context.Context, env string, n int64, agents []str
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		out[i].Resources = rs
+	}
+	return out, nil
+}
+
+// insertWaits writes the cross-agent requirements of version n: who waits
+// for what, a few hundred rows a statement.
+func insertWaits(ctx context.Context, tx Tx, env string, n int64, resources []model.Resource) error {
+	type wait struct{ required, agent string }
+	seen := map[wait]bool{}
+	var waits []wait
+	for i := range resources {
+		r := &resources[i]
+		for _, req := range r.Requires {
+			w := wait{req.String(), r.ID.Agent}
+			if req.Agent != r.ID.Agent && !seen[w] {
+				seen[w] = true
+				waits = append(waits, w)
+			}
+		}
+	}
+	const perStatement = 250
+	for len(waits) > 0 {
+		chunk := waits[:min(len(waits), perStatement)]
+		waits = waits[len(chunk):]
+		var q strings.Builder
+		q.WriteString(`INSERT INTO version_waits (env, number, required, agent) VALUES `)
+		args := make([]any, 0, 2+2*len(chunk))
+		args = append(args, env, n)
+		for i, w := range chunk {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			fmt.Fprintf(&q, "($1, $2, $%d, $%d)", len(args)+1, len(args)+2)
+			args = append(args, w.required, w.agent)
+		}
+		if _, err := tx.Exec(ctx, q.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// VersionWaits implements Store.
+func (s *SQL) VersionWaits(ctx context.Context, env string, n int64) (map[model.ID][]string, bool, error) {
+	op := fmt.Sprintf("cross-agent requirements of version %d of %q", n, env)
+	var known bool
+	if err := s.db.QueryRow(ctx, `SELECT waits_known FROM versions WHERE env = $1 AND number = $2`, env, n).Scan(&known); err != nil {
+		return nil, false, wrap(op, err)
+	}
+	if !known {
+		return nil, false, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT required, agent FROM version_waits WHERE env = $1 AND number = $2 ORDER BY required, agent`, env, n)
+	if err != nil {
+		return nil, false, wrap(op, err)
+	}
+	defer rows.Close()
+	out := map[model.ID][]string{}
+	for rows.Next() {
+		var id model.ID
+		var agent string
+		if err := rows.Scan(idCol{&id}, &agent); err != nil {
+			return nil, false, wrap(op, err)
+		}
+		out[id] = append(out[id], agent)
+	}
+	return out, true, wrap(op, rows.Err())
+}
+
+// inList appends to args the values given and returns the placeholders
+// of an IN list for them.
+func inList[T any](args []any, values []T) (string, []any) {
+	var q strings.Builder
+	q.WriteByte('(')
+	for i, v := range values {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		args = append(args, v)
+		q.WriteString("$" + strconv.Itoa(len(args)))
+	}
+	q.WriteByte(')')
+	return q.String(), args
+}
+
+// SliceHashes implements Store.
+func (s *SQL) SliceHashes(ctx context.Context, env string, n int64, agents []string) ([][]record.ResourceHash, error) {
+	op := fmt.Sprintf("resource hashes of %d agents in version %d of %q", len(agents), n, env)
+	if len(agents) > MaxSlicesAtOnce {
+		return nil, fmt.Errorf("%s: %w: at most %d at once", op, model.ErrInvalid, MaxSlicesAtOnce)
+	}
+	out := make([][]record.ResourceHash, len(agents))
+	if len(agents) == 0 {
+		return out, nil
+	}
+	index := make(map[string]int, len(agents))
+	for i, a := range agents {
+		index[a] = i
+	}
+	in, args := inList([]any{env, n}, agents)
+	rows, err := s.db.Query(ctx, `SELECT agent, resource_id, hash, number FROM version_resources WHERE env = $1 AND number = $2 AND agent IN `+in, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var agent string
+		var rh record.ResourceHash
+		if err := rows.Scan(&agent, idCol{&rh.ID}, hashCol{&rh.Hash}, &rh.Version); err != nil {
+			return nil, wrap(op, err)
+		}
+		if i, ok := index[agent]; ok {
+			out[i] = append(out[i], rh)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(op, err)
+	}
+	for _, hs := range out {
+		slices.SortFunc(hs, func(a, b record.ResourceHash) int { return a.ID.Compare(b.ID) })
+	}
+	return out, nil
+}
+
+// ResourcesByID implements Store.
+func (s *SQL) ResourcesByID(ctx context.Context, env string, n int64, ids []model.ID) ([]model.Resource, error) {
+	op := fmt.Sprintf("%d resources of version %d of %q", len(ids), n, env)
+	if len(ids) > MaxSlicesAtOnce {
+		return nil, fmt.Errorf("%s: %w: at most %d at once", op, model.ErrInvalid, MaxSlicesAtOnce)
+	}
+	if len(ids) == 0 {
+		return []model.Resource{}, nil
+	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = id.String()
+	}
+	in, args := inList([]any{env, n}, names)
+	rows, err := s.db.Query(ctx, `SELECT b.body FROM version_resources vr JOIN resource_bodies b ON b.key = vr.body_key
+		WHERE vr.env = $1 AND vr.number = $2 AND vr.resource_id IN `+in, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	defer rows.Close()
+	var all bodies
+	for rows.Next() {
+		var body []byte
+		if err := rows.Scan(&body); err != nil {
+			return nil, wrap(op, err)
+		}
+		all.add(body)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(op, err)
+	}
+	out, err := all.resources()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
 }

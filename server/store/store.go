@@ -68,6 +68,18 @@ type Store interface {
 	// (at most MaxSlicesAtOnce), in the order given, each sorted by ID;
 	// an agent with no resource in n has an empty slice.
 	AgentSlices(ctx context.Context, env string, n int64, agents []string) ([]model.Slice, error)
+	// SliceHashes returns the ID and intent hash of every resource of
+	// version n of the agents named (at most MaxSlicesAtOnce), in the
+	// order given, each sorted by ID, without reading their bodies.
+	SliceHashes(ctx context.Context, env string, n int64, agents []string) ([][]record.ResourceHash, error)
+	// ResourcesByID returns the resources of version n named (at most
+	// MaxSlicesAtOnce; IDs not in n are left out), sorted by ID.
+	ResourcesByID(ctx context.Context, env string, n int64, ids []model.ID) ([]model.Resource, error)
+	// VersionWaits returns who waits for what in version n: for each
+	// resource another agent's resources require, those agents. known is
+	// false for a version stored before the store kept them: read them
+	// from its resources.
+	VersionWaits(ctx context.Context, env string, n int64) (waits map[model.ID][]string, known bool, err error)
 	// VersionAgents returns a page of the agents that have resources in
 	// version n: at most limit (0: 100) of those named after after, by
 	// name.

@@ -212,6 +212,36 @@ func testAgentPages(t *testing.T, s store.Store) {
 			t.Fatalf("agents of the version after %q (limit %d): %v, %v; want %v", tt.after, tt.limit, got, err, tt.want)
 		}
 	}
+	hs, err := s.SliceHashes(ctx, "prod", v.Number, []string{"web2", "nobody", "web1"})
+	if err != nil || len(hs) != 3 || len(hs[0]) != 1 || len(hs[1]) != 0 || len(hs[2]) != 2 || hs[2][0].ID.Value != "/a" || hs[2][1].ID.Value != "/c" {
+		t.Fatalf("slice hashes %+v, %v; want web2 (1), nobody (0), web1 (/a, /c)", hs, err)
+	}
+	for i, h := range hs[2] {
+		if want, _ := sl[2].Resources[i].Hash(); h.Hash != want || h.Version != v.Number {
+			t.Fatalf("hash of %s: %x in version %d, want %x in %d", h.ID, h.Hash, h.Version, want, v.Number)
+		}
+	}
+	byID, err := s.ResourcesByID(ctx, "prod", v.Number, []model.ID{file("web1", "/c", "").ID, file("web2", "/b", "").ID, file("web9", "/z", "").ID})
+	if err != nil || len(byID) != 2 || byID[0].ID != file("web1", "/c", "").ID || byID[1].Attributes["content"] != "1" {
+		t.Fatalf("resources by id %+v, %v; want web1's /c and web2's /b", byID, err)
+	}
+	// Who waits for what across agents, as stored with the version.
+	lb := file("lb", "/backends", "x")
+	lb.Requires = []model.ID{file("web1", "/a", "").ID, file("web2", "/b", "").ID, file("lb", "/etc", "").ID}
+	also := file("lb", "/more", "x")
+	also.Requires = []model.ID{file("web1", "/a", "").ID}
+	v2 := mustPut(t, s, "prod", file("web1", "/a", "1"), file("web2", "/b", "1"), file("lb", "/etc", "1"), lb, also)
+	waits, known, err := s.VersionWaits(ctx, "prod", v2.Number)
+	wantWaits := map[model.ID][]string{file("web1", "/a", "").ID: {"lb"}, file("web2", "/b", "").ID: {"lb"}}
+	if err != nil || !known || !reflect.DeepEqual(waits, wantWaits) {
+		t.Fatalf("waits %v (known %v, %v), want %v", waits, known, err, wantWaits)
+	}
+	if waits, known, err := s.VersionWaits(ctx, "prod", v.Number); err != nil || !known || len(waits) != 0 {
+		t.Fatalf("waits of a version without cross-agent requirements: %v (known %v, %v), want none, known", waits, known, err)
+	}
+	if _, _, err := s.VersionWaits(ctx, "prod", 99); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("waits of a missing version: %v, want ErrNotFound", err)
+	}
 	if _, err := s.AgentSlices(ctx, "prod", v.Number, make([]string, store.MaxSlicesAtOnce+1)); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("too many at once: %v, want ErrInvalid", err)
 	}
