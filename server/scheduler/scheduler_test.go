@@ -288,8 +288,25 @@ func TestDeployRequests(t *testing.T) {
 	}
 }
 
+// oldVersions is a store whose versions were all stored before it kept
+// their cross-agent requirements: the scheduler reads them from the
+// resources.
+type oldVersions struct{ *sqlite.Store }
+
+func (oldVersions) VersionWaits(context.Context, string, int64) (map[model.ID][]string, bool, error) {
+	return nil, false, nil
+}
+
 func TestDependencyStatusGoesToWaitingAgents(t *testing.T) {
+	t.Run("requirements stored with the version", func(t *testing.T) { testDependencyStatus(t, false) })
+	t.Run("requirements read from the resources", func(t *testing.T) { testDependencyStatus(t, true) })
+}
+
+func testDependencyStatus(t *testing.T, old bool) {
 	f := newFixture(t, record.EnvSettings{})
+	if old {
+		f.s = NewWith(FanoutConfig{PageSize: 1}, oldVersions{f.store}, f.rec, f.s.signer, clearSealer{}, zerolog.Nop())
+	}
 	db := file("db", "/ready", "1")
 	f.agent(t, "db", 1)
 	f.agent(t, "web", 1)
