@@ -22,6 +22,14 @@ type Bus interface {
 	// the bus has durably accepted it. It fails with ErrNoInbox when that
 	// agent's inbox does not exist (the server has not heard its hello).
 	Send(ctx context.Context, e *Envelope, opts SendOptions) error
+	// SendBatch sends many commands, each as Send would, with the bus's
+	// confirms outstanding together instead of one after another: it
+	// returns once each command was durably accepted or refused. errs[i]
+	// is what Send would have returned for msgs[i] (nil: accepted;
+	// ErrNoInbox, ErrInboxFull, ...). Commands for one inbox in one batch
+	// may arrive in any order: a caller that needs order (a desired state
+	// before its deploy) sends them in successive batches.
+	SendBatch(ctx context.Context, msgs []Outgoing) (errs []error)
 	// Publish puts an event on the server's queues and returns once the bus
 	// has durably accepted it. It fails with ErrUnroutable when no server
 	// queue takes the event (the queue was deleted and its consumer has
@@ -112,6 +120,12 @@ type Delivery struct {
 	Envelope *Envelope
 	// Redelivered is set when an earlier delivery was not acknowledged.
 	Redelivered bool
+}
+
+// Outgoing is one command of a batch (SendBatch).
+type Outgoing struct {
+	Envelope *Envelope
+	Options  SendOptions
 }
 
 // SendOptions tune one command.

@@ -171,6 +171,16 @@ func (b *Local) Send(ctx context.Context, e *Envelope, opts SendOptions) error {
 	return b.enqueue(ctx, InboxName(e.Env, e.Agent), e, m, true)
 }
 
+// SendBatch implements Bus: each command is enqueued (or refused) at
+// once, in order.
+func (b *Local) SendBatch(ctx context.Context, msgs []Outgoing) []error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = b.Send(ctx, m.Envelope, m.Options)
+	}
+	return errs
+}
+
 // Publish implements Bus.
 func (b *Local) Publish(ctx context.Context, e *Envelope) error {
 	if !e.Kind.Event() {

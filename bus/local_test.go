@@ -23,6 +23,7 @@ func TestLocalContract(t *testing.T) {
 				b.DeleteQueue(string(q))
 				return nil
 			},
+			InboxLength: bus.DefaultInboxLength,
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/tetherhq/tether/cli/embedded"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
 )
 
 // eventLine renders a live server event as one line for people:
@@ -97,6 +98,16 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 		}
 	case server.EventEnvHalted:
 		label, subject, detail = "env", e.Env, e.Error
+	case server.EventReleaseStarted, server.EventReleaseProgress, server.EventReleaseDone:
+		label, subject = "release", fmt.Sprintf("version %d", e.Generation)
+		if r := e.Release; r != nil {
+			detail = string(r.State) + ": " + releaseCounts(*r)
+			if r.State == record.ReleaseFailed {
+				colour, detail = red, detail+"; "+r.Note
+			} else if r.State == record.ReleaseDone {
+				colour = green
+			}
+		}
 	default:
 		label = string(e.Kind)
 		b, _ := json.Marshal(e)

@@ -16,7 +16,7 @@ func exportCommand(term *terminal) *ucli.Command {
 	flags := append(remoteFlags(), modelFlags()...)
 	flags = append(flags,
 		&ucli.BoolFlag{Name: "release", Usage: "release the version at once: agents get it"},
-		&ucli.BoolFlag{Name: "wait", Usage: "with --release: wait until every resource is deployed or failed"},
+		&ucli.BoolFlag{Name: "wait", Usage: "with --release: follow the release's fan-out to agents, then wait until every resource is deployed or failed"},
 		&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "how long --wait waits"},
 	)
 	return &ucli.Command{
@@ -26,7 +26,8 @@ func exportCommand(term *terminal) *ucli.Command {
 		Description: "Compiles DIR like `tether compile` and uploads the resource set to the environment (--env).\n" +
 			"The model is compiled against the environment's live inventory on the server (its accepted\n" +
 			"agents with their labels and facts), unless --inventory FILE names another.\n" +
-			"An unchanged model adds no version. --release releases it; --wait then follows the deploy.\n\n" +
+			"An unchanged model adds no version. --release releases it: the server answers at once and sends\n" +
+			"it to agents in the background; --wait follows that, then the deploy.\n\n" +
 			"   tether export --release --wait examples/quickstart",
 		Flags: flags,
 		Action: remoteAction("DIR", func(c *ucli.Context, cl *client, asJSON bool) error {
@@ -58,7 +59,19 @@ func exportCommand(term *terminal) *ucli.Command {
 					what = "unchanged; version"
 				}
 				fmt.Fprintf(term.stdout, "%s %d (%d resources), %s\n", what, out.Version.Number, out.Version.Count, out.Version.State)
-				printFanout(term.stdout, out.Fanout)
+				if out.ReleaseID != "" && !c.Bool("wait") {
+					fmt.Fprintf(term.stdout, "release %s: sending it to agents in the background (follow: tether version releases %s)\n", out.ReleaseID, out.ReleaseID)
+				}
+			}
+			if c.Bool("wait") && out.ReleaseID != "" {
+				rel, err := followRelease(c, cl, term, out.ReleaseID, c.Duration("timeout"), asJSON)
+				if err != nil {
+					return err
+				}
+				out.Release = &rel
+				if err := releaseOutcome(rel); err != nil {
+					return err
+				}
 			}
 			if c.Bool("wait") && out.Released {
 				if err := waitDeployed(c, cl, term, out.Version.Number, c.Duration("timeout"), asJSON); err != nil {

@@ -93,6 +93,9 @@ func TestServerAndOperatorCommands(t *testing.T) {
 		{[]string{"export", "--release", dir}, 0, "new version 1"},
 		{[]string{"export", dir}, 0, "unchanged; version 1"},
 		{[]string{"version", "list"}, 0, "released"},
+		{[]string{"version", "release", "1"}, 0, "sending it to agents in the background"},
+		{[]string{"version", "release", "1", "--wait"}, 0, "done: 0/0 agents"},
+		{[]string{"version", "releases"}, 0, "UP TO DATE"},
 		{[]string{"version", "diff", "0", "1"}, 0, "added"},
 		{[]string{"resource", "list", "--type", "file"}, 0, "available"},
 		{[]string{"resource", "show", "not-an-id"}, 1, "invalid resource id"},
@@ -112,7 +115,15 @@ func TestServerAndOperatorCommands(t *testing.T) {
 			t.Fatalf("tether %s: exit %d (want %d), output %q / %q, want it to contain %q", strings.Join(s.args, " "), code, s.code, stdout, stderr, s.want)
 		}
 	}
-	code, stdout, _ := invoke(t, "resource", "list", "-o", "json")
+	code, stdout, _ := invoke(t, "version", "releases", "-o", "json")
+	var rels []record.Release
+	if code != 0 || json.Unmarshal([]byte(stdout), &rels) != nil || len(rels) != 3 {
+		t.Fatalf("version releases -o json: exit %d, %q; want the three releases", code, stdout)
+	}
+	if code, stdout, _ = invoke(t, "version", "releases", rels[2].ID); code != 0 || !strings.Contains(stdout, "release "+rels[2].ID+" of version 1: done") {
+		t.Fatalf("version releases ID: exit %d, %q; want the first release, done", code, stdout)
+	}
+	code, stdout, _ = invoke(t, "resource", "list", "-o", "json")
 	var sts []record.ResourceStatus
 	if code != 0 || json.Unmarshal([]byte(stdout), &sts) != nil || len(sts) == 0 {
 		t.Fatalf("resource list -o json: exit %d, %q", code, stdout)

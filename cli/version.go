@@ -120,23 +120,153 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 			}
 			return nil
 		}),
-		remoteCommand(term, "release", "release a version: agents get it", "N", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-			p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"/release")
-			if err != nil {
-				return err
-			}
-			var v record.Release
-			if err := cl.call(c.Context, "POST", p, nil, &v); err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(term.stdout, v)
-			}
-			fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
-			printFanout(term.stdout, v.Fanout)
-			return nil
-		}),
+		remoteCommand(term, "release", "release a version: it is released at once, and its fan-out to agents runs on the server (--wait follows it)", "N", waitFlags("wait until every accepted agent was sent the version (or is listed as pending)"),
+			func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"/release")
+				if err != nil {
+					return err
+				}
+				var v record.Released
+				if err := cl.call(c.Context, "POST", p, nil, &v); err != nil {
+					return err
+				}
+				if !c.Bool("wait") || v.ReleaseID == "" {
+					if asJSON {
+						return writeJSON(term.stdout, v)
+					}
+					fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
+					if v.ReleaseID != "" {
+						fmt.Fprintf(term.stdout, "release %s: sending it to agents in the background (follow: tether version releases %s)\n", v.ReleaseID, v.ReleaseID)
+					}
+					return nil
+				}
+				if !asJSON {
+					fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
+				}
+				rel, err := followRelease(c, cl, term, v.ReleaseID, c.Duration("timeout"), asJSON)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, rel)
+				}
+				return releaseOutcome(rel)
+			}),
+		remoteCommand(term, "releases", "list the environment's releases, newest first, or show one (ID) with the agents it did not reach", "[ID]...", nil,
+			func(c *ucli.Context, cl *client, asJSON bool) error {
+				if c.NArg() > 1 {
+					return usageError("version releases takes at most one release ID")
+				}
+				if c.NArg() == 1 {
+					p, err := envPath(cl, "/releases/"+url.PathEscape(c.Args().First()))
+					if err != nil {
+						return err
+					}
+					var r record.Release
+					if err := cl.call(c.Context, "GET", p, nil, &r); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(term.stdout, r)
+					}
+					fmt.Fprintf(term.stdout, "release %s of version %d: %s, started %s\n", r.ID, r.Version, r.State, r.StartedAt.Local().Format(time.DateTime))
+					fmt.Fprintln(term.stdout, releaseCounts(r))
+					printFanout(term.stdout, r.Fanout)
+					return nil
+				}
+				p, err := envPath(cl, "/releases")
+				if err != nil {
+					return err
+				}
+				var rs []record.Release
+				if err := cl.call(c.Context, "GET", p, nil, &rs); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, rs)
+				}
+				t := newTable(term.stdout, "RELEASE", "VERSION", "STATE", "AGENTS", "SENT", "UP TO DATE", "PENDING", "STARTED", "TOOK")
+				for _, r := range rs {
+					took := ""
+					if r.FinishedAt != nil {
+						took = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
+					}
+					t.row(r.ID, strconv.FormatInt(r.Version, 10), string(r.State), strconv.Itoa(r.Agents), strconv.Itoa(r.Sent), strconv.Itoa(r.UpToDate),
+						strconv.Itoa(r.PendingCount), r.StartedAt.Local().Format(time.DateTime), took)
+				}
+				return t.flush()
+			}),
 	}
+}
+
+// waitFlags are the flags of a command that can wait: --wait, and how
+// long it waits.
+func waitFlags(what string) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.BoolFlag{Name: "wait", Usage: what},
+		&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "how long --wait waits"},
+	}
+}
+
+// releaseCounts says how far a release's fan-out got.
+func releaseCounts(r record.Release) string {
+	return fmt.Sprintf("%d/%d agents: %d sent, %d up to date, %d pending", r.Done(), r.Agents, r.Sent, r.UpToDate, r.PendingCount)
+}
+
+// followRelease polls release id until its fan-out ends, showing its
+// progress: a line redrawn on a terminal, a line each few seconds when it
+// moved otherwise, nothing with quiet (-o json).
+func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeout time.Duration, quiet bool) (record.Release, error) {
+	p, err := envPath(cl, "/releases/"+url.PathEscape(id))
+	if err != nil {
+		return record.Release{}, err
+	}
+	deadline := time.Now().Add(timeout)
+	var lastLine time.Time
+	lastDone := -1
+	for {
+		var r record.Release
+		if err := cl.call(c.Context, "GET", p, nil, &r); err != nil {
+			return r, err
+		}
+		line := "release " + shortID(r.ID) + ": " + releaseCounts(r)
+		switch {
+		case quiet:
+		case term.progress:
+			fmt.Fprintf(term.stderr, "\r%s   ", line)
+		case r.Done() != lastDone && (time.Since(lastLine) >= 5*time.Second || r.State != record.ReleaseRunning):
+			fmt.Fprintln(term.stderr, line)
+			lastLine, lastDone = time.Now(), r.Done()
+		}
+		if r.State != record.ReleaseRunning {
+			if !quiet && term.progress {
+				fmt.Fprintln(term.stderr)
+			}
+			if !quiet {
+				fmt.Fprintf(term.stdout, "release %s %s: %s\n", r.ID, r.State, releaseCounts(r))
+				printFanout(term.stdout, r.Fanout)
+			}
+			return r, nil
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("release %s: still sending after %s (%s); it goes on on the server: tether version releases %s", r.ID, timeout, releaseCounts(r), r.ID)
+		}
+		select {
+		case <-c.Context.Done():
+			return r, c.Context.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// releaseOutcome is the exit of a command that followed a release: a
+// failed fan-out fails it (the version stays released; agents get it on
+// their next hello).
+func releaseOutcome(r record.Release) error {
+	if r.State == record.ReleaseFailed {
+		return &exitError{code: exitFailed, err: fmt.Errorf("release %s of version %d: %s", r.ID, r.Version, r.Note)}
+	}
+	return nil
 }
 
 // printFanout lists the agents a release did not reach at once, and what

@@ -180,3 +180,26 @@ func TestEventLines(t *testing.T) {
 		}
 	}
 }
+
+func TestReleaseEventLines(t *testing.T) {
+	term := &terminal{stdout: io.Discard, stderr: io.Discard}
+	for _, c := range []struct {
+		kind server.EventKind
+		rel  record.Release
+		want []string
+	}{
+		{server.EventReleaseProgress, record.Release{Version: 7, State: record.ReleaseRunning, Agents: 5000, Sent: 1200, UpToDate: 30, Fanout: record.Fanout{PendingCount: 4}},
+			[]string{"release", "version 7", "running: 1234/5000 agents: 1200 sent, 30 up to date, 4 pending"}},
+		{server.EventReleaseDone, record.Release{Version: 7, State: record.ReleaseDone, Agents: 2, Sent: 2},
+			[]string{"release", "done: 2/2 agents"}},
+		{server.EventReleaseDone, record.Release{Version: 7, State: record.ReleaseFailed, Fanout: record.Fanout{Note: "the fan-out stopped: store unavailable"}},
+			[]string{"failed", "store unavailable"}},
+	} {
+		line := eventLine(term, server.Event{Kind: c.kind, Env: "prod", Generation: c.rel.Version, Release: &c.rel})
+		for _, w := range c.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("event line %q lacks %q", line, w)
+			}
+		}
+	}
+}

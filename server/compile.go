@@ -385,7 +385,11 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 		return
 	}
 	t = time.Now()
-	s.fanOut(ctx, c.Env, v.Number)
+	// The fan-out runs in the background, as for any release: the
+	// compile's report does not wait for it.
+	if _, err := s.startRelease(ctx, c.Env, v.Number); err != nil {
+		s.log.Error().Err(err).Str("env", c.Env).Int64("version", v.Number).Msg("version released but its fan-out could not be recorded; agents get it on their next hello")
+	}
 	since(&ph.fanout, t)
 	c.Outcome = record.CompileReleased
 }

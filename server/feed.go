@@ -47,6 +47,15 @@ const (
 	// EventCompileAlert: compiles of the environment started failing, or
 	// succeed again (Alert says which).
 	EventCompileAlert EventKind = "compile.alert"
+	// EventReleaseStarted: a version was released; its fan-out to agents
+	// starts in the background (Release holds the release, running).
+	EventReleaseStarted EventKind = "release.started"
+	// EventReleaseProgress: a release's fan-out went on (Release holds
+	// its counts so far); at most once a second per release.
+	EventReleaseProgress EventKind = "release.progress"
+	// EventReleaseDone: a release's fan-out ended (Release holds it: done,
+	// or failed with its note).
+	EventReleaseDone EventKind = "release.done"
 )
 
 // Event is something that just happened at the server, published after it
@@ -63,6 +72,7 @@ type Event struct {
 	Result     *model.Result    `json:"result,omitempty"`
 	Alert      *record.Alert    `json:"alert,omitempty"`
 	Compile    *record.Compile  `json:"compile,omitempty"`
+	Release    *record.Release  `json:"release,omitempty"`
 	Error      string           `json:"error,omitempty"`
 }
 

@@ -29,6 +29,7 @@ type Metrics struct {
 	leading      prometheus.Gauge
 	// brokerClosed counts agents' broker connections closed, by reason.
 	brokerClosed *prometheus.CounterVec
+	fanouts      prometheus.Histogram
 
 	// listeners are the HTTP listeners whose connections are reported, by
 	// name (observeListener).
@@ -53,6 +54,8 @@ func newMetrics() *Metrics {
 			Help: "Duration of ingest transactions.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_scheduler_leading_environments",
 			Help: "Environments whose scheduler this server leads."}),
+		fanouts: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_release_fanout_seconds",
+			Help: "Duration of releases' fan-outs to agents (run in the background: a release answers at once).", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		security: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_total",
 			Help: "Security alerts raised (forged or refused events, refused broker logins), stored or summed up."}),
 		securityHeld: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_held_total",
@@ -60,7 +63,7 @@ func newMetrics() *Metrics {
 		brokerClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_broker_connections_closed_total",
 			Help: "Agents' broker connections the server closed through the management API, by reason (over_limit: beyond the agent's connection limit; revoked: the agent was rejected or revoked)."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed,
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed, m.fanouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, reason := range []string{"over_limit", "revoked"} {
 		m.brokerClosed.WithLabelValues(reason) // listed at 0 from the start
@@ -88,6 +91,9 @@ func (m *Metrics) ObserveRequest(route, method string, status int, d time.Durati
 	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
 }
+
+// fanout observes one fan-out's duration.
+func (m *Metrics) fanout(d time.Duration) { m.fanouts.Observe(d.Seconds()) }
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

@@ -218,7 +218,11 @@ func TestNoSecretsForAnAgentWithoutKeyAgreementKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := r.srv.Release(r.ctx, "test", v.Number)
+	started, err := r.srv.Release(r.ctx, "test", v.Number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := r.srv.WaitRelease(r.ctx, "test", started.ReleaseID)
 	if err != nil {
 		t.Fatal(err)
 	}

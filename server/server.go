@@ -75,6 +75,8 @@ type Config struct {
 	// (5 stored, the rest summed up in one) and refused events (100
 	// dead-lettered, the rest dropped) are bounded (default 1m).
 	FloodWindow time.Duration
+	// Fanout tunes releases' fan-outs to agents (zero fields: defaults).
+	Fanout scheduler.FanoutConfig
 	// Broker closes the broker connections of an agent that is rejected
 	// or revoked, those of a key an agent's name no longer holds (a
 	// pending name given another key by an enrollment token, a key an
@@ -182,6 +184,8 @@ type Server struct {
 	// revoked takes rejected agents whose connections closeRevoked
 	// closes again.
 	revoked chan revocation
+	// releases are the releases whose fan-out Run runs (release.go).
+	releases *releaseQueue
 	// compiles is the compile queue while Run runs and the server
 	// compiles (Config.Sources); nil otherwise.
 	compiles atomic.Pointer[compilequeue.Queue]
@@ -223,8 +227,9 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		metrics:    m,
 		revoked:    make(chan revocation, 256),
 		flood:      newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
+		releases:   newReleaseQueue(),
 	}
-	s.sched = scheduler.New(st, b, signer, sealFunc(s.sealFor), log)
+	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil
 }
 
@@ -251,8 +256,10 @@ func (s *Server) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
 // Subscribe follows the server's live events.
 func (s *Server) Subscribe() *Subscription { return s.feed.subscribe() }
 
-// Run ingests agents' events and leads the schedulers of the environments
-// no other replica leads, until ctx ends.
+// Run ingests agents' events, runs the fan-outs of releases and leads the
+// schedulers of the environments no other replica leads, until ctx ends.
+// Fan-outs stop with it, recording how far they got: the leader of their
+// environment resumes them.
 func (s *Server) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
@@ -266,9 +273,10 @@ func (s *Server) Run(parent context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); s.watchSigningKeys(ctx) }()
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
+	go func() { defer wg.Done(); s.runReleases(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
 	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()
@@ -366,31 +374,6 @@ func (s *Server) prepareExport(ctx context.Context, resources []model.Resource) 
 		return model.Hash{}, fmt.Errorf("export: %w: %w", model.ErrInvalid, err)
 	}
 	return setHash, nil
-}
-
-// Release makes version n of env the active one and hands it to the
-// scheduler. Once the store has released it the release stands: what the
-// fan-out to agents did not reach is said in the answer, never as an error.
-func (s *Server) Release(ctx context.Context, env string, n int64) (record.Release, error) {
-	v, err := s.store.Release(ctx, env, n)
-	if err != nil {
-		return record.Release{Version: v}, err
-	}
-	return record.Release{Version: v, Fanout: s.fanOut(ctx, env, n)}, nil
-}
-
-// fanOut sends agents what released version n of env changes for them,
-// and prunes old versions. It goes on if the client that asked leaves:
-// the version is released either way, and agents should have it now
-// rather than later.
-func (s *Server) fanOut(ctx context.Context, env string, n int64) record.Fanout {
-	f, err := s.sched.Released(context.WithoutCancel(ctx), env, n)
-	if err != nil {
-		s.log.Error().Err(err).Str("env", env).Int64("version", n).Msg("version released but not sent to agents; they get it on their next hello")
-		f.Note = "released, but not sent to agents yet: each gets it when it next says hello"
-	}
-	s.prune(ctx, env)
-	return f
 }
 
 // prune deletes the versions of env beyond its versions_to_keep setting.

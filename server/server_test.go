@@ -169,7 +169,13 @@ func (r *rig) release(rs ...model.Resource) model.Version {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if _, err := r.srv.Release(r.ctx, "test", v.Number); err != nil {
+	rel, err := r.srv.Release(r.ctx, "test", v.Number)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	// Its fan-out runs in the background: wait for it, so that what the
+	// test does next (a deploy) follows it.
+	if _, err := r.srv.WaitRelease(r.ctx, "test", rel.ReleaseID); err != nil {
 		r.t.Fatal(err)
 	}
 	return v

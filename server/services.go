@@ -42,6 +42,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Settings:   s,
 		Versions:   s.store,
 		Exporter:   s,
+		Releases:   s,
 		Resources:  s.store,
 		Agents:     s.store,
 		Control:    s,

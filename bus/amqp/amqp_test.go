@@ -152,6 +152,8 @@ func TestContract(t *testing.T) {
 				// A deleted queue must stay missing until a consumer
 				// declares it, whatever the timing.
 				cfg.TopologyCheck = time.Hour
+				// Short enough that the contract fills one.
+				cfg.InboxMaxLength = 1000
 				b := open(t, cfg)
 				return bustest.Subject{
 					Bus: b,
@@ -167,6 +169,7 @@ func TestContract(t *testing.T) {
 					DeleteServerQueue: func(ctx context.Context, q bus.Queue) error {
 						return DeleteQueue(ctx, cfg, b.ServerQueue(q))
 					},
+					InboxLength: cfg.InboxMaxLength,
 				}
 			})
 		})

@@ -28,6 +28,9 @@ type Subject struct {
 	// as a client with rights on the broker could.
 	DeleteInbox       func(ctx context.Context, env, agent string) error
 	DeleteServerQueue func(ctx context.Context, q bus.Queue) error
+	// InboxLength is the bound of an agent's inbox on this bus (0: the
+	// contract does not fill an inbox).
+	InboxLength int
 }
 
 // patience bounds every wait: a liveness guard against hangs, not a speed
@@ -56,6 +59,9 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"ConsumerWaitsForItsInbox", testWaitsForInbox},
 		{"InboxDeletedIsWaitedFor", testInboxDeleted},
 		{"ServerQueueDeletedIsDeclaredAgain", testServerQueueDeleted},
+		{"SendBatch", testSendBatch},
+		{"SendBatchInboxFull", testSendBatchFull},
+		{"SendBatchCancelled", testSendBatchCancelled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newSubject(t)) })
@@ -715,5 +721,138 @@ func publishSoon(t *testing.T, b bus.Bus, e *bus.Envelope) {
 			t.Fatalf("publish %s: %v", e, err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testSendBatch sends one batch to many agents, with a command for an agent
+// that never connected and an event among them: each command reaches its
+// inbox, and each refusal is said at its place.
+func testSendBatch(t *testing.T, s Subject) {
+	sg := signer()
+	ctx := context.Background()
+	const agents, each = 20, 3
+	collectors := make([]*collector, agents)
+	var batch []bus.Outgoing
+	for a := range agents {
+		name := fmt.Sprintf("batch-%d", a)
+		if err := s.Bus.DeclareInbox(ctx, env, name); err != nil {
+			t.Fatal(err)
+		}
+		collectors[a] = newCollector()
+	}
+	for i := range each {
+		for a := range agents {
+			batch = append(batch, bus.Outgoing{Envelope: command(t, sg, fmt.Sprintf("batch-%d", a), i)})
+		}
+	}
+	missing := len(batch)
+	batch = append(batch, bus.Outgoing{Envelope: command(t, sg, "batch-never-connected", 0)})
+	event, err := sg.Seal(bus.KindHeartbeat, env, "batch-0", bus.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notCommand := len(batch)
+	batch = append(batch, bus.Outgoing{Envelope: event})
+	errs := s.Bus.SendBatch(ctx, batch)
+	if len(errs) != len(batch) {
+		t.Fatalf("%d errors for %d commands, want one each", len(errs), len(batch))
+	}
+	for i, err := range errs {
+		switch i {
+		case missing:
+			if !errors.Is(err, bus.ErrNoInbox) {
+				t.Fatalf("command for an agent that never connected: got %v, want ErrNoInbox", err)
+			}
+		case notCommand:
+			if err == nil {
+				t.Fatal("an event sent as a command was taken, want refused")
+			}
+		default:
+			if err != nil {
+				t.Fatalf("command %d (%s): %v", i, batch[i].Envelope, err)
+			}
+		}
+	}
+	for a, c := range collectors {
+		consume(t, s.Bus, fmt.Sprintf("batch-%d", a), c.handle)
+	}
+	for a, c := range collectors {
+		got := c.waitFor(t, each)
+		seen := map[string]bool{}
+		for _, d := range got {
+			if d.Envelope.Agent != fmt.Sprintf("batch-%d", a) {
+				t.Fatalf("batch-%d received a message for %s", a, d.Envelope.Agent)
+			}
+			seen[deployID(t, d)] = true
+		}
+		if len(got) != each || len(seen) != each {
+			t.Fatalf("batch-%d received %d messages (%d distinct), want %d", a, len(got), len(seen), each)
+		}
+	}
+}
+
+// testSendBatchFull sends a batch twice as large as an inbox holds: at
+// least as many as it holds are taken, the rest refused as full, and a
+// command to another inbox in the same batch is taken. (A replicated
+// queue may take a few commands beyond its bound while they are in flight
+// together: the bound is what stops a flood, not an exact count.)
+func testSendBatchFull(t *testing.T, s Subject) {
+	if s.InboxLength == 0 {
+		t.Skip("this subject does not say how long an inbox is")
+	}
+	sg := signer()
+	ctx := context.Background()
+	for _, name := range []string{"batch-full", "batch-roomy"} {
+		if err := s.Bus.DeclareInbox(ctx, env, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batch []bus.Outgoing
+	for i := range 2 * s.InboxLength {
+		batch = append(batch, bus.Outgoing{Envelope: command(t, sg, "batch-full", i)})
+	}
+	batch = append(batch, bus.Outgoing{Envelope: command(t, sg, "batch-roomy", 0)})
+	errs := s.Bus.SendBatch(ctx, batch)
+	taken, full := 0, 0
+	for i, err := range errs[:len(errs)-1] {
+		switch {
+		case err == nil:
+			taken++
+		case errors.Is(err, bus.ErrInboxFull):
+			full++
+		default:
+			t.Fatalf("command %d: got %v, want taken or ErrInboxFull", i, err)
+		}
+	}
+	if taken < s.InboxLength || full == 0 {
+		t.Fatalf("%d taken and %d refused as full, want at least %d taken and the rest refused", taken, full, s.InboxLength)
+	}
+	if err := errs[len(errs)-1]; err != nil {
+		t.Fatalf("command to another inbox in the same batch: %v", err)
+	}
+}
+
+// testSendBatchCancelled: a batch whose context ended sends nothing and
+// says so for each command.
+func testSendBatchCancelled(t *testing.T, s Subject) {
+	sg := signer()
+	if err := s.Bus.DeclareInbox(context.Background(), env, "batch-cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	errs := s.Bus.SendBatch(ctx, []bus.Outgoing{{Envelope: command(t, sg, "batch-cancelled", 0)}, {Envelope: command(t, sg, "batch-cancelled", 1)}})
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("command %d: got %v, want context.Canceled", i, err)
+		}
+	}
+	c := newCollector()
+	consume(t, s.Bus, "batch-cancelled", c.handle)
+	if err := s.Bus.Send(context.Background(), command(t, sg, "batch-cancelled", 2), bus.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.waitFor(t, 1); len(got) != 1 || deployID(t, got[0]) != "2" {
+		t.Fatalf("after a cancelled batch the inbox held %d messages, first %s; want only the one sent after", len(got), deployID(t, got[0]))
 	}
 }

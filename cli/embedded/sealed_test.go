@@ -42,6 +42,13 @@ func (b *tapBus) Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions
 	return b.runBus.Send(ctx, e, opts)
 }
 
+func (b *tapBus) SendBatch(ctx context.Context, msgs []bus.Outgoing) []error {
+	for _, m := range msgs {
+		b.keep(m.Envelope)
+	}
+	return b.runBus.SendBatch(ctx, msgs)
+}
+
 func (b *tapBus) Publish(ctx context.Context, e *bus.Envelope) error {
 	b.keep(e)
 	return b.runBus.Publish(ctx, e)

@@ -178,11 +178,18 @@ type Versions interface {
 	ResourceHashes(ctx context.Context, env string, n int64) ([]record.ResourceHash, error)
 }
 
-// Exporter stores and releases versions. A release stands once stored:
-// agents it did not reach at once are listed in the answer, not an error.
+// Exporter stores and releases versions. A release stands once stored
+// and answers at once: its fan-out to agents runs in the background,
+// followed through Releases.
 type Exporter interface {
 	Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error)
-	Release(ctx context.Context, env string, n int64) (record.Release, error)
+	Release(ctx context.Context, env string, n int64) (record.Released, error)
+}
+
+// Releases reads releases and how far their fan-outs got.
+type Releases interface {
+	ListReleases(ctx context.Context, env string, limit int) ([]record.Release, error)
+	GetRelease(ctx context.Context, env, id string) (record.Release, error)
 }
 
 // Resources reads resources, their state and their history.
@@ -271,6 +278,7 @@ type Services struct {
 	Settings   Settings
 	Versions   Versions
 	Exporter   Exporter
+	Releases   Releases
 	Resources  Resources
 	Agents     Agents
 	Control    AgentControl

@@ -61,9 +61,20 @@ func newRigWith(t *testing.T, st store.Store, cfg api.Config, log zerolog.Logger
 // newServerRig is newRigWith with the server configured by scfg.
 func newServerRig(t *testing.T, st store.Store, scfg server.Config, cfg api.Config, log zerolog.Logger) *rig {
 	t.Helper()
+	return newServerRigOn(t, st, scfg, cfg, log, nil)
+}
+
+// newServerRigOn is newServerRig with the server's bus wrapped by wrap
+// (nil: the in-process bus as it is).
+func newServerRigOn(t *testing.T, st store.Store, scfg server.Config, cfg api.Config, log zerolog.Logger, wrap func(*bus.Local) bus.Bus) *rig {
+	t.Helper()
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(func() { b.Close() })
-	srv, err := server.New(scfg, st, b, zerolog.Nop())
+	var sb bus.Bus = b
+	if wrap != nil {
+		sb = wrap(b)
+	}
+	srv, err := server.New(scfg, st, sb, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +180,8 @@ func testFlow(t *testing.T, st store.Store) {
 	motd := file("web-1", "/etc/motd", "hello")
 	motd.Requires = []model.ID{secret.ID}
 	var exp api.ExportResponse
-	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{secret, motd}, Meta: model.VersionMeta{Source: "test"}}, &exp, 201)
-	if exp.Version.Number != 1 || !exp.Released || exp.Reused || exp.Version.Meta.ExportedBy != "root" {
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{secret, motd}, Meta: model.VersionMeta{Source: "test"}}, &exp, 202)
+	if exp.Version.Number != 1 || !exp.Released || exp.Reused || exp.Version.Meta.ExportedBy != "root" || exp.ReleaseID == "" {
 		t.Fatalf("export %+v", exp)
 	}
 	// The same set again is reused, not a new version.
@@ -409,7 +420,7 @@ func TestAuthorization(t *testing.T) {
 	if len(envs) != 2 {
 		t.Fatalf("envs seen by an unscoped viewer: %+v", envs)
 	}
-	r.must(opA, "POST", "/api/v1/envs/a/versions/1/release", nil, nil, 200)
+	r.must(opA, "POST", "/api/v1/envs/a/versions/1/release", nil, nil, 202)
 	r.must(opA, "POST", "/api/v1/envs/a/agents/h/accept", nil, nil, 200)
 	var who record.Token
 	r.must(opA, "GET", "/api/v1/whoami", nil, &who, 200)

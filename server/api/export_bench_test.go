@@ -79,8 +79,8 @@ func (discard) Export(_ context.Context, env string, rs []model.Resource, meta m
 	return model.Version{Env: env, Number: 1, Count: len(rs), Meta: meta}, false, nil
 }
 
-func (discard) Release(context.Context, string, int64) (record.Release, error) {
-	return record.Release{}, nil
+func (discard) Release(context.Context, string, int64) (record.Released, error) {
+	return record.Released{}, nil
 }
 
 func (discard) RecordAudit(context.Context, record.AuditEntry) error { return nil }

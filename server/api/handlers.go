@@ -283,9 +283,11 @@ type ExportResponse struct {
 	// Reused: the newest version already held exactly this resource set.
 	Reused   bool `json:"reused"`
 	Released bool `json:"released"`
-	// Fanout lists, when released, the agents the release did not reach
-	// at once and what brings it to them.
-	record.Fanout
+	// ReleaseID names the release when this upload released the version
+	// (202): its fan-out to agents runs in the background; Release is
+	// how it stood when answered.
+	ReleaseID string          `json:"release_id,omitempty"`
+	Release   *record.Release `json:"release,omitempty"`
 }
 
 func (a *API) listVersions(r *request) (int, any, error) {
@@ -331,18 +333,22 @@ func (a *API) putVersion(r *request) (int, any, error) {
 	out := ExportResponse{Version: v, Reused: reused}
 	r.SetParamNames("env", "n")
 	r.SetParamValues(env, strconv.FormatInt(v.Number, 10))
+	status := http.StatusCreated
+	if reused {
+		status = http.StatusOK
+	}
 	if release && v.State != model.VersionReleased {
 		rel, err := a.svc.Exporter.Release(r.ctx(), env, v.Number)
 		if err != nil {
 			return 0, nil, a.releaseError(r, env, v.Number, err)
 		}
-		out.Version, out.Fanout = rel.Version, rel.Fanout
+		out.Version, out.ReleaseID, out.Release = rel.Version, rel.ReleaseID, rel.Release
+		status = http.StatusAccepted
 	}
 	out.Released = out.Version.State == model.VersionReleased
 	r.detail = fmt.Sprintf("%d resources, reused %v, released %v", v.Count, reused, out.Released)
-	status := http.StatusCreated
-	if reused {
-		status = http.StatusOK
+	if out.ReleaseID != "" {
+		r.detail += ", release " + out.ReleaseID
 	}
 	return status, out, nil
 }
@@ -482,10 +488,39 @@ func (a *API) release(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, a.releaseError(r, env, n, err)
 	}
-	if rel.PendingCount > 0 {
-		r.detail = fmt.Sprintf("%d agents pending", rel.PendingCount)
+	if rel.ReleaseID != "" {
+		r.detail = "release " + rel.ReleaseID
 	}
-	return http.StatusOK, rel, nil
+	return http.StatusAccepted, rel, nil
+}
+
+func (a *API) listReleases(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Releases == nil {
+		return http.StatusOK, []record.Release{}, nil
+	}
+	rs, err := a.svc.Releases.ListReleases(r.ctx(), env, limit)
+	return http.StatusOK, nonNil(rs), err
+}
+
+func (a *API) getRelease(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := r.Param("id")
+	if a.svc.Releases == nil {
+		return 0, nil, newError("not_found", "", "no release %q in %s", clip(id), env)
+	}
+	rel, err := a.svc.Releases.GetRelease(r.ctx(), env, id)
+	return http.StatusOK, rel, err
 }
 
 // releaseError explains a release that was refused for the version's state.

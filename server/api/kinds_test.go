@@ -83,7 +83,7 @@ func TestUploadChecksKinds(t *testing.T) {
 		`{"id":"file[web,path=/etc/old]","attributes":{"path":"/etc/old"},"purged":true}`,
 		`{"id":"acme:widget[web,name=w]","attributes":{"name":"w","mode":5,"colour":["red"]}}`)
 	var exp api.ExportResponse
-	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", good, &exp, 201)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", good, &exp, 202)
 	if exp.Version.Number != 1 || exp.Version.Count != 6 || !exp.Released {
 		t.Fatalf("good upload: got version %d of %d resources, released %v; want 1 of 6, released", exp.Version.Number, exp.Version.Count, exp.Released)
 	}

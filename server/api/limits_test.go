@@ -443,40 +443,46 @@ func testReleaseWithFullInbox(t *testing.T, st store.Store) {
 			t.Fatal(err)
 		}
 	}
+	r.run()
 	rs := []model.Resource{file("web-1", "/a", "1"), file("web-2", "/a", "1"), file("web-3", "/a", "1")}
 	var exp api.ExportResponse
-	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: rs}, &exp, 201)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: rs}, &exp, 202)
 	want := map[string]record.PendingReason{"web-2": record.PendingInboxFull, "web-3": record.PendingNotConnected}
-	check := func(what string, f record.Fanout) {
+	check := func(what string, rel record.Release) {
 		t.Helper()
 		got := map[string]record.PendingReason{}
-		for _, p := range f.Pending {
+		for _, p := range rel.Pending {
 			got[p.Agent] = p.Reason
 			if p.Later == "" {
 				t.Fatalf("%s: %+v says nothing of when it gets the release", what, p)
 			}
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) || f.PendingCount != 2 {
-			t.Fatalf("%s: got pending %v (%d), want %v", what, got, f.PendingCount, want)
+		if fmt.Sprint(got) != fmt.Sprint(want) || rel.PendingCount != 2 || rel.Sent != 1 || rel.Agents != 3 || rel.State != record.ReleaseDone {
+			t.Fatalf("%s: got %s, %d agents, %d sent, pending %v (%d); want done, 3 agents, 1 sent, pending %v", what, rel.State, rel.Agents, rel.Sent, got, rel.PendingCount, want)
 		}
 	}
-	if !exp.Released || exp.Version.State != model.VersionReleased {
-		t.Fatalf("export with release: %+v, want released", exp)
+	if !exp.Released || exp.Version.State != model.VersionReleased || exp.ReleaseID == "" || exp.Release == nil || exp.Release.ID != exp.ReleaseID {
+		t.Fatalf("export with release: %+v, want released with a release id", exp)
 	}
-	check("export --release", exp.Fanout)
+	check("export --release", r.waitRelease("prod", exp.ReleaseID))
 	// A version released on its own says the same.
 	rs[0] = file("web-1", "/a", "2")
 	r.must(r.admin, "POST", "/api/v1/envs/prod/versions", api.ExportRequest{Resources: rs}, &exp, 201)
-	var rel record.Release
-	r.must(r.admin, "POST", fmt.Sprintf("/api/v1/envs/prod/versions/%d/release", exp.Version.Number), nil, &rel, 200)
-	if rel.State != model.VersionReleased || rel.Number != exp.Version.Number {
-		t.Fatalf("release: %+v", rel)
+	var rel record.Released
+	r.must(r.admin, "POST", fmt.Sprintf("/api/v1/envs/prod/versions/%d/release", exp.Version.Number), nil, &rel, 202)
+	if rel.State != model.VersionReleased || rel.Number != exp.Version.Number || rel.ReleaseID == "" {
+		t.Fatalf("release: %+v, want version %d released with a release id", rel, exp.Version.Number)
 	}
-	check("release", rel.Fanout)
+	check("release", r.waitRelease("prod", rel.ReleaseID))
 	// The reachable agent got both versions.
 	v, err := st.ReleasedVersion(ctx, "prod")
 	if err != nil || v.Number != exp.Version.Number {
 		t.Fatalf("released version %+v, %v", v, err)
+	}
+	var list []record.Release
+	r.must(r.admin, "GET", "/api/v1/envs/prod/releases", nil, &list, 200)
+	if len(list) != 2 || list[0].ID != rel.ReleaseID || list[1].ID != exp.ReleaseID {
+		t.Fatalf("releases %+v, want the two, newest first", list)
 	}
 }
 

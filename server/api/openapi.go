@@ -44,6 +44,13 @@ func (a *API) Document() map[string]any {
 				"default": map[string]any{"description": "error", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Error"}}}},
 			},
 		}
+		if rt.returns != "" {
+			schema := map[string]any{"$ref": "#/components/schemas/" + strings.TrimPrefix(rt.returns, "[]")}
+			if strings.HasPrefix(rt.returns, "[]") {
+				schema = map[string]any{"type": "array", "items": schema}
+			}
+			op["responses"].(map[string]any)["2XX"] = map[string]any{"description": "success", "content": map[string]any{"application/json": map[string]any{"schema": schema}}}
+		}
 		if len(params) > 0 {
 			op["parameters"] = params
 		}
@@ -77,6 +84,9 @@ func (a *API) Document() map[string]any {
 					"message": map[string]any{"type": "string"},
 					"hint":    map[string]any{"type": "string"},
 				}}}},
+				"Release":        releaseSchema,
+				"Released":       releasedSchema,
+				"ExportResponse": exportSchema,
 			},
 		},
 	}
@@ -92,3 +102,45 @@ func openapiPath(p string) string {
 	}
 	return strings.Join(segs, "/")
 }
+
+// Schemas of the answers about releases: a release answers at once (202)
+// and its fan-out to agents is followed through GET /envs/{env}/releases/{id}.
+var (
+	str          = map[string]any{"type": "string"}
+	integer      = map[string]any{"type": "integer"}
+	pendingAgent = map[string]any{"type": "object", "properties": map[string]any{
+		"agent":  str,
+		"reason": map[string]any{"type": "string", "enum": []string{"not_connected", "inbox_full", "send_failed", "no_key_agreement"}},
+		"later":  map[string]any{"type": "string", "description": "what brings the agent the version later"},
+	}}
+	releaseSchema = map[string]any{"type": "object", "description": "A release of a version and how far its fan-out to the environment's accepted agents got. " +
+		"sent + up_to_date + pending_count reach agents when it is done.", "properties": map[string]any{
+		"id":            str,
+		"env":           str,
+		"version":       integer,
+		"state":         map[string]any{"type": "string", "enum": []string{"running", "done", "failed"}},
+		"agents":        map[string]any{"type": "integer", "description": "accepted agents to reach (0 until listed)"},
+		"sent":          map[string]any{"type": "integer", "description": "agents sent what they miss of the version"},
+		"up_to_date":    map[string]any{"type": "integer", "description": "agents that held the version already"},
+		"pending":       map[string]any{"type": "array", "items": pendingAgent, "description": "agents not reached at once (at most 1000 listed)"},
+		"pending_count": integer,
+		"note":          map[string]any{"type": "string", "description": "why a fan-out failed, or that a newer release superseded it"},
+		"started_at":    map[string]any{"type": "string", "format": "date-time"},
+		"finished_at":   map[string]any{"type": "string", "format": "date-time"},
+	}}
+	releasedSchema = map[string]any{"type": "object", "description": "The version released (its fields, as GET /envs/{env}/versions/{n} shows them), " +
+		"with the release's id and the release as it started.", "properties": map[string]any{
+		"env":        str,
+		"number":     integer,
+		"state":      str,
+		"release_id": str,
+		"release":    map[string]any{"$ref": "#/components/schemas/Release"},
+	}}
+	exportSchema = map[string]any{"type": "object", "properties": map[string]any{
+		"version":    map[string]any{"type": "object"},
+		"reused":     map[string]any{"type": "boolean"},
+		"released":   map[string]any{"type": "boolean"},
+		"release_id": map[string]any{"type": "string", "description": "set when release=true released the version (202)"},
+		"release":    map[string]any{"$ref": "#/components/schemas/Release"},
+	}}
+)

@@ -40,6 +40,9 @@ type route struct {
 	stream bool
 	// maxBody, when set, bounds the body instead of MaxBody.
 	maxBody int64
+	// returns names the schema of the answer in the OpenAPI document's
+	// components ("[]Name": a list of them), when it has one there.
+	returns string
 	serve   func(r *request) (int, any, error)
 }
 
@@ -67,10 +70,12 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/resume", role: record.RoleOperator, action: "env.resume", summary: "Resume a halted environment", serve: a.halt(false)},
 
 		{method: "GET", path: "/envs/:env/versions", role: record.RoleViewer, summary: "List versions, newest first", serve: a.listVersions},
-		{method: "POST", path: "/envs/:env/versions", role: record.RoleOperator, action: "version.export", summary: "Upload a compiled resource set as a new version", query: []string{"release"}, body: "{resources: [Resource], meta?: VersionMeta}", upload: true, serve: a.putVersion},
+		{method: "POST", path: "/envs/:env/versions", role: record.RoleOperator, action: "version.export", summary: "Upload a compiled resource set as a new version (release=true releases it too: 202 with the release's id, its fan-out in the background)", query: []string{"release"}, returns: "ExportResponse", body: "{resources: [Resource], meta?: VersionMeta}", upload: true, serve: a.putVersion},
 		{method: "GET", path: "/envs/:env/versions/:n", role: record.RoleViewer, summary: "Show a version (with its resources, sensitive values redacted, if resources=true)", query: []string{"resources"}, serve: a.getVersion},
 		{method: "GET", path: "/envs/:env/versions/:n/diff", role: record.RoleViewer, summary: "What changed from version `from` (default: the released one, or n-1) to n", query: []string{"from"}, serve: a.diffVersions},
-		{method: "POST", path: "/envs/:env/versions/:n/release", role: record.RoleOperator, action: "version.release", summary: "Release a version", serve: a.release},
+		{method: "POST", path: "/envs/:env/versions/:n/release", role: record.RoleOperator, action: "version.release", summary: "Release a version: answers at once (202) with the release's id; its fan-out to agents runs in the background (GET /envs/{env}/releases/{id})", returns: "Released", serve: a.release},
+		{method: "GET", path: "/envs/:env/releases", role: record.RoleViewer, summary: "The environment's releases, newest first, with how far each fan-out to agents got", query: []string{"limit"}, returns: "[]Release", serve: a.listReleases},
+		{method: "GET", path: "/envs/:env/releases/:id", role: record.RoleViewer, summary: "One release: its version, state (running, done, failed), agents to reach, sent, up to date, and those pending with why and what brings them the version", returns: "Release", serve: a.getRelease},
 
 		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance", query: []string{"agent", "type", "state", "compliance"}, serve: a.listResources},
 		{method: "GET", path: "/envs/:env/resources/:id", role: record.RoleViewer, summary: "Show a resource of the released version (id URL-escaped)", serve: a.getResource},

@@ -38,12 +38,19 @@ type Versions interface {
 	ReleasedVersion(ctx context.Context, env string) (model.Version, error)
 	GetVersion(ctx context.Context, env string, n int64, withResources bool) (model.Version, error)
 	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
+	AgentSlices(ctx context.Context, env string, n int64, agents []string) ([]model.Slice, error)
+	VersionAgents(ctx context.Context, env string, n int64, after string, limit int) ([]string, error)
+	SliceHashes(ctx context.Context, env string, n int64, agents []string) ([][]record.ResourceHash, error)
+	ResourcesByID(ctx context.Context, env string, n int64, ids []model.ID) ([]model.Resource, error)
+	VersionWaits(ctx context.Context, env string, n int64) (map[model.ID][]string, bool, error)
 }
 
 // Agents reads what the server knows of agents.
 type Agents interface {
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
+	ListAgentsAfter(ctx context.Context, env, after string, limit int) ([]record.Agent, error)
+	CountAgents(ctx context.Context, env string, state record.AgentState) (int, error)
 }
 
 // Statuses reads where resources stand.
@@ -67,9 +74,11 @@ type Sealer interface {
 	SealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error)
 }
 
-// Sender delivers commands to agents' inboxes.
+// Sender delivers commands to agents' inboxes: one at a time, or many
+// with their confirms outstanding together (a release's fan-out).
 type Sender interface {
 	Send(ctx context.Context, e *bus.Envelope, opts bus.SendOptions) error
+	SendBatch(ctx context.Context, msgs []bus.Outgoing) []error
 }
 
 // Scheduler schedules the environments of one server.
@@ -79,27 +88,25 @@ type Scheduler struct {
 	signer *bus.Signer
 	seal   Sealer
 	log    zerolog.Logger
+	cfg    FanoutConfig
 
-	mu sync.Mutex
+	// indexMu is held while an index is built: one build per version,
+	// not one per agent saying hello at once. Taken before mu.
+	indexMu sync.Mutex
+	mu      sync.Mutex
 	// sent is the generation last sent to each agent, to skip re-sending.
 	sent map[agentKey]int64
-	// released holds, per environment, the released version read once:
-	// every agent's slice with its hash, and who waits for what.
+	// released holds, per environment, who waits for what in the
+	// released version (read page by page: slices are read from the
+	// store when sent, never all held at once).
 	released map[string]*releasedVersion
 }
 
-// releasedVersion is an environment's released version as the scheduler
-// serves it: agents' slices come from here instead of the store.
+// releasedVersion is the index of an environment's released version.
 type releasedVersion struct {
 	number int64
-	slices map[string]hashedSlice
 	// waiting maps a resource to the agents whose resources require it.
 	waiting map[model.ID][]string
-}
-
-type hashedSlice struct {
-	slice model.Slice
-	hash  model.Hash
 }
 
 type agentKey struct{ env, agent string }
@@ -107,7 +114,13 @@ type agentKey struct{ env, agent string }
 // New returns a scheduler that signs with signer, seals sensitive values
 // with seal and sends through send.
 func New(store Store, send Sender, signer *bus.Signer, seal Sealer, log zerolog.Logger) *Scheduler {
+	return NewWith(DefaultFanout(), store, send, signer, seal, log)
+}
+
+// NewWith is New with a fan-out configuration (zero fields: defaults).
+func NewWith(cfg FanoutConfig, store Store, send Sender, signer *bus.Signer, seal Sealer, log zerolog.Logger) *Scheduler {
 	return &Scheduler{
+		cfg:      cfg.withDefaults(),
 		store:    store,
 		send:     send,
 		signer:   signer,
@@ -153,57 +166,6 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
 	}
 	return err
-}
-
-// Released sends the new version to every accepted agent and deploys it when
-// the environment deploys automatically. The release stands whatever the
-// fan-out meets: an agent that is not connected, whose inbox is full or
-// that the broker did not take a message for is listed in the Fanout with
-// what brings it the version later, and logged here. The error is for a
-// fan-out that could not start (the environment or the version could not
-// be read).
-func (s *Scheduler) Released(ctx context.Context, envName string, n int64) (record.Fanout, error) {
-	var f record.Fanout
-	env, err := s.store.GetEnv(ctx, envName)
-	if err != nil {
-		return f, err
-	}
-	if err := s.buildIndex(ctx, envName, n); err != nil {
-		return f, err
-	}
-	agents, err := s.store.ListAgents(ctx, envName)
-	if err != nil {
-		return f, err
-	}
-	later := laterText(env.Settings)
-	var failed []error
-	for _, a := range agents {
-		if a.State != record.AgentAccepted {
-			continue
-		}
-		behind, err := s.sync(ctx, envName, a.Name, a.Generation, n)
-		if err == nil && behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
-			_, err = s.sendDeploy(ctx, envName, a.Name, n, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, bus.ErrNoInbox):
-			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingNotConnected, Later: "when it next says hello"})
-		case errors.Is(err, bus.ErrInboxFull):
-			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingInboxFull, Later: later})
-		case errors.Is(err, record.ErrNoKeyAgreement):
-			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingNoKeyAgreement, Later: "once the agent is upgraded: sensitive values are never sent in clear"})
-			s.log.Error().Err(err).Str("env", envName).Int64("version", n).Msg("desired state not sent")
-		default:
-			f.Add(record.PendingAgent{Agent: a.Name, Reason: record.PendingSendFailed, Later: later})
-			failed = append(failed, err)
-		}
-	}
-	if f.PendingCount > 0 {
-		s.log.Warn().Err(errors.Join(failed...)).Str("env", envName).Int64("version", n).Int("pending", f.PendingCount).
-			Msg("the release did not reach every agent at once; they get it later")
-	}
-	return f, nil
 }
 
 // laterText says what brings an agent a release it missed although
@@ -435,34 +397,22 @@ func (s *Scheduler) sync(ctx context.Context, env, agent string, held, to int64)
 	if from == to {
 		return false, nil
 	}
-	next, hash, err := s.slice(ctx, env, agent, to)
+	next, err := s.store.AgentSlice(ctx, env, to, agent)
 	if err != nil {
 		return true, err
 	}
-	var kind bus.Kind
-	var body any
-	// Sensitive values are sealed to this agent before anything enters
-	// the bus; the hashes, over their digests, do not change.
-	prev, err := s.previousSlice(ctx, env, agent, from)
-	if err == nil {
-		d, derr := model.DiffSlices(prev, next)
-		if derr != nil {
-			return true, derr
-		}
-		if d.Upserts, err = s.seal.SealFor(ctx, env, agent, d.Upserts); err != nil {
-			return true, err
-		}
-		kind, body = bus.KindDesiredDiff, bus.DesiredDiff{Diff: d, SliceHash: hash}
-	} else {
-		resources, err := s.seal.SealFor(ctx, env, agent, next.Resources)
-		if err != nil {
-			return true, err
-		}
-		kind, body = bus.KindDesiredFull, bus.DesiredFull{Generation: to, Resources: resources, SliceHash: hash}
+	var holds *model.Slice
+	if prev, err := s.previousSlice(ctx, env, agent, from); err == nil {
+		holds = &prev
 	}
-	if err := s.sendTo(ctx, kind, env, agent, body, bus.SendOptions{}); err != nil {
+	e, err := s.desired(ctx, env, agent, to, next, holds)
+	if err != nil {
 		return true, err
 	}
+	if err := s.send.Send(ctx, e, bus.SendOptions{}); err != nil {
+		return true, fmt.Errorf("send %s to %s: %w", e.Kind, agent, err)
+	}
+	s.log.Debug().Str("env", env).Str("agent", agent).Str("kind", string(e.Kind)).Msg("sent")
 	s.mu.Lock()
 	s.sent[key] = to
 	s.mu.Unlock()
@@ -561,65 +511,102 @@ func (s *Scheduler) sendTo(ctx context.Context, kind bus.Kind, env, agent string
 	return nil
 }
 
-// slice returns agent's slice of version n and its hash, from the released
-// version held in memory when n is it.
-func (s *Scheduler) slice(ctx context.Context, env, agent string, n int64) (model.Slice, model.Hash, error) {
-	s.mu.Lock()
-	rv := s.released[env]
-	s.mu.Unlock()
-	if rv != nil && rv.number == n {
-		if hs, ok := rv.slices[agent]; ok {
-			return hs.slice, hs.hash, nil
-		}
-		empty := model.Slice{Agent: agent, Generation: n}
-		h, err := empty.Hash()
-		return empty, h, err
-	}
-	sl, err := s.store.AgentSlice(ctx, env, n, agent)
-	if err != nil {
-		return sl, model.Hash{}, err
-	}
-	h, err := sl.Hash()
-	return sl, h, err
-}
-
 // ensureIndex reads version n as the released one unless it is held already.
 func (s *Scheduler) ensureIndex(ctx context.Context, env string, n int64) error {
-	s.mu.Lock()
-	rv := s.released[env]
-	s.mu.Unlock()
-	if rv != nil && rv.number == n {
+	if s.indexed(env, n) {
 		return nil
+	}
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	if s.indexed(env, n) {
+		return nil // built while this waited
 	}
 	return s.buildIndex(ctx, env, n)
 }
 
-// buildIndex reads version n once: every agent's slice with its hash, and
-// which agents wait for which resources of other agents.
+func (s *Scheduler) indexed(env string, n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rv := s.released[env]
+	return rv != nil && rv.number == n
+}
+
+// buildIndex reads which agents wait for which resources of other agents
+// in version n: as the store keeps them with the version or, for a version
+// stored before it did, from its resources, a page of the version's agents
+// at a time (agents that have not said hello yet included: they may by the
+// time others report). The caller holds indexMu.
 func (s *Scheduler) buildIndex(ctx context.Context, env string, n int64) error {
-	v, err := s.store.GetVersion(ctx, env, n, true)
+	waits, known, err := s.store.VersionWaits(ctx, env, n)
 	if err != nil {
-		return err
+		return fmt.Errorf("index version %d of %s: %w", n, env, err)
 	}
-	rv := &releasedVersion{number: n, slices: map[string]hashedSlice{}, waiting: map[model.ID][]string{}}
-	for agent, sl := range model.Slices(n, v.Resources) {
-		h, err := sl.Hash()
+	if known { // stored with the version: no resource to read
+		s.mu.Lock()
+		s.released[env] = &releasedVersion{number: n, waiting: waits}
+		s.mu.Unlock()
+		return nil
+	}
+	rv := &releasedVersion{number: n, waiting: map[model.ID][]string{}}
+	after := ""
+	for {
+		names, err := s.store.VersionAgents(ctx, env, n, after, s.cfg.PageSize)
 		if err != nil {
-			return err
+			return fmt.Errorf("index version %d of %s: %w", n, env, err)
 		}
-		rv.slices[agent] = hashedSlice{slice: sl, hash: h}
-	}
-	for _, r := range v.Resources {
-		for _, req := range r.Requires {
-			if req.Agent != r.ID.Agent && !slices.Contains(rv.waiting[req], r.ID.Agent) {
-				rv.waiting[req] = append(rv.waiting[req], r.ID.Agent)
-			}
+		if len(names) == 0 {
+			break
+		}
+		after = names[len(names)-1]
+		slices, err := s.store.AgentSlices(ctx, env, n, names)
+		if err != nil {
+			return fmt.Errorf("index version %d of %s: %w", n, env, err)
+		}
+		for _, sl := range slices {
+			rv.addWaiting(sl.Resources)
 		}
 	}
 	s.mu.Lock()
 	s.released[env] = rv
 	s.mu.Unlock()
 	return nil
+}
+
+// addWaiting notes who waits for what among resources.
+func (rv *releasedVersion) addWaiting(resources []model.Resource) {
+	for _, r := range resources {
+		for _, req := range r.Requires {
+			if req.Agent != r.ID.Agent && !slices.Contains(rv.waiting[req], r.ID.Agent) {
+				rv.waiting[req] = append(rv.waiting[req], r.ID.Agent)
+			}
+		}
+	}
+}
+
+// pages calls fn with env's accepted agents, a page at a time, by name.
+func (s *Scheduler) pages(ctx context.Context, env string, fn func([]record.Agent) error) error {
+	after := ""
+	for {
+		page, err := s.store.ListAgentsAfter(ctx, env, after, s.cfg.PageSize)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		after = page[len(page)-1].Name
+		accepted := page[:0:0]
+		for _, a := range page {
+			if a.State == record.AgentAccepted {
+				accepted = append(accepted, a)
+			}
+		}
+		if len(accepted) > 0 {
+			if err := fn(accepted); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // ResultsRecorded tells agents waiting on any of these resources (of another

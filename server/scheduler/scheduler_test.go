@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,14 @@ func (r *recorder) Send(_ context.Context, e *bus.Envelope, opts bus.SendOptions
 	r.sent = append(r.sent, e)
 	r.opts = append(r.opts, opts)
 	return nil
+}
+
+func (r *recorder) SendBatch(ctx context.Context, msgs []bus.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = r.Send(ctx, m.Envelope, m.Options)
+	}
+	return errs
 }
 
 // take returns what was sent since the last take, as "agent:kind" strings.
@@ -120,11 +129,11 @@ func (f *fixture) releaseFanout(t *testing.T, rs ...model.Resource) (int64, reco
 	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
 		t.Fatal(err)
 	}
-	fan, err := f.s.Released(f.ctx, "prod", v.Number)
+	rel, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: v.Number}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Number, fan
+	return v.Number, rel.Fanout
 }
 
 func file(agent, path, content string, requires ...model.ID) model.Resource {
@@ -159,7 +168,7 @@ func TestFullThenDiff(t *testing.T) {
 		t.Fatalf("deploy %+v", dep)
 	}
 	// Nothing is sent twice for the same generation.
-	if _, err := f.s.Released(f.ctx, "prod", 2); err != nil {
+	if _, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: 2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.rec.take(); len(got) != 0 {
@@ -279,8 +288,25 @@ func TestDeployRequests(t *testing.T) {
 	}
 }
 
+// oldVersions is a store whose versions were all stored before it kept
+// their cross-agent requirements: the scheduler reads them from the
+// resources.
+type oldVersions struct{ *sqlite.Store }
+
+func (oldVersions) VersionWaits(context.Context, string, int64) (map[model.ID][]string, bool, error) {
+	return nil, false, nil
+}
+
 func TestDependencyStatusGoesToWaitingAgents(t *testing.T) {
+	t.Run("requirements stored with the version", func(t *testing.T) { testDependencyStatus(t, false) })
+	t.Run("requirements read from the resources", func(t *testing.T) { testDependencyStatus(t, true) })
+}
+
+func testDependencyStatus(t *testing.T, old bool) {
 	f := newFixture(t, record.EnvSettings{})
+	if old {
+		f.s = NewWith(FanoutConfig{PageSize: 1}, oldVersions{f.store}, f.rec, f.s.signer, clearSealer{}, zerolog.Nop())
+	}
 	db := file("db", "/ready", "1")
 	f.agent(t, "db", 1)
 	f.agent(t, "web", 1)
@@ -408,4 +434,92 @@ type clearSealer struct{}
 
 func (clearSealer) SealFor(_ context.Context, _, _ string, rs []model.Resource) ([]model.Resource, error) {
 	return rs, nil
+}
+
+// A fan-out over many pages, several in hand at once, deals with every
+// accepted agent once: sent, up to date or pending; progress is told
+// after each page, its counts only growing.
+func TestReleasedInPages(t *testing.T) {
+	f := newFixture(t, record.EnvSettings{AutoDeploy: true})
+	f.s = NewWith(FanoutConfig{PageSize: 7, Workers: 3}, f.store, f.rec, f.s.signer, clearSealer{}, zerolog.Nop())
+	const n = 60
+	var rs []model.Resource
+	for i := range n {
+		name := fmt.Sprintf("web%02d", i)
+		f.agent(t, name, 0)
+		rs = append(rs, file(name, "/a", "1"))
+	}
+	f.rec.offline["web07"] = true
+	f.rec.full["web33"] = true
+	// An agent discovered but not accepted is left alone.
+	if err := f.store.UpsertAgent(f.ctx, record.Agent{Env: "prod", Name: "stranger", State: record.AgentPending}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := f.store.PutVersion(f.ctx, "prod", model.VersionMeta{}, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	var calls []int
+	rel, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: v.Number}, func(r record.Release) { calls = append(calls, r.Done()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel.Agents != n || rel.Sent != n-2 || rel.PendingCount != 2 || rel.UpToDate != 0 {
+		t.Fatalf("got %d agents, %d sent, %d pending, %d up to date; want %d, %d, 2, 0", rel.Agents, rel.Sent, rel.PendingCount, rel.UpToDate, n, n-2)
+	}
+	if len(calls) != (n+6)/7 || calls[len(calls)-1] != n || !slices.IsSorted(calls) {
+		t.Fatalf("progress told %v, want once per page (%d), growing to %d", calls, (n+6)/7, n)
+	}
+	sent := map[string]int{}
+	for _, s := range f.rec.take() {
+		sent[s]++
+	}
+	for i := range n {
+		name := fmt.Sprintf("web%02d", i)
+		want := 1
+		if name == "web07" || name == "web33" {
+			want = 0
+		}
+		if sent[name+":desired.full"] != want || sent[name+":deploy"] != want {
+			t.Fatalf("%s was sent %d desired states and %d deploys, want %d of each", name, sent[name+":desired.full"], sent[name+":deploy"], want)
+		}
+	}
+	// Again: every agent sent the version is up to date.
+	f.rec.offline["web07"], f.rec.full["web33"] = false, false
+	again, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: v.Number}, nil)
+	if err != nil || again.UpToDate != n-2 || again.Sent != 2 {
+		t.Fatalf("second fan-out: %+v, %v; want %d up to date and the 2 missed sent", again, err, n-2)
+	}
+}
+
+// A fan-out of a version no longer released stops, saying by which.
+func TestReleasedSuperseded(t *testing.T) {
+	f := newFixture(t, record.EnvSettings{AutoDeploy: true})
+	f.agent(t, "web", 0)
+	old := f.release(t, file("web", "/a", "1"))
+	f.release(t, file("web", "/a", "2"))
+	f.rec.take()
+	_, err := f.s.Released(f.ctx, record.Release{Env: "prod", Version: old}, nil)
+	var sup *SupersededError
+	if !errors.As(err, &sup) || sup.By != old+1 {
+		t.Fatalf("got %v, want superseded by version %d", err, old+1)
+	}
+	if got := f.rec.take(); len(got) != 0 {
+		t.Fatalf("a superseded fan-out sent %v", got)
+	}
+}
+
+// A fan-out whose context ends stops, and says so.
+func TestReleasedCancelled(t *testing.T) {
+	f := newFixture(t, record.EnvSettings{AutoDeploy: true})
+	f.agent(t, "web", 0)
+	n := f.release(t, file("web", "/a", "1"))
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel()
+	if _, err := f.s.Released(ctx, record.Release{Env: "prod", Version: n}, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
 }

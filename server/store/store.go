@@ -11,7 +11,8 @@
 // topic, with the same names here and in both stores where a topic has code
 // of its own there: envs, versions, agents, status (results, statuses, the
 // action log, ingest deduplication), alerts, access (tokens, audit,
-// secrets), enroll, compiles (the reports of the server's compiles).
+// secrets), enroll, compiles (the reports of the server's compiles),
+// releases (each release's fan-out to agents and how far it got).
 package store
 
 import (
@@ -42,7 +43,7 @@ type Store interface {
 	// Settings fn leaves invalid are refused with ErrInvalid.
 	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
-	// action log, alerts, tokens, compile reports and source. The audit log keeps its entries.
+	// action log, alerts, tokens, compile reports, releases and source. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error
 
 	// PutVersion stores a resource set as the environment's next version
@@ -63,6 +64,26 @@ type Store interface {
 	Release(ctx context.Context, env string, n int64) (model.Version, error)
 	// AgentSlice returns agent's resources of version n, sorted by ID.
 	AgentSlice(ctx context.Context, env string, n int64, agent string) (model.Slice, error)
+	// AgentSlices returns the slices of version n of the agents named
+	// (at most MaxSlicesAtOnce), in the order given, each sorted by ID;
+	// an agent with no resource in n has an empty slice.
+	AgentSlices(ctx context.Context, env string, n int64, agents []string) ([]model.Slice, error)
+	// SliceHashes returns the ID and intent hash of every resource of
+	// version n of the agents named (at most MaxSlicesAtOnce), in the
+	// order given, each sorted by ID, without reading their bodies.
+	SliceHashes(ctx context.Context, env string, n int64, agents []string) ([][]record.ResourceHash, error)
+	// ResourcesByID returns the resources of version n named (at most
+	// MaxSlicesAtOnce; IDs not in n are left out), sorted by ID.
+	ResourcesByID(ctx context.Context, env string, n int64, ids []model.ID) ([]model.Resource, error)
+	// VersionWaits returns who waits for what in version n: for each
+	// resource another agent's resources require, those agents. known is
+	// false for a version stored before the store kept them: read them
+	// from its resources.
+	VersionWaits(ctx context.Context, env string, n int64) (waits map[model.ID][]string, known bool, err error)
+	// VersionAgents returns a page of the agents that have resources in
+	// version n: at most limit (0: 100) of those named after after, by
+	// name.
+	VersionAgents(ctx context.Context, env string, n int64, after string, limit int) ([]string, error)
 	// ResourceHashes returns the ID and intent hash of every resource of
 	// version n, sorted by ID, without reading their bodies.
 	ResourceHashes(ctx context.Context, env string, n int64) ([]record.ResourceHash, error)
@@ -94,6 +115,12 @@ type Store interface {
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	// ListAgents returns the environment's agents, by name.
 	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
+
+	// ListAgentsAfter returns a page of the environment's agents: at most
+	// limit (0: 100) of those named after after, by name.
+	ListAgentsAfter(ctx context.Context, env, after string, limit int) ([]record.Agent, error)
+	// CountAgents counts the environment's agents in state.
+	CountAgents(ctx context.Context, env string, state record.AgentState) (int, error)
 
 	// RecordResults records batches of agents' results in one transaction:
 	// the status of each resource, and an action-log entry for each result
@@ -144,6 +171,29 @@ type Store interface {
 	// never a running one (keep 0 keeps all). It returns how many it
 	// deleted.
 	PruneCompiles(ctx context.Context, env string, keep int) (int, error)
+
+	// StartRelease records a release of version r.Version of r.Env
+	// starting: running, no agent reached yet. An empty ID gets a new
+	// UUID, a zero StartedAt the time now. ErrNotFound if the environment
+	// does not exist, ErrInvalid for a version that is not a number.
+	StartRelease(ctx context.Context, r record.Release) (record.Release, error)
+	// UpdateRelease records how far the running release r.ID of r.Env
+	// got: its state, counts, pending agents (bounded) and note; a state
+	// other than running ends it (FinishedAt: now when nil). ErrNotFound
+	// if there is no such release, ErrConflict if it ended already,
+	// ErrInvalid for an unknown state or negative counts.
+	UpdateRelease(ctx context.Context, r record.Release) (record.Release, error)
+	// GetRelease returns one release; ErrNotFound if env has none with
+	// that ID.
+	GetRelease(ctx context.Context, env, id string) (record.Release, error)
+	// ListReleases returns env's newest releases, newest first, at most
+	// limit (0: 100).
+	ListReleases(ctx context.Context, env string, limit int) ([]record.Release, error)
+	// RunningReleases returns env's releases still running, newest first.
+	RunningReleases(ctx context.Context, env string) ([]record.Release, error)
+	// PruneReleases deletes env's releases beyond the newest keep, never
+	// a running one (keep 0 keeps all). It returns how many it deleted.
+	PruneReleases(ctx context.Context, env string, keep int) (int, error)
 
 	// PutSource sets env's model source, replacing the one it had.
 	// ErrNotFound if the environment does not exist, ErrInvalid for a

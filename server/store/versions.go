@@ -74,8 +74,11 @@ func (s *SQL) PutVersion(ctx context.Context, env string, meta model.VersionMeta
 		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(number), 0) + 1 FROM versions WHERE env = $1`, env).Scan(&v.Number); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO versions (env, number, state, set_hash, resource_count, meta, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, env, v.Number, v.State, v.SetHash[:], v.Count, metaJSON, v.CreatedAt); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO versions (env, number, state, set_hash, resource_count, meta, created_at, waits_known)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, env, v.Number, v.State, v.SetHash[:], v.Count, metaJSON, v.CreatedAt, true); err != nil {
+			return err
+		}
+		if err := insertWaits(ctx, tx, env, v.Number, resources); err != nil {
 			return err
 		}
 		return tx.InsertResources(ctx, &v, rows)

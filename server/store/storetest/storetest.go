@@ -50,6 +50,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SigningKeys", testSigningKeys},
 		{"Compiles", testCompiles},
 		{"PruneCompiles", testPruneCompiles},
+		{"Releases", testReleases},
+		{"AgentPages", testAgentPages},
 		{"Sources", testSources},
 	}
 	for _, tt := range tests {
