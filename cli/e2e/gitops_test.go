@@ -173,8 +173,10 @@ func TestFromGitToFleet(t *testing.T) {
 	if len(waiting.Undefined) == 0 || !strings.Contains(fmt.Sprint(waiting.Undefined), "app") {
 		t.Fatalf("compile %+v: want the balancer's backends waiting for app.port", waiting)
 	}
-	if _, err := os.Stat(backends); err == nil {
-		t.Fatal("the backend list was written before its facts were known")
+	// Had lb-1 been compiled before web-1 was known, its list was written
+	// empty: what must not be is web-1 listed without its port.
+	if b, err := os.ReadFile(backends); err == nil && len(b) > 0 {
+		t.Fatalf("the backend list was written before its facts were known: %q", b)
 	}
 
 	// The awaited fact arrives: defined and deployed by the recompile.
