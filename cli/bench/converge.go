@@ -121,10 +121,14 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		return nil, errors.New("bench converge: agents, resources and agents per connection must be at least 1")
 	}
 	// One file per agent (its journal's log; the journals share one lock),
-	// one per connection, and room for the files being written.
-	if _, err := raiseFileLimit(uint64(o.Agents + o.Agents/o.PerConnection + 1024)); err != nil {
+	// one per connection, room for the rest of the process, and at least
+	// 256 files being written at once (all the agents share the bound).
+	held := uint64(o.Agents + o.Agents/o.PerConnection + 1024)
+	limit, err := raiseFileLimit(held + 256)
+	if err != nil {
 		return nil, fmt.Errorf("bench converge: %w", err)
 	}
+	writing := int(min(limit-held, 4096))
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	pgURL, schema, drop, err := newNamedSchema(ctx, o.Postgres)
@@ -206,6 +210,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		}
 	}()
 	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
+	files := handler.NewFileLimit(writing)            // shared: within the limit on open files
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
 	enrollStart := time.Now()
 	for i, name := range names {
@@ -224,7 +229,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return nil, err
 		}
-		reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: syncs})
+		reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: syncs, Files: files})
 		if err != nil {
 			return nil, err
 		}
@@ -294,7 +299,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if err != nil {
 		return nil, err
 	}
-	files := openFiles()
+	nfiles := openFiles()
 	showProgress(o.Progress, "forging the rest of the events")
 	if err := <-forgeDone; err != nil {
 		return nil, err
@@ -305,7 +310,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		return nil, err
 	}
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
-		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: files,
+		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles,
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
 	if pid := brokerPID(o.AMQP); pid != 0 {
