@@ -275,17 +275,25 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:      "converge",
 		Usage:     "time a release converging on N agents × M resources: real server, RabbitMQ, PostgreSQL",
-		UsageText: "tether bench converge [--agents 1000] [--resources 20] [--dir DIR] [--postgres URL] [--amqp URL] [-o json]",
+		UsageText: "tether bench converge [--agents 1000] [--resources 20] [--dir DIR] [--token] [--restart-broker] [--postgres URL] [--amqp URL] [-o json]",
 		Description: "Starts `tether server` (this binary, as a child process) on a new PostgreSQL schema and a\n" +
 			"RabbitMQ namespace of its own, then N lightweight agents in this process: each a real agent\n" +
 			"(journal, engine, file handler) with a bus client (--per-connection agents share one AMQP\n" +
 			"connection, as `tether agent run --name a --name b` does), writing its files under --dir.\n" +
 			"Once every agent is enrolled (open enrollment), a version of N × M files is released\n" +
 			"through the REST API and timed until the server has recorded every resource deployed.\n" +
-			"The server's resident memory is read from /proc at the end (peak and current).\n\n" +
+			"The server's and the broker's resident memory are read from /proc at the end (peak and\n" +
+			"current; the broker's when it runs on this machine), and the size of the run's PostgreSQL schema.\n" +
+			"The agents' journals share one lock: one open file per agent; the limit on open files is raised\n" +
+			"to the hard limit, and too low a hard limit is an error before anything starts.\n\n" +
+			"--token enrolls every agent with an enrollment token (enrollment policy token), as on real hosts.\n" +
+			"--restart-broker then restarts this machine's RabbitMQ (rabbitmqctl stop_app, start_app: every\n" +
+			"connection of every user is closed; never on a broker others are using), times until every\n" +
+			"agents' connection is back, and a second release until all recorded and every outbox drained.\n\n" +
 			"   tether bench converge --agents 1000 --resources 20\n" +
 			"   tether bench converge --agents 1000 --resources 20 --dir /dev/shm/converge   # tmpfs\n" +
-			"   tether bench converge --agents 200 --resources 20 --forged 100000            # through a flood",
+			"   tether bench converge --agents 200 --resources 20 --forged 100000            # through a flood\n" +
+			"   tether bench converge --agents 1000 --resources 20 --token --restart-broker",
 		Flags: append(benchServiceFlags(),
 			benchAMQPFlag(),
 			&ucli.IntFlag{Name: "agents", Value: 1000, Usage: "how many agents"},
@@ -293,6 +301,8 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.IntFlag{Name: "per-connection", Value: 50, Usage: "agents sharing one AMQP connection"},
 			&ucli.IntFlag{Name: "forged", Usage: "publish `N` forged events (a key the server does not know, the agents' names) just before the release, and time the release through them (it starts when half are on the broker)"},
 			&ucli.StringFlag{Name: "dir", Usage: "the agents' journals and files go under `DIR` (default: a new temporary directory)"},
+			&ucli.BoolFlag{Name: "token", Usage: "enrollment policy token: every agent enrolls with an enrollment token (default: open enrollment)"},
+			&ucli.BoolFlag{Name: "restart-broker", Usage: "once converged, restart this machine's RabbitMQ (rabbitmqctl stop_app, start_app) and time the reconnect and a second release"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
 		),
 		Action: func(c *ucli.Context) error {
@@ -301,7 +311,8 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				return err
 			}
 			o := bench.ConvergeOptions{Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
-				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
+				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
 			}
@@ -312,16 +323,24 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "AGENTS", "RESOURCES", "ENROLL S", "CONVERGE S", "RESULTS/S", "SERVER PEAK RSS", "SERVER RSS")
-			t.row(strconv.Itoa(res.Agents), strconv.Itoa(res.Resources), fmt.Sprintf("%.2f", res.EnrollSeconds),
+			t := newTable(term.stdout, "AGENTS", "RESOURCES", "ENROLLMENT", "ENROLL S", "CONVERGE S", "RESULTS/S", "SERVER PEAK RSS", "SERVER RSS", "BROKER RSS", "PG SCHEMA")
+			broker := "unknown"
+			if res.BrokerRSSMiB > 0 {
+				broker = fmt.Sprintf("%.1f MiB", res.BrokerRSSMiB)
+			}
+			t.row(strconv.Itoa(res.Agents), strconv.Itoa(res.Resources), res.Enrollment, fmt.Sprintf("%.2f", res.EnrollSeconds),
 				fmt.Sprintf("%.2f", res.ConvergeSeconds), fmt.Sprintf("%.0f", res.ResultsPerSecond),
-				fmt.Sprintf("%.1f MiB", res.ServerPeakMiB), fmt.Sprintf("%.1f MiB", res.ServerRSSMiB))
+				fmt.Sprintf("%.1f MiB", res.ServerPeakMiB), fmt.Sprintf("%.1f MiB", res.ServerRSSMiB), broker, fmt.Sprintf("%.1f MiB", res.PostgresMiB))
 			if err := t.flush(); err != nil {
 				return err
 			}
 			if res.Forged > 0 {
 				fmt.Fprintf(term.stdout, "\n%d forged events published in %.2f s; the release started once half were on the broker\n", res.Forged, res.ForgedSeconds)
 			}
+			if res.ReconnectSeconds > 0 {
+				fmt.Fprintf(term.stdout, "\nbroker restarted: every connection open again %.2f s after start_app; the next release converged in %.2f s, every outbox drained\n", res.ReconnectSeconds, res.ReconvergeSeconds)
+			}
+			fmt.Fprintf(term.stdout, "\n%d files open in the agents' process once converged\n", res.OpenFiles)
 			fmt.Fprintf(term.stdout, "\ncommand: %s\n", res.Command)
 			return nil
 		},

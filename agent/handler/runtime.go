@@ -24,6 +24,9 @@ type Runtime struct {
 	// Sync makes file data durable before a rename publishes it. Nil means a
 	// plain fsync per file.
 	Sync *SyncGroup
+	// Files bounds the files replaced at once (shared by the agents of
+	// one process). Nil bounds nothing.
+	Files *FileLimit
 	// Run runs the commands of command-based handlers (packages, services,
 	// users, exec). Nil means HostRunner.
 	Run Runner
@@ -138,7 +141,9 @@ func (rt Runtime) SyncFile(f *os.File) error {
 // (root on a host). Handlers that render a whole configuration file (cron,
 // repository) use it.
 func (rt Runtime) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	release := rt.HoldFile()
 	err := durable.WriteFile(p, data, perm, rt.Durability()...)
+	release()
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("directory %s does not exist: install what provides it, or create it with a directory resource", filepath.Dir(p))
 	}

@@ -20,7 +20,8 @@
 //	snapshot       the state as of the start of log N (JSON)
 //	wal.N          records after the snapshot: length, CRC-32C, JSON; the
 //	               first record names the log
-//	lock           held (flock) while a process uses the directory
+//	lock           held (flock) while a process uses the directory, unless
+//	               it holds a lock on a directory above (Config.Lock)
 //
 // The key and the identity are kept apart from the log and replaced only
 // atomically: damage to the log never costs the agent its identity. A torn
@@ -71,6 +72,10 @@ type Config struct {
 	// NoSync skips fsync: for benchmarks that measure everything else. A
 	// crash may then lose recent transactions.
 	NoSync bool
+	// Lock, if not nil, is a lock this process holds on a directory above
+	// the journal's (LockDir): the journal then keeps no lock file open
+	// of its own.
+	Lock *DirLock
 }
 
 // Default returns the configuration Open uses for zero fields.
@@ -225,11 +230,17 @@ func Open(dir, agent string, cfg Config) (*Journal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("journal: create %s: %w", dir, err)
 	}
-	lock, err := lockDir(dir)
-	if err != nil {
-		return nil, err
+	if cfg.Lock != nil {
+		if err := cfg.Lock.covers(dir); err != nil {
+			return nil, err
+		}
+	} else {
+		lock, err := lockDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		j.lock = lock
 	}
-	j.lock = lock
 	if err := j.load(agent); err != nil {
 		j.Close()
 		return nil, err

@@ -33,14 +33,13 @@ func (b *Bus) supervise() {
 	first := true
 	for {
 		if !first {
-			// Full jitter: anywhere between zero and the bound.
-			delay := time.Duration(rand.Int64N(int64(bound) + 1))
+			var delay time.Duration
+			delay, bound = reconnectDelay(bound, b.cfg.ReconnectMax)
 			select {
 			case <-b.closing:
 				return
 			case <-time.After(delay):
 			}
-			bound = min(2*bound, b.cfg.ReconnectMax)
 		}
 		first = false
 		s, err := b.dial()
@@ -55,6 +54,14 @@ func (b *Bus) supervise() {
 			return
 		}
 	}
+}
+
+// reconnectDelay returns the pause before the next attempt to connect,
+// full jitter: anywhere between zero and bound, so that agents that lost
+// the broker together do not come back together; and the bound for the
+// attempt after it, doubled up to most.
+func reconnectDelay(bound, most time.Duration) (delay, next time.Duration) {
+	return time.Duration(rand.Int64N(int64(bound) + 1)), min(2*bound, most)
 }
 
 // watch waits for s to close, declaring the topology again every

@@ -30,6 +30,7 @@ import (
 	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/model"
@@ -60,9 +61,19 @@ type ConvergeOptions struct {
 	// release, as a host holding a broker login might: signed by keys the
 	// server does not know, in the fleet's agents' names. The release is
 	// timed through the flood.
-	Forged   int
-	Timeout  time.Duration
-	Progress io.Writer // if not nil, shows how far it got (a terminal)
+	Forged int
+	// Token: the environment enrolls by token and every agent says hello
+	// with one, created through the API, as on real hosts (it carries the
+	// server key's fingerprint: no key is pinned beforehand). Default:
+	// open enrollment, the server's key pinned.
+	Token bool
+	// RestartBroker: once every agent converged, restart this machine's
+	// RabbitMQ (rabbitmqctl stop_app, then start_app), time until every
+	// agents' connection is back, then a second release until the server
+	// recorded every resource deployed and every agent's outbox drained.
+	RestartBroker bool
+	Timeout       time.Duration
+	Progress      io.Writer // if not nil, shows how far it got (a terminal)
 }
 
 // ConvergeResult is what the converge scenario measured.
@@ -76,8 +87,25 @@ type ConvergeResult struct {
 	ForgedSeconds    float64 `json:"forged_publish_seconds,omitempty"` // all of them, the release started halfway
 	ServerPeakMiB    float64 `json:"server_peak_rss_mib"`
 	ServerRSSMiB     float64 `json:"server_rss_mib"`
-	Dir              string  `json:"dir"`
-	Command          string  `json:"command"`
+	Enrollment       string  `json:"enrollment"` // open or token
+	// BrokerRSSMiB is the resident memory of the broker's process
+	// (beam.smp, found by the port it listens on) at the end; 0 when it
+	// cannot be told (a broker on another machine).
+	BrokerRSSMiB  float64 `json:"broker_rss_mib"`
+	BrokerPeakMiB float64 `json:"broker_peak_rss_mib"`
+	// PostgresMiB is what the run's schema takes on disk at the end:
+	// its tables with their indexes and TOAST.
+	PostgresMiB float64 `json:"postgres_schema_mib"`
+	// OpenFiles is how many files this process (the agents) held open
+	// once they all converged.
+	OpenFiles int `json:"open_files"`
+	// ReconnectSeconds: from the broker's start_app to every agents'
+	// connection open again; ReconvergeSeconds: the release after it,
+	// until all recorded deployed and every outbox drained.
+	ReconnectSeconds  float64 `json:"reconnect_seconds,omitempty"`
+	ReconvergeSeconds float64 `json:"reconverge_seconds,omitempty"`
+	Dir               string  `json:"dir"`
+	Command           string  `json:"command"`
 }
 
 // RunConverge starts `tether server` (a child process, so that its memory
@@ -92,9 +120,18 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 		return nil, errors.New("bench converge: agents, resources and agents per connection must be at least 1")
 	}
+	// One file per agent (its journal's log; the journals share one lock),
+	// one per connection, room for the rest of the process, and at least
+	// 256 files being written at once (all the agents share the bound).
+	held := uint64(o.Agents + o.Agents/o.PerConnection + 1024)
+	limit, err := raiseFileLimit(held + 256)
+	if err != nil {
+		return nil, fmt.Errorf("bench converge: %w", err)
+	}
+	writing := int(min(limit-held, 4096))
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	pgURL, drop, err := newSchema(ctx, o.Postgres)
+	pgURL, schema, drop, err := newNamedSchema(ctx, o.Postgres)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +145,13 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		return nil, err
 	}
 	defer os.RemoveAll(work)
+	// The agents' journals share one lock on the directory rather than
+	// one lock file each: one open file per agent instead of two.
+	lock, err := journal.LockDir(work)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
 
 	bcfg := amqp.Default()
 	bcfg.URL, bcfg.QueueType = o.AMQP, amqp.QueueClassic
@@ -129,7 +173,11 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	defer srv.stop()
 	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: time.Minute}}
-	settings := map[string]string{"enrollment": "open", "auto_deploy": "true", "deploy_interval": "0s", "repair_interval": "0s"}
+	enrollment := "open"
+	if o.Token {
+		enrollment = "token"
+	}
+	settings := map[string]string{"enrollment": enrollment, "auto_deploy": "true", "deploy_interval": "0s", "repair_interval": "0s"}
 	if err := cl.call(ctx, "POST", "/envs", map[string]any{"name": "bench", "settings": settings}, nil); err != nil {
 		return nil, fmt.Errorf("create the environment: %w", err)
 	}
@@ -137,6 +185,13 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	var srvInfo api.ServerInfo
 	if err := cl.call(ctx, "GET", "/server", nil, &srvInfo); err != nil {
 		return nil, fmt.Errorf("the server's key: %w", err)
+	}
+	var enrollToken api.NewEnrollmentToken
+	if o.Token {
+		req := map[string]any{"name": "bench", "max_uses": o.Agents}
+		if err := cl.call(ctx, "POST", "/envs/bench/enrollment-tokens", req, &enrollToken); err != nil {
+			return nil, fmt.Errorf("create an enrollment token: %w", err)
+		}
 	}
 
 	// The agents.
@@ -155,6 +210,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		}
 	}()
 	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
+	files := handler.NewFileLimit(writing)            // shared: within the limit on open files
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
 	enrollStart := time.Now()
 	for i, name := range names {
@@ -173,12 +229,16 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return nil, err
 		}
-		reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: syncs})
+		reg, err := builtin.Registry(handler.Runtime{Root: root, Sync: syncs, Files: files})
 		if err != nil {
 			return nil, err
 		}
-		a, err := agent.New(agent.Config{Env: "bench", Name: name, StateDir: filepath.Join(work, name, "state"),
-			Heartbeat: time.Minute, Facts: gather, ServerKey: srvInfo.PublicKey}, b, reg, zerolog.Nop())
+		acfg := agent.Config{Env: "bench", Name: name, StateDir: filepath.Join(work, name, "state"),
+			Heartbeat: time.Minute, Facts: gather, ServerKey: srvInfo.PublicKey, Journal: journal.Config{Lock: lock}}
+		if o.Token {
+			acfg.ServerKey, acfg.Token = nil, enrollToken.Token
+		}
+		a, err := agent.New(acfg, b, reg, zerolog.Nop())
 		if err != nil {
 			return nil, err
 		}
@@ -210,20 +270,12 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	enroll := time.Since(enrollStart)
 
-	// The release, timed until every resource is recorded deployed.
-	rs := make([]model.Resource, 0, o.Agents*o.Resources)
-	for _, name := range names {
-		for j := range o.Resources {
-			path := fmt.Sprintf("/f%03d.conf", j)
-			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: name, Key: "path", Value: path},
-				Attributes: model.Attributes{"path": path, "content": name + " " + path + "\n", "mode": "0644"}})
-		}
-	}
 	st, err := postgres.Open(ctx, postgres.Config{URL: pgURL})
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
+	fl := &fleet{cl: cl, srv: srv, st: st, names: names, agents: agents, resources: o.Resources, progress: o.Progress}
 	// A flood runs through the release: it starts once half of it is
 	// on the broker.
 	var forged time.Duration
@@ -243,16 +295,102 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	} else {
 		forgeDone <- nil
 	}
+	converge, err := fl.release(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	nfiles := openFiles()
+	showProgress(o.Progress, "forging the rest of the events")
+	if err := <-forgeDone; err != nil {
+		return nil, err
+	}
+	showProgress(o.Progress, "")
+	peak, cur, err := procMemory(srv.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
+		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles,
+		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
+		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
+	if pid := brokerPID(o.AMQP); pid != 0 {
+		if peak, cur, err := procMemory(pid); err == nil {
+			res.BrokerPeakMiB, res.BrokerRSSMiB = float64(peak)/1024, float64(cur)/1024
+		}
+	}
+	size, err := postgres.SchemaSize(ctx, o.Postgres, schema)
+	if err != nil {
+		return nil, err
+	}
+	res.PostgresMiB = float64(size) / (1 << 20)
+
+	if o.RestartBroker {
+		d, err := fl.reconnect(ctx, buses)
+		if err != nil {
+			return nil, err
+		}
+		res.ReconnectSeconds = d.Seconds()
+		d, err = fl.release(ctx, " after the broker restarted")
+		if err != nil {
+			return nil, fmt.Errorf("the release after the broker restarted: %w", err)
+		}
+		res.ReconvergeSeconds = d.Seconds()
+	}
+	showProgress(o.Progress, "")
+
+	cmd := fmt.Sprintf("tether bench converge --agents %d --resources %d", o.Agents, o.Resources)
+	if o.Dir != "" {
+		cmd += " --dir " + o.Dir
+	}
+	if o.Forged > 0 {
+		cmd += fmt.Sprintf(" --forged %d", o.Forged)
+	}
+	if o.Token {
+		cmd += " --token"
+	}
+	if o.RestartBroker {
+		cmd += " --restart-broker"
+	}
+	res.Command = cmd
+	return res, nil
+}
+
+// fleet is the converge scenario's agents and the server they answer to.
+type fleet struct {
+	cl        *apiClient
+	srv       *serverProcess
+	st        *postgres.Store
+	names     []string
+	agents    []*agent.Agent
+	resources int
+	releases  int
+	progress  io.Writer
+}
+
+// release releases a version of every agent's files, with contents of
+// their own (each release changes every file), and returns how long until
+// every agent applied it and drained its outbox and the server recorded
+// every resource deployed.
+func (f *fleet) release(ctx context.Context, what string) (time.Duration, error) {
+	f.releases++
+	rs := make([]model.Resource, 0, len(f.names)*f.resources)
+	for _, name := range f.names {
+		for j := range f.resources {
+			path := fmt.Sprintf("/f%03d.conf", j)
+			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: name, Key: "path", Value: path},
+				Attributes: model.Attributes{"path": path, "content": fmt.Sprintf("%s %s %d\n", name, path, f.releases), "mode": "0644"}})
+		}
+	}
 	start := time.Now()
 	var out api.ExportResponse
-	if err := cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
-		return nil, fmt.Errorf("release: %w", err)
+	if err := f.cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
+		return 0, fmt.Errorf("release: %w", err)
 	}
 	// First the agents' side, cheap to look at: every resource applied
 	// and every result confirmed by the broker; then the server's record.
 	for {
 		n := 0
-		for _, a := range agents {
+		for _, a := range f.agents {
 			j := a.Journal()
 			s := j.Slice()
 			if s.Generation != out.Version.Number || j.OutboxLen() > 0 {
@@ -264,18 +402,18 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 				}
 			}
 		}
-		showProgress(o.Progress, "reported by the agents: %d/%d", n, len(rs))
+		showProgress(f.progress, "reported by the agents%s: %d/%d", what, n, len(rs))
 		if n == len(rs) {
 			break
 		}
-		if err := waitServer(ctx, srv, 20*time.Millisecond); err != nil {
-			return nil, err
+		if err := waitServer(ctx, f.srv, 20*time.Millisecond); err != nil {
+			return 0, err
 		}
 	}
 	for {
-		sts, err := st.Statuses(ctx, "bench", record.StatusFilter{State: model.StateDeployed})
+		sts, err := f.st.Statuses(ctx, "bench", record.StatusFilter{State: model.StateDeployed})
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		n := 0
 		for _, s := range sts {
@@ -283,35 +421,59 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 				n++
 			}
 		}
-		showProgress(o.Progress, "deployed: %d/%d", n, len(rs))
+		showProgress(f.progress, "deployed%s: %d/%d", what, n, len(rs))
 		if n == len(rs) {
 			break
 		}
-		if err := waitServer(ctx, srv, 20*time.Millisecond); err != nil {
-			return nil, err
+		if err := waitServer(ctx, f.srv, 20*time.Millisecond); err != nil {
+			return 0, err
 		}
 	}
-	converge := time.Since(start)
-	showProgress(o.Progress, "forging the rest of the events")
-	if err := <-forgeDone; err != nil {
-		return nil, err
+	return time.Since(start), nil
+}
+
+// reconnect restarts the broker and returns how long from its start_app
+// until every agents' connection is open again.
+func (f *fleet) reconnect(ctx context.Context, buses []*amqp.Bus) (time.Duration, error) {
+	connected := func() int {
+		n := 0
+		for _, b := range buses {
+			c, cancel := context.WithTimeout(ctx, time.Millisecond)
+			if b.Ready(c) == nil {
+				n++
+			}
+			cancel()
+		}
+		return n
 	}
-	showProgress(o.Progress, "")
-	peak, cur, err := procMemory(srv.cmd.Process.Pid)
-	if err != nil {
-		return nil, err
+	showProgress(f.progress, "restarting the broker")
+	// Stopped: every connection seen lost, so that the time counted is
+	// that of connecting again.
+	stopped := func() error {
+		for deadline := time.Now().Add(30 * time.Second); connected() > 0; {
+			if time.Now().After(deadline) {
+				return errors.New("bench converge: the agents' connections stayed open 30 s after rabbitmqctl stop_app")
+			}
+			if err := waitServer(ctx, f.srv, 20*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	cmd := fmt.Sprintf("tether bench converge --agents %d --resources %d", o.Agents, o.Resources)
-	if o.Dir != "" {
-		cmd += " --dir " + o.Dir
+	if err := restartBroker(ctx, stopped); err != nil {
+		return 0, err
 	}
-	if o.Forged > 0 {
-		cmd += fmt.Sprintf(" --forged %d", o.Forged)
+	start := time.Now()
+	for {
+		n := connected()
+		showProgress(f.progress, "connections open again: %d/%d", n, len(buses))
+		if n == len(buses) {
+			return time.Since(start), nil
+		}
+		if err := waitServer(ctx, f.srv, 20*time.Millisecond); err != nil {
+			return 0, err
+		}
 	}
-	return &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
-		Forged: o.Forged, ForgedSeconds: forged.Seconds(),
-		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(len(rs)) / converge.Seconds(),
-		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work, Command: cmd}, nil
 }
 
 // forge publishes n heartbeats signed by a key the server does not know,

@@ -21,11 +21,17 @@ import (
 
 // newSchema creates a fresh schema and returns its URL and a drop func.
 func newSchema(ctx context.Context, base string) (string, func(), error) {
+	url, _, drop, err := newNamedSchema(ctx, base)
+	return url, drop, err
+}
+
+// newNamedSchema is newSchema, returning the schema's name too.
+func newNamedSchema(ctx context.Context, base string) (string, string, func(), error) {
 	name := "tether_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	if err := postgres.CreateSchema(ctx, base, name); err != nil {
-		return "", nil, fmt.Errorf("create a schema for the benchmark (is PostgreSQL running? --postgres): %w", err)
+		return "", "", nil, fmt.Errorf("create a schema for the benchmark (is PostgreSQL running? --postgres): %w", err)
 	}
-	return postgres.WithSchema(base, name), func() { _ = postgres.DropSchema(context.WithoutCancel(ctx), base, name) }, nil
+	return postgres.WithSchema(base, name), name, func() { _ = postgres.DropSchema(context.WithoutCancel(ctx), base, name) }, nil
 }
 
 // newStore opens a store on a fresh schema; closing drops the schema.

@@ -154,7 +154,9 @@ func (h *Handler) replace(p string, res *model.Resource, old fs.FileInfo) error 
 		return err
 	}
 	content, _ := res.Attributes.String("content")
+	release := h.rt.HoldFile()
 	err = durable.WriteFrom(p, strings.NewReader(content), mode, append(h.rt.Durability(), durable.Owner(uid, gid))...)
+	release()
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", filepath.Dir(p))
 	}

@@ -288,6 +288,24 @@ func DropSchema(ctx context.Context, u, schema string) error {
 	return onSchema(ctx, u, schema, `DROP SCHEMA IF EXISTS `, ` CASCADE`)
 }
 
+// SchemaSize returns the bytes a schema's tables take on disk, with their
+// indexes and TOAST (the sum of pg_total_relation_size).
+func SchemaSize(ctx context.Context, u, schema string) (int64, error) {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return 0, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+		FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relkind IN ('r', 'p', 'm')`, schema).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("schema %s: size: %w", schema, err)
+	}
+	return n, nil
+}
+
 func onSchema(ctx context.Context, u, schema string, sql ...string) error {
 	if !schemaName.MatchString(schema) {
 		return fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)

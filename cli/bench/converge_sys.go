@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// brokerPID finds the process listening on the broker URL's port on this
+// machine (RabbitMQ's beam.smp), from /proc: 0 when it cannot be told (a
+// remote broker, /proc not readable).
+func brokerPID(amqpURL string) int {
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		return 0
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5672"
+		if u.Scheme == "amqps" {
+			port = "5671"
+		}
+	}
+	if h := u.Hostname(); h != "" && h != "localhost" {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return 0
+		}
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return 0
+	}
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			// local_address is HEXIP:HEXPORT; state 0A is LISTEN.
+			if len(fs) < 10 || fs[3] != "0A" {
+				continue
+			}
+			i := strings.LastIndexByte(fs[1], ':')
+			if lp, err := strconv.ParseInt(fs[1][i+1:], 16, 32); err == nil && int(lp) == p {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return 0
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, d := range procs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		fds, err := os.ReadDir(filepath.Join("/proc", d.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if target, err := os.Readlink(filepath.Join("/proc", d.Name(), "fd", fd.Name())); err == nil && inodes[target] {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// restartBroker restarts the RabbitMQ application of this machine's node
+// (rabbitmqctl stop_app, then start_app): the node's process stays, its
+// connections are closed.
+func restartBroker(ctx context.Context, stopped func() error) error {
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		return errors.New("bench converge --restart-broker: rabbitmqctl is not on PATH: run it on the broker's machine, as a user that may run rabbitmqctl")
+	}
+	if out, err := exec.CommandContext(ctx, ctl, "stop_app").CombinedOutput(); err != nil {
+		return fmt.Errorf("rabbitmqctl stop_app: %w: %s", err, out)
+	}
+	werr := stopped()
+	// Start it again whatever happened meanwhile.
+	if out, err := exec.CommandContext(context.WithoutCancel(ctx), ctl, "start_app").CombinedOutput(); err != nil {
+		return fmt.Errorf("rabbitmqctl start_app: %w: %s (start the broker again by hand: rabbitmqctl start_app)", err, out)
+	}
+	return werr
+}
