@@ -294,13 +294,14 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.IntFlag{Name: "forged", Usage: "publish `N` forged events (a key the server does not know, the agents' names) just before the release, and time the release through them (it starts when half are on the broker)"},
 			&ucli.StringFlag{Name: "dir", Usage: "the agents' journals and files go under `DIR` (default: a new temporary directory)"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
+			&ucli.StringFlag{Name: "server-cpuprofile", Usage: "have the server write a CPU profile of its whole run to `FILE` (go tool pprof)"},
 		),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
 				return err
 			}
-			o := bench.ConvergeOptions{Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
+			o := bench.ConvergeOptions{ServerCPUProfile: c.String("server-cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
