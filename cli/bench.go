@@ -304,13 +304,14 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.BoolFlag{Name: "token", Usage: "enrollment policy token: every agent enrolls with an enrollment token (default: open enrollment)"},
 			&ucli.BoolFlag{Name: "restart-broker", Usage: "once converged, restart this machine's RabbitMQ (rabbitmqctl stop_app, start_app) and time the reconnect and a second release"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
+			&ucli.StringFlag{Name: "server-cpuprofile", Usage: "have the server write a CPU profile of its whole run to `FILE` (go tool pprof)"},
 		),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
 				return err
 			}
-			o := bench.ConvergeOptions{Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
+			o := bench.ConvergeOptions{ServerCPUProfile: c.String("server-cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
 				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {

@@ -200,6 +200,20 @@ func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn fun
 	return nil
 }
 
+// recordGeneration records the generation an agent reports it holds once
+// per change: one statement writes that field alone (under the agent's
+// lock, so that no read-modify-write of this server puts the older one
+// back), not a read and a write of the whole record, and the cached copy
+// takes it, so the agent's next reports write nothing.
+func (s *Server) recordGeneration(ctx context.Context, a record.Agent, generation int64) error {
+	defer s.agentLocks.lock(a.Env, a.Name)()
+	if _, err := s.store.SetAgentGeneration(ctx, a.Env, a.Name, generation); err != nil {
+		return err
+	}
+	s.agents.update(a.Env, a.Name, func(c *record.Agent) { c.Generation = generation })
+	return nil
+}
+
 // hello records a discovered agent and, when the environment's enrollment
 // policy accepts it, enrolls it and hands it to the scheduler.
 func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
@@ -504,12 +518,7 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 	}
 	s.metrics.results.Add(float64(len(body.Results)))
 	if body.Generation != a.Generation && e.Kind == bus.KindResourceStatus {
-		err := s.touch(ctx, a.Env, a.Name, 0, func(a *record.Agent) bool {
-			changed := a.Generation != body.Generation
-			a.Generation = body.Generation
-			return changed
-		})
-		if err != nil {
+		if err := s.recordGeneration(ctx, a, body.Generation); err != nil {
 			s.log.Warn().Err(err).Str("agent", a.Name).Msg("cannot record the generation the agent holds; its next hello will")
 		}
 	}
@@ -814,6 +823,18 @@ func (c *agentCache) put(a record.Agent) {
 		clear(c.m)
 	}
 	c.m[agentKey{a.Env, a.Name}] = cachedAgent{agent: a, at: time.Now()}
+}
+
+// update changes the cached copy of env/name, if there is one, with fn;
+// it keeps its age.
+func (c *agentCache) update(env, name string, fn func(*record.Agent)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := agentKey{env, name}
+	if e, ok := c.m[k]; ok {
+		fn(&e.agent)
+		c.m[k] = e
+	}
 }
 
 func (c *agentCache) forgetEnv(env string) {

@@ -282,7 +282,7 @@ func TestEmbeddedPipeline(t *testing.T) {
 	// A new release reaches the agent as a diff; an incremental deploy runs
 	// only what changed.
 	index2 := file("web", "/site/index.html", "<h1>v2</h1>", site.ID)
-	r.release(site, index2, lb)
+	v2 := r.release(site, index2, lb)
 	got = r.deploy(scheduler.DeployRequest{Agents: []string{"web"}})
 	if len(got) != 1 || got[index2.ID].State != model.StateDeployed || !got[index2.ID].Changed() {
 		t.Fatalf("incremental deploy ran %v, want only the changed index.html", got)
@@ -293,6 +293,10 @@ func TestEmbeddedPipeline(t *testing.T) {
 	actions, err := r.store.Actions(r.ctx, "test", index.ID, 10)
 	if err != nil || len(actions) != 3 { // created, repaired, updated
 		t.Fatalf("index.html action log has %d entries, want 3 (%v)", len(actions), err)
+	}
+	// Its report recorded the generation the agent holds now.
+	if a, err := r.store.GetAgent(r.ctx, "test", "web"); err != nil || a.Generation != v2.Number {
+		t.Fatalf("agent web holds generation %d (%v), want %d: its report", a.Generation, err, v2.Number)
 	}
 }
 

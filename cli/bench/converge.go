@@ -72,8 +72,11 @@ type ConvergeOptions struct {
 	// agents' connection is back, then a second release until the server
 	// recorded every resource deployed and every agent's outbox drained.
 	RestartBroker bool
-	Timeout       time.Duration
-	Progress      io.Writer // if not nil, shows how far it got (a terminal)
+	// ServerCPUProfile, if set, is where the server writes a CPU profile
+	// of its whole run (go tool pprof).
+	ServerCPUProfile string
+	Timeout          time.Duration
+	Progress         io.Writer // if not nil, shows how far it got (a terminal)
 }
 
 // ConvergeResult is what the converge scenario measured.
@@ -167,7 +170,11 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}()
 
 	// The server, a process of its own so that its memory is its own.
-	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg)
+	var global []string
+	if o.ServerCPUProfile != "" {
+		global = []string{"--cpu-profile", o.ServerCPUProfile}
+	}
+	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg, global...)
 	if err != nil {
 		return nil, err
 	}
@@ -533,8 +540,9 @@ func (s *serverProcess) output() string {
 
 // startServer starts tether (default: this process's binary) as a server
 // on the database and broker namespace given, and returns it with its API's
-// base URL and admin token once it is ready.
-func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config) (*serverProcess, string, string, error) {
+// base URL and admin token once it is ready. The global flags go before
+// the command (--cpu-profile FILE).
+func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, global ...string) (*serverProcess, string, string, error) {
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
@@ -550,8 +558,8 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config) (*se
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	token := "bench-" + hex.EncodeToString(secret)
-	cmd := exec.Command(self, "server", "--listen", addr, "--postgres", pgURL, "--amqp", bcfg.URL,
-		"--amqp-namespace", bcfg.Namespace, "--queue-type", amqp.QueueClassic, "--admin-token", token, "--log-level", "warn")
+	cmd := exec.Command(self, append(global, "server", "--listen", addr, "--postgres", pgURL, "--amqp", bcfg.URL,
+		"--amqp-namespace", bcfg.Namespace, "--queue-type", amqp.QueueClassic, "--admin-token", token, "--log-level", "warn")...)
 	// The server's keys: one of its own, as the database is the run's alone.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TETHER_KEY_FILE=") })
 	cmd.Env = append(cmd.Env, "TETHER_SERVER_CONFIG=/dev/null", "TETHER_KEY="+keyring.EncodeKey(keyring.NewKey()))

@@ -56,6 +56,16 @@ func (s *SQL) SetAgentKey(ctx context.Context, a record.Agent, from []byte) (boo
 	return n == 1, nil
 }
 
+// SetAgentGeneration implements Store.
+func (s *SQL) SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error) {
+	n, err := s.db.Exec(ctx, `UPDATE agents SET generation = $3, last_seen = $4
+		WHERE env = $1 AND name = $2 AND generation <> $3`, env, name, generation, time.Now().UTC())
+	if err != nil {
+		return false, wrap("set the generation of agent "+name, err)
+	}
+	return n == 1, nil
+}
+
 // ResetSequence implements Store.
 func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	return wrap("reset the sequence of "+agent, s.db.Tx(ctx, func(tx Tx) error {

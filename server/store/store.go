@@ -106,6 +106,11 @@ type Store interface {
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)
+	// SetAgentGeneration records the generation an agent reports it holds,
+	// and that it was seen now, in one statement: no read of the record,
+	// no other field written. It reports whether the generation changed
+	// (false also for an unknown agent).
+	SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error)
 	// ResetSequence starts an agent's sequence over, for a new key: its
 	// LastSeq, the sequence numbers its resources' states were set at,
 	// and its deduplication marks go, so nothing the old key said holds

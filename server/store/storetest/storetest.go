@@ -26,6 +26,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReleaseStates", testReleaseStates},
 		{"AgentSlice", testAgentSlice},
 		{"Agents", testAgents},
+		{"AgentGeneration", testAgentGeneration},
 		{"RecordResults", testRecordResults},
 		{"RecordResultsAllOrNothing", testAllOrNothing},
 		{"StaleResults", testStaleResults},
@@ -285,6 +286,42 @@ func testAgentSlice(t *testing.T, s store.Store) {
 	empty, err := s.AgentSlice(ctx, "prod", 1, "nobody")
 	if err != nil || len(empty.Resources) != 0 {
 		t.Fatalf("slice of an agent without resources: %v, %v", empty, err)
+	}
+}
+
+// testAgentGeneration: the generation an agent reports is written alone,
+// once per change, and moves its last-seen time; nothing else of the
+// record changes.
+func testAgentGeneration(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
+		Generation: 3, LastSeq: 40, FirstSeen: seen, LastSeen: seen}
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		generation int64
+		want       bool
+	}{{4, true}, {4, false}, {2, true}} {
+		changed, err := s.SetAgentGeneration(ctx, "prod", "web-1", tt.generation)
+		if err != nil || changed != tt.want {
+			t.Fatalf("set generation %d: %v, %v; want %v", tt.generation, changed, err, tt.want)
+		}
+		got, err := s.GetAgent(ctx, "prod", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Generation != tt.generation || got.State != record.AgentAccepted || got.LastSeq != 40 || got.Labels["role"] != "web" ||
+			string(got.PublicKey) != string([]byte{1, 2, 3}) {
+			t.Fatalf("after setting generation %d: %+v; want it with the rest unchanged", tt.generation, got)
+		}
+		if !got.LastSeen.After(seen) {
+			t.Fatalf("last seen %v after a report; want later than %v", got.LastSeen, seen)
+		}
+	}
+	if changed, err := s.SetAgentGeneration(ctx, "prod", "ghost", 1); err != nil || changed {
+		t.Fatalf("generation of an unknown agent: %v, %v; want false, nil", changed, err)
 	}
 }
 
