@@ -174,20 +174,22 @@ func TestAgentBehindNAT(t *testing.T) {
 	checkFiles(t, root, files, content)
 
 	// The broker saw the agent come from the router's outside address.
-	conns := run(t, "rabbitmqctl", "-q", "list_connections", "user", "peer_host")
-	found := false
-	for _, line := range strings.Split(conns, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == user {
-			found = true
-			if f[1] != n.gwOut {
-				t.Fatalf("the agent's connection came from %s, want the NAT's address %s", f[1], n.gwOut)
+	// (rabbitmqctl may list a connection a moment after it opened, or
+	// answer nothing while the node is busy: ask again.)
+	var conns string
+	waitFor(t, 30*time.Second, "the broker to list the agent's connection", func() bool {
+		conns = run(t, "rabbitmqctl", "-q", "list_connections", "user", "peer_host")
+		for _, line := range strings.Split(conns, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == user {
+				if f[1] != n.gwOut {
+					t.Fatalf("the agent's connection came from %s, want the NAT's address %s", f[1], n.gwOut)
+				}
+				return true
 			}
 		}
-	}
-	if !found {
-		t.Fatalf("no broker connection of user %s:\n%s", user, conns)
-	}
+		return false
+	})
 
 	ag.stop()
 	waitFor(t, 10*time.Second, "the agent shown offline after SIGTERM", func() bool { return !c.agent("web").Online })
