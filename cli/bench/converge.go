@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -492,7 +491,7 @@ func forge(ctx context.Context, bcfg amqp.Config, names []string, n int, half ch
 	if err != nil {
 		return 0, err
 	}
-	body, _ := json.Marshal(bus.Heartbeat{})
+	forger := bus.NewSigner(key, 0)
 	const conns = 8
 	start := time.Now()
 	var sent atomic.Int64
@@ -507,9 +506,10 @@ func forge(ctx context.Context, bcfg amqp.Config, names []string, n int, half ch
 			}
 			defer b.Close()
 			for i := c; i < n; i += conns {
-				e := &bus.Envelope{V: bus.ProtocolVersion, ID: uuid.NewString(), Kind: bus.KindHeartbeat, Env: "bench",
-					Agent: names[i%len(names)], Seq: uint64(i/len(names) + 1), TS: time.Now().UTC(), Body: body}
-				bus.Sign(e, key)
+				e, err := forger.Seal(bus.KindHeartbeat, "bench", names[i%len(names)], bus.Heartbeat{})
+				if err != nil {
+					return err
+				}
 				if err := b.Publish(gctx, e); err != nil {
 					return fmt.Errorf("forged event %d: %w", i, err)
 				}
