@@ -584,12 +584,18 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 			a.log.Warn().Err(err).Msg("cannot say hello after the inbox was declared again")
 		}
 	})
+	opts := []bus.InboxOption{missing, rehello}
+	if !a.isEnrolled() {
+		// Never enrolled: the inbox comes with the server's answer to
+		// the hello said now; look for it once the server had time to.
+		opts = append(opts, bus.LookAfter(jitter(firstInboxLook)))
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle, missing, rehello); err != nil && cctx.Err() == nil {
+		if err := a.bus.ConsumeInbox(cctx, a.cfg.Env, a.cfg.Name, a.handle, opts...); err != nil && cctx.Err() == nil {
 			errs <- fmt.Errorf("agent %s: inbox: %w", a.cfg.Name, err)
 		}
 		cancel()
@@ -609,6 +615,11 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 	}
 	return nil
 }
+
+// firstInboxLook is about when an agent never enrolled first looks for
+// its inbox after saying hello (jittered), unless the server's nudge (the
+// inbox is there) comes first.
+const firstInboxLook = 3 * time.Second
 
 // introduce says hello, again with back-off until enrolled (slowest after
 // a rejection), then heartbeats.

@@ -80,6 +80,8 @@ type InboxOptions struct {
 	// inbox had been deleted under it (not after a reconnect: a durable
 	// inbox outlives its connection).
 	Lost func()
+	// LookAfter delays the first look for the inbox (LookAfter).
+	LookAfter time.Duration
 	// Missing is called each time the consumer finds the inbox missing,
 	// before it looks again.
 	Missing func()
@@ -99,6 +101,15 @@ func OnInboxLost(fn func()) InboxOption {
 // inbox is gone says hello.
 func OnInboxMissing(fn func()) InboxOption {
 	return func(o *InboxOptions) { o.Missing = fn }
+}
+
+// LookAfter has the consumer look for the inbox first after d. An agent
+// that has never been enrolled has no inbox until the server heard its
+// first hello: looking at once would find none, and where a look costs
+// the broker a channel, a fleet installed at once pays for it.
+// Implementations whose looks cost nothing may look at once.
+func LookAfter(d time.Duration) InboxOption {
+	return func(o *InboxOptions) { o.LookAfter = d }
 }
 
 // NewInboxOptions applies opts.

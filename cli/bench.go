@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,17 +304,28 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "dir", Usage: "the agents' journals and files go under `DIR` (default: a new temporary directory)"},
 			&ucli.BoolFlag{Name: "token", Usage: "enrollment policy token: every agent enrolls with an enrollment token (default: open enrollment)"},
 			&ucli.BoolFlag{Name: "restart-broker", Usage: "once converged, restart this machine's RabbitMQ (rabbitmqctl stop_app, start_app) and time the reconnect and a second release"},
+			&ucli.BoolFlag{Name: "private-broker", Usage: "run on a RabbitMQ node of the run's own (its own ports, data and configuration, the limit on open files raised), not the machine's broker; --restart-broker then restarts that node alone"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
 			&ucli.StringFlag{Name: "server-cpuprofile", Usage: "have the server write a CPU profile of its whole run to `FILE` (go tool pprof)"},
+			&ucli.StringFlag{Name: "server-log", Usage: "copy the server's whole log to `FILE` (with a goroutine dump, should you send the server SIGQUIT)"},
 		),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
 				return err
 			}
-			o := bench.ConvergeOptions{ServerCPUProfile: c.String("server-cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
+			var serverLog io.Writer
+			if p := c.String("server-log"); p != "" {
+				f, err := os.Create(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				serverLog = f
+			}
+			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
-				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
 			}
@@ -342,6 +354,8 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "\nbroker restarted: every connection open again %.2f s after start_app; the next release converged in %.2f s, every outbox drained\n", res.ReconnectSeconds, res.ReconvergeSeconds)
 			}
 			fmt.Fprintf(term.stdout, "\n%d files open in the agents' process once converged\n", res.OpenFiles)
+			fmt.Fprintf(term.stdout, "AMQP channels the agents opened: %d while enrolling (%.1f per agent), %d while converging\n",
+				res.EnrollChannels, float64(res.EnrollChannels)/float64(res.Agents), res.ConvergeChannels)
 			fmt.Fprintf(term.stdout, "\ncommand: %s\n", res.Command)
 			return nil
 		},

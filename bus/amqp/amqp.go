@@ -28,7 +28,7 @@ type Bus struct {
 	generation int
 
 	pubSlots chan struct{} // bounds publishing channels
-	opSlots  chan struct{} // bounds operations' channels (takeOp)
+	opSlots  chan *opSlot  // bounds operations' channels (takeOp): a free slot is in it
 	closing  chan struct{}
 	done     chan struct{} // closed when the supervisor returned
 	closeMu  sync.Once
@@ -36,6 +36,9 @@ type Bus struct {
 	deadLettered atomic.Int64
 	lostSubs     atomic.Int64
 	subs         *subscriptions
+
+	// nudges: the server's nudges (nudge.go).
+	nudges nudges
 
 	// claims are the claims this bus holds: the broker's exclusive queue
 	// keeps other connections out, this keeps out a second claim of the
@@ -61,10 +64,13 @@ func New(cfg Config, log zerolog.Logger) (*Bus, error) {
 		log:      log.With().Str("component", "bus").Str("broker", redactURL(cfg.URL)).Logger(),
 		changed:  make(chan struct{}),
 		pubSlots: make(chan struct{}, cfg.PublisherChannels),
-		opSlots:  make(chan struct{}, maxOperations),
+		opSlots:  make(chan *opSlot, maxOperations),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		subs:     newSubscriptions(),
+	}
+	for range maxOperations {
+		b.opSlots <- &opSlot{}
 	}
 	go b.supervise()
 	return b, nil
@@ -128,7 +134,7 @@ func (b *Bus) declareTopology(s *session) error {
 	if b.cfg.Agent {
 		return nil
 	}
-	ch, err := s.conn.Channel()
+	ch, err := openChannel(s.conn)
 	if err != nil {
 		return err
 	}
@@ -206,11 +212,7 @@ func (b *Bus) declareInbox(conn *amqp.Connection, ch *amqp.Channel, env, agent s
 		return fmt.Errorf("exchange %s: %w", b.cmdExchange(), forbidden(err))
 	}
 	if !queueExists(conn, name) {
-		args := b.queueArgs()
-		args["x-single-active-consumer"] = true
-		args["x-max-length"] = int64(b.cfg.InboxMaxLength)
-		args["x-overflow"] = "reject-publish"
-		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		if _, err := ch.QueueDeclare(name, true, false, false, false, b.inboxArgs()); err != nil {
 			return fmt.Errorf("declare inbox %s: %w", name, forbidden(err))
 		}
 	}
@@ -239,7 +241,7 @@ func queueExists(conn *amqp.Connection, name string) bool {
 // closes its channel): whether it exists, and how many messages wait in
 // it. err is set when the broker could not be asked.
 func inspectQueue(conn *amqp.Connection, name string) (found bool, ready int, err error) {
-	ch, err := conn.Channel()
+	ch, err := openChannel(conn)
 	if err != nil {
 		return false, 0, err
 	}
@@ -254,35 +256,116 @@ func inspectQueue(conn *amqp.Connection, name string) (found bool, ready int, er
 	return true, q.Messages, nil
 }
 
-// DeclareInbox implements bus.Bus.
+// DeclareInbox implements bus.Bus. The server declares an agent's inbox
+// at each of its hellos, so the common case is made cheap: on a channel
+// kept open for it, the inbox is declared with this bus's arguments and
+// bound (two round trips). Anything else — an inbox made with other
+// arguments (the broker refuses the declare and closes the channel), a
+// missing commands exchange, a channel or connection that broke — takes
+// the full path on a fresh channel (declareInbox), which decides.
 func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
-	return b.withChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) })
+	sl, err := b.takeSlot(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.giveSlot(sl)
+	if s, err := b.session(ctx); err == nil {
+		if sl.ch == nil || sl.s != s || sl.ch.IsClosed() {
+			sl.drop()
+			if ch, err := openChannel(s.conn); err == nil {
+				sl.s, sl.ch = s, ch
+				go b.watchNudges(ch.NotifyClose(make(chan *amqp.Error, 1)))
+			}
+		}
+		if sl.ch != nil {
+			if q, err := b.declareInboxFast(sl.ch, env, agent); err == nil {
+				if q.Consumers == 0 {
+					b.nudge(sl.ch, env, agent)
+				}
+				return nil
+			}
+			sl.drop()
+		}
+	}
+	return b.onChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) })
+}
+
+// declareInboxFast declares env/agent's inbox with this bus's arguments
+// and binds it to the commands exchange; an error closes ch (or found it
+// closed) and leaves the rest to declareInbox.
+func (b *Bus) declareInboxFast(ch *amqp.Channel, env, agent string) (amqp.Queue, error) {
+	name := b.InboxQueue(env, agent)
+	q, err := ch.QueueDeclare(name, true, false, false, false, b.inboxArgs())
+	if err != nil {
+		return q, err
+	}
+	return q, ch.QueueBind(name, bus.CommandKey(env, agent), b.cmdExchange(), false, nil)
+}
+
+// inboxArgs are the arguments of the inboxes this bus declares.
+func (b *Bus) inboxArgs() amqp.Table {
+	args := b.queueArgs()
+	args["x-single-active-consumer"] = true
+	args["x-max-length"] = int64(b.cfg.InboxMaxLength)
+	args["x-overflow"] = "reject-publish"
+	return args
 }
 
 // Channels: the broker bounds the channels of one connection
 // (channel_max, 64 where operations.md sets it), and the library fails an
 // open beyond with "channel id space exhausted". A bus opens at most
 //
-//	consumers (one channel each, and one more while a consumer looks at its queue)
+//	consumers (one channel each: a consumer looks at its queue on it)
 //	+ PublisherChannels
-//	+ 2 × maxOperations (an operation's channel, and one it may open to look at a queue)
+//	+ 2 × maxOperations (an operation's channel, kept open between inbox declarations, and one it may open to look at a queue)
 //	+ 2 (the server's topology declaration and the queue it looks at)
 //	+ claims (an agent's, one each)
+//	+ 1 (an agent bus's nudges, nudge.go)
 //
 // however many callers run at once: 51 for a server with its 9 consumers,
 // 43 for one agent. Operations beyond maxOperations wait for a slot.
 const maxOperations = 16
 
-// takeOp waits for an operation slot; the returned func gives it back.
-func (b *Bus) takeOp(ctx context.Context) (release func(), err error) {
+// An opSlot is one of the maxOperations operation slots. It may keep a
+// channel open for declaring inboxes (DeclareInbox) between operations;
+// any other operation closes it first, so a slot never holds more than
+// two channels.
+type opSlot struct {
+	s  *session      // the session ch is of
+	ch *amqp.Channel // nil if none is kept
+}
+
+// drop closes the slot's kept channel, if any.
+func (sl *opSlot) drop() {
+	if sl.ch != nil {
+		_ = sl.ch.Close()
+	}
+	sl.s, sl.ch = nil, nil
+}
+
+// takeSlot waits for an operation slot; giveSlot gives it back.
+func (b *Bus) takeSlot(ctx context.Context) (*opSlot, error) {
 	select {
-	case b.opSlots <- struct{}{}:
-		return func() { <-b.opSlots }, nil
+	case sl := <-b.opSlots:
+		return sl, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.closing:
 		return nil, bus.ErrClosed
 	}
+}
+
+func (b *Bus) giveSlot(sl *opSlot) { b.opSlots <- sl }
+
+// takeOp waits for an operation slot, without a kept channel; the
+// returned func gives it back.
+func (b *Bus) takeOp(ctx context.Context) (release func(), err error) {
+	sl, err := b.takeSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sl.drop()
+	return func() { b.giveSlot(sl) }, nil
 }
 
 // withChannel runs fn on a fresh channel of the current connection,
@@ -294,12 +377,17 @@ func (b *Bus) withChannel(ctx context.Context, fn func(conn *amqp.Connection, ch
 		return err
 	}
 	defer release()
+	return b.onChannel(ctx, fn)
+}
+
+// onChannel is withChannel for a caller that holds an operation slot.
+func (b *Bus) onChannel(ctx context.Context, fn func(conn *amqp.Connection, ch *amqp.Channel) error) error {
 	for attempt := 0; ; attempt++ {
 		s, err := b.session(ctx)
 		if err != nil {
 			return err
 		}
-		ch, err := s.conn.Channel()
+		ch, err := openChannel(s.conn)
 		if err == nil {
 			err = fn(s.conn, ch)
 			_ = ch.Close()
@@ -465,7 +553,7 @@ func (b *Bus) takePublisher(ctx context.Context) (*session, *publisher, error) {
 		return s, p, nil
 	}
 	s.mu.Unlock()
-	ch, err := s.conn.Channel()
+	ch, err := openChannel(s.conn)
 	if err != nil {
 		<-b.pubSlots
 		return s, nil, err
@@ -618,7 +706,7 @@ func DeleteQueue(ctx context.Context, cfg Config, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ch, err := conn.Channel()
+	ch, err := openChannel(conn)
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
@@ -642,7 +730,7 @@ func DeleteTopology(ctx context.Context, cfg Config, inboxes []string) error {
 	names := &Bus{cfg: cfg}
 	queues := append([]string{names.DeadQueue(), names.ServerQueue(bus.QueueEvents), names.ServerQueue(bus.QueueCompliance)}, inboxes...)
 	var errs []error
-	ch, err := conn.Channel()
+	ch, err := openChannel(conn)
 	for _, q := range queues {
 		if err != nil {
 			return errors.Join(append(errs, err)...)
@@ -652,7 +740,7 @@ func DeleteTopology(ctx context.Context, cfg Config, inboxes []string) error {
 		}
 		if _, qerr := ch.QueueDelete(q, false, false, false); qerr != nil {
 			errs = append(errs, fmt.Errorf("delete %s: %w", q, qerr))
-			ch, err = conn.Channel() // a failed delete closes the channel
+			ch, err = openChannel(conn) // a failed delete closes the channel
 		}
 	}
 	if err != nil {
@@ -662,7 +750,7 @@ func DeleteTopology(ctx context.Context, cfg Config, inboxes []string) error {
 	for _, x := range []string{names.cmdExchange(), names.eventsExchange(), names.deadExchange()} {
 		if xerr := ch.ExchangeDelete(x, false, false); xerr != nil {
 			errs = append(errs, fmt.Errorf("delete exchange %s: %w", x, xerr))
-			if ch, err = conn.Channel(); err != nil {
+			if ch, err = openChannel(conn); err != nil {
 				return errors.Join(append(errs, err)...)
 			}
 		}

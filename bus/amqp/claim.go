@@ -57,7 +57,7 @@ func (b *Bus) claim(ctx context.Context, name string) (*claim, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch, err := s.conn.Channel()
+	ch, err := openChannel(s.conn)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +69,7 @@ func (b *Bus) claim(ctx context.Context, name string) (*claim, error) {
 		}
 		return nil, forbidden(err)
 	}
+	b.listenNudges(s, name)
 	c := &claim{lost: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
 	closed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))

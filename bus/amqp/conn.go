@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -20,6 +21,10 @@ type session struct {
 	// connection.
 	mu         sync.Mutex
 	publishers []*publisher
+	// nudgeCh consumes an agent bus's claim queues for the server's
+	// nudges (nudge.go); nil until needed.
+	nudgeMu sync.Mutex
+	nudgeCh *amqp.Channel
 }
 
 // supervise keeps a connection open until the bus closes: it dials with
@@ -243,7 +248,7 @@ func (b *Bus) Backlog(ctx context.Context, q bus.Queue) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ch, err := s.conn.Channel()
+	ch, err := openChannel(s.conn)
 	if err != nil {
 		return 0, err
 	}
@@ -254,3 +259,19 @@ func (b *Bus) Backlog(ctx context.Context, q bus.Queue) (int, error) {
 	}
 	return info.Messages, nil
 }
+
+// channelsOpened counts the channels this process opened, on every bus.
+var channelsOpened atomic.Int64
+
+// openChannel opens a channel of conn, counted. A channel costs the
+// broker a process and an entry in its channel registry, and closing one
+// a message to that registry: so the buses keep channels open where they
+// can, and a fleet's channel churn (ChannelsOpened) is a figure to watch.
+func openChannel(conn *amqp.Connection) (*amqp.Channel, error) {
+	channelsOpened.Add(1)
+	return conn.Channel()
+}
+
+// ChannelsOpened returns how many channels the buses of this process
+// opened so far.
+func ChannelsOpened() int64 { return channelsOpened.Load() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -40,30 +41,35 @@ func (b *Bus) ConsumeInbox(ctx context.Context, env, agent string, h bus.Handler
 	o := bus.NewInboxOptions(opts...)
 	name := b.InboxQueue(env, agent)
 	return b.consume(ctx, &consumer{
-		queue:   name,
-		declare: func(conn *amqp.Connection, _ *amqp.Channel) error { return findInbox(conn, name) },
-		h:       h,
-		conc:    1,
-		probe:   bus.CommandKey(env, agent),
-		inspect: b.cfg.Agent,
-		inbox:   true,
-		lost:    o.Lost,
-		missing: o.Missing,
+		queue:     name,
+		declare:   func(_ *amqp.Connection, ch *amqp.Channel) error { return findInbox(ch, name) },
+		h:         h,
+		conc:      1,
+		probe:     bus.CommandKey(env, agent),
+		inspect:   b.cfg.Agent,
+		inbox:     true,
+		lost:      o.Lost,
+		missing:   o.Missing,
+		lookAfter: o.LookAfter,
+		env:       env,
+		agent:     agent,
 	})
 }
 
 // errNoInbox: the inbox a consumer looks for does not exist (yet).
 var errNoInbox = errors.New("the inbox does not exist (yet): the server declares it when it hears the agent's hello")
 
-// findInbox looks for an inbox with a passive declare: errNoInbox when it
-// is missing.
-func findInbox(conn *amqp.Connection, name string) error {
-	found, _, err := inspectQueue(conn, name)
+// findInbox looks for an inbox with a passive declare on ch, the channel
+// that is to consume it: errNoInbox when it is missing, and then the
+// broker closed ch (each channel opened and closed costs the broker work
+// that grows with the channels it holds: a look costs one, not two).
+func findInbox(ch *amqp.Channel, name string) error {
+	_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	switch {
+	case isAMQPError(err, amqp.NotFound):
+		return fmt.Errorf("%s: %w", name, errNoInbox)
 	case err != nil:
 		return fmt.Errorf("look for inbox %s: %w", name, err)
-	case !found:
-		return fmt.Errorf("%s: %w", name, errNoInbox)
 	}
 	return nil
 }
@@ -108,7 +114,11 @@ type consumer struct {
 	// lost runs once the queue is consumed again after it was lost;
 	// missing each time the inbox is found missing, before the next look.
 	lost, missing func()
-	sub           *subscription
+	// lookAfter delays the first look for the queue (bus.LookAfter).
+	lookAfter time.Duration
+	// env and agent name an inbox's agent.
+	env, agent string
+	sub        *subscription
 }
 
 // Why a subscription ended, besides a lost connection or a channel error.
@@ -134,6 +144,15 @@ var (
 // cancel, the quorum-queue consumers that hear of it after.
 const cancelSettle = 200 * time.Millisecond
 
+// missingInboxMin is the least pause between two looks for a missing
+// inbox.
+const missingInboxMin = time.Second
+
+// resubscribeEvery: an agent's consumer that heard nothing subscribes
+// again on a new channel at every resubscribeEvery-th silent check
+// (inspect), not at each.
+const resubscribeEvery = 10
+
 // probeType marks the probes a consumer sends through its own inbox; they
 // are acknowledged and never reach the handler.
 const probeType = "tether.probe"
@@ -147,6 +166,38 @@ const probeType = "tether.probe"
 func (b *Bus) consume(ctx context.Context, c *consumer) error {
 	c.sub = b.subs.join(c.queue)
 	defer b.subs.leave(c.sub)
+	// An agent's inbox consumer also looks when the server nudges it
+	// (nudge.go), at most once per nudgeLookGap.
+	var nudged chan struct{}
+	var looked time.Time
+	if c.inbox && b.cfg.Agent {
+		nudged = b.nudges.signal(b.ClaimQueue(c.env, c.agent))
+	}
+	pauseFor := func(d time.Duration) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-nudged:
+			if gap := nudgeLookGap - time.Since(looked); gap > 0 {
+				select {
+				case <-time.After(gap):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.closing:
+			return bus.ErrClosed
+		}
+		return nil
+	}
+	if c.lookAfter > 0 {
+		if err := pauseFor(c.lookAfter); err != nil {
+			return err
+		}
+	}
 	c.conc = max(c.conc, 1)
 	pause := &backoff{}
 	var retry time.Duration // before subscribing again; doubles while stops repeat
@@ -157,6 +208,7 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 			return err
 		}
 		var subscribedAt time.Time
+		looked = time.Now()
 		err = b.consumeOn(ctx, s, c, pause, func() {
 			subscribedAt = time.Now()
 			b.subs.up(c.sub, b.log)
@@ -206,6 +258,23 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 			retry = min(max(2*retry, b.cfg.ReconnectMin), b.cfg.ReconnectMax)
 		}
 		wait := retry
+		if errors.Is(err, errNoInbox) {
+			// An agent looks for an inbox the server has not declared
+			// yet: each look costs the broker a channel, so looks are
+			// spread (a fleet started at once does not look in step)
+			// and never closer than missingInboxMin, or nudgedInboxMin
+			// while the server's nudges can reach it.
+			least := missingInboxMin
+			if nudged != nil && !b.nudges.failed.Load() {
+				least = nudgedInboxMin
+			}
+			retry = max(retry, least)
+			wait = retry/2 + rand.N(retry/2+1)
+			if err := pauseFor(wait); err != nil {
+				return err
+			}
+			continue
+		}
 		if lostSub {
 			wait = max(wait, cancelSettle)
 		}
@@ -225,10 +294,10 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 // sibling was cancelled or a probe did not come back, errSilent after a
 // silent SubscriptionCheck of a queue without probes.
 func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *backoff, subscribed func()) error {
-	ch, err := s.conn.Channel()
+	ch, err := openChannel(s.conn)
 	if errors.Is(err, amqp.ErrChannelMax) {
-		return fmt.Errorf("%w: the broker lets one connection open %d channels (channel_max): a server needs its ingest consumers + 43, "+
-			"an agent process 3 per agent it hosts + 40: raise channel_max or run fewer consumers (see operations.md)", err, s.conn.Config.ChannelMax)
+		return fmt.Errorf("%w: the broker lets one connection open %d channels (channel_max): a server needs its ingest consumers + 42, "+
+			"an agent process 2 per agent it hosts + 41: raise channel_max or run fewer consumers (see operations.md)", err, s.conn.Config.ChannelMax)
 	}
 	if err != nil {
 		return err
@@ -262,7 +331,7 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 	failed := make(chan error, 1)
 	check := time.NewTicker(b.cfg.SubscriptionCheck)
 	defer check.Stop()
-	heard := false
+	heard, silent := false, 0
 	probe := ""                         // the probe out, "" for none
 	probed := make(chan probeResult, 1) // the probe publisher's answer
 	// Stopped before wg is waited for: a probe waiting for a connection
@@ -293,17 +362,27 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 			case heard:
 				heard, probe = false, ""
 			case c.inspect:
-				found, ready, err := inspectQueue(s.conn, c.queue)
+				// On the consuming channel, not a new one: with
+				// thousands of agents per broker, a channel opened
+				// and closed per agent per check is churn the
+				// broker's channel registry pays for. A queue gone
+				// closes this channel, which is then done anyway.
+				q, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil)
+				silent++
 				switch {
-				case err != nil: // no conclusion: look again on the next check
-				case !found:
+				case isAMQPError(err, amqp.NotFound):
 					return fmt.Errorf("%w: the queue is gone", errDropped)
-				case ready > 0:
-					return fmt.Errorf("%w: %d messages wait in the queue and none came", errDropped, ready)
-				default:
-					// A subscription the broker dropped unseen may
-					// hold what was sent as unacknowledged: a new
-					// channel gets it back.
+				case err != nil:
+					return err
+				case q.Messages > 0:
+					return fmt.Errorf("%w: %d messages wait in the queue and none came", errDropped, q.Messages)
+				case q.Consumers == 0:
+					return fmt.Errorf("%w: the queue has no consumer", errDropped)
+				case silent%resubscribeEvery == 0:
+					// A subscription the broker dropped unseen, while
+					// another process stands by on the queue, may hold
+					// what was sent as unacknowledged: now and then a
+					// new channel gets it back.
 					return errSilent
 				}
 			case c.probe == "":

@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -459,4 +460,76 @@ func benchmarkRecovery(b *testing.B, queueType string) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(bb.LostSubscriptions())/float64(b.N), "lost-subs/op")
+}
+
+// TestDeclareInboxFallsBack: DeclareInbox keeps a channel open and
+// declares with this bus's arguments; when that fails it takes the full
+// path. An inbox made with other arguments is used as it is and bound; a
+// deleted commands exchange is declared again; declarations from more
+// callers than operation slots all succeed, over one connection.
+func TestDeclareInboxFallsBack(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.QueueType = QueueClassic
+	cfg.TopologyCheck = time.Hour
+	srv := open(t, cfg)
+	ctx := context.Background()
+	raw := rawChannel(t, cfg)
+	send := func(agent string) error {
+		e, err := bus.NewSigner(mustKey(t), 0).Seal(bus.KindPause, "prod", agent, bus.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv.Send(ctx, e, bus.SendOptions{})
+	}
+	// Warm the kept channels.
+	if err := srv.DeclareInbox(ctx, "prod", "first"); err != nil {
+		t.Fatal(err)
+	}
+	// Made by hand with another bound and no single active consumer.
+	other := amqp.Table{"x-queue-type": QueueClassic, "x-max-length": int64(7)}
+	if _, err := raw.QueueDeclare(srv.InboxQueue("prod", "old"), true, false, false, false, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.DeclareInbox(ctx, "prod", "old"); err != nil {
+		t.Fatalf("an inbox with other arguments: got %v, want it used as it is", err)
+	}
+	if _, err := raw.QueueDeclarePassive(srv.InboxQueue("prod", "old"), true, false, false, false, other); err != nil {
+		t.Fatalf("the inbox with other arguments changed: %v", err)
+	}
+	if err := send("old"); err != nil {
+		t.Fatalf("send to the inbox with other arguments: %v (not bound?)", err)
+	}
+	// The commands exchange deleted: the kept channel's bind fails, the
+	// full path declares the exchange again.
+	if err := raw.ExchangeDelete(srv.cmdExchange(), false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.DeclareInbox(ctx, "prod", "after"); err != nil {
+		t.Fatalf("with the commands exchange deleted: %v", err)
+	}
+	if err := send("after"); err != nil {
+		t.Fatalf("send after the exchange was declared again: %v", err)
+	}
+	// Four times as many callers as slots.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*maxOperations)
+	for i := range 4 * maxOperations {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- srv.DeclareInbox(ctx, "prod", fmt.Sprintf("many%02d", i))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent declarations: %v", err)
+		}
+	}
+	for i := range 4 * maxOperations {
+		if err := send(fmt.Sprintf("many%02d", i)); err != nil {
+			t.Fatalf("send to many%02d: %v", i, err)
+		}
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
+	"github.com/tetherhq/tether/bus/amqp/rabbitnode"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/keyring"
@@ -71,11 +72,19 @@ type ConvergeOptions struct {
 	// agents' connection is back, then a second release until the server
 	// recorded every resource deployed and every agent's outbox drained.
 	RestartBroker bool
+	// PrivateBroker: the run has a RabbitMQ node of its own (package
+	// rabbitnode), started with this process's limit on open files
+	// (raised to the hard limit), not the machine's broker: AMQP is
+	// ignored, and --restart-broker restarts that node alone.
+	PrivateBroker bool
 	// ServerCPUProfile, if set, is where the server writes a CPU profile
 	// of its whole run (go tool pprof).
 	ServerCPUProfile string
-	Timeout          time.Duration
-	Progress         io.Writer // if not nil, shows how far it got (a terminal)
+	// ServerLog, if set, receives the server's whole log (stderr): a
+	// goroutine dump (SIGQUIT) of a stalled run included.
+	ServerLog io.Writer
+	Timeout   time.Duration
+	Progress  io.Writer // if not nil, shows how far it got (a terminal)
 }
 
 // ConvergeResult is what the converge scenario measured.
@@ -101,6 +110,12 @@ type ConvergeResult struct {
 	// OpenFiles is how many files this process (the agents) held open
 	// once they all converged.
 	OpenFiles int `json:"open_files"`
+	// EnrollChannels and ConvergeChannels are the AMQP channels the
+	// agents opened while enrolling and while converging: each costs the
+	// broker a process, and its close a message to the broker's channel
+	// registry, a single process.
+	EnrollChannels   int64 `json:"enroll_channels_opened"`
+	ConvergeChannels int64 `json:"converge_channels_opened"`
 	// ReconnectSeconds: from the broker's start_app to every agents'
 	// connection open again; ReconvergeSeconds: the release after it,
 	// until all recorded deployed and every outbox drained.
@@ -155,6 +170,19 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	defer lock.Close()
 
+	restart := machineBrokerRestart
+	if o.PrivateBroker {
+		showProgress(o.Progress, "starting a RabbitMQ node of this run's own")
+		// RabbitMQ's default channel_max: the agents share
+		// connections, --per-connection of them each.
+		node, err := rabbitnode.Start(rabbitnode.Options{ChannelMax: 2047})
+		if err != nil {
+			return nil, fmt.Errorf("bench converge --private-broker: %w", err)
+		}
+		defer node.Stop()
+		o.AMQP = node.URL
+		restart = func(ctx context.Context, args ...string) ([]byte, error) { return node.Ctl(ctx, args...) }
+	}
 	bcfg := amqp.Default()
 	bcfg.URL, bcfg.QueueType = o.AMQP, amqp.QueueClassic
 	bcfg.Namespace = "tetherbench." + uuid.NewString()[:8]
@@ -173,7 +201,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if o.ServerCPUProfile != "" {
 		global = []string{"--cpu-profile", o.ServerCPUProfile}
 	}
-	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg, global...)
+	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg, o.ServerLog, global...)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +246,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
 	files := handler.NewFileLimit(writing)            // shared: within the limit on open files
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
-	enrollStart := time.Now()
+	enrollStart, channels0 := time.Now(), amqp.ChannelsOpened()
 	for i, name := range names {
 		if i%o.PerConnection == 0 {
 			cfg := bcfg
@@ -255,16 +283,18 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 			_ = a.Run(actx)
 		}()
 	}
+	// Counted in the store, not listed through the API: listing
+	// thousands of agents five times a second would cost the server
+	// more than their enrollment.
+	st, err := postgres.Open(ctx, postgres.Config{URL: pgURL})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
 	for {
-		var as []record.Agent
-		if err := cl.call(ctx, "GET", "/envs/bench/agents", nil, &as); err != nil {
+		n, err := st.CountAgents(ctx, "bench", record.AgentAccepted)
+		if err != nil {
 			return nil, err
-		}
-		n := 0
-		for _, a := range as {
-			if a.State == record.AgentAccepted {
-				n++
-			}
 		}
 		showProgress(o.Progress, "agents enrolled: %d/%d", n, o.Agents)
 		if n == o.Agents {
@@ -274,13 +304,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 			return nil, err
 		}
 	}
-	enroll := time.Since(enrollStart)
-
-	st, err := postgres.Open(ctx, postgres.Config{URL: pgURL})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
+	enroll, channels1 := time.Since(enrollStart), amqp.ChannelsOpened()
 	fl := &fleet{cl: cl, srv: srv, st: st, names: names, agents: agents, resources: o.Resources, progress: o.Progress}
 	// A flood runs through the release: it starts once half of it is
 	// on the broker.
@@ -305,7 +329,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if err != nil {
 		return nil, err
 	}
-	nfiles := openFiles()
+	nfiles, channels2 := openFiles(), amqp.ChannelsOpened()
 	showProgress(o.Progress, "forging the rest of the events")
 	if err := <-forgeDone; err != nil {
 		return nil, err
@@ -317,6 +341,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
 		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles,
+		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1,
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
 	if pid := brokerPID(o.AMQP); pid != 0 {
@@ -331,7 +356,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	res.PostgresMiB = float64(size) / (1 << 20)
 
 	if o.RestartBroker {
-		d, err := fl.reconnect(ctx, buses)
+		d, err := fl.reconnect(ctx, buses, restart)
 		if err != nil {
 			return nil, err
 		}
@@ -356,6 +381,9 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	if o.RestartBroker {
 		cmd += " --restart-broker"
+	}
+	if o.PrivateBroker {
+		cmd += " --private-broker"
 	}
 	res.Command = cmd
 	return res, nil
@@ -417,15 +445,9 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		}
 	}
 	for {
-		sts, err := f.st.Statuses(ctx, "bench", record.StatusFilter{State: model.StateDeployed})
+		n, err := f.st.CountStatuses(ctx, "bench", record.StatusFilter{State: model.StateDeployed}, out.Version.Number)
 		if err != nil {
 			return 0, err
-		}
-		n := 0
-		for _, s := range sts {
-			if s.Version == out.Version.Number {
-				n++
-			}
 		}
 		showProgress(f.progress, "deployed%s: %d/%d", what, n, len(rs))
 		if n == len(rs) {
@@ -440,7 +462,7 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 
 // reconnect restarts the broker and returns how long from its start_app
 // until every agents' connection is open again.
-func (f *fleet) reconnect(ctx context.Context, buses []*amqp.Bus) (time.Duration, error) {
+func (f *fleet) reconnect(ctx context.Context, buses []*amqp.Bus, ctl brokerCtl) (time.Duration, error) {
 	connected := func() int {
 		n := 0
 		for _, b := range buses {
@@ -466,7 +488,7 @@ func (f *fleet) reconnect(ctx context.Context, buses []*amqp.Bus) (time.Duration
 		}
 		return nil
 	}
-	if err := restartBroker(ctx, stopped); err != nil {
+	if err := restartBroker(ctx, ctl, stopped); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -541,8 +563,9 @@ func (s *serverProcess) output() string {
 // startServer starts tether (default: this process's binary) as a server
 // on the database and broker namespace given, and returns it with its API's
 // base URL and admin token once it is ready. The global flags go before
-// the command (--cpu-profile FILE).
-func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, global ...string) (*serverProcess, string, string, error) {
+// the command (--cpu-profile FILE). logTo, if not nil, gets the server's
+// whole stderr; the error of a server that stopped holds its first 64 KiB.
+func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, logTo io.Writer, global ...string) (*serverProcess, string, string, error) {
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
@@ -574,6 +597,9 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, glob
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			if logTo != nil {
+				_, _ = fmt.Fprintln(logTo, sc.Text())
+			}
 			s.mu.Lock()
 			if s.log.Len() < 1<<16 {
 				s.log.WriteString(sc.Text() + "\n")

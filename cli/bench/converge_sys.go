@@ -80,18 +80,26 @@ func brokerPID(amqpURL string) int {
 // restartBroker restarts the RabbitMQ application of this machine's node
 // (rabbitmqctl stop_app, then start_app): the node's process stays, its
 // connections are closed.
-func restartBroker(ctx context.Context, stopped func() error) error {
-	ctl, err := exec.LookPath("rabbitmqctl")
-	if err != nil {
-		return errors.New("bench converge --restart-broker: rabbitmqctl is not on PATH: run it on the broker's machine, as a user that may run rabbitmqctl")
-	}
-	if out, err := exec.CommandContext(ctx, ctl, "stop_app").CombinedOutput(); err != nil {
+func restartBroker(ctx context.Context, ctl brokerCtl, stopped func() error) error {
+	if out, err := ctl(ctx, "stop_app"); err != nil {
 		return fmt.Errorf("rabbitmqctl stop_app: %w: %s", err, out)
 	}
 	werr := stopped()
 	// Start it again whatever happened meanwhile.
-	if out, err := exec.CommandContext(context.WithoutCancel(ctx), ctl, "start_app").CombinedOutput(); err != nil {
+	if out, err := ctl(context.WithoutCancel(ctx), "start_app"); err != nil {
 		return fmt.Errorf("rabbitmqctl start_app: %w: %s (start the broker again by hand: rabbitmqctl start_app)", err, out)
 	}
 	return werr
+}
+
+// brokerCtl runs rabbitmqctl with args against the run's broker.
+type brokerCtl func(ctx context.Context, args ...string) ([]byte, error)
+
+// machineBrokerRestart runs this machine's rabbitmqctl.
+func machineBrokerRestart(ctx context.Context, args ...string) ([]byte, error) {
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		return nil, errors.New("bench converge --restart-broker: rabbitmqctl is not on PATH: run it on the broker's machine, as a user that may run rabbitmqctl (or use --private-broker)")
+	}
+	return exec.CommandContext(ctx, ctl, args...).CombinedOutput()
 }

@@ -391,8 +391,10 @@ func (b *Backend) Resource(ctx context.Context, user, vhost, resource, name, per
 			// passive declare) needs no right.
 			return permission == "read", nil
 		case b.claim(l):
-			// An exclusive queue of its own, declared to hold the claim.
-			return permission == "configure", nil
+			// An exclusive queue of its own, declared to hold the
+			// claim, and consumed for the server's nudges (the inbox
+			// is there).
+			return permission == "configure" || permission == "read", nil
 		}
 	}
 	return false, nil

@@ -363,6 +363,33 @@ func (s *SQL) Statuses(ctx context.Context, env string, f record.StatusFilter) (
 	return out, nil
 }
 
+// CountStatuses implements Store.
+func (s *SQL) CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error) {
+	var a args
+	q := `SELECT count(*) FROM resource_status WHERE env = ` + a.add(env)
+	if f.Agent != "" {
+		q += ` AND agent = ` + a.add(f.Agent)
+	}
+	if f.Type != "" {
+		prefix := f.Type + "["
+		q += ` AND substr(resource_id, 1, ` + a.add(utf8.RuneCountInString(prefix)) + `) = ` + a.add(prefix)
+	}
+	if f.State != "" {
+		q += ` AND state = ` + a.add(f.State)
+	}
+	if f.Compliance != "" {
+		q += ` AND compliance = ` + a.add(f.Compliance)
+	}
+	if version != 0 {
+		q += ` AND version = ` + a.add(version)
+	}
+	var n int
+	if err := s.db.QueryRow(ctx, q, a...).Scan(&n); err != nil {
+		return 0, wrap("count statuses", err)
+	}
+	return n, nil
+}
+
 // Actions implements Store.
 func (s *SQL) Actions(ctx context.Context, env string, id model.ID, limit int) ([]record.Action, error) {
 	return s.actions(ctx, "actions of "+id.String(), `env = $1 AND resource_id = $2 ORDER BY seq DESC LIMIT $3`, env, id.String(), limitOf(limit))

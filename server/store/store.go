@@ -126,6 +126,9 @@ type Store interface {
 	ListAgentsAfter(ctx context.Context, env, after string, limit int) ([]record.Agent, error)
 	// CountAgents counts the environment's agents in state.
 	CountAgents(ctx context.Context, env string, state record.AgentState) (int, error)
+	// CountStatuses counts the environment's resource statuses f
+	// matches, of version (0: of any version).
+	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)
 
 	// RecordResults records batches of agents' results in one transaction:
 	// the status of each resource, and an action-log entry for each result

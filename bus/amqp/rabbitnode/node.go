@@ -75,6 +75,9 @@ type Options struct {
 	CacheTTL time.Duration
 	// Management enables rabbitmq_management on a port of its own.
 	Management bool
+	// ChannelMax overrides channel_max (0: ChannelMax). A benchmark
+	// that puts many simulated agents on one connection needs more.
+	ChannelMax int
 }
 
 // Node is a running private node. When the process that started it dies
@@ -314,7 +317,11 @@ func (n *Node) config(opts Options) string {
 	line("disk_free_limit.absolute = 8MB")
 	// The bound operations.md gives production brokers: every client of
 	// every test and benchmark stays within it.
-	line("channel_max = %d", ChannelMax)
+	channels := ChannelMax
+	if opts.ChannelMax > 0 {
+		channels = opts.ChannelMax
+	}
+	line("channel_max = %d", channels)
 	line("log.console = false")
 	line("log.file.level = info")
 	if opts.AuthHTTP != "" {

@@ -551,6 +551,18 @@ func testStatusFilters(t *testing.T, s store.Store) {
 		if got := count(tt.f); got != tt.want {
 			t.Errorf("Statuses(%+v): %d, want %d", tt.f, got, tt.want)
 		}
+		if got, err := s.CountStatuses(ctx, "prod", tt.f, 0); err != nil || got != tt.want {
+			t.Errorf("CountStatuses(%+v): %d, %v; want %d", tt.f, got, err, tt.want)
+		}
+	}
+	if n, err := s.CountStatuses(ctx, "prod", record.StatusFilter{State: model.StateDeployed}, 1); err != nil || n != 1 {
+		t.Errorf("CountStatuses of version 1, deployed: %d, %v; want 1", n, err)
+	}
+	if n, err := s.CountStatuses(ctx, "prod", record.StatusFilter{}, 2); err != nil || n != 0 {
+		t.Errorf("CountStatuses of version 2, not released: %d, %v; want 0", n, err)
+	}
+	if n, _ := s.CountStatuses(ctx, "other", record.StatusFilter{}, 0); n != 0 {
+		t.Fatalf("another environment counts %d statuses", n)
 	}
 	if sts, _ := s.Statuses(ctx, "other", record.StatusFilter{}); len(sts) != 0 {
 		t.Fatalf("another environment sees %d statuses", len(sts))

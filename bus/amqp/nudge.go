@@ -1,0 +1,130 @@
+package amqp
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Nudges. An agent never enrolled has no inbox until the server heard its
+// hello and declared it, and a look for a missing inbox costs the broker a
+// channel opened and closed. Closing one is a message to the broker's
+// registry of channels, a single process whose work per message grows with
+// its backlog: thousands of agents looking again and again while the
+// server works through their hellos can stall the whole broker (RabbitMQ
+// 3.10 was seen with a million such messages queued). So the server, when
+// it declares an inbox nobody consumes, nudges its agent: an empty message
+// through the default exchange to the agent's claim queue (claim.go),
+// which the agent consumes for nudges alone. The agent looks for its inbox
+// when nudged, and by itself only seldom. A nudge carries nothing: a
+// forged one makes the agent look once more, and nudges make an agent
+// look at most once per nudgeLookGap.
+
+const (
+	nudgeType = "tether.nudge"
+	// nudgeTTL: a nudge no agent takes (it is not connected) expires.
+	nudgeTTL = "60000"
+	// nudgeLookGap is the least time between two looks for an inbox
+	// that nudges cause.
+	nudgeLookGap = time.Second
+	// nudgedInboxMin is the least pause between two looks of an agent
+	// for a missing inbox when nudges can reach it (missingInboxMin when
+	// they cannot).
+	nudgedInboxMin = 5 * time.Second
+)
+
+type nudges struct {
+	// refused: the broker refused this server's nudges (its broker user
+	// may not publish to amq.default): none are sent any more.
+	refused atomic.Bool
+	// failed: the broker refused this agent's bus consuming a claim
+	// queue (a server that does not grant it): nudges are not listened
+	// for any more.
+	failed atomic.Bool
+	mu     sync.Mutex
+	// signals are the agents' signals, by claim queue.
+	signals map[string]chan struct{}
+	tags    int
+}
+
+// signal returns the signal of claim queue name: it holds a nudge until
+// taken.
+func (n *nudges) signal(name string) chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.signals == nil {
+		n.signals = map[string]chan struct{}{}
+	}
+	c, ok := n.signals[name]
+	if !ok {
+		c = make(chan struct{}, 1)
+		n.signals[name] = c
+	}
+	return c
+}
+
+// nudge has the server nudge env/agent's agent on ch (not in confirm
+// mode: a nudge is not waited for). A refusal closes ch; watchNudges
+// tells.
+func (b *Bus) nudge(ch *amqp.Channel, env, agent string) {
+	if b.cfg.Agent || b.nudges.refused.Load() {
+		return
+	}
+	_ = ch.Publish("", b.ClaimQueue(env, agent), false, false, amqp.Publishing{Type: nudgeType, Expiration: nudgeTTL})
+}
+
+// watchNudges waits for a kept channel's close (closed is its
+// NotifyClose): one the broker closed over a refused nudge stops nudges,
+// said once.
+func (b *Bus) watchNudges(closed <-chan *amqp.Error) {
+	e, ok := <-closed
+	if ok && e != nil && e.Code == amqp.AccessRefused && strings.Contains(e.Reason, "amq.default") && !b.nudges.refused.Swap(true) {
+		b.log.Warn().Str("reason", e.Reason).Msg("the broker refuses this server's nudges to new agents (publishing to amq.default): " +
+			"they find their inboxes by looking, which costs the broker more the larger the fleet; give the server's broker user write on amq.default (operations.md)")
+	}
+}
+
+// listenNudges has an agent's bus consume claim queue name for nudges, on
+// the session's nudge channel (one per connection, shared by its
+// agents' claims, so that a refusal closes it and never a claim).
+func (b *Bus) listenNudges(s *session, name string) {
+	if !b.cfg.Agent || b.nudges.failed.Load() {
+		return
+	}
+	s.nudgeMu.Lock()
+	defer s.nudgeMu.Unlock()
+	if s.nudgeCh == nil || s.nudgeCh.IsClosed() {
+		ch, err := openChannel(s.conn)
+		if err != nil {
+			return
+		}
+		s.nudgeCh = ch
+	}
+	b.nudges.mu.Lock()
+	b.nudges.tags++
+	tag := "nudge." + strconv.Itoa(b.nudges.tags)
+	b.nudges.mu.Unlock()
+	deliveries, err := s.nudgeCh.Consume(name, tag, true, false, false, false, nil)
+	if err != nil {
+		s.nudgeCh = nil
+		if isAMQPError(err, amqp.AccessRefused) && !b.nudges.failed.Swap(true) {
+			b.log.Info().Err(err).Msg("the broker does not let this agent consume its claim queue: it looks for a new inbox by itself, without the server's nudges")
+		}
+		return
+	}
+	sig := b.nudges.signal(name)
+	// Ends when the claim queue goes (released, or its connection
+	// closed) or the channel does.
+	go func() {
+		for range deliveries {
+			select {
+			case sig <- struct{}{}:
+			default:
+			}
+		}
+	}()
+}
