@@ -290,11 +290,15 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			"--token enrolls every agent with an enrollment token (enrollment policy token), as on real hosts.\n" +
 			"--restart-broker then restarts this machine's RabbitMQ (rabbitmqctl stop_app, start_app: every\n" +
 			"connection of every user is closed; never on a broker others are using), times until every\n" +
-			"agents' connection is back, and a second release until all recorded and every outbox drained.\n\n" +
+			"agents' connection is back, and a second release until all recorded and every outbox drained.\n" +
+			"--private-broker runs on a RabbitMQ node of the run's own (its ports, data and configuration, the\n" +
+			"limit on open files raised), so that --restart-broker disturbs nobody and the machine's broker\n" +
+			"and its limits do not bound the run. --servers N starts N server replicas on the same store and broker.\n\n" +
 			"   tether bench converge --agents 1000 --resources 20\n" +
 			"   tether bench converge --agents 1000 --resources 20 --dir /dev/shm/converge   # tmpfs\n" +
 			"   tether bench converge --agents 200 --resources 20 --forged 100000            # through a flood\n" +
-			"   tether bench converge --agents 1000 --resources 20 --token --restart-broker",
+			"   tether bench converge --agents 10000 --dir /dev/shm/converge --private-broker --timeout 30m\n" +
+			"   tether bench converge --agents 1000 --resources 20 --token --restart-broker --private-broker",
 		Flags: append(benchServiceFlags(),
 			benchAMQPFlag(),
 			&ucli.IntFlag{Name: "agents", Value: 1000, Usage: "how many agents"},
@@ -304,6 +308,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "dir", Usage: "the agents' journals and files go under `DIR` (default: a new temporary directory)"},
 			&ucli.BoolFlag{Name: "token", Usage: "enrollment policy token: every agent enrolls with an enrollment token (default: open enrollment)"},
 			&ucli.BoolFlag{Name: "restart-broker", Usage: "once converged, restart this machine's RabbitMQ (rabbitmqctl stop_app, start_app) and time the reconnect and a second release"},
+			&ucli.IntFlag{Name: "servers", Value: 1, Usage: "how many `N` server processes (replicas) share the store and the broker: they take events from one queue, one leads"},
 			&ucli.BoolFlag{Name: "private-broker", Usage: "run on a RabbitMQ node of the run's own (its own ports, data and configuration, the limit on open files raised), not the machine's broker; --restart-broker then restarts that node alone"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
 			&ucli.StringFlag{Name: "server-cpuprofile", Usage: "have the server write a CPU profile of its whole run to `FILE` (go tool pprof)"},
@@ -325,7 +330,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			}
 			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
-				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
 			}
@@ -354,6 +359,13 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "\nbroker restarted: every connection open again %.2f s after start_app; the next release converged in %.2f s, every outbox drained\n", res.ReconnectSeconds, res.ReconvergeSeconds)
 			}
 			fmt.Fprintf(term.stdout, "\n%d files open in the agents' process once converged\n", res.OpenFiles)
+			for _, ph := range []struct {
+				what string
+				cpu  bench.CPUSeconds
+			}{{"enrolling", res.EnrollCPU}, {"converging", res.ConvergeCPU}} {
+				fmt.Fprintf(term.stdout, "CPU seconds while %s: server %.1f, broker %.1f, agents %.1f\n", ph.what, ph.cpu.Server, ph.cpu.Broker, ph.cpu.Agents)
+			}
+			fmt.Fprintf(term.stdout, "the release's fan-out took %.1f s of the %.1f s to converge\n", res.FanoutSeconds, res.ConvergeSeconds)
 			fmt.Fprintf(term.stdout, "AMQP channels the agents opened: %d while enrolling (%.1f per agent), %d while converging\n",
 				res.EnrollChannels, float64(res.EnrollChannels)/float64(res.Agents), res.ConvergeChannels)
 			fmt.Fprintf(term.stdout, "\ncommand: %s\n", res.Command)

@@ -29,6 +29,7 @@ import (
 	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
@@ -105,6 +106,12 @@ func serverFlags() []ucli.Flag {
 			Usage: "RabbitMQ management API `URL` (http://user:password@host:15672): rejecting or revoking an agent closes its broker connections at once, and so do a key a pending name lost to an enrollment token and a key an agent rolled over from; an agent's connections beyond --broker-max-agent-connections are closed"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "broker-max-agent-connections", Value: server.Default().MaxAgentConnections, EnvVars: []string{"TETHER_BROKER_MAX_AGENT_CONNECTIONS"},
 			Usage: "broker connections one agent (a name, whatever its key) may hold, with --broker-admin-url; the newest beyond are closed and alerted (0: no limit)"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "fanout-page-size", Value: scheduler.DefaultFanout().PageSize, EnvVars: []string{"TETHER_FANOUT_PAGE_SIZE"},
+			Usage: "a release's fan-out reads, diffs and sends to this many agents at once (at most 1000)"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "fanout-workers", Value: scheduler.DefaultFanout().Workers, EnvVars: []string{"TETHER_FANOUT_WORKERS"},
+			Usage: "pages of agents a release's fan-out has in hand at once (one computes while others wait for the broker's confirms)"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "keep-actions", Value: server.Default().KeepActions, EnvVars: []string{"TETHER_KEEP_ACTIONS"},
+			Usage: "how long the action log (every change an agent made, `tether resource log`) keeps an entry; older ones are deleted every hour (0: keep them for ever)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
@@ -516,6 +523,18 @@ func runServer(c *ucli.Context, term *terminal) error {
 		cfg.MaxAgentConnections = -1
 	default:
 		cfg.MaxAgentConnections = n
+	}
+	if p, w := c.Int("fanout-page-size"), c.Int("fanout-workers"); p < 1 || p > 1000 || w < 1 {
+		return usageError("--fanout-page-size %d, --fanout-workers %d: want a page of 1 to 1000 agents and at least 1 worker", p, w)
+	}
+	cfg.Fanout = scheduler.FanoutConfig{PageSize: c.Int("fanout-page-size"), Workers: c.Int("fanout-workers")}
+	switch d := c.Duration("keep-actions"); {
+	case d < 0:
+		return usageError("--keep-actions %v: want 0 (for ever) or more", d)
+	case d == 0:
+		cfg.KeepActions = -1
+	default:
+		cfg.KeepActions = d
 	}
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {

@@ -84,6 +84,7 @@ func (s *Server) lead(ctx context.Context) {
 				if err := s.store.ForgetIngested(ctx, time.Now().Add(-s.cfg.KeepIngested)); err != nil && ctx.Err() == nil {
 					s.log.Warn().Err(err).Msg("cannot drop old deduplication marks; retrying in an hour")
 				}
+				s.pruneActions(ctx)
 			}
 		}
 		select {
@@ -206,4 +207,33 @@ func until(last time.Time, d time.Duration) time.Duration {
 		return 0
 	}
 	return max(time.Until(last.Add(d)), time.Millisecond)
+}
+
+// pruneBatch is how many action log entries one statement deletes: short
+// transactions, so that ingest is not held up.
+const pruneBatch = 5000
+
+// pruneActions deletes the action log's entries older than KeepActions
+// (none when it is 0), a batch at a time.
+func (s *Server) pruneActions(ctx context.Context) {
+	if s.cfg.KeepActions <= 0 {
+		return
+	}
+	before, total := time.Now().Add(-s.cfg.KeepActions), 0
+	for ctx.Err() == nil {
+		n, err := s.store.PruneActions(ctx, before, pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Int("deleted", total).Msg("cannot prune the action log; retrying in an hour")
+			}
+			return
+		}
+		total += n
+		if n < pruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info().Int("deleted", total).Dur("keep", s.cfg.KeepActions).Msg("pruned the action log")
+	}
 }

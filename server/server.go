@@ -47,6 +47,9 @@ type Config struct {
 	// KeepIngested is how long (agent, seq) marks are kept to drop
 	// redeliveries (default 24h).
 	KeepIngested time.Duration
+	// KeepActions is how long the action log keeps an entry (0: 90 days;
+	// negative: for ever). The leader prunes it every hour.
+	KeepActions time.Duration
 	// Sources gives the models of the environments the server compiles
 	// itself (nil: it compiles none; versions come from exports).
 	Sources Sources
@@ -116,7 +119,7 @@ type inboxDeleter interface {
 // Default returns the configuration New uses for zero (or negative)
 // fields; a nil Key is generated.
 func Default() Config {
-	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour,
+	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
 		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
 		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second}
 }
@@ -129,6 +132,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.LeadEvery, def.LeadEvery)
 	orDefault(&c.AgentCacheTTL, def.AgentCacheTTL)
 	orDefault(&c.KeepIngested, def.KeepIngested)
+	orDefault(&c.KeepActions, def.KeepActions)
 	orDefault(&c.CompileSettle, def.CompileSettle)
 	orDefault(&c.CompileTimeout, def.CompileTimeout)
 	orDefault(&c.AgentEventRate, def.AgentEventRate)

@@ -186,6 +186,17 @@ func raiseFileLimit(need uint64) (uint64, error) {
 	return lim.Cur, nil
 }
 
+// raiseHardFileLimit lifts the hard limit on open files of this process,
+// and so of the processes it starts, to want, where it may (root may; a
+// failure leaves the limit as it was).
+func raiseHardFileLimit(want uint64) {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil || lim.Max >= want {
+		return
+	}
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want})
+}
+
 // cpu returns the processor time the node and this process have used so
 // far (0 for the node when /proc cannot say).
 func (ab *authBroker) cpu() (node, self time.Duration) {

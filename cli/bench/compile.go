@@ -150,7 +150,9 @@ func RunCompile(ctx context.Context, o CompileOptions) (*CompileResult, error) {
 	bcfg.URL, bcfg.QueueType = o.AMQP, amqp.QueueClassic
 	bcfg.Namespace = "tetherbench." + uuid.NewString()[:8]
 	defer func() { _ = amqp.DeleteTopology(context.WithoutCancel(ctx), bcfg, nil) }()
-	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg, nil)
+	id := newServerIdentity()
+	srv, base, err := startServer(ctx, o.Tether, pgURL, bcfg, id, nil)
+	token := id.token
 	if err != nil {
 		return nil, err
 	}

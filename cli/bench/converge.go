@@ -77,6 +77,9 @@ type ConvergeOptions struct {
 	// (raised to the hard limit), not the machine's broker: AMQP is
 	// ignored, and --restart-broker restarts that node alone.
 	PrivateBroker bool
+	// Servers is how many server processes share the store and the
+	// broker (replicas; default 1).
+	Servers int
 	// ServerCPUProfile, if set, is where the server writes a CPU profile
 	// of its whole run (go tool pprof).
 	ServerCPUProfile string
@@ -96,7 +99,8 @@ type ConvergeResult struct {
 	ResultsPerSecond float64 `json:"results_per_second"`
 	Forged           int     `json:"forged_events,omitempty"`
 	ForgedSeconds    float64 `json:"forged_publish_seconds,omitempty"` // all of them, the release started halfway
-	ServerPeakMiB    float64 `json:"server_peak_rss_mib"`
+	Servers          int     `json:"servers"`
+	ServerPeakMiB    float64 `json:"server_peak_rss_mib"` // of the largest replica
 	ServerRSSMiB     float64 `json:"server_rss_mib"`
 	Enrollment       string  `json:"enrollment"` // open or token
 	// BrokerRSSMiB is the resident memory of the broker's process
@@ -107,6 +111,8 @@ type ConvergeResult struct {
 	// PostgresMiB is what the run's schema takes on disk at the end:
 	// its tables with their indexes and TOAST.
 	PostgresMiB float64 `json:"postgres_schema_mib"`
+	// PostgresTables are the schema's six largest tables.
+	PostgresTables []postgres.TableSize `json:"postgres_tables"`
 	// OpenFiles is how many files this process (the agents) held open
 	// once they all converged.
 	OpenFiles int `json:"open_files"`
@@ -114,8 +120,15 @@ type ConvergeResult struct {
 	// agents opened while enrolling and while converging: each costs the
 	// broker a process, and its close a message to the broker's channel
 	// registry, a single process.
-	EnrollChannels   int64 `json:"enroll_channels_opened"`
-	ConvergeChannels int64 `json:"converge_channels_opened"`
+	// FanoutSeconds is how long the release's fan-out took, by the
+	// server's record of it: within ConvergeSeconds.
+	FanoutSeconds float64 `json:"fanout_seconds"`
+	// EnrollCPU and ConvergeCPU are the CPU seconds each process used
+	// while the agents enrolled and while they converged.
+	EnrollCPU        CPUSeconds `json:"enroll_cpu_seconds"`
+	ConvergeCPU      CPUSeconds `json:"converge_cpu_seconds"`
+	EnrollChannels   int64      `json:"enroll_channels_opened"`
+	ConvergeChannels int64      `json:"converge_channels_opened"`
 	// ReconnectSeconds: from the broker's start_app to every agents'
 	// connection open again; ReconvergeSeconds: the release after it,
 	// until all recorded deployed and every outbox drained.
@@ -140,6 +153,12 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	// One file per agent (its journal's log; the journals share one lock),
 	// one per connection, room for the rest of the process, and at least
 	// 256 files being written at once (all the agents share the bound).
+	if o.PrivateBroker {
+		// The node inherits this process's limit: each of its queues
+		// keeps files open, and one short of them spends its time
+		// closing and opening them again.
+		raiseHardFileLimit(privateBrokerFiles)
+	}
 	held := uint64(o.Agents + o.Agents/o.PerConnection + 1024)
 	limit, err := raiseFileLimit(held + 256)
 	if err != nil {
@@ -201,11 +220,24 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if o.ServerCPUProfile != "" {
 		global = []string{"--cpu-profile", o.ServerCPUProfile}
 	}
-	srv, base, token, err := startServer(ctx, o.Tether, pgURL, bcfg, o.ServerLog, global...)
+	id := newServerIdentity()
+	srv, base, err := startServer(ctx, o.Tether, pgURL, bcfg, id, o.ServerLog, global...)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
+	token := id.token
+	// Replicas: the same store, broker namespace and keys; they share
+	// the events queue, and one of them leads (fan-out, schedules).
+	servers := []*serverProcess{srv}
+	for range max(o.Servers, 1) - 1 {
+		r, _, err := startServer(ctx, o.Tether, pgURL, bcfg, id, nil)
+		if err != nil {
+			return nil, fmt.Errorf("a server replica: %w", err)
+		}
+		defer r.stop()
+		servers = append(servers, r)
+	}
 	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: time.Minute}}
 	enrollment := "open"
 	if o.Token {
@@ -246,7 +278,8 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
 	files := handler.NewFileLimit(writing)            // shared: within the limit on open files
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
-	enrollStart, channels0 := time.Now(), amqp.ChannelsOpened()
+	brokerProc := brokerPID(o.AMQP)
+	enrollStart, channels0, cpu0 := time.Now(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc)
 	for i, name := range names {
 		if i%o.PerConnection == 0 {
 			cfg := bcfg
@@ -304,7 +337,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 			return nil, err
 		}
 	}
-	enroll, channels1 := time.Since(enrollStart), amqp.ChannelsOpened()
+	enroll, channels1, cpu1 := time.Since(enrollStart), amqp.ChannelsOpened(), cpuNow(servers, brokerProc)
 	fl := &fleet{cl: cl, srv: srv, st: st, names: names, agents: agents, resources: o.Resources, progress: o.Progress}
 	// A flood runs through the release: it starts once half of it is
 	// on the broker.
@@ -329,19 +362,25 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if err != nil {
 		return nil, err
 	}
-	nfiles, channels2 := openFiles(), amqp.ChannelsOpened()
+	nfiles, channels2, cpu2 := openFiles(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc)
 	showProgress(o.Progress, "forging the rest of the events")
 	if err := <-forgeDone; err != nil {
 		return nil, err
 	}
 	showProgress(o.Progress, "")
-	peak, cur, err := procMemory(srv.cmd.Process.Pid)
-	if err != nil {
-		return nil, err
+	// The largest replica's.
+	var peak, cur int64
+	for _, r := range servers {
+		p, c, err := procMemory(r.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		peak, cur = max(peak, p), max(cur, c)
 	}
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
 		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles,
-		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1,
+		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(),
+		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
 	if pid := brokerPID(o.AMQP); pid != 0 {
@@ -354,6 +393,12 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		return nil, err
 	}
 	res.PostgresMiB = float64(size) / (1 << 20)
+	if res.PostgresTables, err = postgres.TableSizes(ctx, o.Postgres, schema); err != nil {
+		return nil, err
+	}
+	if len(res.PostgresTables) > 6 {
+		res.PostgresTables = res.PostgresTables[:6]
+	}
 
 	if o.RestartBroker {
 		d, err := fl.reconnect(ctx, buses, restart)
@@ -385,6 +430,10 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if o.PrivateBroker {
 		cmd += " --private-broker"
 	}
+	if o.Servers > 1 {
+		cmd += fmt.Sprintf(" --servers %d", o.Servers)
+	}
+	res.Servers = max(o.Servers, 1)
 	res.Command = cmd
 	return res, nil
 }
@@ -398,7 +447,10 @@ type fleet struct {
 	agents    []*agent.Agent
 	resources int
 	releases  int
-	progress  io.Writer
+	// fanout is how long the last release's fan-out took (from its
+	// start to its end, as the server recorded them).
+	fanout   time.Duration
+	progress io.Writer
 }
 
 // release releases a version of every agent's files, with contents of
@@ -420,27 +472,38 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 	if err := f.cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
-	// First the agents' side, cheap to look at: every resource applied
-	// and every result confirmed by the broker; then the server's record.
+	// First the agents' side: every resource applied and every result
+	// confirmed by the broker; then the server's record. An agent found
+	// done is not looked at again, and the looks are 100 ms apart: the
+	// agents share the machine's cores with the server and the broker,
+	// and looking at 10,000 journals costs.
+	done := make([]bool, len(f.agents))
+	n := 0
 	for {
-		n := 0
-		for _, a := range f.agents {
+		for i, a := range f.agents {
+			if done[i] {
+				continue
+			}
 			j := a.Journal()
 			s := j.Slice()
 			if s.Generation != out.Version.Number || j.OutboxLen() > 0 {
 				continue
 			}
+			applied := 0
 			for _, r := range s.Resources {
 				if ap, ok := j.Applied(r.ID); ok && ap.State == model.StateDeployed {
-					n++
+					applied++
 				}
+			}
+			if applied == len(s.Resources) {
+				done[i], n = true, n+applied
 			}
 		}
 		showProgress(f.progress, "reported by the agents%s: %d/%d", what, n, len(rs))
 		if n == len(rs) {
 			break
 		}
-		if err := waitServer(ctx, f.srv, 20*time.Millisecond); err != nil {
+		if err := waitServer(ctx, f.srv, 100*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}
@@ -453,11 +516,15 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		if n == len(rs) {
 			break
 		}
-		if err := waitServer(ctx, f.srv, 20*time.Millisecond); err != nil {
+		if err := waitServer(ctx, f.srv, 50*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}
-	return time.Since(start), nil
+	took := time.Since(start)
+	if r, err := f.st.GetRelease(ctx, "bench", out.ReleaseID); err == nil && r.FinishedAt != nil {
+		f.fanout = r.FinishedAt.Sub(r.StartedAt)
+	}
+	return took, nil
 }
 
 // reconnect restarts the broker and returns how long from its start_app
@@ -560,38 +627,58 @@ func (s *serverProcess) output() string {
 	return s.log.String()
 }
 
+// privateBrokerFiles is the limit on open files the benchmark gives the
+// private broker node, where it may raise it (as root).
+const privateBrokerFiles = 1 << 18
+
+// CPUSeconds is the CPU time of the run's processes over one phase.
+type CPUSeconds struct {
+	Server float64 `json:"server"` // every replica
+	Broker float64 `json:"broker"` // 0 when not on this machine
+	Agents float64 `json:"agents"` // this process
+}
+
+// serverIdentity is what the server processes of a run share: the API's
+// admin token, and the key of the server's key file (replicas of one
+// server hold the same).
+type serverIdentity struct{ token, key string }
+
+func newServerIdentity() serverIdentity {
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	return serverIdentity{token: "bench-" + hex.EncodeToString(secret), key: keyring.EncodeKey(keyring.NewKey())}
+}
+
 // startServer starts tether (default: this process's binary) as a server
 // on the database and broker namespace given, and returns it with its API's
 // base URL and admin token once it is ready. The global flags go before
 // the command (--cpu-profile FILE). logTo, if not nil, gets the server's
 // whole stderr; the error of a server that stopped holds its first 64 KiB.
-func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, logTo io.Writer, global ...string) (*serverProcess, string, string, error) {
+func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id serverIdentity, logTo io.Writer, global ...string) (*serverProcess, string, error) {
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
-			return nil, "", "", err
+			return nil, "", err
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	secret := make([]byte, 16)
-	_, _ = rand.Read(secret)
-	token := "bench-" + hex.EncodeToString(secret)
+	token := id.token
 	cmd := exec.Command(self, append(global, "server", "--listen", addr, "--postgres", pgURL, "--amqp", bcfg.URL,
 		"--amqp-namespace", bcfg.Namespace, "--queue-type", amqp.QueueClassic, "--admin-token", token, "--log-level", "warn")...)
-	// The server's keys: one of its own, as the database is the run's alone.
+	// The server's keys: the run's own, as the database is the run's alone.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TETHER_KEY_FILE=") })
-	cmd.Env = append(cmd.Env, "TETHER_SERVER_CONFIG=/dev/null", "TETHER_KEY="+keyring.EncodeKey(keyring.NewKey()))
+	cmd.Env = append(cmd.Env, "TETHER_SERVER_CONFIG=/dev/null", "TETHER_KEY="+id.key)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, "", "", fmt.Errorf("start tether server: %w", err)
+		return nil, "", fmt.Errorf("start tether server: %w", err)
 	}
 	s := &serverProcess{cmd: cmd, done: make(chan error, 1)}
 	go func() {
@@ -614,12 +701,12 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, logT
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s, base, token, nil
+				return s, base, nil
 			}
 		}
 		if err := waitServer(ctx, s, 50*time.Millisecond); err != nil {
 			s.stop()
-			return nil, "", "", err
+			return nil, "", err
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // brokerPID finds the process listening on the broker URL's port on this
@@ -102,4 +105,50 @@ func machineBrokerRestart(ctx context.Context, args ...string) ([]byte, error) {
 		return nil, errors.New("bench converge --restart-broker: rabbitmqctl is not on PATH: run it on the broker's machine, as a user that may run rabbitmqctl (or use --private-broker)")
 	}
 	return exec.CommandContext(ctx, ctl, args...).CombinedOutput()
+}
+
+// procCPU returns the CPU time (user and system, every thread) process
+// pid used so far, from /proc; 0 when it cannot be told.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state … utime stime: comm may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100)
+}
+
+// cpuShares is the CPU time the run's processes used so far: the server
+// (every replica), the broker (when on this machine) and this process
+// (the agents).
+type cpuShares struct{ server, broker, agents time.Duration }
+
+func cpuNow(servers []*serverProcess, broker int) cpuShares {
+	var c cpuShares
+	for _, s := range servers {
+		c.server += procCPU(s.cmd.Process.Pid)
+	}
+	c.broker = procCPU(broker)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		c.agents = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return c
+}
+
+func (c cpuShares) since(before cpuShares) CPUSeconds {
+	return CPUSeconds{Server: (c.server - before.server).Seconds(), Broker: (c.broker - before.broker).Seconds(), Agents: (c.agents - before.agents).Seconds()}
 }

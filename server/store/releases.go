@@ -342,12 +342,23 @@ func (s *SQL) ResourcesByID(ctx context.Context, env string, n int64, ids []mode
 		return []model.Resource{}, nil
 	}
 	names := make([]string, len(ids))
+	var agents []string
+	seen := map[string]bool{}
 	for i, id := range ids {
 		names[i] = id.String()
+		if !seen[id.Agent] {
+			seen[id.Agent] = true
+			agents = append(agents, id.Agent)
+		}
 	}
+	// The agents too, though the ids name them: the rows of a version
+	// just stored have no statistics yet, and a planner that takes the
+	// version's index by agent then reads every agent's rows of it, for
+	// each page of a fan-out.
 	in, args := inList([]any{env, n}, names)
+	inAgents, args := inList(args, agents)
 	rows, err := s.db.Query(ctx, `SELECT b.body FROM version_resources vr JOIN resource_bodies b ON b.key = vr.body_key
-		WHERE vr.env = $1 AND vr.number = $2 AND vr.resource_id IN `+in, args...)
+		WHERE vr.env = $1 AND vr.number = $2 AND vr.resource_id IN `+in+` AND vr.agent IN `+inAgents, args...)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

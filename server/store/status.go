@@ -332,6 +332,12 @@ func (s *SQL) ForgetIngested(ctx context.Context, before time.Time) error {
 	return wrap("forget ingested", err)
 }
 
+// PruneActions implements Store.
+func (s *SQL) PruneActions(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := s.db.Exec(ctx, `DELETE FROM actions WHERE seq IN (SELECT seq FROM actions WHERE at < $1 ORDER BY at LIMIT $2)`, before, limit)
+	return int(n), wrap("prune actions", err)
+}
+
 // Statuses implements Store.
 func (s *SQL) Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error) {
 	var a args

@@ -144,6 +144,10 @@ type Store interface {
 	// ForgetIngested drops the deduplication marks of batches recorded
 	// before t; redeliveries older than that are not expected.
 	ForgetIngested(ctx context.Context, before time.Time) error
+	// PruneActions deletes up to limit entries of the action log, of
+	// every environment, recorded before t, oldest first, and returns how
+	// many it deleted.
+	PruneActions(ctx context.Context, before time.Time, limit int) (int, error)
 	// Statuses returns resource statuses matching the filter, by ID.
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 	// Actions returns the newest entries of a resource's action log, newest first.

@@ -306,6 +306,46 @@ func SchemaSize(ctx context.Context, u, schema string) (int64, error) {
 	return n, nil
 }
 
+// TableSize is what one table of a schema takes: its rows (as counted)
+// and its bytes on disk with indexes and TOAST.
+type TableSize struct {
+	Table string `json:"table"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+}
+
+// TableSizes returns the sizes of a schema's tables, largest first.
+func TableSizes(ctx context.Context, u, schema string) ([]TableSize, error) {
+	if !schemaName.MatchString(schema) {
+		return nil, fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid)::bigint
+		FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relkind = 'r' ORDER BY 2 DESC`, schema)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: table sizes: %w", schema, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableSize, error) {
+		var t TableSize
+		return t, r.Scan(&t.Table, &t.Bytes)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: table sizes: %w", schema, err)
+	}
+	for i := range out {
+		q := `SELECT count(*) FROM ` + pgx.Identifier{schema, out[i].Table}.Sanitize()
+		if err := conn.QueryRow(ctx, q).Scan(&out[i].Rows); err != nil {
+			return nil, fmt.Errorf("schema %s: rows of %s: %w", schema, out[i].Table, err)
+		}
+	}
+	return out, nil
+}
+
 func onSchema(ctx context.Context, u, schema string, sql ...string) error {
 	if !schemaName.MatchString(schema) {
 		return fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)

@@ -43,6 +43,20 @@ func testDuplicateBatches(t *testing.T, s store.Store) {
 	if none, err := s.DeployActions(ctx, "prod", "other", 0); err != nil || len(none) != 0 {
 		t.Fatalf("actions of an unknown deploy: %v, %v", none, err)
 	}
+	// The action log's retention: nothing younger than the bound goes,
+	// the older goes up to the limit.
+	if n, err := s.PruneActions(ctx, time.Now().Add(-time.Hour), 100); err != nil || n != 0 {
+		t.Fatalf("prune actions older than an hour: %d, %v; want none", n, err)
+	}
+	if n, err := s.PruneActions(ctx, time.Now().Add(time.Minute), 0); err != nil || n != 0 {
+		t.Fatalf("prune with limit 0: %d, %v; want none", n, err)
+	}
+	if n, err := s.PruneActions(ctx, time.Now().Add(time.Minute), 100); err != nil || n != 1 {
+		t.Fatalf("prune actions older than a minute from now: %d, %v; want 1", n, err)
+	}
+	if acts, err := s.Actions(ctx, "prod", x.ID, 0); err != nil || len(acts) != 0 {
+		t.Fatalf("action log after pruning: %d entries (%v), want 0", len(acts), err)
+	}
 	if err := s.ForgetIngested(ctx, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
