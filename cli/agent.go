@@ -44,7 +44,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term.stdout, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS")
+				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS")
 				for _, a := range as {
 					var labels []string
 					for k, v := range a.Labels {
@@ -137,7 +137,7 @@ func agentTokenCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, ts)
 				}
-				t := newTable(term.stdout, "ID", "NAME", "USES", "CREATED", "EXPIRES")
+				t := newTable(term, "ID", "NAME", "USES", "CREATED", "EXPIRES")
 				for _, tok := range ts {
 					exp, uses := "never", fmt.Sprintf("%d", tok.Uses)
 					if tok.ExpiresAt != nil {

@@ -38,7 +38,7 @@ func alertCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term.stdout, "AT", "KIND", "AGENT", "RESOURCE", "MESSAGE")
+				t := newTable(term, "AT", "KIND", "AGENT", "RESOURCE", "MESSAGE")
 				for _, a := range as {
 					id := ""
 					if a.ID != nil {

@@ -56,16 +56,21 @@ func Run(args []string) int {
 // terminal is where a command writes; tests substitute buffers.
 type terminal struct {
 	stdout, stderr io.Writer
-	// tty: stdout is a terminal (tables get colour).
-	tty bool
+	// color: stdout is a terminal and NO_COLOR is not set (tables and
+	// outcomes get colour).
+	color bool
 	// progress: stderr is a terminal (progress lines are drawn).
 	progress bool
+	// stderrColor: stderr is a terminal and NO_COLOR is not set (compile
+	// diagnostics get colour).
+	stderrColor bool
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	term := &terminal{stdout: stdout, stderr: stderr, tty: isTerminal(stdout) && os.Getenv("NO_COLOR") == "", progress: isTerminal(stderr)}
+	term := &terminal{stdout: stdout, stderr: stderr,
+		color: isTerminal(stdout) && colorAllowed(), progress: isTerminal(stderr), stderrColor: isTerminal(stderr) && colorAllowed()}
 	app := newApp(term)
 	app.Reader = stdin
 	err := app.RunContext(ctx, reorderFlags(app, args))
@@ -87,7 +92,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return code
 }
 
-func isTerminal(w io.Writer) bool {
+// isTerminal reports whether w is a terminal. A variable, so that tests can
+// stand a buffer in for a terminal.
+var isTerminal = func(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
@@ -209,10 +216,10 @@ func logger(c *ucli.Context, stderr io.Writer) (zerolog.Logger, error) {
 	switch c.String("log-format") {
 	case "json":
 	case "text":
-		w = zerolog.ConsoleWriter{Out: stderr, NoColor: !isTerminal(stderr)}
+		w = zerolog.ConsoleWriter{Out: stderr, NoColor: !isTerminal(stderr) || !colorAllowed()}
 	case "auto":
 		if isTerminal(stderr) {
-			w = zerolog.ConsoleWriter{Out: stderr}
+			w = zerolog.ConsoleWriter{Out: stderr, NoColor: !colorAllowed()}
 		}
 	default:
 		return zerolog.Nop(), usageError("--log-format %q: use auto, text or json", c.String("log-format"))

@@ -94,7 +94,7 @@ func benchDeployCommand(term *terminal) *ucli.Command {
 }
 
 func printBenchDeploy(term *terminal, r *bench.DeployResult) error {
-	t := newTable(term.stdout, "PHASE", "RUNS", "WALL MEDIAN", "WALL MIN", "WALL MAX", "CPU MEDIAN", "PEAK RSS MAX")
+	t := newTable(term, "PHASE", "RUNS", "WALL MEDIAN", "WALL MIN", "WALL MAX", "CPU MEDIAN", "PEAK RSS MAX")
 	for _, p := range []struct {
 		name string
 		runs []bench.DeployRun
@@ -155,7 +155,7 @@ func benchIngestCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "PATH", "EVENTS", "SECONDS", "EVENTS/S", "PER TRANSACTION")
+			t := newTable(term, "PATH", "EVENTS", "SECONDS", "EVENTS/S", "PER TRANSACTION")
 			t.row("server ingest (RabbitMQ → PostgreSQL)", strconv.Itoa(res.Events), fmt.Sprintf("%.2f", res.IngestSeconds),
 				fmt.Sprintf("%.0f", res.IngestRate), fmt.Sprintf("%.1f", res.PerTransaction))
 			t.row("baseline (bare pgx batches)", strconv.Itoa(res.Events), fmt.Sprintf("%.2f", res.BaselineSeconds),
@@ -202,7 +202,7 @@ func benchExportCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "STEP", "SECONDS")
+			t := newTable(term, "STEP", "SECONDS")
 			t.row("upload the first version", fmt.Sprintf("%.2f", res.FirstUpload))
 			t.row("upload the second version", fmt.Sprintf("%.2f", res.SecondUpload))
 			t.row("diff second against first", fmt.Sprintf("%.2f", res.Diff))
@@ -256,7 +256,7 @@ func benchCompileCommand(term *terminal) *ucli.Command {
 			for i, s := range res.TriggerToReleased {
 				runs[i] = fmt.Sprintf("%.2f (report %.2f)", s, res.TriggerToReport[i])
 			}
-			t := newTable(term.stdout, "AGENTS", "RESOURCES", "FIRST S", "RELEASED S", "REPORT S", "SERVER PEAK RSS", "SERVER RSS")
+			t := newTable(term, "AGENTS", "RESOURCES", "FIRST S", "RELEASED S", "REPORT S", "SERVER PEAK RSS", "SERVER RSS")
 			t.row(strconv.Itoa(res.Agents), strconv.Itoa(res.Resources), fmt.Sprintf("%.2f", res.FirstSeconds), fmt.Sprintf("%.2f", res.MedianSeconds),
 				fmt.Sprintf("%.2f", res.MedianReport), fmt.Sprintf("%.1f MiB", res.ServerPeakMiB), fmt.Sprintf("%.1f MiB", res.ServerRSSMiB))
 			if err := t.flush(); err != nil {
@@ -341,7 +341,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "AGENTS", "RESOURCES", "ENROLLMENT", "ENROLL S", "CONVERGE S", "RESULTS/S", "SERVER PEAK RSS", "SERVER RSS", "BROKER RSS", "PG SCHEMA")
+			t := newTable(term, "AGENTS", "RESOURCES", "ENROLLMENT", "ENROLL S", "CONVERGE S", "RESULTS/S", "SERVER PEAK RSS", "SERVER RSS", "BROKER RSS", "PG SCHEMA")
 			broker := "unknown"
 			if res.BrokerRSSMiB > 0 {
 				broker = fmt.Sprintf("%.1f MiB", res.BrokerRSSMiB)
@@ -420,7 +420,7 @@ func benchBrokerAuthCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "PHASE", "AGENTS", "SECONDS", "AGENT P50", "AGENT P95", "AGENT MAX", "CPU S NODE/OWN", "QUESTIONS", "QUESTIONS/S", "REFUSED", "BY KIND")
+			t := newTable(term, "PHASE", "AGENTS", "SECONDS", "AGENT P50", "AGENT P95", "AGENT MAX", "CPU S NODE/OWN", "QUESTIONS", "QUESTIONS/S", "REFUSED", "BY KIND")
 			for _, p := range res.Phases {
 				secs := fmt.Sprintf("%.2f", p.Seconds)
 				if p.RecordedSeconds > 0 {
@@ -498,7 +498,7 @@ func benchIngestTLSCommand(term *terminal) *ucli.Command {
 			if format == "json" {
 				return writeJSON(term.stdout, res)
 			}
-			t := newTable(term.stdout, "RUN", "SETUP", "CONNECT S", "PUBLISH S", "PUBLISHED/S", "CPU S NODE/OWN", "INGEST S", "INGESTED/S", "CPU S NODE/OWN", "PER TRANSACTION", "QUESTIONS")
+			t := newTable(term, "RUN", "SETUP", "CONNECT S", "PUBLISH S", "PUBLISHED/S", "CPU S NODE/OWN", "INGEST S", "INGESTED/S", "CPU S NODE/OWN", "PER TRANSACTION", "QUESTIONS")
 			runs := make([]string, 0, len(res.Runs)+2)
 			for i := range res.Runs {
 				runs = append(runs, strconv.Itoa(i+1))

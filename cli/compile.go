@@ -133,7 +133,7 @@ func compileDir(ctx context.Context, term *terminal, dir string, opts lang.Optio
 	var le *lang.Error
 	switch {
 	case errors.As(err, &le):
-		fmt.Fprint(term.stderr, le.Pretty(term.progress))
+		fmt.Fprint(term.stderr, le.Pretty(term.stderrColor))
 		n := 0
 		for _, d := range le.Diagnostics {
 			if d.Severity == lang.SeverityError {
@@ -225,7 +225,7 @@ func redactedResult(res *lang.Result) *lang.Result {
 }
 
 func printResources(term *terminal, res *lang.Result) error {
-	t := newTable(term.stdout, "AGENT", "RESOURCE", "STATE", "REQUIRES")
+	t := newTable(term, "AGENT", "RESOURCE", "STATE", "REQUIRES")
 	undefined := 0
 	// Per agent, then by resource: what each agent gets reads as a block.
 	sorted := slices.Clone(res.Resources)

@@ -146,7 +146,7 @@ func compilesCommand(term *terminal) *ucli.Command {
 			fmt.Fprintln(term.stdout, "no compiles yet (give the environment a source: tether env source set URL)")
 			return nil
 		}
-		t := newTable(term.stdout, "ID", "STARTED", "TOOK", "TRIGGERS", "REVISION", "OUTCOME", "VERSION")
+		t := newTable(term, "ID", "STARTED", "TOOK", "TRIGGERS", "REVISION", "OUTCOME", "VERSION")
 		for _, x := range cs {
 			version := "-"
 			if x.Version > 0 {
@@ -156,7 +156,7 @@ func compilesCommand(term *terminal) *ucli.Command {
 			if x.FinishedAt != nil {
 				took = x.Duration().Round(time.Millisecond).String()
 			}
-			t.paintedRow([]string{5: outcomeColour(term, x.Outcome)}, shortID(x.ID), x.StartedAt.Local().Format(time.DateTime), took,
+			t.paintedRow([]colour{5: outcomeColour(x.Outcome)}, shortID(x.ID), x.StartedAt.Local().Format(time.DateTime), took,
 				x.Triggers.String(), shortRev(x.Revision), string(x.Outcome), version)
 		}
 		return t.flush()
@@ -217,22 +217,22 @@ func findCompile(ctx context.Context, cl *client, id string) (record.Compile, er
 	return x, usageError("%d compiles start with %q: give more of the ID", len(found), id)
 }
 
-func outcomeColour(term *terminal, o record.CompileOutcome) string {
+func outcomeColour(o record.CompileOutcome) colour {
 	switch o {
 	case record.CompileFailed:
-		return term.colour(red)
+		return red
 	case record.CompileReleased:
-		return term.colour(green)
+		return green
 	case record.CompileCandidate, record.CompileRunning:
-		return term.colour(yellow)
+		return yellow
 	}
-	return ""
+	return none
 }
 
 // showCompile prints a compile's report for a person.
 func showCompile(term *terminal, x record.Compile) error {
 	w := term.stdout
-	fmt.Fprintf(w, "compile %s of %s: %s\n", x.ID, x.Env, term.paint(outcomeColour(term, x.Outcome), string(x.Outcome)))
+	fmt.Fprintf(w, "compile %s of %s: %s\n", x.ID, x.Env, term.paint(outcomeColour(x.Outcome), string(x.Outcome)))
 	fmt.Fprintf(w, "  triggered by  %s\n", x.Triggers.String())
 	fmt.Fprintf(w, "  revision      %s\n", orDash(x.Revision))
 	took := "(running)"

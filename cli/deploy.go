@@ -282,9 +282,12 @@ func printReport(term *terminal, r *deployReport) error {
 	if r.DryRun {
 		verbs = map[string]string{"created": "would create", "changed": "would change", "removed": "would remove"}
 	}
-	colors := map[string]string{"created": green, "changed": yellow, "removed": yellow, "failed": red, "skipped": yellow}
+	colors := map[string]colour{"created": green, "changed": yellow, "removed": yellow, "failed": red, "skipped": yellow}
 	listed := 0
-	type row struct{ color, label, id, detail string }
+	type row struct {
+		color             colour
+		label, id, detail string
+	}
 	var rows []row
 	for i := range r.Results {
 		res := &r.Results[i]
@@ -307,9 +310,9 @@ func printReport(term *terminal, r *deployReport) error {
 		rows = append(rows, row{colors[o], label, res.ID.String(), detail})
 	}
 	if len(rows) > 0 {
-		t := newTable(w, "OUTCOME", "RESOURCE", "DETAIL")
+		t := newTable(term, "OUTCOME", "RESOURCE", "DETAIL")
 		for _, r := range rows {
-			t.paintedRow([]string{term.colour(r.color)}, r.label, r.id, r.detail)
+			t.paintedRow([]colour{r.color}, r.label, r.id, r.detail)
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -320,7 +323,7 @@ func printReport(term *terminal, r *deployReport) error {
 		fmt.Fprintln(w)
 	}
 
-	t := newTable(w, "AGENT", "CREATED", "CHANGED", "REMOVED", "UNCHANGED", "FAILED", "SKIPPED")
+	t := newTable(term, "AGENT", "CREATED", "CHANGED", "REMOVED", "UNCHANGED", "FAILED", "SKIPPED")
 	for _, a := range slices.Sorted(maps.Keys(r.Agents)) {
 		c := r.Agents[a]
 		t.row(a, strconv.Itoa(c.Created), strconv.Itoa(c.Changed), strconv.Itoa(c.Removed), strconv.Itoa(c.Unchanged), strconv.Itoa(c.Failed), strconv.Itoa(c.Skipped))
@@ -349,11 +352,11 @@ func printReport(term *terminal, r *deployReport) error {
 	return err
 }
 
-func failColor(n int) string {
+func failColor(n int) colour {
 	if n > 0 {
-		return red + bold
+		return boldRed
 	}
-	return ""
+	return none
 }
 
 func changedAttrs(c model.Changes) []string { return slices.Sorted(maps.Keys(c)) }

@@ -44,7 +44,7 @@ func envCommand(term *terminal) *ucli.Command {
 		if asJSON {
 			return writeJSON(term.stdout, env)
 		}
-		t := newTable(term.stdout, "NAME", "CREATED", "HALTED", "ENROLLMENT", "DRIFT POLICY")
+		t := newTable(term, "NAME", "CREATED", "HALTED", "ENROLLMENT", "DRIFT POLICY")
 		t.row(env.Name, env.CreatedAt.Local().Format(time.DateTime), strconv.FormatBool(env.Settings.Halted), string(env.Settings.Enrollment), string(env.Settings.DriftPolicy))
 		return t.flush()
 	}
@@ -80,7 +80,7 @@ func envCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, envs)
 				}
-				t := newTable(term.stdout, "NAME", "CREATED", "HALTED", "ENROLLMENT", "DRIFT POLICY")
+				t := newTable(term, "NAME", "CREATED", "HALTED", "ENROLLMENT", "DRIFT POLICY")
 				for _, e := range envs {
 					t.row(e.Name, e.CreatedAt.Local().Format(time.DateTime), strconv.FormatBool(e.Settings.Halted), string(e.Settings.Enrollment), string(e.Settings.DriftPolicy))
 				}
@@ -170,7 +170,7 @@ func showSettings(c *ucli.Context, cl *client, term *terminal, asJSON bool, meth
 	if asJSON {
 		return writeJSON(term.stdout, s)
 	}
-	t := newTable(term.stdout, "SETTING", "VALUE")
+	t := newTable(term, "SETTING", "VALUE")
 	for _, k := range record.SettingKeys() {
 		t.row(k, s[k])
 	}

@@ -24,13 +24,13 @@ func eventLine(term *terminal, e server.Event) string {
 	if at.IsZero() {
 		at = time.Now()
 	}
-	label, colour, subject, detail := describeEvent(e)
-	return fmt.Sprintf("%s  %s  %s", at.Local().Format("15:04:05.000"), term.paint(colour, fmt.Sprintf("%-9s", label)), strings.TrimSpace(subject+"  "+detail))
+	label, tint, subject, detail := describeEvent(e)
+	return fmt.Sprintf("%s  %s  %s", at.Local().Format("15:04:05.000"), term.paint(tint, fmt.Sprintf("%-9s", label)), strings.TrimSpace(subject+"  "+detail))
 }
 
 // describeEvent says what an event is about: a short label and its colour,
 // the agent or resource it concerns, and what happened.
-func describeEvent(e server.Event) (label, colour, subject, detail string) {
+func describeEvent(e server.Event) (label string, tint colour, subject, detail string) {
 	subject = e.Agent
 	switch e.Kind {
 	case server.EventDrift:
@@ -44,7 +44,7 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 		detail = a.Message
 		switch {
 		case a.Compliance == model.NonCompliant:
-			label, colour = "drift", red
+			label, tint = "drift", red
 			if d := describeChanges(a.Changes); d != "" {
 				detail = d
 				// A message past the generic words ("flapping: …", "heal
@@ -54,24 +54,24 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 				}
 			}
 		case strings.HasPrefix(a.Message, "healed"):
-			label, colour, detail = "healed", green, "re-applied"
+			label, tint, detail = "healed", green, "re-applied"
 			if d := changedNames(a.Changes); d != "" {
 				detail += ": " + d
 			}
 		default:
-			label, colour = "restored", green
+			label, tint = "restored", green
 		}
 	case server.EventResult:
 		r := e.Result
 		if r == nil {
-			return "result", "", subject, ""
+			return "result", none, subject, ""
 		}
 		label, subject, detail = embedded.Outcome(r), r.ID.String(), r.Message
 		switch label {
 		case "failed":
-			colour = red
+			tint = red
 		case "created", "changed", "removed":
-			colour = green
+			tint = green
 			if detail == "" {
 				detail = changedNames(r.Changes)
 			}
@@ -79,12 +79,12 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 	case server.EventDeployDone:
 		label, detail = "done", "deploy "+e.DeployID
 		if e.Error != "" {
-			colour, detail = red, detail+": "+e.Error
+			tint, detail = red, detail+": "+e.Error
 		}
 	case server.EventAgentOnline:
-		label, colour = "online", green
+		label, tint = "online", green
 	case server.EventAgentOffline:
-		label, colour = "offline", yellow
+		label, tint = "offline", yellow
 	case server.EventAgentDiscovered:
 		label, detail = "new agent", "awaits acceptance"
 	case server.EventAgentChanged:
@@ -92,7 +92,7 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 	case server.EventScheduled:
 		label, detail = "scheduled", string(e.Operation)
 	case server.EventSecurity:
-		label, colour = "security", red+bold
+		label, tint = "security", boldRed
 		if e.Alert != nil {
 			detail = e.Alert.Message
 		}
@@ -103,9 +103,9 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 		if r := e.Release; r != nil {
 			detail = string(r.State) + ": " + releaseCounts(*r)
 			if r.State == record.ReleaseFailed {
-				colour, detail = red, detail+"; "+r.Note
+				tint, detail = red, detail+"; "+r.Note
 			} else if r.State == record.ReleaseDone {
-				colour = green
+				tint = green
 			}
 		}
 	default:
@@ -113,7 +113,7 @@ func describeEvent(e server.Event) (label, colour, subject, detail string) {
 		b, _ := json.Marshal(e)
 		detail = string(b)
 	}
-	return label, colour, subject, detail
+	return label, tint, subject, detail
 }
 
 // describeChanges renders drifted attributes as `name current (want desired)`.

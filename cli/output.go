@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
 	"unicode/utf8"
 
@@ -44,15 +45,18 @@ func writeJSONLine(w io.Writer, v any) error {
 
 // table writes aligned columns. Widths are computed from the visible text,
 // so cells can be coloured without throwing the columns off (text/tabwriter
-// would count the escape codes).
+// would count the escape codes). Cells are painted only where the terminal
+// takes colour.
 type table struct {
 	w      io.Writer
+	color  bool
 	rows   [][]string
-	colors [][]string
+	colors [][]colour
 }
 
-func newTable(w io.Writer, header ...string) *table {
-	t := &table{w: w}
+// newTable starts a table on term's standard output.
+func newTable(term *terminal, header ...string) *table {
+	t := &table{w: term.stdout, color: term.color}
 	t.row(header...)
 	return t
 }
@@ -60,9 +64,9 @@ func newTable(w io.Writer, header ...string) *table {
 // row adds a row of plain cells.
 func (t *table) row(cells ...string) { t.paintedRow(nil, cells...) }
 
-// paintedRow adds a row whose cells are coloured with colors (by index; ""
-// or missing: no colour).
-func (t *table) paintedRow(colors []string, cells ...string) {
+// paintedRow adds a row whose cells are coloured with colors (by index;
+// none or missing: no colour).
+func (t *table) paintedRow(colors []colour, cells ...string) {
 	t.rows = append(t.rows, cells)
 	t.colors = append(t.colors, colors)
 }
@@ -85,8 +89,8 @@ func (t *table) flush() error {
 		}
 		for i, c := range r {
 			text := c
-			if i < len(t.colors[ri]) && t.colors[ri][i] != "" {
-				text = t.colors[ri][i] + c + reset
+			if t.color && i < len(t.colors[ri]) {
+				text = t.colors[ri][i].paint(c)
 			}
 			b.WriteString(text)
 			if i < len(r)-1 {
@@ -100,26 +104,38 @@ func (t *table) flush() error {
 	return err
 }
 
-// colours, used only on a terminal without NO_COLOR.
+// colour is how a cell or a word is shown on a terminal that takes colour.
+// It is a type of its own, not a string, so that only these values (never
+// a colour's name) can be painted.
+type colour uint8
+
 const (
-	red    = "\033[31m"
-	green  = "\033[32m"
-	yellow = "\033[33m"
-	bold   = "\033[1m"
-	reset  = "\033[0m"
+	none colour = iota
+	red
+	green
+	yellow
+	boldRed
 )
 
-func (term *terminal) paint(color, s string) string {
-	if !term.tty || color == "" {
+var escapes = [...]string{none: "", red: "\033[31m", green: "\033[32m", yellow: "\033[33m", boldRed: "\033[1;31m"}
+
+// paint wraps s in c's escape codes.
+func (c colour) paint(s string) string {
+	if c == none || int(c) >= len(escapes) {
 		return s
 	}
-	return color + s + reset
+	return escapes[c] + s + "\033[0m"
 }
 
-// colour returns color on a terminal, "" elsewhere.
-func (term *terminal) colour(color string) string {
-	if !term.tty {
-		return ""
+// paint colours s on a terminal that takes colour, and leaves it as it is
+// elsewhere.
+func (term *terminal) paint(c colour, s string) string {
+	if !term.color {
+		return s
 	}
-	return color
+	return c.paint(s)
 }
+
+// colorAllowed reports whether output to a terminal may be coloured: never
+// where NO_COLOR is set to anything (https://no-color.org).
+func colorAllowed() bool { return os.Getenv("NO_COLOR") == "" }

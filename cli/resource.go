@@ -43,9 +43,9 @@ func resourceCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, sts)
 				}
-				t := newTable(term.stdout, "RESOURCE", "STATE", "COMPLIANCE", "VERSION", "UPDATED", "MESSAGE")
+				t := newTable(term, "RESOURCE", "STATE", "COMPLIANCE", "VERSION", "UPDATED", "MESSAGE")
 				for _, s := range sts {
-					t.paintedRow([]string{"", stateColour(s.State)}, s.ID.String(), string(s.State), string(s.Compliance), strconv.FormatInt(s.Version, 10), s.UpdatedAt.Local().Format(time.DateTime), s.Message)
+					t.paintedRow([]colour{none, stateColour(s.State)}, s.ID.String(), string(s.State), string(s.Compliance), strconv.FormatInt(s.Version, 10), s.UpdatedAt.Local().Format(time.DateTime), s.Message)
 				}
 				return t.flush()
 			}),
@@ -95,20 +95,20 @@ func resourceCommand(term *terminal) *ucli.Command {
 	}
 }
 
-func stateColour(s model.ResourceState) string {
+func stateColour(s model.ResourceState) colour {
 	switch s {
 	case model.StateDeployed:
-		return "green"
+		return green
 	case model.StateFailed:
-		return "red"
+		return red
 	case model.StateSkipped, model.StateUndefined, model.StateSkippedForUndefined, model.StateOrphaned:
-		return "yellow"
+		return yellow
 	}
-	return ""
+	return none
 }
 
 func actionTable(term *terminal, acts []record.Action) error {
-	t := newTable(term.stdout, "WHEN", "RESOURCE", "KIND", "STATE", "VERSION", "CHANGES", "MESSAGE")
+	t := newTable(term, "WHEN", "RESOURCE", "KIND", "STATE", "VERSION", "CHANGES", "MESSAGE")
 	for _, a := range acts {
 		var names []string
 		for k := range a.Changes {

@@ -144,7 +144,7 @@ func showSource(term *terminal, cl *client, v record.SourceView, asJSON, changed
 		}
 		return "-"
 	}
-	t := newTable(term.stdout, "FIELD", "VALUE")
+	t := newTable(term, "FIELD", "VALUE")
 	t.row("kind", v.Kind)
 	if v.Kind == record.SourceGit {
 		ref := v.Ref

@@ -40,7 +40,7 @@ func tokenCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, ts)
 				}
-				t := newTable(term.stdout, "ID", "NAME", "ROLE", "ENV", "CREATED", "EXPIRES")
+				t := newTable(term, "ID", "NAME", "ROLE", "ENV", "CREATED", "EXPIRES")
 				for _, tok := range ts {
 					exp := "never"
 					if tok.ExpiresAt != nil {

@@ -64,7 +64,7 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 			if asJSON {
 				return writeJSON(term.stdout, vs)
 			}
-			t := newTable(term.stdout, "VERSION", "STATE", "RESOURCES", "CREATED", "EXPORTED BY", "SOURCE")
+			t := newTable(term, "VERSION", "STATE", "RESOURCES", "CREATED", "EXPORTED BY", "SOURCE")
 			for _, v := range vs {
 				t.row(strconv.FormatInt(v.Number, 10), string(v.State), strconv.Itoa(v.Count), v.CreatedAt.Local().Format(time.DateTime), v.Meta.ExportedBy, v.Meta.Source)
 			}
@@ -185,7 +185,7 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, rs)
 				}
-				t := newTable(term.stdout, "RELEASE", "VERSION", "STATE", "AGENTS", "SENT", "UP TO DATE", "PENDING", "STARTED", "TOOK")
+				t := newTable(term, "RELEASE", "VERSION", "STATE", "AGENTS", "SENT", "UP TO DATE", "PENDING", "STARTED", "TOOK")
 				for _, r := range rs {
 					took := ""
 					if r.FinishedAt != nil {
