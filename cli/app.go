@@ -73,7 +73,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		color: isTerminal(stdout) && colorAllowed(), progress: isTerminal(stderr), stderrColor: isTerminal(stderr) && colorAllowed()}
 	app := newApp(term)
 	app.Reader = stdin
-	err := app.RunContext(ctx, reorderFlags(app, args))
+	args, err := helpArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, reorderFlags(app, args))
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -135,11 +138,54 @@ func newApp(term *terminal) *ucli.App {
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
+			helpCommand(),
 		),
 		OnUsageError: onUsageError,
 		// Errors are printed once, by run, with their exit status.
 		ExitErrHandler: func(*ucli.Context, error) {},
 	}
+}
+
+// helpCommand is `tether help [COMMAND...]`, listed with the commands. run
+// turns it into `tether COMMAND... --help` before the command line is
+// parsed (see helpArgs); its action is reached only after global flags.
+func helpCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "help",
+		Usage:     "help for a command, nested ones too: tether help agent accept",
+		ArgsUsage: "[COMMAND...]",
+		Action: func(c *ucli.Context) error {
+			if c.NArg() == 0 {
+				return ucli.ShowAppHelp(c)
+			}
+			return usageError("put global flags after the command: tether help %s", strings.Join(c.Args().Slice(), " "))
+		},
+	}
+}
+
+// helpArgs turns `tether help CMD...` into `tether CMD... --help`, so that
+// help for a nested command (tether help agent accept) is that command's
+// own --help. A name that is no command is a usage error.
+func helpArgs(app *ucli.App, args []string) ([]string, error) {
+	if len(args) < 2 || args[1] != "help" {
+		return args, nil
+	}
+	path := args[2:]
+	cmds := app.Commands
+	for i, name := range path {
+		var found *ucli.Command
+		for _, c := range cmds {
+			if c.HasName(name) {
+				found = c
+			}
+		}
+		if found == nil {
+			parent := strings.Join(append([]string{"tether"}, path[:i]...), " ")
+			return nil, usageError("no command %q in %s: see '%s --help'", name, parent, parent)
+		}
+		cmds = found.Subcommands
+	}
+	return append(append([]string{args[0]}, path...), "--help"), nil
 }
 
 // withUsageErrors gives every command the app's usage-error handling: a

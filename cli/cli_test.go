@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	ucli "github.com/urfave/cli/v2"
+
 	"github.com/tetherhq/tether/agent/handler/handlertest"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
@@ -352,11 +354,46 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// commandPaths lists every command of the command line, nested ones
+// included, as the words that name it: ["agent", "token", "create"].
+func commandPaths() [][]string {
+	var paths [][]string
+	var walk func(prefix []string, cmds []*ucli.Command)
+	walk = func(prefix []string, cmds []*ucli.Command) {
+		for _, c := range cmds {
+			p := append(append([]string{}, prefix...), c.Name)
+			paths = append(paths, p)
+			walk(p, c.Subcommands)
+		}
+	}
+	walk(nil, newApp(&terminal{}).Commands)
+	return paths
+}
+
+// Every command, nested ones too, has --help and `tether help CMD...`, and
+// both name the command's full path.
 func TestHelpForEveryCommand(t *testing.T) {
-	for _, cmd := range []string{"deploy", "compile", "version"} {
-		code, out, _ := invoke(t, cmd, "--help")
-		if code != 0 || !strings.Contains(out, "USAGE:") || !strings.Contains(out, "tether "+cmd) {
-			t.Fatalf("%s --help: exit %d\n%s", cmd, code, out)
+	paths := commandPaths()
+	if len(paths) < 30 {
+		t.Fatalf("%d commands found, want the whole tree", len(paths))
+	}
+	for _, p := range paths {
+		name := "tether " + strings.Join(p, " ")
+		for _, args := range [][]string{append(append([]string{}, p...), "--help"), append([]string{"help"}, p...)} {
+			code, out, errs := invoke(t, args...)
+			if code != 0 || !strings.Contains(out, "USAGE:") || !strings.Contains(out, name) {
+				t.Fatalf("tether %s: exit %d, want 0 and the help of %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, name, out, errs)
+			}
+		}
+	}
+	code, out, _ := invoke(t, "help")
+	if code != 0 || !strings.Contains(out, "COMMANDS:") {
+		t.Fatalf("tether help: exit %d\n%s", code, out)
+	}
+	for _, args := range [][]string{{"help", "bogus"}, {"help", "agent", "bogus"}} {
+		code, _, errs := invoke(t, args...)
+		if code != exitUsage || !strings.Contains(errs, `no command "bogus"`) {
+			t.Fatalf("tether %s: exit %d, want %d and no such command:\n%s", strings.Join(args, " "), code, exitUsage, errs)
 		}
 	}
 }
