@@ -140,6 +140,12 @@ func newApp(term *terminal) *ucli.App {
 			versionCommand(term),
 			helpCommand(),
 		),
+		Action: func(c *ucli.Context) error {
+			if c.NArg() == 0 {
+				return ucli.ShowAppHelp(c)
+			}
+			return unknownCommand(c)
+		},
 		OnUsageError: onUsageError,
 		// Errors are printed once, by run, with their exit status.
 		ExitErrHandler: func(*ucli.Context, error) {},
@@ -190,13 +196,28 @@ func helpArgs(app *ucli.App, args []string) ([]string, error) {
 
 // withUsageErrors gives every command the app's usage-error handling: a
 // short message and exit status 2 instead of a help dump.
+// A command that only groups others shows its help alone, and takes a word
+// that is none of its commands as a usage error.
 func withUsageErrors(cmds ...*ucli.Command) []*ucli.Command {
 	for _, c := range cmds {
 		c.OnUsageError = onUsageError
 		c.HideHelpCommand = true
+		if c.Action == nil && len(c.Subcommands) > 0 {
+			c.Action = func(c *ucli.Context) error {
+				if c.NArg() == 0 {
+					return ucli.ShowSubcommandHelp(c)
+				}
+				return unknownCommand(c)
+			}
+		}
 		withUsageErrors(c.Subcommands...)
 	}
 	return cmds
+}
+
+// unknownCommand is the usage error for a word that names no command.
+func unknownCommand(c *ucli.Context) error {
+	return usageError("unknown command %q: see '%s --help'", c.Args().First(), commandPath(c))
 }
 
 // startProfile starts the CPU profile asked for with --cpu-profile.
@@ -250,6 +271,15 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 		name += " " + c.Command.Name
 	}
 	return usageError("%v: see '%s --help'", err, name)
+}
+
+// commandPath is the full command line name of the running command:
+// "tether resource list", or "tether" itself.
+func commandPath(c *ucli.Context) string {
+	if c.Command == nil || c.Command.HelpName == "" {
+		return "tether"
+	}
+	return c.Command.HelpName
 }
 
 // logger builds the process's logger from the global flags.

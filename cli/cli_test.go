@@ -321,14 +321,18 @@ func TestCompile(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	for name, args := range map[string][]string{
-		"unknown flag":    {"deploy", "--bogus"},
-		"bad output":      {"compile", "../examples/quickstart", "-o", "yaml"},
-		"var without =":   {"compile", "../examples/quickstart", "--var", "site_root"},
-		"two directories": {"compile", "a", "b"},
-		"undeclared var":  {"compile", "../examples/quickstart", "--var", "nope=1"},
-		"no model":        {"compile", "/nonexistent-model-dir"},
-		"bad log level":   {"--log-level", "loud", "deploy", "../examples/quickstart"},
-		"parallel zero":   {"deploy", "../examples/quickstart", "--parallel", "0"},
+		"unknown flag":                        {"deploy", "--bogus"},
+		"bad output":                          {"compile", "../examples/quickstart", "-o", "yaml"},
+		"var without =":                       {"compile", "../examples/quickstart", "--var", "site_root"},
+		"two directories":                     {"compile", "a", "b"},
+		"undeclared var":                      {"compile", "../examples/quickstart", "--var", "nope=1"},
+		"no model":                            {"compile", "/nonexistent-model-dir"},
+		"bad log level":                       {"--log-level", "loud", "deploy", "../examples/quickstart"},
+		"parallel zero":                       {"deploy", "../examples/quickstart", "--parallel", "0"},
+		"unknown command":                     {"bogus"},
+		"unknown subcommand":                  {"agent", "bogus"},
+		"unknown nested command":              {"agent", "token", "bogus"},
+		"unknown command after a global flag": {"--log-level", "info", "bogus"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, _, errs := invoke(t, args...)
