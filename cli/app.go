@@ -266,11 +266,7 @@ func stopProfile(c *ucli.Context) error {
 }
 
 func onUsageError(c *ucli.Context, err error, _ bool) error {
-	name := "tether"
-	if c.Command != nil && c.Command.Name != "" {
-		name += " " + c.Command.Name
-	}
-	return usageError("%v: see '%s --help'", err, name)
+	return usageError("%v: see '%s --help'", err, commandPath(c))
 }
 
 // commandPath is the full command line name of the running command:

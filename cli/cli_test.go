@@ -346,6 +346,29 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// Usage errors name the full path of the command they concern.
+func TestUsageHintsNameTheCommand(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "see 'tether --help'"},
+		{[]string{"deploy", "--bogus"}, "see 'tether deploy --help'"},
+		{[]string{"resource", "list", "--bogus"}, "see 'tether resource list --help'"},
+		{[]string{"agent", "token", "create", "--bogus"}, "see 'tether agent token create --help'"},
+		{[]string{"agent", "token", "bogus"}, "see 'tether agent token --help'"},
+		{[]string{"env", "create"}, "tether env create takes 1 argument(s)"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, errs := invoke(t, tt.args...)
+			if code != exitUsage || !strings.Contains(errs, tt.want) || strings.Contains(errs, "tether tether") {
+				t.Fatalf("exit %d, want %d and %q:\n%s", code, exitUsage, tt.want, errs)
+			}
+		})
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, out, _ := invoke(t, "version", "-o", "json")
 	var bi buildInfo

@@ -180,7 +180,7 @@ func remoteAction(args string, fn func(c *ucli.Context, cl *client, json bool) e
 			return err
 		}
 		if want := len(strings.Fields(args)); c.NArg() != want && !strings.HasSuffix(args, "...") {
-			return usageError("%s takes %d argument(s): %s", c.Command.FullName(), want, args)
+			return usageError("%s takes %d argument(s): %s (see '%s --help')", commandPath(c), want, args, commandPath(c))
 		}
 		cl, err := newClient(c)
 		if err != nil {
