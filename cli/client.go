@@ -179,8 +179,8 @@ func remoteAction(args string, fn func(c *ucli.Context, cl *client, json bool) e
 		if err != nil {
 			return err
 		}
-		if want := len(strings.Fields(args)); c.NArg() != want && !strings.HasSuffix(args, "...") {
-			return usageError("%s takes %d argument(s): %s (see '%s --help')", commandPath(c), want, args, commandPath(c))
+		if err := checkArgs(c, args); err != nil {
+			return err
 		}
 		cl, err := newClient(c)
 		if err != nil {
@@ -188,6 +188,27 @@ func remoteAction(args string, fn func(c *ucli.Context, cl *client, json bool) e
 		}
 		return fn(c, cl, format == "json")
 	}
+}
+
+// checkArgs checks the number of arguments against args, the command's
+// ArgsUsage: "NAME" is one, "[NAME]" an optional one, and "..." at the end
+// takes any number more.
+func checkArgs(c *ucli.Context, args string) error {
+	fields := strings.Fields(args)
+	required := 0
+	for _, f := range fields {
+		if !strings.HasPrefix(f, "[") {
+			required++
+		}
+	}
+	n, variadic := c.NArg(), strings.HasSuffix(args, "...")
+	switch {
+	case required == len(fields) && !variadic && n != required:
+		return usageError("%s takes %d argument(s): %s (see '%s --help')", commandPath(c), required, args, commandPath(c))
+	case n < required || (!variadic && n > len(fields)):
+		return usageError("%s takes %s, not %d argument(s) (see '%s --help')", commandPath(c), args, n, commandPath(c))
+	}
+	return nil
 }
 
 func remoteCommand(term *terminal, name, usage, args string, flags []ucli.Flag, fn func(c *ucli.Context, cl *client, json bool) error) *ucli.Command {

@@ -86,7 +86,10 @@ func envCommand(term *terminal) *ucli.Command {
 				}
 				return t.flush()
 			}),
-			remoteCommand(term, "show", "show the environment (--env)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			remoteCommand(term, "show", "show an environment: NAME, or the one of --env", "[NAME]", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				if name := c.Args().First(); name != "" {
+					cl.env = name
+				}
 				p, err := envPath(cl, "")
 				if err != nil {
 					return err
