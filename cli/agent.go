@@ -82,7 +82,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "  last seen   %s\n  facts:\n", a.LastSeen.Local().Format(time.DateTime))
 				return writeJSON(term.stdout, a.Facts)
 			}),
-			action(record.AgentAccept, "accept a discovered agent: it is enrolled and gets its desired state"),
+			agentAcceptCommand(term),
 			action(record.AgentReject, "reject an agent: its events are dropped; an accepted one is revoked (see revoke)"),
 			revoke,
 			action(record.AgentPause, "pause an agent: it is sent no deploy until resumed"),
@@ -230,13 +230,82 @@ func agentRotateKeyCommand(term *terminal) *ucli.Command {
 // postAgent posts an operation on the agent named by the first argument
 // and returns the agent as the server answers it.
 func postAgent(c *ucli.Context, cl *client, op string) (api.AgentView, error) {
+	return postAgentNamed(c, cl, c.Args().First(), op)
+}
+
+// postAgentNamed posts an operation on the agent name and returns the agent
+// as the server answers it.
+func postAgentNamed(c *ucli.Context, cl *client, name, op string) (api.AgentView, error) {
 	var a api.AgentView
-	p, err := envPath(cl, "/agents/"+url.PathEscape(c.Args().First())+"/"+op)
+	p, err := envPath(cl, "/agents/"+url.PathEscape(name)+"/"+op)
 	if err != nil {
 		return a, err
 	}
 	err = cl.call(c.Context, "POST", p, nil, &a)
 	return a, err
+}
+
+// agentAcceptCommand is `tether agent accept NAME... | --all-pending`: it
+// accepts each agent named, or every pending one, and says which it
+// accepted. One it cannot accept does not stop the others; the command then
+// exits 1 naming it.
+func agentAcceptCommand(term *terminal) *ucli.Command {
+	cmd := remoteCommand(term, "accept", "accept discovered agents (NAME..., or --all-pending): they are enrolled and get their desired state", "[NAME]...", []ucli.Flag{
+		&ucli.BoolFlag{Name: "all-pending", Usage: "accept every agent waiting for acceptance"},
+	}, func(c *ucli.Context, cl *client, asJSON bool) error {
+		names := c.Args().Slice()
+		switch {
+		case c.Bool("all-pending") && len(names) > 0:
+			return usageError("name agents or pass --all-pending, not both (see 'tether agent accept --help')")
+		case c.Bool("all-pending"):
+			p, err := envPath(cl, "/agents")
+			if err != nil {
+				return err
+			}
+			var as []api.AgentView
+			if err := cl.call(c.Context, "GET", p, nil, &as); err != nil {
+				return err
+			}
+			for _, a := range as {
+				if a.State == record.AgentPending {
+					names = append(names, a.Name)
+				}
+			}
+		case len(names) == 0:
+			return usageError("name the agents to accept: tether agent accept NAME... (or --all-pending; tether agent list shows them)")
+		}
+		accepted := []api.AgentView{}
+		var failed []string
+		for _, name := range names {
+			a, err := postAgentNamed(c, cl, name, string(record.AgentAccept))
+			if err != nil {
+				fmt.Fprintf(term.stderr, "tether: agent %s: %v\n", name, err)
+				failed = append(failed, name)
+				continue
+			}
+			accepted = append(accepted, a)
+		}
+		if asJSON {
+			if err := writeJSON(term.stdout, accepted); err != nil {
+				return err
+			}
+		} else {
+			for _, a := range accepted {
+				fmt.Fprintf(term.stdout, "agent %s: %s\n", a.Name, a.State)
+			}
+			if len(names) == 0 {
+				fmt.Fprintln(term.stdout, "no agent is waiting for acceptance")
+			}
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("%d of %d agents not accepted: %s", len(failed), len(names), strings.Join(failed, ", "))
+		}
+		return nil
+	})
+	cmd.Description = "Accepting an agent enrolls it: the server takes its events and sends it its desired state.\n\n" +
+		"   tether agent accept web-7 web-8\n" +
+		"   tether agent accept --all-pending     # every agent `tether agent list` shows as pending"
+	return cmd
 }
 
 // namedAction is a command that applies an agent action to the agent NAME.

@@ -114,3 +114,52 @@ func TestAgentFactsRefresh(t *testing.T) {
 	cancel()
 	<-consumed
 }
+
+// `tether agent accept` takes several names, or --all-pending, and says
+// which agents it accepted.
+func TestAgentAcceptSeveral(t *testing.T) {
+	a := newTestAPI(t)
+	for _, n := range []string{"web-1", "web-2", "web-3"} {
+		a.pendingAgent(t, n)
+	}
+	state := func(name string) record.AgentState {
+		t.Helper()
+		ag, err := a.st.GetAgent(context.Background(), "prod", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ag.State
+	}
+
+	code, out, errs := invoke(t, "agent", "accept", "web-1", "web-2")
+	if code != 0 || !strings.Contains(out, "agent web-1: accepted") || !strings.Contains(out, "agent web-2: accepted") {
+		t.Fatalf("accept web-1 web-2: exit %d\n%s%s", code, out, errs)
+	}
+	if s := state("web-3"); s != record.AgentPending {
+		t.Fatalf("web-3 is %s after accepting web-1 and web-2, want pending", s)
+	}
+
+	code, out, errs = invoke(t, "agent", "accept", "--all-pending", "-o", "json")
+	var views []api.AgentView
+	if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].Name != "web-3" || views[0].State != record.AgentAccepted {
+		t.Fatalf("accept --all-pending: exit %d, %q / %q; want web-3 alone, accepted", code, out, errs)
+	}
+	if code, out, _ := invoke(t, "agent", "accept", "--all-pending"); code != 0 || !strings.Contains(out, "no agent is waiting for acceptance") {
+		t.Fatalf("accept --all-pending with none pending: exit %d\n%s", code, out)
+	}
+
+	a.pendingAgent(t, "web-4")
+	code, out, errs = invoke(t, "agent", "accept", "nope", "web-4")
+	if code != 1 || !strings.Contains(errs, "agent nope") || !strings.Contains(errs, "1 of 2 agents not accepted: nope") || !strings.Contains(out, "agent web-4: accepted") {
+		t.Fatalf("accept nope web-4: exit %d, want 1, web-4 accepted and nope named\n%s%s", code, out, errs)
+	}
+	if s := state("web-4"); s != record.AgentAccepted {
+		t.Fatalf("web-4 is %s, want accepted", s)
+	}
+
+	for _, args := range [][]string{{"agent", "accept"}, {"agent", "accept", "--all-pending", "web-1"}} {
+		if code, _, errs := invoke(t, args...); code != exitUsage {
+			t.Fatalf("tether %s: exit %d, want %d\n%s", strings.Join(args, " "), code, exitUsage, errs)
+		}
+	}
+}
