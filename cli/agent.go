@@ -150,12 +150,27 @@ func agentTokenCommand(term *terminal) *ucli.Command {
 				}
 				return t.flush()
 			}),
-			remoteCommand(term, "revoke", "revoke an enrollment token (agents it enrolled stay enrolled)", "ID", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				p, err := envPath(cl, "/enrollment-tokens/"+url.PathEscape(c.Args().First()))
+			remoteCommand(term, "revoke", "revoke an enrollment token, by ID or NAME (agents it enrolled stay enrolled)", "ID|NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				p, err := envPath(cl, "/enrollment-tokens")
 				if err != nil {
 					return err
 				}
-				return cl.call(c.Context, "DELETE", p, nil, nil)
+				var ts []record.EnrollmentToken
+				if err := cl.call(c.Context, "GET", p, nil, &ts); err != nil {
+					return err
+				}
+				tok, err := pickToken(c.Args().First(), ts, func(t record.EnrollmentToken) (string, string) { return t.ID, t.Name }, "tether agent token list")
+				if err != nil {
+					return err
+				}
+				if err := cl.call(c.Context, "DELETE", p+"/"+url.PathEscape(tok.ID), nil, nil); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, tok)
+				}
+				fmt.Fprintf(term.stdout, "enrollment token %s (%s) of environment %s revoked; agents it enrolled stay enrolled\n", tok.Name, tok.ID, tok.Env)
+				return nil
 			}),
 		},
 	}

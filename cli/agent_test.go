@@ -163,3 +163,63 @@ func TestAgentAcceptSeveral(t *testing.T) {
 		}
 	}
 }
+
+// `tether agent token revoke` takes a token's ID or its name and says what
+// it revoked; so does `tether token revoke`.
+func TestTokenRevokeByName(t *testing.T) {
+	newTestAPI(t)
+	create := func(args ...string) string {
+		t.Helper()
+		code, out, errs := invoke(t, append(args, "-o", "json")...)
+		var tok struct {
+			ID string `json:"id"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &tok) != nil || tok.ID == "" {
+			t.Fatalf("tether %s: exit %d, %q / %q", strings.Join(args, " "), code, out, errs)
+		}
+		return tok.ID
+	}
+	listed := func(args ...string) string {
+		t.Helper()
+		code, out, errs := invoke(t, args...)
+		if code != 0 {
+			t.Fatalf("tether %s: exit %d: %s", strings.Join(args, " "), code, errs)
+		}
+		return out
+	}
+
+	id := create("agent", "token", "create", "rack-a")
+	code, out, errs := invoke(t, "agent", "token", "revoke", "rack-a")
+	if want := "enrollment token rack-a (" + id + ") of environment prod revoked"; code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("agent token revoke rack-a: exit %d, %q / %q; want %q", code, out, errs, want)
+	}
+	if out := listed("agent", "token", "list"); strings.Contains(out, "rack-a") {
+		t.Fatalf("rack-a still listed after its revocation:\n%s", out)
+	}
+
+	first, second := create("agent", "token", "create", "dup"), create("agent", "token", "create", "dup")
+	code, _, errs = invoke(t, "agent", "token", "revoke", "dup")
+	if code != exitUsage || !strings.Contains(errs, first) || !strings.Contains(errs, second) {
+		t.Fatalf("revoke of a shared name: exit %d, want %d and both IDs:\n%s", code, exitUsage, errs)
+	}
+	if out := listed("agent", "token", "list"); !strings.Contains(out, first) || !strings.Contains(out, second) {
+		t.Fatalf("a refused revocation revoked something:\n%s", out)
+	}
+	if code, out, errs := invoke(t, "agent", "token", "revoke", first); code != 0 || !strings.Contains(out, "("+first+")") {
+		t.Fatalf("revoke by ID: exit %d, %q / %q", code, out, errs)
+	}
+	if out := listed("agent", "token", "list"); strings.Contains(out, first) || !strings.Contains(out, second) {
+		t.Fatalf("revoke by ID revoked the wrong token:\n%s", out)
+	}
+	if code, _, errs := invoke(t, "agent", "token", "revoke", "nope"); code != 1 || !strings.Contains(errs, `no token with ID or name "nope"`) {
+		t.Fatalf("revoke of an unknown token: exit %d, want 1:\n%s", code, errs)
+	}
+
+	id = create("token", "create", "ci", "--role", "operator")
+	if code, out, errs := invoke(t, "token", "revoke", "ci"); code != 0 || !strings.Contains(out, "token ci ("+id+", role operator) revoked") {
+		t.Fatalf("token revoke ci: exit %d, %q / %q", code, out, errs)
+	}
+	if out := listed("token", "list"); strings.Contains(out, id) {
+		t.Fatalf("token ci still listed after its revocation:\n%s", out)
+	}
+}

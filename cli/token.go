@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -54,9 +55,50 @@ func tokenCommand(term *terminal) *ucli.Command {
 				}
 				return t.flush()
 			}),
-			remoteCommand(term, "revoke", "revoke a token", "ID", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				return cl.call(c.Context, "DELETE", "/tokens/"+url.PathEscape(c.Args().First()), nil, nil)
+			remoteCommand(term, "revoke", "revoke a token, by ID or NAME", "ID|NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+				var ts []record.Token
+				if err := cl.call(c.Context, "GET", "/tokens", nil, &ts); err != nil {
+					return err
+				}
+				tok, err := pickToken(c.Args().First(), ts, func(t record.Token) (string, string) { return t.ID, t.Name }, "tether token list")
+				if err != nil {
+					return err
+				}
+				if err := cl.call(c.Context, "DELETE", "/tokens/"+url.PathEscape(tok.ID), nil, nil); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, tok)
+				}
+				fmt.Fprintf(term.stdout, "token %s (%s, role %s) revoked\n", tok.Name, tok.ID, tok.Role)
+				return nil
 			}),
 		},
 	}
+}
+
+// pickToken finds the token arg names among ts: the one with that ID, else
+// the one with that name. A name several tokens share is a usage error
+// listing their IDs; list is the command that lists them.
+func pickToken[T any](arg string, ts []T, key func(T) (id, name string), list string) (T, error) {
+	var named []T
+	var ids []string
+	for _, t := range ts {
+		id, name := key(t)
+		if id == arg {
+			return t, nil
+		}
+		if name == arg {
+			named = append(named, t)
+			ids = append(ids, id)
+		}
+	}
+	var zero T
+	switch len(named) {
+	case 1:
+		return named[0], nil
+	case 0:
+		return zero, &exitError{code: exitFailed, err: fmt.Errorf("no token with ID or name %q (%s lists them)", arg, list)}
+	}
+	return zero, usageError("%d tokens are named %q: revoke one by its ID (%s)", len(named), arg, strings.Join(ids, ", "))
 }
