@@ -53,6 +53,7 @@ var Codes = map[string]int{
 	"bad_method":        http.StatusMethodNotAllowed,
 	"request_timeout":   http.StatusRequestTimeout,
 	"exists":            http.StatusConflict,
+	"env_exists":        http.StatusConflict, // an environment of that name exists already
 	"conflict":          http.StatusConflict,
 	"halted":            http.StatusConflict,
 	"no_release":        http.StatusConflict,

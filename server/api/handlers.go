@@ -171,6 +171,10 @@ func (a *API) createEnv(r *request) (int, any, error) {
 	r.SetParamNames("env")
 	r.SetParamValues(req.Name)
 	if err := a.svc.Envs.CreateEnv(r.ctx(), env); err != nil {
+		if errors.Is(err, model.ErrExists) {
+			return 0, nil, newError("env_exists", fmt.Sprintf("choose another name; tether env show %s shows the one there is", clip(req.Name)),
+				"environment %s already exists", clip(req.Name))
+		}
 		return 0, nil, err
 	}
 	got, err := a.svc.Envs.GetEnv(r.ctx(), req.Name)

@@ -587,7 +587,7 @@ func testNoDriverTextLeaks(t *testing.T, st store.Store, breakStore func()) {
 		body               any
 		want, says         string
 	}{
-		{"duplicate environment", "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, "exists", "environment prod"},
+		{"duplicate environment", "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, "env_exists", "environment prod already exists"},
 		{"token for a missing environment", "POST", "/api/v1/tokens", api.TokenRequest{Name: "x", Role: record.RoleViewer, Env: "nope"}, "not_found", "environment nope"},
 		{"enrollment token for a missing environment", "POST", "/api/v1/envs/nope/enrollment-tokens", api.EnrollmentTokenRequest{Name: "x"}, "not_found", "environment nope"},
 		{"missing agent", "POST", "/api/v1/envs/prod/agents/ghost/accept", nil, "not_found", "agent ghost"},
