@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -221,5 +222,32 @@ func TestTokenRevokeByName(t *testing.T) {
 	}
 	if out := listed("token", "list"); strings.Contains(out, id) {
 		t.Fatalf("token ci still listed after its revocation:\n%s", out)
+	}
+}
+
+// In agent.toml, a key that takes a list of names (name, label) also takes
+// one string.
+func TestAgentConfigListOrOne(t *testing.T) {
+	tests := []struct {
+		name, config, want string
+	}{
+		// The label is read only once the names are: its error shows that
+		// name = "web-1" was taken.
+		{"one name, one bad label", "env = \"prod\"\nname = \"web-1\"\nlabel = \"nokv\"\n", `--label "nokv": want KEY=VALUE`},
+		{"one bad name", "env = \"prod\"\nname = \"Web 1!\"\n", "--name"},
+		{"a list with a bad label", "env = \"prod\"\nname = [\"web-1\", \"web-2\"]\nlabel = [\"role=web\", \"nokv\"]\n", `--label "nokv"`},
+		{"a number", "env = \"prod\"\nname = 3\n", "want a string or a list of strings"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			config := filepath.Join(t.TempDir(), "agent.toml")
+			if err := os.WriteFile(config, []byte(tt.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, _, errs := invoke(t, "agent", "run", "--config", config, "--state-dir", t.TempDir())
+			if code != exitUsage || !strings.Contains(errs, tt.want) || strings.Contains(errs, "[]interface") {
+				t.Fatalf("exit %d, want %d and %q:\n%s", code, exitUsage, tt.want, errs)
+			}
+		})
 	}
 }

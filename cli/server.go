@@ -448,8 +448,23 @@ func configFileSource(flags []ucli.Flag) ucli.BeforeFunc {
 		if err != nil {
 			return nil, usageError("config file %s: %v", path, err)
 		}
-		return src, nil
+		return listOrOne{src}, nil
 	})
+}
+
+// listOrOne is a config file where a key that takes a list (name, label)
+// may also be given one string: name = "web-1" as name = ["web-1"].
+type listOrOne struct{ altsrc.InputSourceContext }
+
+func (s listOrOne) StringSlice(name string) ([]string, error) {
+	v, err := s.InputSourceContext.StringSlice(name)
+	if err != nil {
+		if one, oneErr := s.InputSourceContext.String(name); oneErr == nil {
+			return []string{one}, nil
+		}
+		return nil, usageError("config key %s: %v (want a string or a list of strings)", name, err)
+	}
+	return v, nil
 }
 
 func runServer(c *ucli.Context, term *terminal) error {
