@@ -520,3 +520,37 @@ func TestCompileWithInventory(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 }
+
+// A project keeps its config in .tether.toml and its state in .tether/:
+// both live in one directory, and tether deploy works there. A config file
+// under its old name, .tether, is refused with the command that renames it.
+func TestProjectConfigBesideState(t *testing.T) {
+	t.Setenv("TETHER_SERVER", "")
+	t.Setenv("TETHER_TOKEN", "")
+	t.Setenv("TETHER_ENV", "")
+	dir, root := quickstart(t)
+	config := "server = \"http://127.0.0.1:1\"\nenv = \"prod\"\ntoken = \"tether_test\"\n"
+	if err := os.WriteFile(filepath.Join(dir, ".tether.toml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := deployJSON(t, 0, dir, "--root", root); r.Summary.Created != 7 {
+		t.Fatalf("deploy beside .tether.toml: %+v", r.Summary)
+	}
+	t.Chdir(dir)
+	if code, _, errs := invoke(t, "env", "show"); code != 1 || !strings.Contains(errs, "http://127.0.0.1:1") {
+		t.Fatalf("env show beside .tether.toml: exit %d, want 1 naming the server .tether.toml names:\n%s", code, errs)
+	}
+
+	old, oldRoot := quickstart(t)
+	if err := os.WriteFile(filepath.Join(old, ".tether"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "mv " + filepath.Join(old, ".tether") + " " + filepath.Join(old, ".tether.toml")
+	if code, _, errs := invoke(t, "deploy", old, "--root", oldRoot); code != exitUsage || !strings.Contains(errs, want) {
+		t.Fatalf("deploy beside an old .tether file: exit %d, want %d and %q:\n%s", code, exitUsage, want, errs)
+	}
+	t.Chdir(old)
+	if code, _, errs := invoke(t, "env", "show"); code != exitUsage || !strings.Contains(errs, "mv ") {
+		t.Fatalf("env show beside an old .tether file: exit %d, want %d and how to rename it:\n%s", code, exitUsage, errs)
+	}
+}

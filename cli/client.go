@@ -20,7 +20,7 @@ import (
 )
 
 // remoteFlags name the server, environment and token of operator commands.
-// Precedence: flag > TETHER_* variable > .tether file (in the current
+// Precedence: flag > TETHER_* variable > .tether.toml file (in the current
 // directory or a parent) > default.
 func remoteFlags() []ucli.Flag {
 	return append(connectionFlags(), outputFlag())
@@ -31,21 +31,52 @@ func connectionFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "server", EnvVars: []string{"TETHER_SERVER"}, Usage: "server `URL` (default http://127.0.0.1:8420)"},
 		&ucli.StringFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"TETHER_ENV"}, Usage: "`ENVIRONMENT` to act on"},
-		&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_TOKEN"}, Usage: "API `TOKEN` (prefer TETHER_TOKEN or .tether: flags show in ps)"},
+		&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_TOKEN"}, Usage: "API `TOKEN` (prefer TETHER_TOKEN or .tether.toml: flags show in ps)"},
 	}
 }
 
-// projectConfig is the .tether file of a project.
+// projectConfigName is a project's config file; stateDirName is the
+// directory where tether keeps a project's state (its module cache, the
+// embedded store of tether deploy). The config file was once named
+// .tether, which a project's state directory then could not be.
+const (
+	projectConfigName = ".tether.toml"
+	stateDirName      = ".tether"
+)
+
+// oldProjectConfig is the usage error for a project config file under its
+// old name (path, a file named .tether): it says how to rename it.
+func oldProjectConfig(path string) error {
+	return usageError("%s is a project config file under its old name: rename it (mv %s %s); %s is now only the directory where tether keeps a project's state",
+		path, path, filepath.Join(filepath.Dir(path), projectConfigName), stateDirName)
+}
+
+// checkStateDir refuses a model directory whose .tether is a file: the
+// project config file under its old name, where tether keeps its state.
+func checkStateDir(dir string) error {
+	p := filepath.Join(dir, stateDirName)
+	if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+		return oldProjectConfig(p)
+	}
+	return nil
+}
+
+// projectConfig is the .tether.toml file of a project.
 type projectConfig struct {
 	Server string `toml:"server"`
 	Env    string `toml:"env"`
 	Token  string `toml:"token"`
 }
 
-// findProjectConfig reads the nearest .tether from dir upwards.
+// findProjectConfig reads the nearest .tether.toml from dir upwards. A
+// .tether file found first is one under its old name: an error says how to
+// rename it.
 func findProjectConfig(dir string) (projectConfig, string, error) {
 	for d := dir; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, ".tether")
+		if err := checkStateDir(d); err != nil {
+			return projectConfig{}, "", err
+		}
+		p := filepath.Join(d, projectConfigName)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			var pc projectConfig
 			md, err := toml.DecodeFile(p, &pc)
@@ -91,7 +122,7 @@ func newClient(c *ucli.Context) (*client, error) {
 		http:  &http.Client{Timeout: 10 * time.Minute},
 	}
 	if cl.token == "" {
-		return nil, usageError("no API token: set TETHER_TOKEN, put token = \"...\" in .tether, or pass --token (the server printed a bootstrap token on first start)")
+		return nil, usageError("no API token: set TETHER_TOKEN, put token = \"...\" in .tether.toml, or pass --token (the server printed a bootstrap token on first start)")
 	}
 	return cl, nil
 }
@@ -99,7 +130,7 @@ func newClient(c *ucli.Context) (*client, error) {
 // needEnv returns the environment, or a usage error saying how to name one.
 func (cl *client) needEnv() (string, error) {
 	if cl.env == "" {
-		return "", usageError("no environment: pass --env NAME, set TETHER_ENV, or put env = \"NAME\" in .tether")
+		return "", usageError("no environment: pass --env NAME, set TETHER_ENV, or put env = \"NAME\" in .tether.toml")
 	}
 	return cl.env, nil
 }

@@ -74,9 +74,10 @@ func serverInventory(ctx context.Context, cl *client) (*model.Inventory, error) 
 func modelDir(c *ucli.Context) (string, error) {
 	switch c.NArg() {
 	case 0:
-		return ".", nil
+		return ".", checkStateDir(".")
 	case 1:
-		return c.Args().First(), nil
+		dir := c.Args().First()
+		return dir, checkStateDir(dir)
 	default:
 		return "", usageError("expected one model directory, got %d arguments: %s", c.NArg(), strings.Join(c.Args().Slice(), " "))
 	}

@@ -53,7 +53,7 @@ func envCommand(term *terminal) *ucli.Command {
 		Usage: "manage environments on a server: create, list, settings, source, compile, deploy, repair, dry run, halt",
 		Description: "Environments (prod, staging…) each hold their own versions, agents and settings.\n" +
 			"The server, environment and token come from --server/--env/--token, TETHER_SERVER/TETHER_ENV/TETHER_TOKEN,\n" +
-			"or a .tether file in the project (server = \"…\", env = \"…\", token = \"…\").",
+			"or a .tether.toml file in the project (server = \"…\", env = \"…\", token = \"…\").",
 		Subcommands: []*ucli.Command{
 			remoteCommand(term, "create", "create an environment", "NAME", []ucli.Flag{
 				&ucli.StringSliceFlag{Name: "set", Usage: "a setting: --set drift_policy=heal (repeatable)"},

@@ -195,9 +195,9 @@ func humanBytes(n int64) string {
 }
 
 // skippedInUpload are the names an uploaded directory leaves out: version
-// control, and the project's .tether (its module cache, and the API token
-// a .tether file may hold).
-var skippedInUpload = map[string]bool{".git": true, ".tether": true, ".hg": true, ".svn": true}
+// control, the project's .tether (its module cache), and its .tether.toml
+// (the API token it may hold).
+var skippedInUpload = map[string]bool{".git": true, stateDirName: true, projectConfigName: true, ".hg": true, ".svn": true}
 
 // sourceArchive returns what `source upload` sends: the archive file as it
 // is, or the directory packed as tar.gz (regular files, directories and

@@ -330,7 +330,7 @@ func (a *API) trusted(addr netip.Addr) bool {
 func (a *API) authenticate(r *request) (record.Token, error) {
 	secret := bearer(r.Request())
 	if secret == "" {
-		return record.Token{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether)", "no bearer token")
+		return record.Token{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether.toml)", "no bearer token")
 	}
 	client := a.client(r.Request())
 	if wait := a.authFailures.Wait(client, a.now()); wait > 0 {
