@@ -6,13 +6,17 @@ BIN     := bin/tether
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/tetherhq/tether/cli.version=$(VERSION)
 
-.PHONY: all build test test-faults lint fmt-check vet staticcheck demo bench fuzz clean
+.PHONY: all build test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
 
 all: build
 
 ## build: compile the tether binary into bin/tether
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+## man: the manual page, generated from the command tree, into bin/tether.1
+man: build
+	$(BIN) man > bin/tether.1
 
 ## test: formatting, vet, staticcheck, then every test with the race detector
 test: lint

@@ -138,6 +138,8 @@ func newApp(term *terminal) *ucli.App {
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
+			completionCommand(term),
+			manCommand(term),
 			helpCommand(),
 		),
 		Action: func(c *ucli.Context) error {

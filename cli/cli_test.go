@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -552,5 +554,60 @@ func TestProjectConfigBesideState(t *testing.T) {
 	t.Chdir(old)
 	if code, _, errs := invoke(t, "env", "show"); code != exitUsage || !strings.Contains(errs, "mv ") {
 		t.Fatalf("env show beside an old .tether file: exit %d, want %d and how to rename it:\n%s", code, exitUsage, errs)
+	}
+}
+
+// tether completion prints scripts generated from the command tree; the
+// bash one, run in bash, completes nested commands and their flags.
+func TestCompletionAndMan(t *testing.T) {
+	scripts := map[string]string{}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, out, errs := invoke(t, "completion", shell)
+		if code != 0 || !strings.Contains(out, "tether") || !strings.Contains(out, "accept") {
+			t.Fatalf("completion %s: exit %d\n%s%s", shell, code, out, errs)
+		}
+		scripts[shell] = filepath.Join(t.TempDir(), "tether."+shell)
+		if err := os.WriteFile(scripts[shell], []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errs := invoke(t, "completion", "powershell"); code != exitUsage {
+		t.Fatalf("completion powershell: exit %d, want %d\n%s", code, exitUsage, errs)
+	}
+
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash on this machine: the completion scripts were not run")
+	}
+	for _, tt := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"tether", "dep"}, "deploy"},
+		{[]string{"tether", "agent", "acc"}, "accept"},
+		{[]string{"tether", "agent", "token", "rev"}, "revoke"},
+		{[]string{"tether", "resource", "list", "--sta"}, "--state"},
+		{[]string{"tether", "agent", "accept", "--all"}, "--all-pending"},
+	} {
+		prog := fmt.Sprintf(`source %q; COMP_WORDS=(%s); COMP_CWORD=%d; _tether; echo "${COMPREPLY[*]}"`,
+			scripts["bash"], strings.Join(tt.words, " "), len(tt.words)-1)
+		out, err := exec.Command(bash, "-c", prog).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != tt.want {
+			t.Fatalf("bash completion of %q: %v %q, want %q", strings.Join(tt.words, " "), err, out, tt.want)
+		}
+	}
+	for _, shell := range []string{"zsh", "fish"} {
+		if path, err := exec.LookPath(shell); err == nil {
+			if out, err := exec.Command(path, "-n", scripts[shell]).CombinedOutput(); err != nil {
+				t.Fatalf("%s -n of the %s completion: %v\n%s", shell, shell, err, out)
+			}
+		} else {
+			t.Logf("no %s on this machine: its completion script was not checked for syntax", shell)
+		}
+	}
+
+	code, out, errs := invoke(t, "man")
+	if code != 0 || !strings.Contains(out, ".TH") || !strings.Contains(out, "accept") || !strings.Contains(out, "--all-pending") {
+		t.Fatalf("man: exit %d\n%.500s%s", code, out, errs)
 	}
 }
