@@ -110,7 +110,7 @@ func newApp(term *terminal) *ucli.App {
 			"First steps:\n" +
 			"   tether deploy examples/quickstart     compile a model and deploy it on this machine\n" +
 			"   tether compile examples/quickstart    show the resources a model compiles to\n\n" +
-			"Every command has --help; most take -o json for scripts.",
+			"Every command has --help (or: tether help COMMAND...); most take -o json for scripts.",
 		Writer:          term.stdout,
 		ErrWriter:       term.stderr,
 		HideHelpCommand: true,
@@ -140,7 +140,6 @@ func newApp(term *terminal) *ucli.App {
 			versionCommand(term),
 			completionCommand(term),
 			manCommand(term),
-			helpCommand(),
 		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() == 0 {
@@ -154,31 +153,21 @@ func newApp(term *terminal) *ucli.App {
 	}
 }
 
-// helpCommand is `tether help [COMMAND...]`, listed with the commands. run
-// turns it into `tether COMMAND... --help` before the command line is
-// parsed (see helpArgs); its action is reached only after global flags.
-func helpCommand() *ucli.Command {
-	return &ucli.Command{
-		Name:      "help",
-		Usage:     "help for a command, nested ones too: tether help agent accept",
-		ArgsUsage: "[COMMAND...]",
-		Action: func(c *ucli.Context) error {
-			if c.NArg() == 0 {
-				return ucli.ShowAppHelp(c)
-			}
-			return usageError("put global flags after the command: tether help %s", strings.Join(c.Args().Slice(), " "))
-		},
-	}
-}
-
 // helpArgs turns `tether help CMD...` into `tether CMD... --help`, so that
 // help for a nested command (tether help agent accept) is that command's
-// own --help. A name that is no command is a usage error.
+// own --help. A name that is no command is a usage error; flags are left
+// out. (A command named help would take the --help flag away from the
+// app: urfave/cli adds it only where no such command exists.)
 func helpArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) < 2 || args[1] != "help" {
 		return args, nil
 	}
-	path := args[2:]
+	var path []string
+	for _, a := range args[2:] {
+		if !strings.HasPrefix(a, "-") {
+			path = append(path, a)
+		}
+	}
 	cmds := app.Commands
 	for i, name := range path {
 		var found *ucli.Command

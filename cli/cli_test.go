@@ -531,6 +531,7 @@ func TestProjectConfigBesideState(t *testing.T) {
 	t.Setenv("TETHER_TOKEN", "")
 	t.Setenv("TETHER_ENV", "")
 	dir, root := quickstart(t)
+	old, oldRoot := quickstart(t)
 	config := "server = \"http://127.0.0.1:1\"\nenv = \"prod\"\ntoken = \"tether_test\"\n"
 	if err := os.WriteFile(filepath.Join(dir, ".tether.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -543,7 +544,6 @@ func TestProjectConfigBesideState(t *testing.T) {
 		t.Fatalf("env show beside .tether.toml: exit %d, want 1 naming the server .tether.toml names:\n%s", code, errs)
 	}
 
-	old, oldRoot := quickstart(t)
 	if err := os.WriteFile(filepath.Join(old, ".tether"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

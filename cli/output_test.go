@@ -65,11 +65,19 @@ func TestColourOnlyOnATerminal(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakeResources(t)
 			t.Setenv("NO_COLOR", tt.noColor)
 			if tt.terminal {
 				asTerminal(t)
 			}
+			code, _, errs := invoke(t, "compile", bad)
+			if code != exitUsage || !strings.Contains(errs, "Unsupported argument") {
+				t.Fatalf("compile of a bad model: exit %d, want %d:\n%s", code, exitUsage, errs)
+			}
+			if got := strings.Contains(errs, "\033["); got != tt.want {
+				t.Fatalf("compile diagnostics: escape codes %v, want %v:\n%q", got, tt.want, errs)
+			}
+
+			fakeResources(t)
 			code, out, errs := invoke(t, "resource", "list")
 			if code != 0 {
 				t.Fatalf("resource list: exit %d: %s", code, errs)
@@ -87,14 +95,6 @@ func TestColourOnlyOnATerminal(t *testing.T) {
 			}
 			if !strings.Contains(out, "deployed") || !strings.Contains(out, "failed") {
 				t.Fatalf("resource list lacks the states:\n%q", out)
-			}
-
-			code, _, errs = invoke(t, "compile", bad)
-			if code != exitUsage || !strings.Contains(errs, "Unsupported argument") {
-				t.Fatalf("compile of a bad model: exit %d, want %d:\n%s", code, exitUsage, errs)
-			}
-			if got := strings.Contains(errs, "\033["); got != tt.want {
-				t.Fatalf("compile diagnostics: escape codes %v, want %v:\n%q", got, tt.want, errs)
 			}
 		})
 	}

@@ -462,7 +462,7 @@ func (s listOrOne) StringSlice(name string) ([]string, error) {
 		if one, oneErr := s.InputSourceContext.String(name); oneErr == nil {
 			return []string{one}, nil
 		}
-		return nil, usageError("config key %s: %v (want a string or a list of strings)", name, err)
+		return nil, usageError("config key %s: want a string or a list of strings", name)
 	}
 	return v, nil
 }
