@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 )
@@ -19,16 +21,25 @@ import (
 // (a quorum queue is a Raft group: in a cluster each of its replicas costs
 // as much on its node).
 //
-//	go test ./bus/amqp -run '^$' -bench InboxMemory -benchtime 10000x
+//	go test ./bus/amqp -run '^$' -bench InboxMemory -benchtime 3000x
 func BenchmarkInboxMemory(b *testing.B) {
 	for _, qt := range []string{amqp.QueueClassic, amqp.QueueQuorum} {
 		b.Run(qt, func(b *testing.B) {
 			n := amqptest.StartNode(b, amqptest.NodeOptions{})
 			cfg := amqptest.Config(b)
 			cfg.URL, cfg.QueueType = n.URL, qt
-			srv := amqptest.Open(b, cfg)
+			// Not amqptest.Open: its cleanup would delete thousands of
+			// queues one by one; the node goes with the benchmark.
+			srv, err := amqp.New(cfg, zerolog.Nop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			defer cancel()
+			if err := srv.Ready(ctx); err != nil {
+				b.Fatal(err)
+			}
 			before := erlangMemory(ctx, b, n)
 			b.ResetTimer()
 			var wg sync.WaitGroup
