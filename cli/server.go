@@ -62,6 +62,8 @@ func serverStoreFlags() []ucli.Flag {
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "postgres", EnvVars: []string{"TETHER_POSTGRES"},
 			Usage: "PostgreSQL connection `URL`, e.g. postgres://tether@db/tether (add ?search_path=SCHEMA to use a schema)"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "postgres-pool", Value: defaultPostgresPool, EnvVars: []string{"TETHER_POSTGRES_POOL"},
+			Usage: "connections the server keeps to PostgreSQL at most: ingest, hellos, releases' fan-out and the API share them (each replica holds its own)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "key-file", Value: defaultKeyFile, EnvVars: []string{"TETHER_KEY_FILE"},
 			Usage: "key `FILE` (made by tether server keygen) whose keys seal the server's secrets in the database; " +
 				"every server of one database needs the same file. TETHER_KEY may hold its keys instead"}),
@@ -493,7 +495,10 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	ctx := c.Context
-	st, err := postgres.Open(ctx, postgres.Config{URL: c.String("postgres")})
+	if n := c.Int("postgres-pool"); n < 1 || n > 1000 {
+		return usageError("--postgres-pool %d: want 1 to 1000 connections", n)
+	}
+	st, err := postgres.Open(ctx, postgres.Config{URL: c.String("postgres"), MaxConns: int32(c.Int("postgres-pool"))})
 	if err != nil {
 		return fmt.Errorf("open the database: %w", err)
 	}
@@ -686,3 +691,8 @@ func vhostOf(s string) string {
 	}
 	return strings.TrimPrefix(u.Path, "/")
 }
+
+// defaultPostgresPool is the server's pool of PostgreSQL connections by
+// default: more than pgx's own (4 on a 2-core machine), which a release's
+// fan-out, ingest and hellos at once wait on.
+const defaultPostgresPool = 16
