@@ -2,7 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -59,7 +62,7 @@ func exportCommand(term *terminal) *ucli.Command {
 					what = "unchanged; version"
 				}
 				fmt.Fprintf(term.stdout, "%s %d (%d resources), %s\n", what, out.Version.Number, out.Version.Count, out.Version.State)
-				if out.ReleaseID != "" && !c.Bool("wait") {
+				if out.ReleaseID != "" {
 					fmt.Fprintf(term.stdout, "release %s: sending it to agents in the background (follow: tether version releases %s)\n", out.ReleaseID, out.ReleaseID)
 				}
 			}
@@ -127,7 +130,7 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("version %d: %d of %d resources not deployed after %s: are the agents running? (tether agent list)", n, pending, total, timeout)
+			return waitTimeout(c, cl, n, timeout, sts)
 		}
 		select {
 		case <-c.Context.Done():
@@ -136,3 +139,60 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 		}
 	}
 }
+
+// waitTimeout is the error of a wait for version n that timed out: it
+// names the agents whose resources of n are not deployed yet (at most
+// namedAgents of them), and how many of the version's agents they are.
+func waitTimeout(c *ucli.Context, cl *client, n int64, timeout time.Duration, sts []record.ResourceStatus) error {
+	all, stuck := map[string]bool{}, map[string]int{}
+	for _, s := range sts {
+		if s.Version != n || s.State == model.StateOrphaned {
+			continue
+		}
+		all[s.ID.Agent] = true
+		if s.State == model.StateAvailable || s.State == model.StateDeploying {
+			stuck[s.ID.Agent]++
+		}
+	}
+	// Say why an agent may be stuck, when the agent list says (best
+	// effort: the timeout is the answer either way).
+	why := map[string]string{}
+	if p, err := envPath(cl, "/agents"); err == nil {
+		var as []api.AgentView
+		if cl.call(c.Context, "GET", p, nil, &as) == nil {
+			for _, a := range as {
+				switch {
+				case a.State != record.AgentAccepted:
+					why[a.Name] = string(a.State)
+				case a.Paused:
+					why[a.Name] = "paused"
+				case !a.Online:
+					why[a.Name] = "offline"
+				}
+			}
+			for name := range stuck {
+				if !slices.ContainsFunc(as, func(a api.AgentView) bool { return a.Name == name }) {
+					why[name] = "never seen"
+				}
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(stuck))
+	shown := make([]string, 0, min(len(names), namedAgents))
+	for _, name := range names[:min(len(names), namedAgents)] {
+		if w := why[name]; w != "" {
+			name += " (" + w + ")"
+		}
+		shown = append(shown, name)
+	}
+	list := strings.Join(shown, ", ")
+	if more := len(names) - len(shown); more > 0 {
+		list += fmt.Sprintf(", … and %d more", more)
+	}
+	return fmt.Errorf("timed out after %s: %d of %d agents have not reported version %d deployed: %s; "+
+		"the release stands and each gets it when it next says hello (tether agent list, tether resource list --state available)",
+		timeout, len(names), len(all), n, list)
+}
+
+// namedAgents bounds the agents a wait's timeout names.
+const namedAgents = 10

@@ -93,8 +93,14 @@ func TestServerAndOperatorCommands(t *testing.T) {
 		{[]string{"export", "--release", dir}, 0, "new version 1"},
 		{[]string{"export", dir}, 0, "unchanged; version 1"},
 		{[]string{"version", "list"}, 0, "released"},
-		{[]string{"version", "release", "1"}, 0, "sending it to agents in the background"},
-		{[]string{"version", "release", "1", "--wait"}, 0, "done: 0/0 agents"},
+		// Releasing the released version changes nothing; a version
+		// that does not exist is refused.
+		{[]string{"version", "release", "1"}, 0, "version 1 is the released version already: nothing changed"},
+		{[]string{"version", "release", "7"}, 1, "no version 7 in prod"},
+		{[]string{"export", "--release", "--var", "site_title=Two", dir}, 0, "new version 2"},
+		// A rollback to version 1 releases it again as version 3; with
+		// no agent running, --wait times out naming the agents.
+		{[]string{"version", "release", "1", "--wait", "--timeout", "2s"}, 1, "1 of 1 agents have not reported version 3 deployed: local (never seen)"},
 		{[]string{"version", "releases"}, 0, "UP TO DATE"},
 		{[]string{"version", "diff", "0", "1"}, 0, "added"},
 		{[]string{"resource", "list", "--type", "file"}, 0, "available"},
@@ -122,6 +128,26 @@ func TestServerAndOperatorCommands(t *testing.T) {
 	}
 	if code, stdout, _ = invoke(t, "version", "releases", rels[2].ID); code != 0 || !strings.Contains(stdout, "release "+rels[2].ID+" of version 1: done") {
 		t.Fatalf("version releases ID: exit %d, %q; want the first release, done", code, stdout)
+	}
+	// A release prints its id, which -o json carries too.
+	code, stdout, _ = invoke(t, "version", "release", "2")
+	if m := regexp.MustCompile(`version 2 released again as version 4 \(rollback[^\n]*\nrelease ([0-9a-f-]{36}): sending`).FindStringSubmatch(stdout); code != 0 || m == nil {
+		t.Fatalf("version release 2: exit %d, %q; want version 2 released again as 4, with its release id", code, stdout)
+	} else if code, out, _ := invoke(t, "version", "releases", m[1]); code != 0 || !strings.Contains(out, "of version 4") {
+		t.Fatalf("version releases %s: exit %d, %q; want the release of version 4", m[1], code, out)
+	}
+	code, stdout, _ = invoke(t, "export", "--release", "--var", "site_title=Three", dir, "-o", "json")
+	var exp struct {
+		Version   struct{ Number int64 }
+		ReleaseID string `json:"release_id"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &exp) != nil || exp.Version.Number != 5 || exp.ReleaseID == "" {
+		t.Fatalf("export --release -o json: exit %d, %q; want version 5 with its release id", code, stdout)
+	}
+	code, stdout, _ = invoke(t, "version", "release", "5", "-o", "json")
+	var again record.Released
+	if code != 0 || json.Unmarshal([]byte(stdout), &again) != nil || !again.AlreadyReleased || again.ReleaseID != "" {
+		t.Fatalf("version release 5 (the released one) -o json: exit %d, %q; want already_released, no release", code, stdout)
 	}
 	code, stdout, _ = invoke(t, "resource", "list", "-o", "json")
 	var sts []record.ResourceStatus

@@ -66,7 +66,11 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 			}
 			t := newTable(term, "VERSION", "STATE", "RESOURCES", "CREATED", "EXPORTED BY", "SOURCE")
 			for _, v := range vs {
-				t.row(strconv.FormatInt(v.Number, 10), string(v.State), strconv.Itoa(v.Count), v.CreatedAt.Local().Format(time.DateTime), v.Meta.ExportedBy, v.Meta.Source)
+				source := v.Meta.Source
+				if v.Meta.RollbackOf != 0 {
+					source = fmt.Sprintf("rollback of %d (%s)", v.Meta.RollbackOf, source)
+				}
+				t.row(strconv.FormatInt(v.Number, 10), string(v.State), strconv.Itoa(v.Count), v.CreatedAt.Local().Format(time.DateTime), v.Meta.ExportedBy, source)
 			}
 			return t.flush()
 		}),
@@ -84,6 +88,9 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 					return writeJSON(term.stdout, v)
 				}
 				fmt.Fprintf(term.stdout, "version %d (%s): %d resources, created %s, exported by %s\n", v.Number, v.State, v.Count, v.CreatedAt.Local().Format(time.DateTime), v.Meta.ExportedBy)
+				if v.Meta.RollbackOf != 0 {
+					fmt.Fprintf(term.stdout, "a rollback: version %d's resources, released again\n", v.Meta.RollbackOf)
+				}
 				for _, r := range v.Resources {
 					fmt.Fprintf(term.stdout, "  %s\n", r.ID)
 				}
@@ -120,7 +127,8 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 			}
 			return nil
 		}),
-		remoteCommand(term, "release", "release a version: it is released at once, and its fan-out to agents runs on the server (--wait follows it)", "N", waitFlags("wait until every accepted agent was sent the version (or is listed as pending)"),
+		remoteCommand(term, "release", "release a version, a newer or an older one (rollback): it is released at once, and its fan-out to agents runs on the server (--wait follows it)", "N",
+			waitFlags("follow the release's fan-out to agents, then wait until every resource of the version is deployed or failed"),
 			func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"/release")
 				if err != nil {
@@ -130,27 +138,26 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				if err := cl.call(c.Context, "POST", p, nil, &v); err != nil {
 					return err
 				}
-				if !c.Bool("wait") || v.ReleaseID == "" {
-					if asJSON {
-						return writeJSON(term.stdout, v)
-					}
-					fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
-					if v.ReleaseID != "" {
-						fmt.Fprintf(term.stdout, "release %s: sending it to agents in the background (follow: tether version releases %s)\n", v.ReleaseID, v.ReleaseID)
-					}
-					return nil
-				}
 				if !asJSON {
-					fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
+					printReleased(term, v)
 				}
-				rel, err := followRelease(c, cl, term, v.ReleaseID, c.Duration("timeout"), asJSON)
-				if err != nil {
-					return err
+				if c.Bool("wait") && v.ReleaseID != "" {
+					rel, err := followRelease(c, cl, term, v.ReleaseID, c.Duration("timeout"), asJSON)
+					if err != nil {
+						return err
+					}
+					v.Release = &rel
+					if err := releaseOutcome(rel); err != nil {
+						return err
+					}
+					if err := waitDeployed(c, cl, term, v.Number, c.Duration("timeout"), asJSON); err != nil {
+						return err
+					}
 				}
 				if asJSON {
-					return writeJSON(term.stdout, rel)
+					return writeJSON(term.stdout, v)
 				}
-				return releaseOutcome(rel)
+				return nil
 			}),
 		remoteCommand(term, "releases", "list the environment's releases, newest first, or show one (ID) with the agents it did not reach", "[ID]...", nil,
 			func(c *ucli.Context, cl *client, asJSON bool) error {
@@ -196,6 +203,24 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				}
 				return t.flush()
 			}),
+	}
+}
+
+// printReleased says what a release did: which version it released (for
+// a rollback, the copy and the version it copies), and the id of the
+// release, which the deploys it sends to agents carry too.
+func printReleased(term *terminal, v record.Released) {
+	switch {
+	case v.AlreadyReleased:
+		fmt.Fprintf(term.stdout, "version %d is the released version already: nothing changed (tether version releases lists its releases)\n", v.Number)
+		return
+	case v.Meta.RollbackOf != 0:
+		fmt.Fprintf(term.stdout, "version %d released again as version %d (rollback: agents only take desired state newer than what they hold)\n", v.Meta.RollbackOf, v.Number)
+	default:
+		fmt.Fprintf(term.stdout, "version %d released\n", v.Number)
+	}
+	if v.ReleaseID != "" {
+		fmt.Fprintf(term.stdout, "release %s: sending it to agents in the background (follow: tether version releases %s)\n", v.ReleaseID, v.ReleaseID)
 	}
 }
 

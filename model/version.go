@@ -25,6 +25,11 @@ type VersionMeta struct {
 	Source string `json:"source,omitempty"`
 	// ExportedBy names who uploaded it.
 	ExportedBy string `json:"exported_by,omitempty"`
+	// RollbackOf is the version this one is a copy of, made when that
+	// version was released again after a later one: agents only take
+	// desired state newer than what they hold, so a rollback releases the
+	// old resource set under a new number. Set by the server only.
+	RollbackOf int64 `json:"rollback_of,omitempty"`
 }
 
 // Version is an environment's numbered, immutable resource set.

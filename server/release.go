@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
 )
@@ -83,7 +84,17 @@ func (q *releaseQueue) isKnown(id string) bool {
 // answers at once. Once the store has released the version the release
 // stands: what the fan-out meets is recorded in the release (GetRelease),
 // never returned as an error.
+//
+// A version older than the released one (a retired version, or a
+// candidate left behind) is released again as a rollback: agents take only
+// desired state newer than what they hold, so its resource set is copied
+// into a new version, numbered after the newest, whose meta names it
+// (RollbackOf), and that one is released. Released.Version is the copy.
 func (s *Server) Release(ctx context.Context, env string, n int64) (record.Released, error) {
+	n, err := s.rollbackCopy(ctx, env, n)
+	if err != nil {
+		return record.Released{}, err
+	}
 	v, err := s.store.Release(ctx, env, n)
 	if err != nil {
 		return record.Released{Version: v}, err
@@ -96,6 +107,44 @@ func (s *Server) Release(ctx context.Context, env string, n int64) (record.Relea
 	}
 	out.ReleaseID, out.Release = rel.ID, &rel
 	return out, nil
+}
+
+// rollbackCopy returns the number of the version to release for a
+// release of version n of env: n itself, or, when n is older than the
+// released version or retired, a new version holding n's resource set.
+func (s *Server) rollbackCopy(ctx context.Context, env string, n int64) (int64, error) {
+	v, err := s.store.GetVersion(ctx, env, n, false)
+	if err != nil {
+		return n, err
+	}
+	switch v.State {
+	case model.VersionReleased:
+		return n, nil
+	case model.VersionCandidate:
+		cur, err := s.store.ReleasedVersion(ctx, env)
+		switch {
+		case errors.Is(err, model.ErrNotFound):
+			return n, nil
+		case err != nil:
+			return n, err
+		case cur.Number < n:
+			return n, nil
+		}
+	}
+	// The resources are stored as Export left them: checked, marked and
+	// sealed; they are copied as they are.
+	old, err := s.store.GetVersion(ctx, env, n, true)
+	if err != nil {
+		return n, err
+	}
+	meta := old.Meta
+	meta.RollbackOf = n
+	cp, err := s.store.PutVersion(ctx, env, meta, old.Resources)
+	if err != nil {
+		return n, fmt.Errorf("roll back to version %d of %s: %w", n, env, err)
+	}
+	s.log.Info().Str("env", env).Int64("version", n).Int64("copy", cp.Number).Msg("rolling back: releasing a copy of an older version")
+	return cp.Number, nil
 }
 
 // startRelease records a release of version n of env and queues its

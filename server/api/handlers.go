@@ -326,6 +326,7 @@ func (a *API) putVersion(r *request) (int, any, error) {
 		return 0, nil, newError("invalid", "compile the model with tether compile -o json", "no \"resources\" in the upload")
 	}
 	req.Meta.ExportedBy = r.token.Name
+	req.Meta.RollbackOf = 0 // the server's own to set
 	if err := req.Meta.Validate(); err != nil {
 		return 0, nil, err
 	}
@@ -479,14 +480,28 @@ func diffHashes(from, to int64, prev, next []record.ResourceHash) Diff {
 	return d
 }
 
+// release releases version n: a version older than the released one is
+// released again as a copy numbered after the newest (a rollback; the
+// copy's meta.rollback_of names n). Releasing the released version changes
+// nothing: 200 with already_released, no release started.
 func (a *API) release(r *request) (int, any, error) {
-	env, err := r.envName()
+	env, err := a.existingEnv(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	n, err := r.number("n")
 	if err != nil {
 		return 0, nil, err
+	}
+	v, err := a.svc.Versions.GetVersion(r.ctx(), env, n, false)
+	switch {
+	case isNotFound(err):
+		return 0, nil, a.missingVersion(r, env, n)
+	case err != nil:
+		return 0, nil, err
+	case v.State == model.VersionReleased:
+		r.detail = "already released"
+		return http.StatusOK, record.Released{Version: v, AlreadyReleased: true}, nil
 	}
 	rel, err := a.svc.Exporter.Release(r.ctx(), env, n)
 	if err != nil {
@@ -527,15 +542,31 @@ func (a *API) getRelease(r *request) (int, any, error) {
 	return http.StatusOK, rel, err
 }
 
-// releaseError explains a release that was refused for the version's state.
+// releaseError explains a release that was refused.
 func (a *API) releaseError(r *request, env string, n int64, err error) error {
-	if !errors.Is(err, model.ErrConflict) {
-		return err
-	}
-	if v, gerr := a.svc.Versions.GetVersion(r.ctx(), env, n, false); gerr == nil && v.State == model.VersionRetired {
-		return newError("conflict", "export it again to roll back: an unchanged set becomes a new version", "version %d of %s is retired", n, env)
+	if isNotFound(err) {
+		return a.missingVersion(r, env, n)
 	}
 	return err
+}
+
+// missingVersion explains a version that is not there: pruned (older than
+// the newest kept), or never made.
+func (a *API) missingVersion(r *request, env string, n int64) error {
+	vs, err := a.svc.Versions.ListVersions(r.ctx(), env)
+	if err != nil {
+		return err
+	}
+	if len(vs) == 0 || n > vs[0].Number {
+		return newError("not_found", "tether version list shows the versions there are", "no version %d in %s", n, env)
+	}
+	keep := "every version"
+	if e, err := a.svc.Envs.GetEnv(r.ctx(), env); err == nil && e.Settings.VersionsToKeep > 0 {
+		keep = fmt.Sprintf("its newest %d versions", e.Settings.VersionsToKeep)
+	}
+	return newError("not_found", "tether version list shows the versions kept; to go back further, export that model again; "+
+		"tether env settings set versions_to_keep N keeps more from now on",
+		"version %d of %s was pruned: the environment keeps %s (versions_to_keep), and the oldest kept is %d", n, env, keep, vs[len(vs)-1].Number)
 }
 
 // --- resources

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,19 +125,25 @@ func TestReleaseDoesNotWaitForItsFanout(t *testing.T) {
 	if len(vs) != 1 || vs[0].State != model.VersionReleased {
 		t.Fatalf("versions while the fan-out is held: %+v, want the one, released", vs)
 	}
+	// Releasing the released version again changes nothing: no second
+	// release.
 	var again record.Released
-	r.must(r.admin, "POST", fmt.Sprintf("/api/v1/envs/prod/versions/%d/release", exp.Version.Number), nil, &again, 202)
+	r.must(r.admin, "POST", fmt.Sprintf("/api/v1/envs/prod/versions/%d/release", exp.Version.Number), nil, &again, 200)
+	if !again.AlreadyReleased || again.ReleaseID != "" || again.Number != exp.Version.Number {
+		t.Fatalf("release of the released version: %+v, want already_released and no release", again)
+	}
 	close(gb.gate)
 	rel = r.waitRelease("prod", exp.ReleaseID)
 	if rel.State != record.ReleaseDone || rel.Agents != agents || rel.Sent+rel.UpToDate != agents || rel.PendingCount != 0 || rel.FinishedAt == nil {
 		t.Fatalf("release after the broker took it: %+v, want done, %d agents reached", rel, agents)
 	}
-	if got := r.waitRelease("prod", again.ReleaseID); got.State != record.ReleaseDone || got.Done() != agents {
-		t.Fatalf("second release of the same version: %+v, want done with every agent dealt with", got)
+	var list []record.Release
+	r.must(r.admin, "GET", "/api/v1/envs/prod/releases", nil, &list, 200)
+	if len(list) != 1 {
+		t.Fatalf("releases %+v, want the one", list)
 	}
 	// Each agent holds its desired state, and a deploy (the environment
-	// deploys automatically) after it. (Both releases' fan-outs were held
-	// at once: an agent may hold each one's.)
+	// deploys automatically) after it.
 	for _, name := range []string{"web-000", "web-250", "web-499"} {
 		got := untilDeploy(t, r.bus, "prod", name)
 		if got[0] != bus.KindDesiredFull {
@@ -167,4 +174,60 @@ func untilDeploy(t *testing.T, b *bus.Local, env, agent string) []bus.Kind {
 
 func fanout(page, workers int) scheduler.FanoutConfig {
 	return scheduler.FanoutConfig{PageSize: page, Workers: workers}
+}
+
+// Releasing an older version rolls back: a copy numbered after the newest
+// is released (202, its rollback_of names the version). A pruned version
+// and one that never existed are refused with not_found, saying which;
+// releasing the released version changes nothing (200, already_released).
+func TestReleaseOfOlderAndMissingVersions(t *testing.T) {
+	r := newServerRigOn(t, openSQLite(t), server.Config{}, api.Config{}, zerolog.Nop(), nil)
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod", Settings: map[string]string{"versions_to_keep": "2"}}, nil, 201)
+	r.run()
+	for i := 1; i <= 3; i++ {
+		var exp api.ExportResponse
+		r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{file("web", "/motd", fmt.Sprint(i))}}, &exp, 202)
+		r.waitRelease("prod", exp.ReleaseID)
+	}
+	deadline := time.Now().Add(releasePatience)
+	for {
+		var vs []model.Version
+		r.must(r.admin, "GET", "/api/v1/envs/prod/versions", nil, &vs, 200)
+		if len(vs) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versions %+v: want version 1 pruned (versions_to_keep 2)", vs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var rel record.Released
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions/2/release", nil, &rel, 202)
+	if rel.Number != 4 || rel.Meta.RollbackOf != 2 || rel.State != model.VersionReleased || rel.ReleaseID == "" {
+		t.Fatalf("release of retired version 2: %+v; want version 4 released, a rollback of 2, with a release id", rel)
+	}
+	r.waitRelease("prod", rel.ReleaseID)
+
+	for _, tt := range []struct {
+		path, want string
+	}{
+		{"/api/v1/envs/prod/versions/1/release", "version 1 of prod was pruned: the environment keeps its newest 2 versions"},
+		{"/api/v1/envs/prod/versions/9/release", "no version 9 in prod"},
+	} {
+		var e api.Body
+		if status, code := r.do(r.admin, "POST", tt.path, nil, &e); status != 404 || code != "not_found" || !strings.Contains(e.Error.Message, tt.want) {
+			t.Fatalf("POST %s: %d %s %+v; want 404 not_found saying %q", tt.path, status, code, e.Error, tt.want)
+		}
+	}
+	var again record.Released
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions/4/release", nil, &again, 200)
+	if !again.AlreadyReleased || again.ReleaseID != "" {
+		t.Fatalf("release of the released version: %+v; want already_released, no release", again)
+	}
+	var vs []model.Version
+	r.must(r.admin, "GET", "/api/v1/envs/prod/versions", nil, &vs, 200)
+	if len(vs) == 0 || vs[0].Number != 4 || vs[0].State != model.VersionReleased {
+		t.Fatalf("versions after the refused releases: %+v; want 4 the newest, released", vs)
+	}
 }

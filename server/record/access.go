@@ -131,6 +131,9 @@ type Alert struct {
 	// compliance when its status is of that version.
 	Compliance model.Compliance `json:"compliance,omitempty"`
 	Version    int64            `json:"version,omitempty"`
+	// Healed: a drift alert of a resource its agent re-applied by drift
+	// policy. Recording it also logs a heal in the resource's action log.
+	Healed bool `json:"healed,omitempty"`
 }
 
 // NewSecret returns a fresh API token secret: "tether_" and 32 random bytes

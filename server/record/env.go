@@ -296,10 +296,13 @@ type ActionKind string
 const (
 	ActionDeploy ActionKind = "deploy"
 	ActionDryRun ActionKind = "dryrun"
+	// ActionHeal is a drifted resource its agent re-applied by drift
+	// policy (heal), between deploys; its changes are the drift undone.
+	ActionHeal ActionKind = "heal"
 )
 
-// Action is one entry of a resource's action log: something a deploy or dry
-// run did or found.
+// Action is one entry of a resource's action log: something a deploy, dry
+// run or heal did or found.
 type Action struct {
 	Seq      int64               `json:"seq"`
 	ID       model.ID            `json:"id"`

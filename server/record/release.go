@@ -16,6 +16,9 @@ type Released struct {
 	ReleaseID string `json:"release_id,omitempty"`
 	// Release is the release as it stood when answered (running).
 	Release *Release `json:"release,omitempty"`
+	// AlreadyReleased: the version asked for was the released one
+	// already; nothing changed and no release was started.
+	AlreadyReleased bool `json:"already_released,omitempty"`
 }
 
 // Release is one release of a version of an environment: the version is

@@ -78,6 +78,12 @@ func (s *Scheduler) Released(ctx context.Context, r record.Release, progress fun
 		return r, err
 	}
 	later := laterText(env.Settings)
+	// The deploys the fan-out sends carry the release's id: an agent's
+	// results, and the resources' action logs, name the release.
+	deployID := r.ID
+	if deployID == "" {
+		deployID = uuid.NewString()
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -105,7 +111,7 @@ func (s *Scheduler) Released(ctx context.Context, r record.Release, progress fun
 		go func() {
 			defer wg.Done()
 			for p := range pages {
-				out, err := s.fanPage(ctx, env, r.Version, later, p)
+				out, err := s.fanPage(ctx, env, r.Version, deployID, later, p)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
@@ -169,7 +175,7 @@ func (o *pageOutcome) pend(s *Scheduler, env string, n int64, agent, later strin
 // the deploys of those that took them in another (a deploy never
 // overtakes its desired state). An error is for a page that could not be
 // dealt with (the store, ctx, or a newer release).
-func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64, later string, agents []record.Agent) (pageOutcome, error) {
+func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64, deployID, later string, agents []record.Agent) (pageOutcome, error) {
 	var out pageOutcome
 	cur, err := s.store.ReleasedVersion(ctx, env.Name)
 	if err != nil {
@@ -213,7 +219,7 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 			continue
 		}
 		e, err := s.signer.Seal(bus.KindDeploy, env.Name, t.agent.Name,
-			bus.Deploy{DeployID: uuid.NewString(), Mode: bus.DeployIncremental, Generation: n, DriftPolicy: env.Settings.DriftPolicy})
+			bus.Deploy{DeployID: deployID, Mode: bus.DeployIncremental, Generation: n, DriftPolicy: env.Settings.DriftPolicy})
 		if err != nil {
 			out.pend(s, env.Name, n, t.agent.Name, later, err)
 			continue

@@ -242,7 +242,8 @@ func compareKeys(a, b StatusKey) int {
 // apply applies the fresh batches, in order, to the stored statuses, and
 // returns what to write: the statuses that changed, an action-log entry for
 // each result that changed, failed or skipped something (or found something
-// to change), the alerts, and the agents' highest message numbers.
+// to change) and for each heal, the alerts, and the agents' highest
+// message numbers.
 func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error) {
 	statuses := make(map[StatusKey]*Status, len(stored))
 	for i := range stored {
@@ -296,6 +297,16 @@ func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error
 				return nil, err
 			}
 			in.Statements = append(in.Statements, st)
+			if a.Healed && a.ID != nil {
+				var changes []byte
+				if len(a.Changes) > 0 {
+					if changes, err = json.Marshal(a.Changes); err != nil {
+						return nil, fmt.Errorf("%w: changes of %s: %w", model.ErrInvalid, a.ID, err)
+					}
+				}
+				in.Actions = append(in.Actions, ActionRow{Env: b.Env, ID: a.ID.String(), Agent: b.Agent, Kind: record.ActionHeal,
+					Version: a.Version, State: model.StateDeployed, Changes: changes, Message: a.Message})
+			}
 			if !setsCompliance(a) {
 				continue
 			}

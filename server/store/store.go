@@ -137,7 +137,8 @@ type Store interface {
 	// later message of the agent (higher seq). Dry-run results set only the
 	// compliance of deployed resources of their version (changes found:
 	// non_compliant). A batch's alerts are stored, and drift alerts set the
-	// compliance they report the same way. A batch whose (env, agent, seq)
+	// compliance they report the same way; a healed one (Alert.Healed) is
+	// also an action-log entry of kind heal. A batch whose (env, agent, seq)
 	// was recorded before changes nothing: fresh[i] says whether batch i
 	// was recorded now. An invalid batch fails them all with ErrInvalid.
 	RecordResults(ctx context.Context, batches []ResultBatch) (fresh []bool, err error)

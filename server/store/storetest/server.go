@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -567,6 +568,36 @@ func testCompliance(t *testing.T, s store.Store) {
 	if alerts[1].Compliance != model.NonCompliant || alerts[1].Version != v.Number || alerts[1].Changes["content"].Current != "hacked" {
 		t.Fatalf("stored drift alert %+v", alerts[1])
 	}
+	if acts, err := s.Actions(ctx, "prod", x.ID, 10); err != nil || slices.ContainsFunc(acts, func(a record.Action) bool { return a.Kind == record.ActionHeal }) {
+		t.Fatalf("actions of x after a restore by hand: %+v, %v; want no heal", acts, err)
+	}
+	// A heal (y re-applied by drift policy) is an alert, and an entry of
+	// kind heal in the resource's action log, with the drift it undid;
+	// once, however often its message is delivered.
+	healed := store.ResultBatch{Env: "prod", Agent: "a", Seq: 8, Version: v.Number, Alerts: []record.Alert{
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &yID, Compliance: model.Compliant, Version: v.Number, Message: "healed", Changes: drifted, Healed: true}}}
+	for range 2 {
+		if _, err := s.RecordResults(ctx, []store.ResultBatch{healed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts, err := s.Actions(ctx, "prod", y.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heals []record.Action
+	for _, a := range acts {
+		if a.Kind == record.ActionHeal {
+			heals = append(heals, a)
+		}
+	}
+	if len(heals) != 1 || heals[0].State != model.StateDeployed || heals[0].Version != v.Number || heals[0].Changes["content"].Current != "hacked" || heals[0].Message != "healed" {
+		t.Fatalf("heal entries of y: %+v; want one, deployed, of version %d, with the drift it undid", heals, v.Number)
+	}
+	if st := statusOf(t, s, "prod")["/y"]; st.Compliance != model.Compliant {
+		t.Fatalf("y after its heal: %s, want compliant", st.Compliance)
+	}
+
 	// A drift report that overtakes its deploy's result (they travel on
 	// separate queues): the older result sets the state, not the
 	// compliance.
