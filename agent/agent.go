@@ -283,6 +283,10 @@ type runningJob struct {
 // errSuperseded ends a repair that a deploy replaced.
 var errSuperseded = errors.New("superseded by a deploy")
 
+// errPaused stops the job running when the server pauses the agent: the
+// job stays journaled and runs once the agent is resumed.
+var errPaused = errors.New("paused by the server")
+
 // New opens the agent's journal and returns an agent for cfg that talks
 // over t and enforces with the handlers of reg. Close releases it.
 func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*Agent, error) {

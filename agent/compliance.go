@@ -22,7 +22,11 @@ import (
 // time that folds a burst of events into one verification. Drift is reported
 // as a compliance event through the outbox, so it is seen and kept while the
 // broker is away and delivered when it is back; under the heal policy the
-// resource is re-applied at once and reported restored.
+// resource is re-applied at once and reported restored, unless the server
+// paused the agent (an operator's pause, or a halted environment): then
+// nothing is changed until it resumes it, and a resume verifies everything
+// again. The policy and the pause are read from the journal, where the
+// server's commands put them, at each resource verified.
 //
 // Verification and healing hold the agent's enforce lock, which a running
 // job holds too: the agent's own writes are never verified half-done, and,
@@ -53,7 +57,6 @@ type monitor struct {
 	dirs     map[string]bool
 	polled   []int32
 	suspects map[model.ID]bool
-	policy   model.DriftPolicy
 
 	// status is touched by the verifier goroutine (check, calmDown) and
 	// by arm, which holds the enforce lock, as check does, and mu, as
@@ -161,13 +164,13 @@ func (m *monitor) events(ctx context.Context) {
 	}
 }
 
-// arm watches the slice's resources whose last result is deployed (with
-// policy as the drift policy, unless empty), and verifies those new to the
-// watch or changed since (all of them when verifyAll: at start, drift while
-// the agent was down). settled are the resources the job just deployed.
+// arm watches the slice's resources whose last result is deployed, and
+// verifies those new to the watch or changed since (all of them when
+// verifyAll: at start, drift while the agent was down). settled are the
+// resources the job just deployed.
 // It returns how many resources it queued for verification. Called with
 // the enforce lock held, after a job.
-func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[model.ID]bool) (queued int) {
+func (m *monitor) arm(verifyAll bool, settled map[model.ID]bool) (queued int) {
 	s := m.a.journal.Slice()
 	hashes := m.a.sliceHashes()
 	list := make([]watch, 0, len(s.Resources))
@@ -235,9 +238,6 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[mode
 		}
 	}
 	m.list, m.index, m.byPath, m.shared, m.dirs, m.polled = list, index, byPath, shared, dirs, polled
-	if policy != "" {
-		m.policy = policy
-	}
 	for id := range m.suspects {
 		if _, ok := index[id]; !ok {
 			delete(m.suspects, id)
@@ -259,6 +259,20 @@ func (m *monitor) arm(policy model.DriftPolicy, verifyAll bool, settled map[mode
 		m.a.poke(m.poke)
 	}
 	return queued
+}
+
+// suspectAll verifies every watched resource: the drift policy changed, or
+// the agent was resumed.
+func (m *monitor) suspectAll() {
+	m.mu.Lock()
+	for id := range m.index {
+		m.suspects[id] = true
+	}
+	n := len(m.suspects)
+	m.mu.Unlock()
+	if n > 0 {
+		m.a.poke(m.poke)
+	}
 }
 
 // calmDown ends flapping for resources that have not drifted for a flap
@@ -295,7 +309,6 @@ func (m *monitor) verifyEnforcing(ctx context.Context) {
 		}
 		delete(m.suspects, id)
 	}
-	policy := m.policy
 	m.mu.Unlock()
 
 	var reports []bus.DriftReport
@@ -303,7 +316,7 @@ func (m *monitor) verifyEnforcing(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		reports = append(reports, m.check(ctx, &todo[i], policy)...)
+		reports = append(reports, m.check(ctx, &todo[i])...)
 	}
 	m.a.releaseMemory(len(todo))
 	if len(reports) == 0 {
@@ -315,8 +328,14 @@ func (m *monitor) verifyEnforcing(ctx context.Context) {
 	}
 }
 
-// check verifies one resource and returns what to report.
-func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.DriftPolicy) []bus.DriftReport {
+// handsOff is the message of a drift report the agent does not heal
+// although its policy says heal.
+const handsOff = "not healed: the agent is paused (by an operator, or its environment is halted); resuming it heals"
+
+// check verifies one resource and returns what to report. Whether to heal
+// is decided here, resource by resource, from the journal: a pause that
+// arrives during a verification stops the heals that follow it.
+func (m *monitor) check(ctx context.Context, res *model.Resource) []bus.DriftReport {
 	h, ok := m.a.reg.Lookup(res.ID.Type)
 	if !ok {
 		return nil
@@ -352,13 +371,18 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 		return []bus.DriftReport{{ID: res.ID, Compliance: model.Compliant, Seen: seen, Message: "changed back by hand"}}
 	}
 	redacted := changes.Redact(res)
+	heal := m.a.journal.DriftPolicy() == model.DriftHeal
+	paused, _ := m.a.journal.Paused()
 	var out []bus.DriftReport
-	if !st.drifted || restate || !model.Equal(st.changes, redacted) {
+	if !st.drifted || restate || !sameChanges(st.changes, redacted) {
 		st.recent = append(st.recent, seen)
 		for len(st.recent) > 0 && seen.Sub(st.recent[0]) > m.a.cfg.FlapWindow {
 			st.recent = st.recent[1:]
 		}
 		rep := bus.DriftReport{ID: res.ID, Compliance: model.NonCompliant, Changes: redacted, Seen: seen}
+		if heal && paused {
+			rep.Message = handsOff
+		}
 		switch {
 		case st.flapping:
 		case len(st.recent) >= m.a.cfg.FlapCount:
@@ -371,7 +395,7 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 		}
 		st.drifted, st.changes = true, redacted
 	}
-	if policy != model.DriftHeal {
+	if !heal || paused {
 		return out
 	}
 	if err := m.heal(ctx, h, res, current, changes); err != nil {
@@ -387,6 +411,21 @@ func (m *monitor) check(ctx context.Context, res *model.Resource, policy model.D
 		out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.Compliant, Healed: true, Changes: redacted, Seen: time.Now()})
 	}
 	return out
+}
+
+// sameChanges reports whether two drifts of a resource are the same: the
+// same attributes, each with the same current and desired values.
+func sameChanges(a, b model.Changes) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || !model.Equal(x.Current, y.Current) || !model.Equal(x.Desired, y.Desired) {
+			return false
+		}
+	}
+	return true
 }
 
 // heal re-applies a drifted resource and checks it converged.

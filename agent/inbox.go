@@ -111,8 +111,18 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		if err := a.followEnvironment(body, answer); err != nil {
 			return err
 		}
+		policy := a.journal.DriftPolicy()
+		paused := func() {}
+		if body.Paused != nil {
+			paused = a.pauseOp(tx, *body.Paused, e.TS, false)
+		}
+		tx.SetDriftPolicy(body.DriftPolicy, e.TS)
 		if err := tx.Commit(); err != nil {
 			return err
+		}
+		paused()
+		if a.journal.DriftPolicy() != policy {
+			a.reverify()
 		}
 		a.markEnrolled()
 		a.poke(a.answered)
@@ -177,11 +187,22 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			a.log.Info().Str("message", e.String()).Msg("ignoring a pause or resume older than the one in force")
 			return tx.Commit()
 		}
-		if err := tx.Pause(e.Kind == bus.KindPause, e.TS).Commit(); err != nil {
+		after := a.pauseOp(tx, e.Kind == bus.KindPause, e.TS, true)
+		if err := tx.Commit(); err != nil {
 			return err
 		}
-		a.log.Info().Bool("paused", e.Kind == bus.KindPause).Msg("the server paused or resumed this agent")
-		a.poke(a.wake)
+		after()
+	case bus.KindSettings:
+		var body bus.Settings
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if err := tx.SetDriftPolicy(body.DriftPolicy, e.TS).Commit(); err != nil {
+			return err
+		}
+		a.log.Info().Str("drift_policy", string(a.journal.DriftPolicy())).Msg("the server changed this agent's settings")
+		// Drift seen under alert is healed now, if the policy says heal.
+		a.reverify()
 	case bus.KindRotateKey:
 		if err := tx.Commit(); err != nil {
 			return err
@@ -407,4 +428,32 @@ func (a *Agent) requestState(ctx context.Context, tx *journal.Tx, why error) err
 		a.log.Error().Err(why).Msg("desired state refused; asking for the full state")
 	}
 	return a.emit(tx, bus.KindStateRequest, bus.StateRequest{Generation: a.journal.Slice().Generation})
+}
+
+// pauseOp adds to tx the pause (or resume) the server issued at ts, unless
+// one issued later is in force, and returns what to do once tx is
+// committed: a pause stops the job in progress (it runs again once
+// resumed), and the monitor then reports drift but heals none; a resume
+// wakes the worker and has the monitor verify everything again, so drift
+// seen while paused is healed now under the heal policy. told says the
+// server sent a pause or resume command, which is logged even when it
+// changes nothing.
+func (a *Agent) pauseOp(tx *journal.Tx, paused bool, ts time.Time, told bool) (after func()) {
+	wasPaused, at := a.journal.Paused()
+	if ts.Before(at) {
+		return func() {}
+	}
+	tx.Pause(paused, ts)
+	return func() {
+		if told || paused != wasPaused {
+			a.log.Info().Bool("paused", paused).Msg("the server paused or resumed this agent")
+		}
+		switch {
+		case paused:
+			a.stopRunning(errPaused)
+		case wasPaused:
+			a.reverify()
+		}
+		a.poke(a.wake)
+	}
 }

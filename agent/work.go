@@ -31,8 +31,8 @@ func (a *Agent) startWorker(ctx context.Context) *worker {
 	} else {
 		mon := newMonitor(a)
 		// Drift while the agent was down or not primary, under the policy
-		// of the last deploy.
-		a.enforcing(func() { mon.arm(a.journal.DriftPolicy(), true, nil) })
+		// in force.
+		a.enforcing(func() { mon.arm(true, nil) })
 		a.mu.Lock()
 		a.mon = mon
 		a.mu.Unlock()
@@ -86,6 +86,28 @@ func (a *Agent) nextJob() (journal.Job, bool) {
 		return journal.Job{}, false
 	}
 	return jobs[0], true
+}
+
+// stopRunning cancels the running deploy or repair, if any, with cause.
+func (a *Agent) stopRunning(cause error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running != nil && a.running.job.Kind != string(bus.KindDryRun) {
+		a.log.Info().Str("deploy", a.running.job.ID).Err(cause).Msg("stopping the running job; it runs again when resumed")
+		a.running.cancel(cause)
+	}
+}
+
+// reverify has the compliance monitor verify every watched resource: drift
+// is reported, and healed if the policy says so and the agent is not
+// paused.
+func (a *Agent) reverify() {
+	a.mu.Lock()
+	mon := a.mon
+	a.mu.Unlock()
+	if mon != nil {
+		mon.suspectAll()
+	}
 }
 
 // supersedeRepair cancels a running repair: a deploy that arrived during
@@ -172,7 +194,11 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	if dryRun {
 		kind = bus.KindDryRunResult
 	}
-	rep := newReporter(a, kind, j, s.Generation, hashes, func() bool { return parent.Err() != nil })
+	// Stopped from outside (shutdown, another process became primary,
+	// the server paused the agent): not finished; what was not done is
+	// done after the restart or the resume.
+	stopped := func() bool { return parent.Err() != nil || errors.Is(context.Cause(ctx), errPaused) }
+	rep := newReporter(a, kind, j, s.Generation, hashes, stopped)
 	go rep.loop()
 	opts := engine.Options{
 		Parallelism:  a.cfg.Parallelism,
@@ -187,9 +213,7 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 	}
 	start := time.Now()
 	results, runErr := a.engine.Run(ctx, resources, opts, rep.add)
-	// Stopped from outside (shutdown, another process became primary):
-	// not finished; what was not done is done after the restart.
-	interrupted := parent.Err() != nil
+	interrupted := stopped()
 	errText := ""
 	switch {
 	case interrupted:
@@ -202,7 +226,7 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 		return err
 	}
 	if interrupted {
-		a.log.Info().Str("deploy", j.ID).Msg("job interrupted; it resumes on the next start")
+		a.log.Info().Str("deploy", j.ID).Msg("job interrupted; it runs again on the next start, or when resumed")
 		return nil
 	}
 	// Memory is handed back once: by the monitor's verification that
@@ -219,7 +243,7 @@ func (a *Agent) run(parent context.Context, j journal.Job) error {
 					settled[r.ID] = true
 				}
 			}
-			verifying = mon.arm(j.DriftPolicy, false, settled)
+			verifying = mon.arm(false, settled)
 		}
 	}
 	if verifying < a.cfg.ReleaseMemoryAt {

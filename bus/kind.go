@@ -38,6 +38,10 @@ const (
 	// (ServerRollover): the agent takes commands signed by either key
 	// until the first one signed by the next, then by the next alone.
 	KindServerRollover Kind = "server.rollover"
+	// KindSettings carries the environment's settings an agent holds
+	// between deploys (Settings), sent when they change: a change takes
+	// effect at once, not at the next deploy.
+	KindSettings Kind = "settings"
 )
 
 // Agent → server kinds.
@@ -66,7 +70,7 @@ var toAgent = map[Kind]bool{
 	KindDesiredDiff: true, KindDesiredFull: true, KindDeploy: true, KindRepair: true,
 	KindDryRun: true, KindPause: true, KindResume: true, KindEnrolled: true,
 	KindDependencyStatus: true, KindFactsRefresh: true, KindRejected: true,
-	KindRotateKey: true, KindKeyAccepted: true, KindServerRollover: true,
+	KindRotateKey: true, KindKeyAccepted: true, KindServerRollover: true, KindSettings: true,
 }
 
 var toServer = map[Kind]bool{
@@ -131,6 +135,14 @@ type Deploy struct {
 	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
 }
 
+// Settings are the environment's settings an agent holds between deploys.
+// Of several, the one issued last is in force.
+type Settings struct {
+	// DriftPolicy is what the agent does about drift it sees (empty:
+	// alert).
+	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
+}
+
 // DryRun asks the agent to report what a deploy would change.
 type DryRun struct {
 	DeployID   string `json:"deploy_id"`
@@ -157,6 +169,13 @@ type Enrolled struct {
 	// Generation there.
 	Env        string `json:"env_incarnation,omitempty"`
 	Generation int64  `json:"generation,omitempty"`
+	// Paused says whether the agent is paused (by an operator, or by its
+	// environment's halt) and DriftPolicy is the environment's: the
+	// answer to a hello brings them, so an agent that missed a change
+	// (away longer than a command lives) holds them again. Nil and empty
+	// from older servers: not said.
+	Paused      *bool             `json:"paused,omitempty"`
+	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
 }
 
 // Security reports commands an agent refused, at most one report a minute:

@@ -52,7 +52,7 @@ func agentCommand(term *terminal) *ucli.Command {
 					}
 					sort.Strings(labels)
 					platform := platformOf(a.Facts)
-					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), strconv.FormatBool(a.Paused), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
 				}
 				return t.flush()
 			}),
@@ -68,8 +68,8 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, a)
 				}
-				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %v\n  generation  %d\n  key         %s\n",
-					a.Name, a.State, a.Online, a.Paused, a.Generation, a.Key)
+				fmt.Fprintf(term.stdout, "%s\n  state       %s\n  online      %v\n  paused      %s\n  generation  %d\n  key         %s\n",
+					a.Name, a.State, a.Online, pausedText(a), a.Generation, a.Key)
 				switch {
 				case a.PreviousKey != "" && a.PreviousUntil == nil:
 					fmt.Fprintf(term.stdout, "  previous    %s (still taken: the agent has not switched to its new key yet)\n", a.PreviousKey)
@@ -85,8 +85,8 @@ func agentCommand(term *terminal) *ucli.Command {
 			agentAcceptCommand(term),
 			action(record.AgentReject, "reject an agent: its events are dropped; an accepted one is revoked (see revoke)"),
 			revoke,
-			action(record.AgentPause, "pause an agent: it is sent no deploy until resumed"),
-			action(record.AgentResume, "resume a paused agent"),
+			action(record.AgentPause, "pause an agent, hands off: it changes nothing on its host (no deploy, repair or heal; drift is still reported) until resumed"),
+			action(record.AgentResume, "resume a paused agent: what it missed is deployed at once, and drift healed under drift_policy=heal"),
 			agentFactsRefreshCommand(term),
 			agentRotateKeyCommand(term),
 		},
@@ -333,7 +333,22 @@ func namedAction(term *terminal, name string, verb record.AgentAction, usage str
 		if asJSON {
 			return writeJSON(term.stdout, a)
 		}
-		fmt.Fprintf(term.stdout, "agent %s: %s, paused=%v\n", a.Name, a.State, a.Paused)
+		fmt.Fprintf(term.stdout, "agent %s: %s, paused=%s\n", a.Name, a.State, pausedText(a))
+		if verb == record.AgentResume && a.Halted {
+			fmt.Fprintf(term.stdout, "its environment is halted: it stays hands off until 'tether env resume %s'\n", a.Env)
+		}
 		return nil
 	})
+}
+
+// pausedText says whether an agent is hands off: paused by an operator
+// ("true"), by its environment's halt ("halted"), or both.
+func pausedText(a api.AgentView) string {
+	switch {
+	case a.Paused && a.Halted:
+		return "true (halted)"
+	case a.Halted:
+		return "halted"
+	}
+	return strconv.FormatBool(a.Paused)
 }

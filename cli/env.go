@@ -137,8 +137,8 @@ func envCommand(term *terminal) *ucli.Command {
 			}),
 			sourceCommand(term),
 			envCompileCommand(term),
-			remoteCommand(term, "halt", "halt every deploy of the environment (agents pause)", "", nil, haltAction(term, "halt")),
-			remoteCommand(term, "resume", "resume a halted environment", "", nil, haltAction(term, "resume")),
+			remoteCommand(term, "halt", "hands off: the environment's agents change nothing on their hosts (no deploy, repair or heal; drift is still reported) until resumed", "", nil, haltAction(term, "halt")),
+			remoteCommand(term, "resume", "resume a halted environment: what its agents missed is deployed at once, and drift healed under drift_policy=heal", "", nil, haltAction(term, "resume")),
 		},
 	}
 }

@@ -19,23 +19,42 @@ func (s *Server) CreateEnv(ctx context.Context, env record.Environment) error {
 }
 
 // UpdateEnvSettings changes an environment's settings; halting pauses its
-// agents, resuming resumes them.
+// agents, resuming resumes them and deploys what they missed at once. The
+// settings agents hold between deploys (the drift policy) are sent to them
+// when they change.
 func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
-	var wasHalted bool
+	var was record.EnvSettings
 	env, err := s.store.UpdateEnvSettings(ctx, name, func(st *record.EnvSettings) error {
-		wasHalted = st.Halted
+		was = *st
 		return fn(st)
 	})
 	if err != nil {
 		return env, err
 	}
-	if env.Settings.Halted != wasHalted {
+	if env.Settings.DriftPolicy != was.DriftPolicy {
+		if err := s.sched.Settings(ctx, name, env.Settings); err != nil {
+			s.log.Warn().Err(err).Str("env", name).Msg("not every agent was told the new drift policy; they learn it on their next hello or deploy")
+		}
+	}
+	if env.Settings.Halted != was.Halted {
 		if err := s.sched.Halt(ctx, name, env.Settings.Halted); err != nil {
 			s.log.Warn().Err(err).Str("env", name).Bool("halted", env.Settings.Halted).Msg("not every agent was told; they learn it on their next hello")
 		}
 		s.feed.publish(Event{Kind: EventEnvHalted, Env: name, Error: fmt.Sprintf("halted=%v", env.Settings.Halted)})
+		if !env.Settings.Halted {
+			s.catchup(ctx, name)
+		}
 	}
 	return env, nil
+}
+
+// catchup deploys what agents missed while paused or halted (all of env's
+// when no names), now: an operator's resume does not wait for the next
+// deploy-interval retry.
+func (s *Server) catchup(ctx context.Context, env string, names ...string) {
+	if _, err := s.sched.Catchup(ctx, env, names...); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Strs("agents", names).Msg("what was missed while paused is not deployed now; it is with the next deploy-interval retry or deploy")
+	}
 }
 
 // AgentAction accepts, rejects, pauses or resumes an agent.
@@ -91,8 +110,24 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		}
 		s.revoke(ctx, env, name)
 	case record.AgentPause, record.AgentResume:
-		if err := s.sched.Pause(ctx, env, name, a.Paused); err != nil {
-			s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of pause/resume")
+		halted := false
+		if e, err := s.store.GetEnv(ctx, env); err == nil {
+			halted = e.Settings.Halted
+		}
+		switch {
+		case !a.Paused && halted:
+			// The halt keeps it paused; the environment's resume
+			// resumes it.
+		case a.Paused:
+			if err := s.sched.Pause(ctx, env, name, true); err != nil {
+				s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its pause; it is on its next hello")
+			}
+		default:
+			if err := s.sched.Pause(ctx, env, name, false); err != nil {
+				s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its resume")
+			} else {
+				s.catchup(ctx, env, name)
+			}
 		}
 	}
 	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)})

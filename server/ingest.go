@@ -484,10 +484,13 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	}
 	// The rollover of the server's key comes with it, when the agent
 	// lacks it (answerHello).
-	if err := s.answerHello(ctx, a, bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released}); err != nil {
+	paused := a.Paused || env.Settings.Halted
+	if err := s.answerHello(ctx, a, bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
+		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy}); err != nil {
 		return err
 	}
-	if a.Paused {
+	// Agents older than the pause in the answer learn it this way.
+	if paused {
 		if err := s.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
 			return err
 		}

@@ -152,7 +152,8 @@ type state struct {
 	// PausedAt is when the server issued the pause or resume in force: an
 	// older one is not applied over it.
 	PausedAt time.Time `json:"paused_at,omitzero"`
-	// DriftPolicy is that of the last deploy or repair issued and done:
+	// DriftPolicy is that of the last deploy or repair issued and done,
+	// or of the last settings command, whichever the server issued last:
 	// the watch after a restart keeps it until the next one. PolicyAt is
 	// when that command was issued.
 	DriftPolicy model.DriftPolicy    `json:"drift_policy,omitempty"`
@@ -342,7 +343,8 @@ func (j *Journal) Jobs() []Job {
 }
 
 // DriftPolicy returns the drift policy of the last deploy or repair
-// issued and done ("" before the first, or when the server sent none).
+// issued and done, or of the last settings command, whichever was issued
+// last ("" before the first, or when the server sent none).
 func (j *Journal) DriftPolicy() model.DriftPolicy {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -406,20 +408,21 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 
 // op is one change of a transaction; a log record is a list of ops.
 type op struct {
-	Op        string       `json:"op"`
-	ServerKey []byte       `json:"server_key,omitempty"`
-	Slice     *model.Slice `json:"slice,omitempty"`
-	Diff      *model.Diff  `json:"diff,omitempty"`
-	Results   []Result     `json:"results,omitempty"`
-	IDs       []model.ID   `json:"ids,omitempty"`
-	Job       *Job         `json:"job,omitempty"`
-	ID        string       `json:"id,omitempty"`
-	Seq       uint64       `json:"seq,omitempty"`
-	Data      []byte       `json:"data,omitempty"`
-	Seqs      []uint64     `json:"seqs,omitempty"`
-	Paused    bool         `json:"paused,omitempty"`
-	At        time.Time    `json:"at,omitzero"`
-	Intent    *Intent      `json:"intent,omitempty"`
+	Op        string            `json:"op"`
+	ServerKey []byte            `json:"server_key,omitempty"`
+	Slice     *model.Slice      `json:"slice,omitempty"`
+	Diff      *model.Diff       `json:"diff,omitempty"`
+	Results   []Result          `json:"results,omitempty"`
+	IDs       []model.ID        `json:"ids,omitempty"`
+	Job       *Job              `json:"job,omitempty"`
+	ID        string            `json:"id,omitempty"`
+	Seq       uint64            `json:"seq,omitempty"`
+	Data      []byte            `json:"data,omitempty"`
+	Seqs      []uint64          `json:"seqs,omitempty"`
+	Paused    bool              `json:"paused,omitempty"`
+	At        time.Time         `json:"at,omitzero"`
+	Policy    model.DriftPolicy `json:"policy,omitempty"`
+	Intent    *Intent           `json:"intent,omitempty"`
 	// Log and Agent are the header that opens every log: its number and
 	// the agent it belongs to.
 	Log   int    `json:"log,omitempty"`
@@ -440,6 +443,7 @@ const (
 	opOut       = "out"
 	opSent      = "sent"
 	opPaused    = "paused"
+	opPolicy    = "policy"
 	opIntent    = "intent"
 )
 
@@ -483,6 +487,13 @@ func (t *Tx) Intend(id model.ID, hash model.Hash, changes model.Changes) *Tx {
 // issued at the time given.
 func (t *Tx) Pause(paused bool, at time.Time) *Tx {
 	return t.add(op{Op: opPaused, Paused: paused, At: at.UTC()})
+}
+
+// SetDriftPolicy records the drift policy the server set, by a command it
+// issued at the time given: it is in force unless a deploy or repair
+// issued later brought another.
+func (t *Tx) SetDriftPolicy(p model.DriftPolicy, at time.Time) *Tx {
+	return t.add(op{Op: opPolicy, Policy: p, At: at.UTC()})
 }
 
 func (t *Tx) add(o op) *Tx {
@@ -675,6 +686,10 @@ func (s *state) apply(o *op, sliceDone bool) error {
 		}
 	case opPaused:
 		s.Paused, s.PausedAt = o.Paused, o.At
+	case opPolicy:
+		if o.Policy != "" && !o.At.Before(s.PolicyAt) {
+			s.DriftPolicy, s.PolicyAt = o.Policy, o.At
+		}
 	default:
 		return fmt.Errorf("unknown operation %q", o.Op)
 	}

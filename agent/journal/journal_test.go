@@ -642,6 +642,53 @@ func TestDriftPolicyOfTheLastJobDone(t *testing.T) {
 	}
 }
 
+// The drift policy of a settings command and of jobs is the one the
+// server issued last, whatever order they arrive or end in, and survives a
+// reopen.
+func TestDriftPolicyIssuedLastWins(t *testing.T) {
+	for _, compactAt := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("compact_at=%d", compactAt), func(t *testing.T) {
+			dir := t.TempDir()
+			j, err := Open(dir, "a", Config{CompactAt: compactAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+			job := Job{ID: "d1", Kind: "deploy", DriftPolicy: model.DriftHeal, IssuedAt: at(1)}
+			steps := []struct {
+				what string
+				tx   *Tx
+				want model.DriftPolicy
+			}{
+				{"a deploy queued", j.Begin().AddJob(job), ""},
+				{"settings issued after it", j.Begin().SetDriftPolicy(model.DriftAlert, at(2)), model.DriftAlert},
+				{"the deploy done", j.Begin().JobDone("d1"), model.DriftAlert},
+				{"settings issued before", j.Begin().SetDriftPolicy(model.DriftHeal, at(0)), model.DriftAlert},
+				{"settings issued later", j.Begin().SetDriftPolicy(model.DriftHeal, at(3)), model.DriftHeal},
+				{"settings without a policy", j.Begin().SetDriftPolicy("", at(4)), model.DriftHeal},
+			}
+			for _, s := range steps {
+				if err := s.tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if p := j.DriftPolicy(); p != s.want {
+					t.Fatalf("after %s: policy %q, want %q", s.what, p, s.want)
+				}
+			}
+			j.Close()
+			j2, err := Open(dir, "a", Config{CompactAt: compactAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j2.Close()
+			if p := j2.DriftPolicy(); p != model.DriftHeal {
+				t.Fatalf("after a reopen: policy %q, want heal", p)
+			}
+		})
+	}
+}
+
 func TestConfig(t *testing.T) {
 	if err := Default().Validate(); err != nil {
 		t.Errorf("Default: %v", err)

@@ -653,15 +653,30 @@ func (a *API) resourceHistory(r *request) (int, any, error) {
 // AgentView is an agent as the API shows it.
 type AgentView struct {
 	record.Agent
-	Online bool   `json:"online"`
+	Online bool `json:"online"`
+	// Halted is set while the agent's environment is halted: the agent
+	// changes nothing on its host (no deploy, repair or heal), as if
+	// paused, until the environment is resumed.
+	Halted bool   `json:"halted"`
 	Key    string `json:"key_fingerprint,omitempty"`
 	// PreviousKey is the fingerprint of the key before the agent's last
 	// key rollover, while it still holds.
 	PreviousKey string `json:"previous_key_fingerprint,omitempty"`
 }
 
-func (a *API) view(ag record.Agent) AgentView {
-	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter}
+func (a *API) view(r *request, ag record.Agent) AgentView {
+	return a.viewIn(ag, a.halted(r, ag.Env))
+}
+
+// halted reports whether env is halted (false when it cannot be read: the
+// agent is then shown as its own record says).
+func (a *API) halted(r *request, env string) bool {
+	e, err := a.svc.Envs.GetEnv(r.ctx(), env)
+	return err == nil && e.Settings.Halted
+}
+
+func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
+	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter, Halted: halted}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
 	}
@@ -678,8 +693,9 @@ func (a *API) listAgents(r *request) (int, any, error) {
 	}
 	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
 	out := make([]AgentView, 0, len(ags))
+	halted := a.halted(r, env)
 	for _, ag := range ags {
-		out = append(out, a.view(ag))
+		out = append(out, a.viewIn(ag, halted))
 	}
 	return http.StatusOK, out, err
 }
@@ -718,7 +734,7 @@ func (a *API) getAgent(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, a.view(ag), nil
+	return http.StatusOK, a.view(r, ag), nil
 }
 
 func (a *API) agentAction(action record.AgentAction) func(*request) (int, any, error) {
@@ -736,7 +752,7 @@ func (a *API) agentAction(action record.AgentAction) func(*request) (int, any, e
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, a.view(ag), nil
+		return http.StatusOK, a.view(r, ag), nil
 	}
 }
 
@@ -755,7 +771,7 @@ func (a *API) factsRefresh(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, a.view(ag), nil
+	return http.StatusAccepted, a.view(r, ag), nil
 }
 
 // rotateKey asks an agent to replace its key. The answer, 202, is the
@@ -773,7 +789,7 @@ func (a *API) rotateKey(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, a.view(ag), nil
+	return http.StatusAccepted, a.view(r, ag), nil
 }
 
 // --- operations

@@ -66,8 +66,8 @@ func (a *API) routes() []route {
 		{method: "DELETE", path: "/envs/:env", role: record.RoleAdmin, global: true, action: "env.delete", summary: "Delete an environment and everything in it", serve: a.deleteEnv},
 		{method: "GET", path: "/envs/:env/settings", role: record.RoleViewer, summary: "Show an environment's settings", serve: a.getSettings},
 		{method: "PATCH", path: "/envs/:env/settings", role: record.RoleOperator, action: "env.settings", summary: "Change settings", body: "{key: value}", serve: a.patchSettings},
-		{method: "POST", path: "/envs/:env/halt", role: record.RoleOperator, action: "env.halt", summary: "Halt every deploy of the environment", serve: a.halt(true)},
-		{method: "POST", path: "/envs/:env/resume", role: record.RoleOperator, action: "env.resume", summary: "Resume a halted environment", serve: a.halt(false)},
+		{method: "POST", path: "/envs/:env/halt", role: record.RoleOperator, action: "env.halt", summary: "Halt the environment: its agents change nothing on their hosts (no deploy, repair or heal) until resumed", serve: a.halt(true)},
+		{method: "POST", path: "/envs/:env/resume", role: record.RoleOperator, action: "env.resume", summary: "Resume a halted environment: what its agents missed is deployed at once", serve: a.halt(false)},
 
 		{method: "GET", path: "/envs/:env/versions", role: record.RoleViewer, summary: "List versions, newest first", serve: a.listVersions},
 		{method: "POST", path: "/envs/:env/versions", role: record.RoleOperator, action: "version.export", summary: "Upload a compiled resource set as a new version (release=true releases it too: 202 with the release's id, its fan-out in the background)", query: []string{"release"}, returns: "ExportResponse", body: "{resources: [Resource], meta?: VersionMeta}", upload: true, serve: a.putVersion},
@@ -87,8 +87,8 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", serve: a.inventory},
 		{method: "POST", path: "/envs/:env/agents/:name/accept", role: record.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", serve: a.agentAction(record.AgentAccept)},
 		{method: "POST", path: "/envs/:env/agents/:name/reject", role: record.RoleOperator, action: "agent.reject", summary: "Reject an agent", serve: a.agentAction(record.AgentReject)},
-		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it is sent no deploy until resumed", serve: a.agentAction(record.AgentPause)},
-		{method: "POST", path: "/envs/:env/agents/:name/resume", role: record.RoleOperator, action: "agent.resume", summary: "Resume a paused agent", serve: a.agentAction(record.AgentResume)},
+		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it changes nothing on its host (no deploy, repair or heal) until resumed", serve: a.agentAction(record.AgentPause)},
+		{method: "POST", path: "/envs/:env/agents/:name/resume", role: record.RoleOperator, action: "agent.resume", summary: "Resume a paused agent: what it missed is deployed at once", serve: a.agentAction(record.AgentResume)},
 		{method: "POST", path: "/envs/:env/agents/:name/facts-refresh", role: record.RoleOperator, action: "agent.facts-refresh", summary: "Ask an agent to report its facts again; its record is updated when the report arrives", serve: a.factsRefresh},
 		{method: "POST", path: "/envs/:env/agents/:name/rotate-key", role: record.RoleOperator, action: "agent.rotate-key", summary: "Ask an agent to replace its key by a signed rollover; its key changes when the rollover arrives", serve: a.rotateKey},
 

@@ -53,7 +53,8 @@ type EnvSettings struct {
 	PurgeOnDelete bool `json:"purge_on_delete"`
 	// VersionsToKeep bounds stored versions (0: keep all).
 	VersionsToKeep int `json:"versions_to_keep"`
-	// Halted stops all deploys until resumed.
+	// Halted is hands off until resumed: the environment's agents are
+	// paused (no deploy, repair or heal; drift is still reported).
 	Halted bool `json:"halted"`
 	// Enrollment decides how newly discovered agents are accepted.
 	Enrollment Enrollment `json:"enrollment"`
@@ -235,7 +236,8 @@ type Agent struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	Facts           map[string]any    `json:"facts,omitempty"`
 	Kinds           []string          `json:"kinds,omitempty"`
-	// Paused agents are sent no deploy, repair or dry run until resumed.
+	// Paused agents are sent no deploy, repair or dry run until resumed,
+	// and heal no drift.
 	Paused bool `json:"paused"`
 	// Connected is set by hello and heartbeats and cleared by goodbye; an
 	// agent is online when connected and heard from recently.

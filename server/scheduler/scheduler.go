@@ -483,6 +483,45 @@ func (s *Scheduler) RefreshFacts(ctx context.Context, env, agent string) error {
 	return err
 }
 
+// Catchup is the resume trigger: it deploys the released version at once
+// to the named agents (every agent of env when none), if active (accepted,
+// not paused), so what they missed while paused or halted is deployed now,
+// not at the next deploy-interval retry. A deploy is incremental: an agent
+// that missed nothing changes nothing. It does nothing when the environment
+// is halted or does not deploy automatically.
+func (s *Scheduler) Catchup(ctx context.Context, envName string, names ...string) (Deployment, error) {
+	env, v, ok, err := s.periodic(ctx, envName)
+	if err != nil || !ok || !env.Settings.AutoDeploy {
+		return Deployment{}, err
+	}
+	targets, err := s.active(ctx, envName, func(a record.Agent) bool { return len(names) == 0 || slices.Contains(names, a.Name) })
+	if err != nil || len(targets) == 0 {
+		return Deployment{}, err
+	}
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: record.OpDeploy}, bus.SendOptions{})
+}
+
+// Settings tells every accepted agent of env the settings it holds between
+// deploys (the drift policy), so a change takes effect at once. An agent
+// that never connected learns them with its first deploy.
+func (s *Scheduler) Settings(ctx context.Context, env string, st record.EnvSettings) error {
+	agents, err := s.store.ListAgents(ctx, env)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range agents {
+		if a.State != record.AgentAccepted {
+			continue
+		}
+		err := s.sendTo(ctx, bus.KindSettings, env, a.Name, bus.Settings{DriftPolicy: st.DriftPolicy}, bus.SendOptions{})
+		if !errors.Is(err, bus.ErrNoInbox) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Halt pauses (or resumes) every accepted agent of env that is not paused
 // on its own.
 func (s *Scheduler) Halt(ctx context.Context, env string, halted bool) error {

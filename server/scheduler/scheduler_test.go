@@ -523,3 +523,75 @@ func TestReleasedCancelled(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
+
+// A resume deploys at once to the agents it resumes, active ones only,
+// and nothing while the environment is halted or does not deploy
+// automatically; a drift policy change goes to every accepted agent.
+func TestCatchupAndSettings(t *testing.T) {
+	settings := record.DefaultEnvSettings()
+	f := newFixture(t, settings)
+	for _, n := range []string{"web", "db", "paused"} {
+		f.agent(t, n, 0)
+	}
+	pending := f.agent(t, "pending", 0)
+	pending.State = record.AgentPending
+	if err := f.store.UpsertAgent(f.ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := f.s.Catchup(f.ctx, "prod"); err != nil || len(d.Agents) != 0 {
+		t.Fatalf("catch-up before any release: %+v, %v; want nothing to do", d, err)
+	}
+	f.release(t, file("web", "/a", "1"), file("db", "/b", "1"), file("paused", "/c", "1"))
+	a, _ := f.store.GetAgent(f.ctx, "prod", "paused")
+	a.Paused = true
+	if err := f.store.UpsertAgent(f.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.take()
+
+	d, err := f.s.Catchup(f.ctx, "prod", "web")
+	if err != nil || fmt.Sprint(d.Agents) != "[web]" || d.Operation != record.OpDeploy {
+		t.Fatalf("catch-up of web: %+v, %v; want a deploy to web", d, err)
+	}
+	var dep bus.Deploy
+	f.rec.last(t, bus.KindDeploy, &dep)
+	if dep.Mode != bus.DeployIncremental || dep.Generation != 1 {
+		t.Fatalf("catch-up deploy %+v, want incremental of generation 1", dep)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[web:deploy]" {
+		t.Fatalf("catch-up of web sent %s", got)
+	}
+	if d, err := f.s.Catchup(f.ctx, "prod"); err != nil || fmt.Sprint(d.Agents) != "[db web]" {
+		t.Fatalf("catch-up of the environment: %+v, %v; want db and web (paused is paused)", d, err)
+	}
+	f.rec.take()
+
+	for _, change := range []func(*record.EnvSettings){
+		func(s *record.EnvSettings) { s.AutoDeploy = false },
+		func(s *record.EnvSettings) { s.AutoDeploy, s.Halted = true, true },
+	} {
+		if _, err := f.store.UpdateEnvSettings(f.ctx, "prod", func(s *record.EnvSettings) error { change(s); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := f.s.Catchup(f.ctx, "prod"); err != nil || len(d.Agents) != 0 {
+			t.Fatalf("catch-up: %+v, %v; want nothing sent", d, err)
+		}
+	}
+	if got := f.rec.take(); len(got) != 0 {
+		t.Fatalf("sent %v, want nothing", got)
+	}
+
+	// Settings go to every accepted agent, paused or halted too.
+	f.rec.offline["db"] = true // never connected: no inbox, no error
+	if err := f.s.Settings(f.ctx, "prod", record.EnvSettings{DriftPolicy: model.DriftHeal}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[paused:settings web:settings]" {
+		t.Fatalf("settings sent %s", got)
+	}
+	var st bus.Settings
+	f.rec.last(t, bus.KindSettings, &st)
+	if st.DriftPolicy != model.DriftHeal {
+		t.Fatalf("settings %+v, want drift_policy heal", st)
+	}
+}
