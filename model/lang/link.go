@@ -303,8 +303,12 @@ func (c *compiler) resolve(h *hostInfo, idx map[nameKey][]*decl, from *decl, r s
 	return ids
 }
 
+// cronDir is where the cron handler writes each entry, a file of its own.
+const cronDir = "/etc/cron.d"
+
 // implicitEdges adds the requirements an operator would otherwise write
-// every time: a path requires its nearest managed parent directory; a
+// every time: a path (a cron entry's file too) requires its nearest
+// managed parent directory; a
 // service the package of its name; a user its groups; files, execs and
 // crons their owner user and group; packages the host's repositories.
 // Purged resources get none, and an edge whose target already requires the
@@ -329,14 +333,20 @@ func (c *compiler) implicitEdges(h *hostInfo, byID map[model.ID]*decl) {
 		var deps []model.ID
 		a := d.res.Attributes
 		str := func(name string) string { s, _ := a[name].(string); return s }
-		switch d.res.ID.Type {
-		case "file", "directory", "symlink":
-			for p := path.Dir(d.res.ID.Value); p != "/" && p != "."; p = path.Dir(p) {
+		parentOf := func(file string) {
+			for p := path.Dir(file); p != "/" && p != "."; p = path.Dir(p) {
 				if id, ok := managed("directory", "path", p); ok {
 					deps = append(deps, id)
 					break
 				}
 			}
+		}
+		switch d.res.ID.Type {
+		case "file", "directory", "symlink":
+			parentOf(d.res.ID.Value)
+		case "cron":
+			// The cron handler writes its entry to cronDir/<name>.
+			parentOf(cronDir + "/" + d.res.ID.Value)
 		case "service":
 			if id, ok := managed("package", "name", strings.TrimSuffix(d.res.ID.Value, ".service")); ok {
 				deps = append(deps, id)
