@@ -252,7 +252,8 @@ func TestUnwritableFile(t *testing.T) {
 	}
 	// The table says it too, and exits 1.
 	code, out, _ := invoke(t, "deploy", dir, "--root", root)
-	if code != exitFailed || !strings.Contains(out, "1 failed") || !strings.Contains(out, how.WantErr) {
+	if code != exitFailed || !strings.Contains(out, "1 failed") || !strings.Contains(out, how.WantErr) ||
+		!strings.Contains(out, "2 of 4 resources deployed") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 }

@@ -337,6 +337,11 @@ func printReport(term *terminal, r *deployReport) error {
 	if r.DryRun {
 		what = "checked (dry run, nothing changed)"
 	}
+	count := strconv.Itoa(total)
+	if done := total - s.Failed - s.Skipped; done < total {
+		// Not "7 resources deployed" when one failed and six waited.
+		count = fmt.Sprintf("%d of %d", done, total)
+	}
 	version := fmt.Sprintf("version %d", r.Version)
 	if !r.NewVersion {
 		version += ", model unchanged"
@@ -345,8 +350,8 @@ func printReport(term *terminal, r *deployReport) error {
 	if r.DryRun {
 		words = [3]string{"to create", "to change", "to remove"}
 	}
-	_, err := fmt.Fprintf(w, "\n%d %s %s in %.2fs (%s): %d %s, %d %s, %d %s, %d unchanged, %s, %d skipped\n",
-		total, plural(total, "resource", "resources"), what, r.Duration.Seconds(), version,
+	_, err := fmt.Fprintf(w, "\n%s %s %s in %.2fs (%s): %d %s, %d %s, %d %s, %d unchanged, %s, %d skipped\n",
+		count, plural(total, "resource", "resources"), what, r.Duration.Seconds(), version,
 		s.Created, words[0], s.Changed, words[1], s.Removed, words[2], s.Unchanged,
 		term.paint(failColor(s.Failed), fmt.Sprintf("%d failed", s.Failed)), s.Skipped)
 	return err
