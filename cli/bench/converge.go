@@ -383,7 +383,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
-	if pid := brokerPID(o.AMQP); pid != 0 {
+	if pid := brokerProc; pid != 0 {
 		if peak, cur, err := procMemory(pid); err == nil {
 			res.BrokerPeakMiB, res.BrokerRSSMiB = float64(peak)/1024, float64(cur)/1024
 		}
