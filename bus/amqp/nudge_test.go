@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/bus"
@@ -143,5 +144,48 @@ func TestNudgesRefused(t *testing.T) {
 	}
 	if c := strings.Count(logs.String(), "refuses this server's nudges"); c != 1 {
 		t.Fatalf("the refusal was logged %d times, want once:\n%s", c, logs.String())
+	}
+}
+
+// TestForgedNudgesAreBounded: a client that may publish to the default
+// exchange floods an agent's claim queue with nudges while its inbox is
+// missing; each nudge could make it look (a channel opened and closed on
+// the broker), but it looks at most about once a second.
+func TestForgedNudgesAreBounded(t *testing.T) {
+	n := node.Node(t)
+	cfg := amqptest.Config(t)
+	cfg.URL = n.URL
+	acfg := cfg
+	acfg.Agent = true
+	agent := amqptest.Open(t, acfg)
+	ctx := context.Background()
+	claim, err := agent.Claim(ctx, "prod", "flooded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claim.Release()
+	consumeInbox(t, agent, "prod", "flooded", bus.LookAfter(time.Hour))
+	conn, err := amqp091.Dial(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, start := amqp.ChannelsOpened(), time.Now()
+	for range 500 {
+		if err := ch.PublishWithContext(ctx, "", agent.ClaimQueue("prod", "flooded"), false, false, amqp091.Publishing{Type: "tether.nudge"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	looks := amqp.ChannelsOpened() - before
+	if most := int64(time.Since(start)/time.Second) + 2; looks > most {
+		t.Fatalf("500 forged nudges made the agent open %d channels in %v, want at most %d (a look a second)", looks, time.Since(start).Round(time.Millisecond), most)
+	}
+	if looks == 0 {
+		t.Fatal("no nudge made the agent look: the flood did not reach it")
 	}
 }
