@@ -623,7 +623,7 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 // firstInboxLook is about when an agent never enrolled first looks for
 // its inbox after saying hello (jittered), unless the server's nudge (the
 // inbox is there) comes first.
-const firstInboxLook = 3 * time.Second
+const firstInboxLook = 15 * time.Second
 
 // introduce says hello, again with back-off until enrolled (slowest after
 // a rejection), then heartbeats.
