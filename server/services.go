@@ -49,6 +49,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Operations: s,
 		Records:    s.store,
 		Tokens:     s.store,
+		People:     s.store,
 		Enrollment: s.store,
 		Events:     s,
 		Compiles:   s,

@@ -92,6 +92,27 @@ type Config struct {
 	// SeparateOps: health and metrics also have a listener of their own
 	// (OpsHandler); /metrics then leaves Handler.
 	SeparateOps bool
+
+	// SessionIdle (session-idle) ends a session unused this long;
+	// SessionMaxAge (session-max-age) ends any session this long after
+	// its login.
+	SessionIdle   time.Duration
+	SessionMaxAge time.Duration
+	// SecureCookies (secure-cookies): the session cookie is marked
+	// Secure even on plain HTTP, for a server behind a proxy that ends
+	// TLS. On TLS it always is.
+	SecureCookies bool
+	// LoginFreeFailures (login-free-failures) failed logins of a user
+	// name cost nothing; each further one doubles a wait before the next
+	// try, from a second up to LoginMaxDelay (login-max-delay). A client
+	// address gets four times as many free failures (people share
+	// addresses behind NAT). LoginAlertAfter failures in a row raise a
+	// security entry in the audit log and a warning in the server's log.
+	LoginFreeFailures int
+	LoginMaxDelay     time.Duration
+	LoginAlertAfter   int
+	// Password are argon2id's parameters for new password hashes.
+	Password record.PasswordParams
 }
 
 // Default returns the configuration for a server facing untrusted
@@ -116,6 +137,12 @@ func Default() Config {
 		AnonymousBurst:    20,
 		AuthFailureRate:   0.2,
 		AuthFailureBurst:  10,
+		SessionIdle:       8 * time.Hour,
+		SessionMaxAge:     24 * time.Hour,
+		LoginFreeFailures: 5,
+		LoginMaxDelay:     15 * time.Minute,
+		LoginAlertAfter:   10,
+		Password:          record.DefaultPasswordParams,
 	}
 }
 
@@ -147,6 +174,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: anonymous-rate %g, anonymous-burst %d: want a rate above 0 and a burst of at least 1", ErrConfig, c.AnonymousRate, c.AnonymousBurst)
 	case c.AuthFailureRate <= 0 || c.AuthFailureBurst < 1:
 		return fmt.Errorf("%w: auth-failure-rate %g, auth-failure-burst %d: want a rate above 0 and a burst of at least 1", ErrConfig, c.AuthFailureRate, c.AuthFailureBurst)
+	}
+	switch {
+	case c.SessionIdle <= 0 || c.SessionMaxAge < c.SessionIdle:
+		return fmt.Errorf("%w: session-idle %v, session-max-age %v: want 0 < session-idle <= session-max-age", ErrConfig, c.SessionIdle, c.SessionMaxAge)
+	case c.LoginFreeFailures < 1 || c.LoginMaxDelay < time.Second || c.LoginAlertAfter < 1:
+		return fmt.Errorf("%w: login-free-failures %d, login-max-delay %v, login alert after %d: want at least 1, 1s and 1", ErrConfig, c.LoginFreeFailures, c.LoginMaxDelay, c.LoginAlertAfter)
+	case c.Password.Time < 1 || c.Password.Memory < 8*uint32(c.Password.Threads) || c.Password.Threads < 1:
+		return fmt.Errorf("%w: password hashing: time %d, memory %d KiB, threads %d: want time and threads of at least 1 and at least 8 KiB per thread", ErrConfig, c.Password.Time, c.Password.Memory, c.Password.Threads)
 	}
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
@@ -285,6 +320,9 @@ type Services struct {
 	Operations Operations
 	Records    Records
 	Tokens     Tokens
+	// People keeps organizations, users and sessions (nil: the server
+	// has no users; only tokens get in).
+	People     People
 	Enrollment EnrollmentTokens
 	Events     Events
 	// Compiles are the server's own compiles (nil: answered as none).
@@ -327,6 +365,12 @@ type API struct {
 	// without a token and of failed authentications.
 	anonymous    *clientlimit.Rates
 	authFailures *clientlimit.Rates
+	// loginNames and loginAddrs hold back logins after failures, per
+	// user name and per client address; hashing bounds the password
+	// hashes computed at once (each takes Password.Memory).
+	loginNames *throttle
+	loginAddrs *throttle
+	hashing    chan struct{}
 	// uploads holds a token per version upload in progress.
 	uploads chan struct{}
 	// ready remembers what each readiness check said last, so that a
@@ -350,6 +394,9 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 		anonymous:    clientlimit.NewRates(cfg.AnonymousRate, cfg.AnonymousBurst),
 		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
 		uploads:      make(chan struct{}, cfg.MaxUploads),
+		loginNames:   newThrottle(cfg.LoginFreeFailures, cfg.LoginMaxDelay),
+		loginAddrs:   newThrottle(4*cfg.LoginFreeFailures, cfg.LoginMaxDelay),
+		hashing:      make(chan struct{}, 4),
 		ready:        map[string]string{},
 	}
 	// A process-lifetime context: it only tells event streams to end.
@@ -385,6 +432,12 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.AnonymousBurst, def.AnonymousBurst)
 	orDefault(&c.AuthFailureRate, def.AuthFailureRate)
 	orDefault(&c.AuthFailureBurst, def.AuthFailureBurst)
+	orDefault(&c.SessionIdle, def.SessionIdle)
+	orDefault(&c.SessionMaxAge, def.SessionMaxAge)
+	orDefault(&c.LoginFreeFailures, def.LoginFreeFailures)
+	orDefault(&c.LoginMaxDelay, def.LoginMaxDelay)
+	orDefault(&c.LoginAlertAfter, def.LoginAlertAfter)
+	orDefault(&c.Password, def.Password)
 	return c
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"sync"
@@ -23,12 +24,21 @@ func (a *API) events(r *request) (int, any, error) {
 		if err := model.ValidateEnvName(clip(env)); err != nil {
 			return 0, nil, newError("bad_request", "", "env=: %v", err)
 		}
-		if !r.token.Covers(env) {
+		if err := a.envVisible(r.ctx(), r.who, env); err != nil {
+			return 0, nil, err
+		}
+		if r.who.Scoped() && !r.token.Covers(env) {
 			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", r.token.Name, r.token.Env, env)
 		}
-	} else {
+		if r.who.RoleIn(env) == "" {
+			return 0, nil, newError("forbidden", "ask an admin of your organization for a role there", "%s has no role in environment %s", r.who.Name, env)
+		}
+	} else if r.who.Scoped() {
 		env = r.token.Env
 	}
+	// Without an environment, the stream holds the events of the
+	// environments the caller sees, and nothing of other organizations.
+	visible := a.visibleEnvs(r)
 	w := r.Response()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -71,6 +81,9 @@ func (a *API) events(r *request) (int, any, error) {
 	// comes (a client may act once it reads it).
 	opened := func() error { return write(": following " + orAll(env) + "\n\n") }
 	err := a.svc.Events.Follow(ctx, env, opened, func(kind string, data []byte) error {
+		if !visible(data) {
+			return nil
+		}
 		return write("event: " + kind + "\ndata: " + string(data) + "\n\n")
 	})
 	cancel()
@@ -86,4 +99,30 @@ func orAll(env string) string {
 		return "every environment"
 	}
 	return "environment " + env
+}
+
+// visibleEnvs returns whether an event (its JSON) is of an environment
+// the caller sees; what it learns of environments is kept for the stream.
+func (a *API) visibleEnvs(r *request) func(data []byte) bool {
+	seen := map[string]bool{}
+	return func(data []byte) bool {
+		var e struct {
+			Env string `json:"env"`
+		}
+		if json.Unmarshal(data, &e) != nil {
+			return false
+		}
+		if e.Env == "" {
+			return r.who.ServerAdmin()
+		}
+		ok, known := seen[e.Env]
+		if !known {
+			env, err := a.svc.Envs.GetEnv(r.ctx(), e.Env)
+			ok = err == nil && sees(r.who, env)
+			if err == nil || isNotFound(err) {
+				seen[e.Env] = ok
+			}
+		}
+		return ok
+	}
 }

@@ -17,7 +17,10 @@ import (
 // Environment is a named deployment target (prod, staging, local) with its
 // own versions, agents and settings.
 type Environment struct {
-	Name      string      `json:"name"`
+	Name string `json:"name"`
+	// Org is the organization the environment belongs to ("" read as
+	// the default one).
+	Org       string      `json:"org,omitempty"`
 	Settings  EnvSettings `json:"settings"`
 	CreatedAt time.Time   `json:"created_at"`
 }

@@ -31,6 +31,8 @@ type Store interface {
 	Close() error
 	// Ping checks the store answers; ErrUnavailable when it does not.
 	Ping(ctx context.Context) error
+	// People keeps organizations, users and sessions.
+	People
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
 	CreateEnv(ctx context.Context, env record.Environment) error

@@ -54,6 +54,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Releases", testReleases},
 		{"AgentPages", testAgentPages},
 		{"Sources", testSources},
+		{"Orgs", testOrgs},
+		{"Users", testUsers},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
