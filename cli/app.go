@@ -135,6 +135,8 @@ func newApp(term *terminal) *ucli.App {
 			agentCommand(term),
 			alertCommand(term),
 			tokenCommand(term),
+			userCommand(term),
+			orgCommand(term),
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
