@@ -128,8 +128,8 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/audit", role: record.RoleAdmin, global: true, summary: "The audit log, newest first", query: []string{"env", "limit"}, serve: a.listAudit},
 
 		{method: "GET", path: "/events", role: record.RoleViewer, summary: "Live events as server-sent events", query: []string{"env"}, stream: true, serve: a.events},
-		{method: "POST", path: "/session", action: "session.login", summary: "Log in with a user name and password: sets the session cookie tether_session and answers the session with its CSRF token (throttled per user name and address: 429 with Retry-After)", body: "{org?, name, password}", returns: "SessionView", serve: a.login},
-		{method: "GET", path: "/session", role: record.RoleViewer, summary: "The session of the cookie sent: its user and CSRF token (changes made with the cookie send it as X-CSRF-Token)", returns: "SessionView", serve: a.getSession},
+		{method: "POST", path: "/session", action: "session.login", summary: "Log in with a user name and password: sets the session cookie tether_session and answers the session with its CSRF token (throttled per user name and address: 429 with Retry-After)", body: "{org?, name, password}", serve: a.login},
+		{method: "GET", path: "/session", role: record.RoleViewer, summary: "The session of the cookie sent: its user and CSRF token (changes made with the cookie send it as X-CSRF-Token)", serve: a.getSession},
 		{method: "DELETE", path: "/session", role: record.RoleViewer, action: "session.logout", summary: "Log out: end the session of the cookie sent", serve: a.logout},
 		{method: "GET", path: "/users", role: record.RoleAdmin, global: true, summary: "List the organization's users (a server admin names another organization with org)", query: []string{"org"}, serve: a.listUsers},
 		{method: "POST", path: "/users", role: record.RoleAdmin, global: true, action: "user.create", summary: "Create a user with a password and roles (role: in every environment of the organization; roles: per environment)", query: []string{"org"}, body: "{name, password, role?, roles?: {env: role}}", serve: a.createUser},
