@@ -37,12 +37,19 @@ func (s *SQL) CreateEnv(ctx context.Context, env record.Environment) error {
 	if env.CreatedAt.IsZero() {
 		env.CreatedAt = time.Now()
 	}
+	if record.OrgOr(env.Org) == record.DefaultOrg {
+		// The column's default: the statement also suits a database
+		// from before organizations (the upgrade contract writes one).
+		_, err = s.db.Exec(ctx, `INSERT INTO environments (name, settings, created_at) VALUES ($1, $2, $3)`,
+			env.Name, settings, env.CreatedAt)
+		return wrap(fmt.Sprintf("create environment %q", env.Name), err)
+	}
 	// The organization must exist (SQLite has no foreign key for it):
 	// the insert takes its name from the organizations table.
 	n, err := s.db.Exec(ctx, `INSERT INTO environments (name, org, settings, created_at)
-		SELECT $1, name, $3, $4 FROM orgs WHERE name = $2`, env.Name, record.OrgOr(env.Org), settings, env.CreatedAt)
+		SELECT $1, name, $3, $4 FROM orgs WHERE name = $2`, env.Name, env.Org, settings, env.CreatedAt)
 	if err == nil && n == 0 {
-		err = fmt.Errorf("organization %q: %w", record.OrgOr(env.Org), model.ErrNotFound)
+		err = fmt.Errorf("organization %q: %w", env.Org, model.ErrNotFound)
 	}
 	return wrap(fmt.Sprintf("create environment %q", env.Name), err)
 }
