@@ -249,6 +249,10 @@ func (s *SQL) DeleteSession(ctx context.Context, hash []byte) error {
 
 // DeleteExpiredSessions implements Store.
 func (s *SQL) DeleteExpiredSessions(ctx context.Context, idleSince, now time.Time) (int64, error) {
+	if idleSince.IsZero() {
+		n, err := s.db.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1`, now)
+		return n, wrap("delete expired sessions", err)
+	}
 	n, err := s.db.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1 OR last_seen <= $2`, now, idleSince)
 	return n, wrap("delete expired sessions", err)
 }
@@ -288,6 +292,6 @@ type People interface {
 	// DeleteSession ends a session.
 	DeleteSession(ctx context.Context, hash []byte) error
 	// DeleteExpiredSessions deletes the sessions expired at now or last
-	// used at or before idleSince, and says how many.
+	// used at or before idleSince (zero: whenever), and says how many.
 	DeleteExpiredSessions(ctx context.Context, idleSince, now time.Time) (int64, error)
 }

@@ -168,8 +168,14 @@ func testUsers(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
+	if n, err := s.DeleteExpiredSessions(ctx, time.Time{}, now); err != nil || n != 0 {
+		t.Fatalf("sweep before any expiry: got %d, %v; want 0", n, err)
+	}
 	if n, err := s.DeleteExpiredSessions(ctx, now.Add(30*time.Minute), now.Add(time.Minute)); err != nil || n != 1 {
 		t.Fatalf("sweep: got %d, %v; want 1", n, err)
+	}
+	if _, err := s.SessionByHash(ctx, []byte("s3")); err != nil {
+		t.Fatalf("the sweep took a live session: %v", err)
 	}
 	// A user's tokens and sessions go with it; so do roles with their
 	// environment.
