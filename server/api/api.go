@@ -1,7 +1,9 @@
 // Package api is the server's REST API: /api/v1, JSON in and out, bearer
-// tokens with roles scoped to environments, errors from one catalogue with
-// stable codes, live events as server-sent events, and an OpenAPI document
-// generated from the same route table that serves the requests.
+// tokens and users' login sessions (a cookie, with a CSRF token on every
+// change) with roles per environment, organizations that see nothing of
+// each other, errors from one catalogue with stable codes, live events as
+// server-sent events, and an OpenAPI document generated from the same
+// route table that serves the requests.
 //
 // It depends only on the small interfaces below (the server and its store
 // satisfy them), so tests run it against the real thing or a test double
