@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/bus/amqp/amqptest"
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
@@ -231,7 +232,15 @@ func TestRunnableBlocks(t *testing.T) {
 			if err := os.Mkdir(home, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			out, err := runBlock(b, dir, append(slices.Clip(env), "HOME="+home), blockTimeout)
+			gitCheckout(t, dir)
+			blockEnv := append(slices.Clip(env), "HOME="+home)
+			if slices.Contains(b.needs, "postgres") {
+				dropNewDatabases(t)
+			}
+			if slices.Contains(b.needs, "rabbitmq") {
+				blockEnv = append(blockEnv, "TETHER_AMQP_NAMESPACE="+brokerNamespace(t))
+			}
+			out, err := runBlock(b, dir, blockEnv, blockTimeout)
 			if err != nil {
 				t.Fatalf("%v\n--- the block ---\n%s--- its output ---\n%s", err, b.script, tail(out, 8000))
 			}
@@ -257,6 +266,84 @@ func need(t *testing.T, service string) {
 		}
 		testenv.Need(t, err == nil, fmt.Sprintf("RabbitMQ at %s is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", u.Host, err))
 	}
+}
+
+// gitCheckout makes dir a git repository with one commit of what it holds,
+// as the checkout a reader runs the commands in (a server reads a model
+// from `file://$PWD`). .home is left out.
+func gitCheckout(t *testing.T, dir string) {
+	t.Helper()
+	_, err := exec.LookPath("git")
+	testenv.Need(t, err == nil, "git is not installed: the documentation's blocks run in a git checkout")
+	if err := os.WriteFile(filepath.Join(dir, ".gitignore"), []byte(".home/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"commit", "-q", "-m", "the documentation's checkout"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=docs", "GIT_AUTHOR_EMAIL=docs@example.com",
+			"GIT_COMMITTER_NAME=docs", "GIT_COMMITTER_EMAIL=docs@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// dropNewDatabases drops, when the test ends, the databases that a block
+// created (`createdb tether`): those absent before it ran. A database that
+// exists already is left alone, and the block creating it fails.
+func dropNewDatabases(t *testing.T) {
+	t.Helper()
+	u := pgtest.URL(t)
+	_, err := exec.LookPath("psql")
+	testenv.Need(t, err == nil, "psql is not installed (package postgresql-client): the documentation's server blocks use createdb")
+	list := func() []string {
+		out, err := exec.Command("psql", u, "-Atc", "SELECT datname FROM pg_database").Output()
+		if err != nil {
+			t.Fatalf("list databases: %v", err)
+		}
+		return strings.Fields(string(out))
+	}
+	before := list()
+	t.Cleanup(func() {
+		for _, db := range list() {
+			if slices.Contains(before, db) {
+				continue
+			}
+			q := `DROP DATABASE "` + strings.ReplaceAll(db, `"`, `""`) + `" WITH (FORCE)`
+			if out, err := exec.Command("psql", u, "-c", q).CombinedOutput(); err != nil {
+				t.Errorf("drop the database %s the block created: %v\n%s", db, err, out)
+			}
+		}
+	})
+}
+
+// brokerNamespace is a namespace of the block's own on the broker
+// (TETHER_AMQP_NAMESPACE, which the server and the agents read), so
+// blocks run before leave nothing it reads; its queues and exchanges are
+// deleted when the test ends.
+func brokerNamespace(t *testing.T) string {
+	t.Helper()
+	cfg := amqptest.Config(t)
+	cfg.Namespace = "tetherdocs." + strings.TrimPrefix(cfg.Namespace, "tethertest.")
+	t.Cleanup(func() {
+		// The inboxes are the agents' queues: the ones rabbitmqctl lists
+		// under the namespace, where it is installed.
+		var inboxes []string
+		if out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name").Output(); err == nil {
+			for _, q := range strings.Fields(string(out)) {
+				if strings.HasPrefix(q, cfg.Namespace+".agent.") {
+					inboxes = append(inboxes, q)
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := amqp.DeleteTopology(ctx, cfg, inboxes); err != nil {
+			t.Logf("delete the block's broker namespace %s: %v", cfg.Namespace, err)
+		}
+	})
+	return cfg.Namespace
 }
 
 func tail(s string, n int) string {
