@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -232,6 +233,7 @@ func TestRunnableBlocks(t *testing.T) {
 			if err := os.Mkdir(home, 0o700); err != nil {
 				t.Fatal(err)
 			}
+			freePorts(t, b)
 			gitCheckout(t, dir)
 			blockEnv := append(slices.Clip(env), "HOME="+home)
 			if slices.Contains(b.needs, "postgres") {
@@ -265,6 +267,26 @@ func need(t *testing.T, service string) {
 			c.Close()
 		}
 		testenv.Need(t, err == nil, fmt.Sprintf("RabbitMQ at %s is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", u.Host, err))
+	}
+}
+
+// listenAddr is an address a block has a server listen on, or talks to.
+var listenAddr = regexp.MustCompile(`127\.0\.0\.1:(\d+)`)
+
+// freePorts checks that the local addresses a block names, but for the
+// services' own, are free: a server the block starts must not find its
+// port taken, nor its commands reach another server there.
+func freePorts(t *testing.T, b block) {
+	t.Helper()
+	for _, m := range listenAddr.FindAllStringSubmatch(b.script, -1) {
+		if m[1] == "5432" || m[1] == "5672" {
+			continue
+		}
+		c, err := net.DialTimeout("tcp", m[0], time.Second)
+		if err == nil {
+			c.Close()
+		}
+		testenv.Need(t, err != nil, fmt.Sprintf("%s is taken (another tether server?): the block %s starts a server there", m[0], b))
 	}
 }
 
