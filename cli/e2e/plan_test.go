@@ -79,7 +79,7 @@ func TestPlanBeforeRelease(t *testing.T) {
 		report = c.cli("env", "report", d.ID)
 		return strings.Contains(report, fileID("web", "/srv/other"))
 	})
-	if !regexp.MustCompile(`dryrun\s+would change\s+` + fmt.Sprint(v1) + `\s+content`).MatchString(report) || strings.Contains(report, "deployed") {
+	if !regexp.MustCompile(`dryrun\s+would change\s+`+fmt.Sprint(v1)+`\s+content`).MatchString(report) || strings.Contains(report, "deployed") {
 		t.Fatalf("env report %s:\n%s\nwant the edited file's row to say \"would change\", and no row \"deployed\"", d.ID, report)
 	}
 	if err := os.WriteFile(other, []byte("other\n"), 0o644); err != nil {
