@@ -137,9 +137,7 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 			}
 			return nil
 		}),
-		remoteCommand(term, "plan", "plan a version before releasing it: each live agent dry-runs its part of version N and says what a deploy would change, "+
-			"per resource and attribute (current → desired, sensitive values redacted); nothing is released and nothing changes on any host. "+
-			"Agents offline, or that do not answer within --timeout, are named", "N",
+		described(remoteCommand(term, "plan", "what releasing version N would change on each live agent, per attribute (a dry run; nothing is released or changed)", "N",
 			[]ucli.Flag{
 				&ucli.StringSliceFlag{Name: "agent", Usage: "ask only this agent (repeatable; default: every accepted agent)"},
 				&ucli.DurationFlag{Name: "timeout", Value: record.DefaultPlanTimeout, Usage: fmt.Sprintf("how long to wait for the agents' answers (at most %s)", record.MaxPlanTimeout)},
@@ -163,6 +161,11 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				printPlan(term, plan)
 				return nil
 			}),
+			"Each accepted agent that is online is sent its part of version N (usually a candidate not released yet) as a dry run:\n"+
+				"it reads its host and says, per resource and attribute, current → desired (sensitive values redacted).\n"+
+				"Nothing is released, nothing changes on any host, and the released version stays released.\n"+
+				"Agents offline, and those that do not answer within --timeout, are named. Paused agents answer too.\n"+
+				"Example: tether version plan 4 --timeout 20s"),
 		remoteCommand(term, "release", "release a version, a newer or an older one (rollback): it is released at once, and its fan-out to agents runs on the server (--wait follows it)", "N",
 			waitFlags("follow the release's fan-out to agents, then wait until every resource of the version is deployed or failed"),
 			func(c *ucli.Context, cl *client, asJSON bool) error {
@@ -466,4 +469,10 @@ func showValue(v any) string {
 		s = string(b)
 	}
 	return model.Clip(s, max)
+}
+
+// described gives a command a longer description for its --help.
+func described(c *ucli.Command, description string) *ucli.Command {
+	c.Description = description
+	return c
 }
