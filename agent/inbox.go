@@ -170,6 +170,9 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
+		if body.Plan != nil {
+			return a.startPlan(ctx, tx, body.DeployID, *body.Plan)
+		}
 		if err := tx.AddJob(journal.Job{ID: body.DeployID, Kind: string(bus.KindDryRun), Full: true, Generation: body.Generation, IssuedAt: e.TS}).Commit(); err != nil {
 			return err
 		}
