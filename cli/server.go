@@ -693,7 +693,8 @@ func bootstrapToken(ctx context.Context, st store.Store, secret string, term *te
 // bootstrapAdmin makes sure a person can log in: when the default
 // organization has no user, it makes the admin user "admin" (an admin of
 // every environment of it, so a server admin) with the password given, or
-// a random one printed once, and says in the log how to log in.
+// a random one printed once, and says how to log in in the log at its
+// default level (warn), without the password.
 func bootstrapAdmin(ctx context.Context, st store.Store, password string, term *terminal, log zerolog.Logger) error {
 	users, err := st.ListUsers(ctx, record.DefaultOrg)
 	if err != nil || len(users) > 0 {
@@ -723,9 +724,9 @@ func bootstrapAdmin(ctx context.Context, st store.Store, password string, term *
 	}
 	if made {
 		fmt.Fprintf(term.stdout, "Bootstrap admin user (password shown once; store it now):\n\n    user admin, password %s\n\nLog in with POST /api/v1/session {\"name\": \"admin\", \"password\": …}, then change it: tether user passwd admin\n", password)
-		log.Info().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password printed once on the server's standard output (change it with tether user passwd admin)")
+		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password printed once on the server's standard output (change it with tether user passwd admin)")
 	} else {
-		log.Info().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password of --admin-password (TETHER_ADMIN_PASSWORD)")
+		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password of --admin-password (TETHER_ADMIN_PASSWORD)")
 	}
 	return nil
 }

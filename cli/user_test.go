@@ -140,7 +140,7 @@ func TestBootstrapAdmin(t *testing.T) {
 	ctx := context.Background()
 	var out, logs bytes.Buffer
 	term := &terminal{stdout: &out, stderr: &out}
-	log := zerolog.New(&logs).Level(zerolog.InfoLevel)
+	log := zerolog.New(&logs).Level(zerolog.WarnLevel) // the default level
 	if err := bootstrapAdmin(ctx, a.st, "", term, log); err != nil {
 		t.Fatal(err)
 	}
