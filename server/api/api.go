@@ -327,9 +327,9 @@ type Services struct {
 	Control    AgentControl
 	Operations Operations
 	// Plans answers plans (nil: answered as a conflict).
-	Plans      Plans
-	Records    Records
-	Tokens     Tokens
+	Plans   Plans
+	Records Records
+	Tokens  Tokens
 	// People keeps organizations, users and sessions (nil: the server
 	// has no users; only tokens get in).
 	People     People
