@@ -273,6 +273,17 @@ func TestSessionsPostgres(t *testing.T) {
 	}
 	r.want(r.call("", b, true, "PATCH", "/api/v1/users/alice", api.UserUpdate{Password: "a third good password", CurrentPassword: "another good password"}), 200, "own password")
 	b = r.login("", "alice", "a third good password")
+	// A user without any role changes their own password too, and
+	// nothing else.
+	r.want(r.call(r.admin, nil, false, "PATCH", "/api/v1/users/alice", api.UserUpdate{Role: ptr(record.Role("none"))}), 200, "take alice's role away")
+	if g := r.call("", b, false, "GET", "/api/v1/envs/prod", nil); g.status != 403 {
+		t.Fatalf("alice without a role reads prod: got %d, want 403", g.status)
+	}
+	if g := r.call("", b, true, "PATCH", "/api/v1/users/root", api.UserUpdate{Password: "a fourth good password", CurrentPassword: "a third good password"}); g.status != 403 {
+		t.Fatalf("alice changes another user's password: got %d, want 403", g.status)
+	}
+	r.want(r.call("", b, true, "PATCH", "/api/v1/users/alice", api.UserUpdate{Password: "a fourth good password", CurrentPassword: "a third good password"}), 200, "own password without a role")
+	b = r.login("", "alice", "a fourth good password")
 	r.want(r.call(r.admin, nil, false, "DELETE", "/api/v1/users/alice", nil), 204, "delete alice")
 	if got := r.call("", b, false, "GET", "/api/v1/session", nil); got.status != 401 {
 		t.Fatalf("session of a deleted user: got %d, want 401", got.status)

@@ -29,6 +29,9 @@ type route struct {
 	global bool
 	// server routes are for server admins (Principal.ServerAdmin).
 	server bool
+	// anyone: any authenticated caller, whatever its roles; the route
+	// checks what it allows (a user changing their own password).
+	anyone bool
 	// action names a change in the audit log; reads have none.
 	action  string
 	summary string
@@ -139,7 +142,7 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/users", role: record.RoleAdmin, global: true, summary: "List the organization's users (a server admin names another organization with org)", query: []string{"org"}, serve: a.listUsers},
 		{method: "POST", path: "/users", role: record.RoleAdmin, global: true, action: "user.create", summary: "Create a user with a password and roles (role: in every environment of the organization; roles: per environment)", query: []string{"org"}, body: "{name, password, role?, roles?: {env: role}}", serve: a.createUser},
 		{method: "GET", path: "/users/:name", role: record.RoleAdmin, global: true, summary: "Show a user with its roles", query: []string{"org"}, serve: a.getUser},
-		{method: "PATCH", path: "/users/:name", role: record.RoleViewer, action: "user.update", summary: "Change a user's roles or password (a new password ends the user's sessions); users may change their own password with current_password", query: []string{"org"}, body: "{role?, roles?: {env: role or \"\"}, password?, current_password?}", serve: a.updateUser},
+		{method: "PATCH", path: "/users/:name", role: record.RoleViewer, anyone: true, action: "user.update", summary: "Change a user's roles or password (a new password ends the user's sessions); users may change their own password with current_password", query: []string{"org"}, body: "{role?, roles?: {env: role or \"\"}, password?, current_password?}", serve: a.updateUser},
 		{method: "DELETE", path: "/users/:name", role: record.RoleAdmin, global: true, action: "user.delete", summary: "Delete a user with its sessions and the tokens it owns", query: []string{"org"}, serve: a.deleteUser},
 		{method: "GET", path: "/orgs", role: record.RoleAdmin, global: true, server: true, summary: "List organizations (server admins)", serve: a.listOrgs},
 		{method: "POST", path: "/orgs", role: record.RoleAdmin, global: true, server: true, action: "org.create", summary: "Create an organization (server admins); then create its first admin with POST /users?org=", body: "{name}", serve: a.createOrg},
