@@ -89,6 +89,7 @@ func agentCommand(term *terminal) *ucli.Command {
 			action(record.AgentResume, "resume a paused agent: what it missed is deployed at once, and drift healed under drift_policy=heal"),
 			agentFactsRefreshCommand(term),
 			agentRotateKeyCommand(term),
+			agentDeleteCommand(term),
 		},
 	}
 }
@@ -351,4 +352,38 @@ func pausedText(a api.AgentView) string {
 		return "halted"
 	}
 	return strconv.FormatBool(a.Paused)
+}
+
+// agentDeleteCommand is `tether agent delete NAME`: after a confirmation
+// (the name typed, or --yes), the server forgets the agent and removes its
+// inbox.
+func agentDeleteCommand(term *terminal) *ucli.Command {
+	cmd := remoteCommand(term, "delete", "forget an agent (its record and resource states) and remove its inbox from the broker (asks to type its name, or --yes)", "NAME", []ucli.Flag{yesFlag()},
+		func(c *ucli.Context, cl *client, asJSON bool) error {
+			name := c.Args().First()
+			p, err := envPath(cl, "/agents/"+url.PathEscape(name))
+			if err != nil {
+				return err
+			}
+			if err := confirm(c, term, fmt.Sprintf("This forgets agent %s of environment %s and removes its inbox with what is queued for it", name, cl.env), name); err != nil {
+				return err
+			}
+			var a api.AgentView
+			if err := cl.call(c.Context, "DELETE", p, nil, &a); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, a)
+			}
+			fmt.Fprintf(term.stdout, "agent %s deleted (it was %s)\n", a.Name, a.State)
+			return nil
+		})
+	cmd.Description = "Deleting an agent forgets it: its record, its resources' states and its inbox go\n" +
+		"(its actions and alerts stay, as history). Nothing on its host changes. If it says hello\n" +
+		"again it is a new agent: pending until accepted, or accepted at once with a valid\n" +
+		"enrollment token (or in an open environment). To keep a host out, reject it instead.\n" +
+		"On a terminal it asks you to type the agent's name; in a script it needs --yes.\n\n" +
+		"   tether agent delete web-7 --env prod\n" +
+		"   tether agent delete web-7 --env prod --yes"
+	return cmd
 }

@@ -139,6 +139,70 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	return a, nil
 }
 
+// DeleteEnv deletes an environment with everything in it, and its agents'
+// inboxes from the broker (with their connections closed, where the server
+// has the broker's management API): an agent of a deleted environment has
+// nothing left to read, and its hello is refused.
+func (s *Server) DeleteEnv(ctx context.Context, name string) error {
+	agents, err := s.store.ListAgents(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteEnv(ctx, name); err != nil {
+		return err
+	}
+	s.agents.forgetEnv(name)
+	d, deletes := s.bus.(inboxDeleter)
+	for _, a := range agents {
+		if deletes {
+			if err := d.DeleteInbox(ctx, name, a.Name); err != nil {
+				s.log.Warn().Err(err).Str("env", name).Str("agent", a.Name).Msg("cannot delete the inbox of an agent of the deleted environment; delete the queue on the broker")
+			}
+		}
+		if s.cfg.Broker != nil {
+			s.closeConnections(ctx, revocation{env: name, name: a.Name, why: "its environment was deleted"})
+		}
+	}
+	s.log.Info().Str("env", name).Int("agents", len(agents)).Msg("environment deleted, with its agents' inboxes")
+	return nil
+}
+
+// DeleteAgent forgets an agent: its record and its resources' states go
+// from the store, its inbox (with what was queued for it) from the broker,
+// and its connections are closed where the server has the broker's
+// management API. Its claim queue is the agent's own (exclusive to its
+// connection): it goes with the connection. An agent that says hello
+// again is a new one: pending, or accepted as the enrollment policy says.
+func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agent, error) {
+	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
+	defer unlock()
+	a, err := s.store.GetAgent(ctx, env, name)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.DeleteAgent(ctx, env, name); err != nil {
+		return a, err
+	}
+	s.agents.forget(env, name)
+	unlock()
+	if d, ok := s.bus.(inboxDeleter); ok {
+		if err := d.DeleteInbox(ctx, env, name); err != nil {
+			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
+		}
+	}
+	if s.cfg.Broker != nil {
+		// Once: should it come back, it is a new agent, not one to keep
+		// out.
+		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
+	}
+	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
+	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"})
+	if a.State == record.AgentAccepted {
+		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+	}
+	return a, nil
+}
+
 // RefreshFacts asks an accepted agent to report its facts again and
 // returns the agent as recorded now: its facts are updated when its report
 // arrives. An agent that is not connected reports them in its next hello.

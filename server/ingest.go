@@ -841,6 +841,12 @@ func (c *agentCache) update(env, name string, fn func(*record.Agent)) {
 	}
 }
 
+func (c *agentCache) forget(env, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, agentKey{env, name})
+}
+
 func (c *agentCache) forgetEnv(env string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -212,6 +212,9 @@ type AgentControl interface {
 	AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error)
 	RefreshFacts(ctx context.Context, env, name string) (record.Agent, error)
 	RotateKey(ctx context.Context, env, name string) (record.Agent, error)
+	// DeleteAgent forgets an agent and removes its inbox; it returns the
+	// agent as it was.
+	DeleteAgent(ctx context.Context, env, name string) (record.Agent, error)
 }
 
 // Compiles asks the server for compiles of environments' models and reads

@@ -90,6 +90,7 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not", serve: a.listAgents},
 		{method: "GET", path: "/envs/:env/agents/:name", role: record.RoleViewer, summary: "Show an agent with its facts", serve: a.getAgent},
 		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", serve: a.inventory},
+		{method: "DELETE", path: "/envs/:env/agents/:name", role: record.RoleOperator, action: "agent.delete", summary: "Delete an agent: its record and resource states are forgotten and its inbox removed from the broker; if it says hello again it is a new agent (pending, or accepted as the enrollment policy says). Answers with the agent as it was", returns: "AgentView", serve: a.deleteAgent},
 		{method: "POST", path: "/envs/:env/agents/:name/accept", role: record.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", serve: a.agentAction(record.AgentAccept)},
 		{method: "POST", path: "/envs/:env/agents/:name/reject", role: record.RoleOperator, action: "agent.reject", summary: "Reject an agent", serve: a.agentAction(record.AgentReject)},
 		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it changes nothing on its host (no deploy, repair or heal) until resumed", serve: a.agentAction(record.AgentPause)},

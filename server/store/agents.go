@@ -82,6 +82,28 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	}))
 }
 
+// DeleteAgent implements Store.
+func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
+	return wrap("delete agent "+name, s.db.Tx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `DELETE FROM agents WHERE env = $1 AND name = $2`, env, name)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("agent %q of %s: %w", name, env, model.ErrNotFound)
+		}
+		for _, q := range []string{
+			`DELETE FROM resource_status WHERE env = $1 AND agent = $2`,
+			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
+		} {
+			if _, err := tx.Exec(ctx, q, env, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
 const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq`
 
 func scanAgent(r Row) (record.Agent, error) {
