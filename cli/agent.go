@@ -32,7 +32,7 @@ func agentCommand(term *terminal) *ucli.Command {
 			agentRunCommand(term),
 			agentTokenCommand(term),
 			agentResetJournalCommand(term),
-			remoteCommand(term, "list", "agents with their state, and whether they are online", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			remoteCommand(term, "list", "agents with their state, whether they are online, and why one is not accepted (NOTE)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/agents")
 				if err != nil {
 					return err
@@ -44,7 +44,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS")
+				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS", "NOTE")
 				for _, a := range as {
 					var labels []string
 					for k, v := range a.Labels {
@@ -52,7 +52,7 @@ func agentCommand(term *terminal) *ucli.Command {
 					}
 					sort.Strings(labels)
 					platform := platformOf(a.Facts)
-					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","), a.Note)
 				}
 				return t.flush()
 			}),
@@ -75,6 +75,9 @@ func agentCommand(term *terminal) *ucli.Command {
 					fmt.Fprintf(term.stdout, "  previous    %s (still taken: the agent has not switched to its new key yet)\n", a.PreviousKey)
 				case a.PreviousKey != "":
 					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
+				}
+				if a.Note != "" {
+					fmt.Fprintf(term.stdout, "  note        %s\n", a.Note)
 				}
 				if len(a.ServerKeys) > 0 {
 					fmt.Fprintf(term.stdout, "  takes       %s (the server keys it takes commands signed by)\n", strings.Join(a.ServerKeys, ", "))

@@ -85,6 +85,11 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		}
 		a.Paused = action == record.AgentPause
 	}
+	if a.State == record.AgentAccepted {
+		a.Note = ""
+	} else if a.State == record.AgentRejected {
+		a.Note = "rejected by an operator"
+	}
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return a, err
 	}

@@ -492,9 +492,18 @@ func testDeleteAgent(t *testing.T, s store.Store) {
 	v := mustPut(t, s, "prod", x, y)
 	mustRelease(t, s, "prod", v.Number)
 	for _, n := range []string{"a", "b"} {
+		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentPending, Note: "waiting for " + n}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetAgent(ctx, "prod", n); err != nil || got.Note != "waiting for "+n {
+			t.Fatalf("agent %s: note %q (%v), want %q", n, got.Note, err, "waiting for "+n)
+		}
 		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentAccepted}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if got, _ := s.GetAgent(ctx, "prod", "b"); got.Note != "" {
+		t.Fatalf("accepted agent's note %q, want it cleared", got.Note)
 	}
 	batch := func(agent string, r model.Resource, seq uint64) []store.ResultBatch {
 		return []store.ResultBatch{{Env: "prod", Agent: agent, Seq: seq, Version: v.Number, DeployID: "d", Results: []model.Result{result(r, model.StateDeployed, nil)}}}
