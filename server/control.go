@@ -232,10 +232,13 @@ func (s *Server) DeployActions(ctx context.Context, env, deployID string, limit 
 
 // Follow subscribes to the live events of env ("" for all), calls opened
 // once subscribed, then send with each event until ctx ends or send fails.
-func (s *Server) Follow(ctx context.Context, env string, opened func() error, send func(kind string, data []byte) error) error {
-	sub := s.Subscribe()
+// After is the ID of the last event the follower saw ("" for none): the
+// events after it that this server still keeps come first, and opened is
+// told whether there were (false: some may be missed).
+func (s *Server) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
+	sub, resumed := s.feed.subscribeAfter(after)
 	defer sub.Close()
-	if err := opened(); err != nil {
+	if err := opened(resumed); err != nil {
 		return err
 	}
 	for {
@@ -250,7 +253,7 @@ func (s *Server) Follow(ctx context.Context, env string, opened func() error, se
 		if err != nil {
 			return err
 		}
-		if err := send(string(e.Kind), b); err != nil {
+		if err := send(e.ID, string(e.Kind), b); err != nil {
 			return err
 		}
 	}
