@@ -361,7 +361,7 @@ func pausedText(a api.AgentView) string {
 // (the name typed, or --yes), the server forgets the agent and removes its
 // inbox.
 func agentDeleteCommand(term *terminal) *ucli.Command {
-	cmd := remoteCommand(term, "delete", "forget an agent (its record and resource states) and remove its inbox from the broker (asks to type its name, or --yes)", "NAME", []ucli.Flag{yesFlag()},
+	cmd := remoteCommand(term, "delete", "forget an agent (its record and what it reported) and remove its inbox from the broker (asks to type its name, or --yes)", "NAME", []ucli.Flag{yesFlag()},
 		func(c *ucli.Context, cl *client, asJSON bool) error {
 			name := c.Args().First()
 			p, err := envPath(cl, "/agents/"+url.PathEscape(name))
@@ -381,8 +381,8 @@ func agentDeleteCommand(term *terminal) *ucli.Command {
 			fmt.Fprintf(term.stdout, "agent %s deleted (it was %s)\n", a.Name, a.State)
 			return nil
 		})
-	cmd.Description = "Deleting an agent forgets it: its record, its resources' states and its inbox go\n" +
-		"(its actions and alerts stay, as history). Nothing on its host changes. If it says hello\n" +
+	cmd.Description = "Deleting an agent forgets it: its record and its inbox go, and its resources are\n" +
+		"available again, compliance unknown (its actions and alerts stay, as history). Nothing on its host changes. If it says hello\n" +
 		"again it is a new agent: pending until accepted, or accepted at once with a valid\n" +
 		"enrollment token (or in an open environment). To keep a host out, reject it instead.\n" +
 		"On a terminal it asks you to type the agent's name; in a script it needs --yes.\n\n" +

@@ -172,8 +172,8 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 	return nil
 }
 
-// DeleteAgent forgets an agent: its record and its resources' states go
-// from the store, its inbox (with what was queued for it) from the broker,
+// DeleteAgent forgets an agent: its record and what it reported go from
+// the store (store.DeleteAgent), its inbox (with what was queued for it) from the broker,
 // and its connections are closed where the server has the broker's
 // management API. Its claim queue is the agent's own (exclusive to its
 // connection): it goes with the connection. An agent that says hello

@@ -93,7 +93,12 @@ func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
 			return fmt.Errorf("agent %q of %s: %w", name, env, model.ErrNotFound)
 		}
 		for _, q := range []string{
-			`DELETE FROM resource_status WHERE env = $1 AND agent = $2`,
+			// What the agent reported goes; what the released version
+			// wants of the name stays, unknown until an agent of that
+			// name reports again.
+			`DELETE FROM resource_status WHERE env = $1 AND agent = $2 AND state = 'orphaned'`,
+			`UPDATE resource_status SET state = 'available', compliance = 'unknown', message = '', last_verified = NULL,
+				seq = 0, compliance_seq = 0, updated_at = now() WHERE env = $1 AND agent = $2`,
 			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
 		} {
 			if _, err := tx.Exec(ctx, q, env, name); err != nil {

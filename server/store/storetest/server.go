@@ -520,8 +520,8 @@ func testDeleteAgent(t *testing.T, s store.Store) {
 		t.Fatalf("get a deleted agent: %v, want ErrNotFound", err)
 	}
 	sts := statusOf(t, s, "prod")
-	if _, ok := sts["/x"]; ok {
-		t.Fatalf("the deleted agent's resource state stays: %+v", sts["/x"])
+	if x := sts["/x"]; x.State != model.StateAvailable || x.Compliance != model.ComplianceUnknown {
+		t.Fatalf("the deleted agent's resource: %s %s, want available and unknown (what it reported is forgotten)", x.State, x.Compliance)
 	}
 	if sts["/y"].State != model.StateDeployed {
 		t.Fatalf("the other agent's resource: %+v, want deployed", sts["/y"])
@@ -543,6 +543,9 @@ func testDeleteAgent(t *testing.T, s store.Store) {
 	}
 	if !fresh[0] {
 		t.Fatal("the returned agent's first batch was dropped as a redelivery")
+	}
+	if x := statusOf(t, s, "prod")["/x"]; x.State != model.StateDeployed {
+		t.Fatalf("the returned agent's result: %s, want deployed", x.State)
 	}
 }
 
