@@ -114,3 +114,37 @@ func TestAgentDeleteComesBackPending(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchAcrossServerRestart: `tether watch` keeps following when the
+// server process restarts: it says it lost the stream and reconnects,
+// says events may have been missed (the new process keeps none of the
+// old one's), and shows the events of the new server.
+func TestWatchAcrossServerRestart(t *testing.T) {
+	c := newCluster(t)
+	v := c.release(fileModel(t, 1, func(int) string { return "x\n" }, nil))
+	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: t.TempDir()})
+	c.converged(v, 2, 60*time.Second)
+	w := startProc(t, "watch", environ("TETHER_SERVER=http://"+c.listen, "TETHER_TOKEN="+c.admin, "TETHER_ENV="+env),
+		tetherBin, "watch", "-o", "json")
+	shows := func(verb string) func() bool {
+		return func() bool {
+			c.cli("agent", verb, "web") // an agent.changed event each time
+			return strings.Contains(w.output(), `"agent":"web","error":"`+verb+`"`)
+		}
+	}
+	waitFor(t, 60*time.Second, "watch to show a pause", shows("pause"))
+
+	c.srv.stop()
+	c.startServer()
+	waitFor(t, 90*time.Second, "watch to show a resume from the restarted server", shows("resume"))
+	out := w.output()
+	for _, want := range []string{"lost the event stream", "reconnecting in", "reconnected", "some may have been missed"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("watch across a server restart does not say %q:\n%s", want, out)
+		}
+	}
+	if w.exited() {
+		t.Fatalf("watch exited:\n%s", out)
+	}
+	w.stop()
+}
