@@ -294,3 +294,30 @@ func TestAgentDelete(t *testing.T) {
 		t.Fatalf("--yes -o json: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// `tether agent list` and `agent show` say why an agent is not accepted
+// (the note the server records on its hello).
+func TestAgentListShowsNote(t *testing.T) {
+	a := newTestAPI(t)
+	const note = "enrollment token refused (unknown or revoked enrollment token): waiting for an operator to accept it"
+	if err := a.st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-9", PublicKey: make([]byte, 32), Note: note}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := invoke(t, "agent", "list")
+	if code != 0 || !strings.Contains(out, "NOTE") || !strings.Contains(out, note) {
+		t.Fatalf("agent list: exit %d, want the note\n%s%s", code, out, errs)
+	}
+	if code, out, _ := invoke(t, "agent", "show", "web-9"); code != 0 || !strings.Contains(out, "note        "+note) {
+		t.Fatalf("agent show: exit %d, want the note\n%s", code, out)
+	}
+	var views []api.AgentView
+	if code, out, _ := invoke(t, "agent", "list", "-o", "json"); code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].Note != note {
+		t.Fatalf("agent list -o json: exit %d, %s", code, out)
+	}
+	if _, err := a.srv.AgentAction(context.Background(), "prod", "web-9", record.AgentAccept); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := invoke(t, "agent", "list"); code != 0 || strings.Contains(out, "waiting for an operator") {
+		t.Fatalf("an accepted agent still shows why it was not: %s", out)
+	}
+}
