@@ -80,7 +80,7 @@ func (a *API) events(r *request) (int, any, error) {
 		if err := write(": following " + orAll(env) + "\n\n"); err != nil || resumed {
 			return err
 		}
-		b, err := json.Marshal(missedEvent{After: after, Message: fmt.Sprintf(
+		b, err := json.Marshal(missedEvent{Kind: EventsMissed, After: after, Message: fmt.Sprintf(
 			"events after %s are not kept by this server (it restarted, or they are too old): some may have been missed; "+
 				"tether resource list and tether alert list show the state now", after)})
 		if err != nil {
@@ -105,6 +105,7 @@ const EventsMissed = "events.missed"
 
 // missedEvent is the data of an EventsMissed event.
 type missedEvent struct {
+	Kind    string `json:"kind"` // EventsMissed, as every event's data says its kind
 	After   string `json:"after"`
 	Message string `json:"message"`
 }
