@@ -83,9 +83,5 @@ func (e envService) CreateEnv(ctx context.Context, env record.Environment) error
 }
 
 func (e envService) DeleteEnv(ctx context.Context, name string) error {
-	if err := e.s.store.DeleteEnv(ctx, name); err != nil {
-		return err
-	}
-	e.s.agents.forgetEnv(name)
-	return nil
+	return e.s.DeleteEnv(ctx, name)
 }

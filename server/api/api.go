@@ -249,6 +249,9 @@ type AgentControl interface {
 	AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error)
 	RefreshFacts(ctx context.Context, env, name string) (record.Agent, error)
 	RotateKey(ctx context.Context, env, name string) (record.Agent, error)
+	// DeleteAgent forgets an agent and removes its inbox; it returns the
+	// agent as it was.
+	DeleteAgent(ctx context.Context, env, name string) (record.Agent, error)
 }
 
 // Compiles asks the server for compiles of environments' models and reads
@@ -305,9 +308,12 @@ type EnrollmentTokens interface {
 
 // Events follows the server's live events of env ("" for all) until ctx
 // ends: it calls opened once subscribed (an event published after that is
-// not missed), then send for each event with its kind and JSON encoding.
+// not missed), then send for each event with its ID, kind and JSON
+// encoding. After is the ID of the last event the follower saw ("" for
+// none): the events after it come first, if they are still kept; opened
+// is told whether they were (false: some may be missed).
 type Events interface {
-	Follow(ctx context.Context, env string, opened func() error, send func(kind string, data []byte) error) error
+	Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error
 }
 
 // Observer is told of every request served (for metrics).

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -11,9 +12,13 @@ import (
 	"github.com/tetherhq/tether/model"
 )
 
-// events streams live events as server-sent events: "event: <kind>" and
-// "data: <json>" per event, a comment every KeepAlive while idle. A token
-// scoped to one environment sees that environment's events only.
+// events streams live events as server-sent events: "id: <id>", "event:
+// <kind>" and "data: <json>" per event, a comment every KeepAlive while
+// idle. A token scoped to one environment sees that environment's events
+// only. A client that reconnects with Last-Event-ID gets the events after
+// that one first, when the server still keeps them; when it does not (it
+// restarted, or they are too old), the stream starts with an
+// "events.missed" event saying so.
 //
 // The stream lasts as long as its client: each write gets WriteTimeout
 // from now, so a client that stops reading is dropped and one that reads
@@ -79,12 +84,24 @@ func (a *API) events(r *request) (int, any, error) {
 	}()
 	// The first line says the stream follows: every event from then on
 	// comes (a client may act once it reads it).
-	opened := func() error { return write(": following " + orAll(env) + "\n\n") }
-	err := a.svc.Events.Follow(ctx, env, opened, func(kind string, data []byte) error {
+	after := clip(r.Request().Header.Get("Last-Event-ID"))
+	opened := func(resumed bool) error {
+		if err := write(": following " + orAll(env) + "\n\n"); err != nil || resumed {
+			return err
+		}
+		b, err := json.Marshal(missedEvent{Kind: EventsMissed, After: after, Message: fmt.Sprintf(
+			"events after %s are not kept by this server (it restarted, or they are too old): some may have been missed; "+
+				"tether resource list and tether alert list show the state now", after)})
+		if err != nil {
+			return err
+		}
+		return write("event: " + EventsMissed + "\ndata: " + string(b) + "\n\n")
+	}
+	err := a.svc.Events.Follow(ctx, env, after, opened, func(id, kind string, data []byte) error {
 		if !visible(data) {
 			return nil
 		}
-		return write("event: " + kind + "\ndata: " + string(data) + "\n\n")
+		return write("id: " + id + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
 	})
 	cancel()
 	wg.Wait()
@@ -92,6 +109,17 @@ func (a *API) events(r *request) (int, any, error) {
 		a.log.Warn().Err(err).Msg("event stream ended")
 	}
 	return 0, nil, nil
+}
+
+// EventsMissed is the kind of the event that starts a stream resumed after
+// an event the server does not keep.
+const EventsMissed = "events.missed"
+
+// missedEvent is the data of an EventsMissed event.
+type missedEvent struct {
+	Kind    string `json:"kind"` // EventsMissed, as every event's data says its kind
+	After   string `json:"after"`
+	Message string `json:"message"`
 }
 
 func orAll(env string) string {

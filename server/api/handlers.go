@@ -807,6 +807,19 @@ func (a *API) agentAction(action record.AgentAction) func(*request) (int, any, e
 	}
 }
 
+// deleteAgent forgets an agent; the answer is the agent as it was.
+func (a *API) deleteAgent(r *request) (int, any, error) {
+	env, name, err := agentParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Control.DeleteAgent(r.ctx(), env, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, a.view(r, ag), nil
+}
+
 // factsRefresh asks an agent to report its facts again. The answer, 202,
 // is the agent as recorded now: the report comes later, as an agent
 // event on the event stream.

@@ -239,6 +239,11 @@ type Agent struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	Facts           map[string]any    `json:"facts,omitempty"`
 	Kinds           []string          `json:"kinds,omitempty"`
+	// Note says why an agent is not accepted, as the server found on its
+	// last hello or an operator's action: an enrollment token refused,
+	// waiting for an operator to accept it, rejected. Empty once
+	// accepted.
+	Note string `json:"note,omitempty"`
 	// Paused agents are sent no deploy, repair or dry run until resumed,
 	// and heal no drift.
 	Paused bool `json:"paused"`

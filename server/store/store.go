@@ -118,6 +118,12 @@ type Store interface {
 	// and its deduplication marks go, so nothing the old key said holds
 	// the new one back.
 	ResetSequence(ctx context.Context, env, agent string) error
+	// DeleteAgent forgets an agent: its record, what it reported of its
+	// resources (they are available again, compliance unknown, as the
+	// released version wants them; orphaned ones go) and its
+	// deduplication marks (its actions and alerts stay, as history);
+	// ErrNotFound if unknown. Said hello again, it is new.
+	DeleteAgent(ctx context.Context, env, name string) error
 	// GetAgent returns one agent; ErrNotFound if unknown.
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	// ListAgents returns the environment's agents, by name.

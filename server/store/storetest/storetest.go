@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DuplicateBatches", testDuplicateBatches},
 		{"OutOfOrderBatches", testOutOfOrderBatches},
 		{"ResetSequence", testResetSequence},
+		{"DeleteAgent", testDeleteAgent},
 		{"FarAheadYields", testFarAheadYields},
 		{"Compliance", testCompliance},
 		{"UpdateSettings", testUpdateSettings},
