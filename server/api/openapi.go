@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/tetherhq/tether/server/record"
 )
 
 // openapi serves an OpenAPI 3.0 document built from the route table, so it
@@ -89,6 +91,7 @@ func (a *API) Document() map[string]any {
 				"ExportResponse": exportSchema,
 				"Deploy":         deploySchema,
 				"Report":         reportSchema,
+				"Plan":           planSchema,
 			},
 		},
 	}
@@ -150,7 +153,7 @@ var (
 		"id":          str,
 		"env":         str,
 		"kind":        map[string]any{"type": "string", "enum": []string{"deploy", "repair", "dryrun"}},
-		"trigger":     map[string]any{"type": "string", "enum": []string{"release", "operator", "hello", "deploy_interval", "repair_interval", "resume"}},
+		"trigger":     map[string]any{"type": "string", "enum": []string{"release", "operator", "hello", "deploy_interval", "repair_interval", "resume", "plan"}},
 		"who":         map[string]any{"type": "string", "description": "the API token's (or user's) name; server for what the server started by itself"},
 		"version":     integer,
 		"asked":       integer,
@@ -167,6 +170,29 @@ var (
 		"deploy":  map[string]any{"$ref": "#/components/schemas/Deploy"},
 		"waiting": map[string]any{"type": "array", "items": str, "description": "agents it was sent to that have not answered yet"},
 		"actions": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+	}}
+	planSchema = map[string]any{"type": "object", "description": "What a deploy of the version would change per agent; nothing was changed.", "properties": map[string]any{
+		"id":           str,
+		"env":          str,
+		"version":      integer,
+		"released":     integer,
+		"not_answered": map[string]any{"type": "array", "items": str},
+		"timeout_ns":   integer,
+		"agents": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+			"name":      str,
+			"outcome":   map[string]any{"type": "string", "enum": []string{record.PlanAnswered, record.PlanNoAnswer, record.PlanOffline, record.PlanUnreached, record.PlanRefused, record.PlanTooOld, record.PlanFailed}},
+			"online":    map[string]any{"type": "boolean"},
+			"paused":    map[string]any{"type": "boolean"},
+			"note":      str,
+			"unchanged": integer,
+			"resources": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+				"id":      str,
+				"would":   str,
+				"state":   str,
+				"changes": map[string]any{"type": "object", "description": "attribute → {current, desired}, sensitive values redacted"},
+				"message": str,
+			}}},
+		}}},
 	}}
 	exportSchema = map[string]any{"type": "object", "properties": map[string]any{
 		"version":    map[string]any{"type": "object"},

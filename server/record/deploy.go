@@ -27,6 +27,9 @@ const (
 	// DeployByResume: an environment or agent was resumed; what it missed
 	// is deployed at once.
 	DeployByResume DeployTrigger = "resume"
+	// DeployByPlan: a plan of a version not released (tether version
+	// plan): a dry run of it on the live agents.
+	DeployByPlan DeployTrigger = "plan"
 )
 
 // WhoServer is who asked for a deploy the server started by itself.
