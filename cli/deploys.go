@@ -50,8 +50,9 @@ func envDeploysCommand(term *terminal) *ucli.Command {
 	})
 	cmd.Description = "Every deploy, repair and dry run sent to agents is listed: a release's fan-out (its id is the release's),\n" +
 		"an operator's tether env deploy|repair|dryrun, a resume, the deploy-interval retry and the repair-interval\n" +
-		"verification, and the deploy of an agent that said hello behind. AGENTS is answered/asked; an agent that\n" +
-		"was not reached counts as failed. Show one with tether env report ID."
+		"verification, the deploy of an agent that said hello behind, and a plan's dry run (tether version plan).\n" +
+		"WHO is the API token's name, or server for what the server started by itself. AGENTS is answered/asked;\n" +
+		"an agent that was not reached counts as failed. Show one with tether env report ID."
 	return cmd
 }
 
