@@ -119,6 +119,13 @@ func TestDeployHistory(t *testing.T) {
 	}
 	id := fileID("web", "/opt/app/x")
 	waitFor(t, 60*time.Second, "the failed heal in the resource log", func() bool {
+		// Should a heal have run between the file's removal and its
+		// directory's, the directory goes again.
+		if _, err := os.Stat(appDir); err == nil {
+			if err := os.RemoveAll(appDir); err != nil {
+				t.Fatal(err)
+			}
+		}
 		code, out, _ := c.run("resource", "log", id)
 		return code == 0 && regexp.MustCompile(`(?m)\sheal\s+failed\s+1\s.*heal failed: `).MatchString(out)
 	})
