@@ -29,8 +29,10 @@ CREATE TABLE deploy_agents (
     run_error   TEXT NOT NULL DEFAULT '',
     -- finished_at is set when the agent said its run is done.
     finished_at INTEGER,
-    PRIMARY KEY (env, deploy_id, agent),
-    FOREIGN KEY (env, deploy_id) REFERENCES deploys(env, id) ON DELETE CASCADE
+    -- No foreign key: an agent's answer may be recorded a moment before
+    -- the deploy is (it is recorded right after it is sent). Pruning
+    -- deletes an agent's row with its deploy.
+    PRIMARY KEY (env, deploy_id, agent)
 );
 
 CREATE INDEX deploy_agents_agent ON deploy_agents (env, agent);

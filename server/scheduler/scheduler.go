@@ -58,8 +58,8 @@ type Statuses interface {
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 }
 
-// Deploys records the deploys the scheduler sends, before it sends them
-// (an agent may answer at once), and the agents they did not reach.
+// Deploys records the deploys the scheduler sends, and the agents they did
+// not reach.
 type Deploys interface {
 	RecordDeploy(ctx context.Context, d record.Deploy, agents []string) error
 	EndDeployAgents(ctx context.Context, env, id string, agents []string, why string) error
@@ -258,10 +258,6 @@ func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.D
 	for i, a := range targets {
 		names[i] = a.Name
 	}
-	// Recorded before it is sent: an agent may answer at once.
-	if err := s.store.RecordDeploy(ctx, record.Deploy{ID: d.ID, Env: envName, Kind: req.Operation, Trigger: req.Trigger, Who: req.Who, Version: gen}, names); err != nil {
-		return d, err
-	}
 	var errs []error
 	notSent := map[string][]string{}
 	for _, a := range targets {
@@ -287,6 +283,11 @@ func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.D
 		default:
 			d.Agents = append(d.Agents, a.Name)
 		}
+	}
+	// Recorded once sent, not before: a resumed agent's catch-up must not
+	// wait for the store. An answer recorded before it is kept.
+	if err := s.store.RecordDeploy(ctx, record.Deploy{ID: d.ID, Env: envName, Kind: req.Operation, Trigger: req.Trigger, Who: req.Who, Version: gen}, names); err != nil {
+		errs = append(errs, err)
 	}
 	for why, agents := range notSent {
 		if err := s.store.EndDeployAgents(ctx, envName, d.ID, agents, why); err != nil {

@@ -103,16 +103,30 @@ func (s *SQL) GetDeploy(ctx context.Context, env, id string) (record.Deploy, err
 	return d, wrap(op, err)
 }
 
-// PruneDeploys implements Store.
+// PruneDeploys implements Store: the oldest deploys with their agents, and
+// the answers to deploys never recorded.
 func (s *SQL) PruneDeploys(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := s.db.Exec(ctx, `DELETE FROM deploys WHERE seq IN (SELECT seq FROM deploys WHERE started_at < $1 ORDER BY started_at LIMIT $2)`, before, limit)
+	var n int64
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		var err error
+		if _, err = tx.Exec(ctx, `DELETE FROM deploy_agents WHERE EXISTS (SELECT 1 FROM deploys d WHERE d.env = deploy_agents.env AND d.id = deploy_agents.deploy_id
+			AND d.seq IN (SELECT seq FROM deploys WHERE started_at < $1 ORDER BY started_at LIMIT $2))`, before, limit); err != nil {
+			return err
+		}
+		if n, err = tx.Exec(ctx, `DELETE FROM deploys WHERE seq IN (SELECT seq FROM deploys WHERE started_at < $1 ORDER BY started_at LIMIT $2)`, before, limit); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM deploy_agents WHERE (finished_at IS NULL OR finished_at < $1)
+			AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.env = deploy_agents.env AND d.id = deploy_agents.deploy_id)`, before)
+		return err
+	})
 	return int(n), wrap("prune deploys", err)
 }
 
 // deployProgress returns the statements that record what a batch says of
 // its agent's run of a deploy: resources that failed, and the run's end.
-// A deploy that was not recorded (sent before deploys were, or by an
-// embedded run) gains nothing.
+// The answer may come before the deploy is recorded (it is recorded right
+// after it is sent): recording it then keeps what the answer said.
 func deployProgress(b *ResultBatch) []Statement {
 	if b.DeployID == "" {
 		return nil
@@ -127,9 +141,11 @@ func deployProgress(b *ResultBatch) []Statement {
 		return nil
 	}
 	return []Statement{{
-		SQL: `UPDATE deploy_agents SET failed = failed + $1, run_error = CASE WHEN $2 = '' THEN run_error ELSE $2 END,
-				finished_at = CASE WHEN $3 THEN COALESCE(finished_at, now()) ELSE finished_at END
-			WHERE env = $4 AND deploy_id = $5 AND agent = $6`,
+		SQL: `INSERT INTO deploy_agents (env, deploy_id, agent, failed, run_error, finished_at)
+				VALUES ($4, $5, $6, $1, $2, CASE WHEN $3 THEN now() ELSE NULL END)
+			ON CONFLICT (env, deploy_id, agent) DO UPDATE SET failed = deploy_agents.failed + excluded.failed,
+				run_error = CASE WHEN excluded.run_error = '' THEN deploy_agents.run_error ELSE excluded.run_error END,
+				finished_at = COALESCE(deploy_agents.finished_at, excluded.finished_at)`,
 		Args: []any{failed, model.Clip(b.Error, 1024), b.Done, b.Env, b.DeployID, b.Agent},
 	}}
 }

@@ -153,7 +153,7 @@ func TestApply(t *testing.T) {
 	}
 	// The failure of #21 counts against its agent's run of deploy d; the
 	// alert of #23, recorded before, is not stored again.
-	if len(in.Statements) != 1 || !strings.HasPrefix(in.Statements[0].SQL, "UPDATE deploy_agents") || in.Statements[0].Args[0] != 1 {
+	if len(in.Statements) != 1 || !strings.HasPrefix(in.Statements[0].SQL, "INSERT INTO deploy_agents") || in.Statements[0].Args[0] != 1 {
 		t.Fatalf("statements %+v, want only the failure counted against the deploy", in.Statements)
 	}
 }

@@ -73,7 +73,7 @@ func testDeploys(t *testing.T, s store.Store) {
 		{Env: "prod", Agent: "a", Seq: 1, Version: v.Number, DeployID: "d1", Results: []model.Result{result(xa, model.StateFailed, nil)}},
 		{Env: "prod", Agent: "a", Seq: 2, Version: v.Number, DeployID: "d1", Done: true},
 		{Env: "prod", Agent: "b", Seq: 1, Version: v.Number, DeployID: "d1", Results: []model.Result{result(xb, model.StateDeployed, nil)}, Done: true},
-		// an answer to a deploy never recorded changes nothing
+		// an answer to a deploy not recorded (yet) lists nothing
 		{Env: "prod", Agent: "b", Seq: 2, Version: v.Number, DeployID: "unknown", Done: true},
 	}
 	for _, b := range batches {
@@ -155,6 +155,16 @@ func testDeploys(t *testing.T, s store.Store) {
 	if _, err := s.GetDeploy(ctx, "prod", "nope"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("unknown deploy: %v, want not found", err)
 	}
+	// An answer that comes before its deploy is recorded is kept.
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: "a", Seq: 4, Version: v.Number, DeployID: "d3", Done: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordDeploy(ctx, record.Deploy{ID: "d3", Env: "prod", Kind: record.OpDeploy, Trigger: record.DeployByResume, Who: "carol", Version: v.Number}, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.GetDeploy(ctx, "prod", "d3"); err != nil || d.Asked != 2 || d.Answered != 1 || d.OK != 1 || !slices.Equal(d.Waiting(), []string{"b"}) {
+		t.Fatalf("deploy answered before it was recorded: %+v, %v; want a ok, b waiting", d, err)
+	}
 
 	// Pruning deletes the oldest first, with their agents.
 	n, err := s.PruneDeploys(ctx, time.Now().Add(time.Hour), 1)
@@ -164,7 +174,14 @@ func testDeploys(t *testing.T, s store.Store) {
 	if _, err := s.GetDeploy(ctx, "prod", "d1"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("pruned deploy: %v, want not found", err)
 	}
-	if ds, err := s.ListDeploys(ctx, "prod", record.DeployFilter{}); err != nil || len(ds) != 1 || ds[0].ID != "d2" {
-		t.Fatalf("after prune: %+v, %v; want d2", ds, err)
+	if ds, err := s.ListDeploys(ctx, "prod", record.DeployFilter{}); err != nil || len(ds) != 2 || ds[0].ID != "d3" || ds[1].ID != "d2" {
+		t.Fatalf("after prune: %+v, %v; want d3, d2", ds, err)
+	}
+	// Recorded again (an id used once more), d1 has none of its old agents.
+	if err := s.RecordDeploy(ctx, rel, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.GetDeploy(ctx, "prod", "d1"); err != nil || d.Asked != 0 {
+		t.Fatalf("d1 recorded again after its prune: %+v, %v; want no agents", d, err)
 	}
 }
