@@ -402,7 +402,7 @@ func (m *monitor) check(ctx context.Context, res *model.Resource) []bus.DriftRep
 		m.a.log.Error().Err(err).Str("resource", res.ID.String()).Msg("heal failed")
 		if !st.flapping {
 			out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.NonCompliant, Changes: redacted, Seen: time.Now(),
-				Message: "heal failed: " + err.Error()})
+				HealFailed: true, Message: "heal failed: " + err.Error()})
 		}
 		return out
 	}

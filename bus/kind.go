@@ -289,8 +289,11 @@ type DriftReport struct {
 	Changes model.Changes `json:"changes,omitempty"`
 	// Healed is set on a report of a resource the agent re-applied by
 	// drift policy.
-	Healed  bool   `json:"healed,omitempty"`
-	Message string `json:"message,omitempty"`
+	Healed bool `json:"healed,omitempty"`
+	// HealFailed is set on a report of a resource the agent tried to
+	// re-apply by drift policy and could not (Message says why).
+	HealFailed bool   `json:"heal_failed,omitempty"`
+	Message    string `json:"message,omitempty"`
 	// Seen is when the agent saw the resource in this state.
 	Seen time.Time `json:"seen,omitzero"`
 	// Flapping is set while the resource drifts again and again: further

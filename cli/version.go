@@ -286,26 +286,25 @@ func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeo
 		return record.Release{}, err
 	}
 	deadline := time.Now().Add(timeout)
-	var lastLine time.Time
-	lastDone := -1
+	notice := &waitNotice{term: term, quiet: quiet}
+	var asked time.Time
+	var waiting []string
 	for {
 		var r record.Release
 		if err := cl.call(c.Context, "GET", p, nil, &r); err != nil {
+			notice.end()
 			return r, err
 		}
-		line := "release " + shortID(r.ID) + ": " + releaseCounts(r)
-		switch {
-		case quiet:
-		case term.progress:
-			fmt.Fprintf(term.stderr, "\r%s   ", line)
-		case r.Done() != lastDone && (time.Since(lastLine) >= 5*time.Second || r.State != record.ReleaseRunning):
-			fmt.Fprintln(term.stderr, line)
-			lastLine, lastDone = time.Now(), r.Done()
+		if r.State == record.ReleaseRunning && time.Since(asked) >= 2*time.Second {
+			// The agents the fan-out sent the deploy to and that have
+			// not answered it yet (the release's deploy has its id).
+			waiting, asked = deployWaiting(c, cl, r.ID), time.Now()
+		}
+		if r.State == record.ReleaseRunning {
+			notice.show("release " + shortID(r.ID) + ": " + releaseCounts(r) + waitingFor(waiting))
 		}
 		if r.State != record.ReleaseRunning {
-			if !quiet && term.progress {
-				fmt.Fprintln(term.stderr)
-			}
+			notice.end()
 			if !quiet {
 				fmt.Fprintf(term.stdout, "release %s %s: %s\n", r.ID, r.State, releaseCounts(r))
 				printFanout(term.stdout, r.Fanout)
@@ -313,7 +312,8 @@ func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeo
 			return r, nil
 		}
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("release %s: still sending after %s (%s); it goes on on the server: tether version releases %s", r.ID, timeout, releaseCounts(r), r.ID)
+			notice.end()
+			return r, fmt.Errorf("release %s: still sending after %s (%s%s); it goes on on the server: tether version releases %s", r.ID, timeout, releaseCounts(r), waitingFor(waiting), r.ID)
 		}
 		select {
 		case <-c.Context.Done():

@@ -231,6 +231,16 @@ func (s *Server) DeployActions(ctx context.Context, env, deployID string, limit 
 	return s.store.DeployActions(ctx, env, deployID, limit)
 }
 
+// ListDeploys returns env's newest deploys, repairs and dry runs.
+func (s *Server) ListDeploys(ctx context.Context, env string, f record.DeployFilter) ([]record.Deploy, error) {
+	return s.store.ListDeploys(ctx, env, f)
+}
+
+// GetDeploy returns one deploy with each agent's outcome.
+func (s *Server) GetDeploy(ctx context.Context, env, id string) (record.Deploy, error) {
+	return s.store.GetDeploy(ctx, env, id)
+}
+
 // Follow subscribes to the live events of env ("" for all), calls opened
 // once subscribed, then send with each event until ctx ends or send fails.
 // After is the ID of the last event the follower saw ("" for none): the

@@ -532,7 +532,7 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 		body.Results[i].DryRun = e.Kind == bus.KindDryRunResult
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
-		DeployID: body.DeployID, Results: body.Results})
+		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error})
 	if err != nil || !fresh {
 		return err
 	}
@@ -571,7 +571,7 @@ func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope
 		id := r.ID
 		alerts = append(alerts, record.Alert{At: e.TS.UTC(), Env: a.Env, Agent: a.Name, Kind: record.AlertDrift, ID: &id,
 			Message: driftMessage(r), Changes: r.Changes, Compliance: r.Compliance, Version: body.Generation,
-			Healed: r.Healed && r.Compliance == model.Compliant})
+			Healed: r.Healed && r.Compliance == model.Compliant, HealFailed: r.HealFailed && r.Compliance == model.NonCompliant})
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts})
 	if err != nil || !fresh {

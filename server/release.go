@@ -154,6 +154,12 @@ func (s *Server) startRelease(ctx context.Context, env string, n int64) (record.
 	if err != nil {
 		return rel, err
 	}
+	// Its deploy is listed from now on, named like it, with who asked;
+	// the fan-out adds the agents it sends it to.
+	d := record.Deploy{ID: rel.ID, Env: env, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n, StartedAt: rel.StartedAt}
+	if err := s.store.RecordDeploy(context.WithoutCancel(ctx), d, nil); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Str("release", rel.ID).Msg("cannot list the release's deploy yet; its fan-out lists it")
+	}
 	s.feed.publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
 	s.releases.add(rel)
 	return rel, nil

@@ -276,6 +276,8 @@ type Sources interface {
 type Operations interface {
 	Deploy(ctx context.Context, env string, req record.DeployRequest) (record.Deployment, error)
 	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
+	ListDeploys(ctx context.Context, env string, f record.DeployFilter) ([]record.Deploy, error)
+	GetDeploy(ctx context.Context, env, id string) (record.Deploy, error)
 }
 
 // Plans dry-runs a version, released or not, on the live agents and

@@ -899,7 +899,12 @@ func (a *API) operation(op record.Operation) func(*request) (int, any, error) {
 
 // Report is what a deploy, repair or dry run reported.
 type Report struct {
-	ID      string          `json:"id"`
+	ID string `json:"id"`
+	// Deploy is the deploy with each agent's outcome; nil for one that
+	// was not listed (sent before deploys were, or pruned).
+	Deploy *record.Deploy `json:"deploy,omitempty"`
+	// Waiting names the agents it was sent to that have not answered.
+	Waiting []string        `json:"waiting"`
 	Actions []record.Action `json:"actions"`
 }
 
@@ -912,8 +917,46 @@ func (a *API) deployReport(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	rep := Report{ID: id, Waiting: []string{}}
+	d, err := a.svc.Operations.GetDeploy(r.ctx(), env, id)
+	switch {
+	case err == nil:
+		rep.Deploy = &d
+		rep.Waiting = nonNil(d.Waiting())
+	case !errors.Is(err, model.ErrNotFound):
+		return 0, nil, err
+	}
 	acts, err := a.svc.Operations.DeployActions(r.ctx(), env, id, 10000)
-	return http.StatusOK, Report{ID: id, Actions: nonNil(acts)}, err
+	if err != nil {
+		return 0, nil, err
+	}
+	if rep.Deploy == nil && len(acts) == 0 {
+		return 0, nil, newError("not_found", "list the deploys: tether env deploys", "no deploy %s in %s", id, env)
+	}
+	rep.Actions = nonNil(acts)
+	return http.StatusOK, rep, nil
+}
+
+func (a *API) listDeploys(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	f := record.DeployFilter{Agent: r.QueryParam("agent"), Kind: record.Operation(r.QueryParam("kind")), Limit: limit}
+	if f.Agent != "" {
+		if err := validAgentName(f.Agent); err != nil {
+			return 0, nil, newError("invalid", "", "agent: %v", err)
+		}
+	}
+	if err := f.Validate(); err != nil {
+		return 0, nil, newError("invalid", "", "%v", err)
+	}
+	ds, err := a.svc.Operations.ListDeploys(r.ctx(), env, f)
+	return http.StatusOK, nonNil(ds), err
 }
 
 // --- compiles

@@ -90,6 +90,8 @@ func (a *API) Document() map[string]any {
 				"Release":        releaseSchema,
 				"Released":       releasedSchema,
 				"ExportResponse": exportSchema,
+				"Deploy":         deploySchema,
+				"Report":         reportSchema,
 				"Plan":           planSchema,
 			},
 		},
@@ -139,6 +141,36 @@ var (
 		"state":      str,
 		"release_id": str,
 		"release":    map[string]any{"$ref": "#/components/schemas/Release"},
+	}}
+	deployAgent = map[string]any{"type": "object", "properties": map[string]any{
+		"agent":            str,
+		"outcome":          map[string]any{"type": "string", "enum": []string{"waiting", "ok", "failed"}},
+		"failed_resources": integer,
+		"error":            map[string]any{"type": "string", "description": "why its run could not complete, or that the deploy did not reach it"},
+		"finished_at":      map[string]any{"type": "string", "format": "date-time"},
+	}}
+	deploySchema = map[string]any{"type": "object", "description": "A deploy, repair or dry run sent to agents: what set it off, who asked, " +
+		"and how many of the agents it was sent to answered (ok or failed).", "properties": map[string]any{
+		"id":          str,
+		"env":         str,
+		"kind":        map[string]any{"type": "string", "enum": []string{"deploy", "repair", "dryrun"}},
+		"trigger":     map[string]any{"type": "string", "enum": []string{"release", "operator", "hello", "deploy_interval", "repair_interval", "resume", "plan"}},
+		"who":         map[string]any{"type": "string", "description": "the API token's (or user's) name; server for what the server started by itself"},
+		"version":     integer,
+		"asked":       integer,
+		"answered":    integer,
+		"ok":          integer,
+		"failed":      integer,
+		"outcome":     map[string]any{"type": "string", "enum": []string{"running", "ok", "failed"}},
+		"started_at":  map[string]any{"type": "string", "format": "date-time"},
+		"finished_at": map[string]any{"type": "string", "format": "date-time"},
+		"agents":      map[string]any{"type": "array", "items": deployAgent, "description": "only in one deploy's report"},
+	}}
+	reportSchema = map[string]any{"type": "object", "properties": map[string]any{
+		"id":      str,
+		"deploy":  map[string]any{"$ref": "#/components/schemas/Deploy"},
+		"waiting": map[string]any{"type": "array", "items": str, "description": "agents it was sent to that have not answered yet"},
+		"actions": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
 	}}
 	planSchema = map[string]any{"type": "object", "description": "What a deploy of the version would change per agent; nothing was changed.", "properties": map[string]any{
 		"id":           str,

@@ -124,7 +124,8 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/compile", role: record.RoleOperator, action: "env.compile", summary: "Ask the server to compile the environment's model from its source (202 with the compile queue's state; 409 when the environment has no source)", serve: a.requestCompile},
 		{method: "GET", path: "/envs/:env/compiles", role: record.RoleViewer, summary: "The server's compiles of the environment's model, newest first", query: []string{"limit"}, serve: a.listCompiles},
 		{method: "GET", path: "/envs/:env/compiles/:id", role: record.RoleViewer, summary: "One compile's report: triggers, revision, outcome, diagnostics, resources per agent, version", serve: a.getCompile},
-		{method: "GET", path: "/envs/:env/deploys/:id", role: record.RoleViewer, summary: "What a deploy, repair or dry run reported (the dry-run report)", serve: a.deployReport},
+		{method: "GET", path: "/envs/:env/deploys", role: record.RoleViewer, summary: "The environment's deploys, repairs and dry runs, newest first: trigger, who asked, version, agents asked, answered, ok and failed, outcome", query: []string{"agent", "kind", "limit"}, returns: "[]Deploy", serve: a.listDeploys},
+		{method: "GET", path: "/envs/:env/deploys/:id", role: record.RoleViewer, summary: "What a deploy, repair or dry run reported: the deploy with each agent's outcome, the agents that have not answered yet (waiting), and the actions (the dry-run report)", returns: "Report", serve: a.deployReport},
 
 		{method: "GET", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, summary: "List the environment's enrollment tokens (never their secrets)", serve: a.listEnrollTokens},
 		{method: "POST", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, action: "enrollment_token.create", summary: "Create an enrollment token: agents that say hello with it are accepted (enrollment policy token); its secret is shown once", body: "{name, max_uses?, expires_in?}", serve: a.createEnrollToken},
@@ -233,6 +234,7 @@ func (a *API) call(rt route, r *request) (int, any, error) {
 			return 0, nil, err
 		}
 		r.who = who
+		r.SetRequest(r.Request().WithContext(record.WithWho(r.ctx(), who.Name)))
 		if err := a.checkCSRF(r); err != nil {
 			return 0, nil, err
 		}

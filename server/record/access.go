@@ -142,6 +142,10 @@ type Alert struct {
 	// Healed: a drift alert of a resource its agent re-applied by drift
 	// policy. Recording it also logs a heal in the resource's action log.
 	Healed bool `json:"healed,omitempty"`
+	// HealFailed: a drift alert of a resource its agent tried to re-apply
+	// by drift policy and could not. Recording it also logs the failed
+	// heal in the resource's action log.
+	HealFailed bool `json:"heal_failed,omitempty"`
 }
 
 // NewSecret returns a fresh API token secret: "tether_" and 32 random bytes

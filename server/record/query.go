@@ -1,6 +1,10 @@
 package record
 
-import "github.com/tetherhq/tether/model"
+import (
+	"context"
+
+	"github.com/tetherhq/tether/model"
+)
 
 // Query and command types shared by the store, the scheduler and the API:
 // they live here so that each of those declares its interfaces without
@@ -65,6 +69,10 @@ type DeployRequest struct {
 	// Full deploys every resource instead of what changed or has not
 	// succeeded yet (repairs and dry runs are always full).
 	Full bool `json:"full,omitempty"`
+	// Trigger says what set it off and Who asked (recorded with it; the
+	// server sets them, callers of the API do not).
+	Trigger DeployTrigger `json:"-"`
+	Who     string        `json:"-"`
 }
 
 // Deployment is a deploy, repair or dry run that was sent.
@@ -81,4 +89,21 @@ type Deployment struct {
 	// desired state holds sensitive values and they have no key-agreement
 	// key to seal them to (agents older than sealed values).
 	Refused map[string]string `json:"refused,omitempty"`
+}
+
+type whoKey struct{}
+
+// WithWho returns ctx carrying who asked for what is done under it (an API
+// token's or user's name), for the records it leaves (a release's deploy).
+func WithWho(ctx context.Context, who string) context.Context {
+	return context.WithValue(ctx, whoKey{}, who)
+}
+
+// WhoOf says who asked for what is done under ctx: WhoServer when no one
+// did (the server on its own).
+func WhoOf(ctx context.Context) string {
+	if who, _ := ctx.Value(whoKey{}).(string); who != "" {
+		return who
+	}
+	return WhoServer
 }

@@ -230,16 +230,32 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	if len(deploys) == 0 {
 		return out, nil
 	}
+	asked := make([]string, len(deploys))
+	for k, o := range deployOwner {
+		asked[k] = behind[o].agent.Name
+	}
+	// Recorded before it is sent: an agent may answer at once.
+	d := record.Deploy{ID: deployID, Env: env.Name, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n}
+	if err := s.store.RecordDeploy(ctx, d, asked); err != nil {
+		return out, err
+	}
 	errs = s.send.SendBatch(ctx, deploys)
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
+	var unsent []string
 	for k, err := range errs {
 		if err != nil {
-			out.pend(s, env.Name, n, behind[deployOwner[k]].agent.Name, later, fmt.Errorf("send %s to %s: %w", bus.KindDeploy, behind[deployOwner[k]].agent.Name, err))
+			unsent = append(unsent, asked[k])
+			out.pend(s, env.Name, n, asked[k], later, fmt.Errorf("send %s to %s: %w", bus.KindDeploy, asked[k], err))
 			continue
 		}
 		out.sent++
+	}
+	if len(unsent) > 0 {
+		if err := s.store.EndDeployAgents(ctx, env.Name, deployID, unsent, "not reached: it gets the released version when it next says hello"); err != nil {
+			out.failed = append(out.failed, err)
+		}
 	}
 	return out, nil
 }

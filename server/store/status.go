@@ -290,6 +290,7 @@ func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error
 			in.Actions = append(in.Actions, ActionRow{Env: b.Env, ID: k.ID, Agent: b.Agent, Kind: kind, DeployID: b.DeployID,
 				Version: b.Version, State: r.State, Changes: changes, Message: r.Message, Duration: r.Duration})
 		}
+		in.Statements = append(in.Statements, deployProgress(b)...)
 		for i := range b.Alerts {
 			a := &b.Alerts[i]
 			st, err := insertAlert(a)
@@ -297,15 +298,19 @@ func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error
 				return nil, err
 			}
 			in.Statements = append(in.Statements, st)
-			if a.Healed && a.ID != nil {
+			if (a.Healed || a.HealFailed) && a.ID != nil {
 				var changes []byte
 				if len(a.Changes) > 0 {
 					if changes, err = json.Marshal(a.Changes); err != nil {
 						return nil, fmt.Errorf("%w: changes of %s: %w", model.ErrInvalid, a.ID, err)
 					}
 				}
+				state := model.StateDeployed
+				if !a.Healed {
+					state = model.StateFailed
+				}
 				in.Actions = append(in.Actions, ActionRow{Env: b.Env, ID: a.ID.String(), Agent: b.Agent, Kind: record.ActionHeal,
-					Version: a.Version, State: model.StateDeployed, Changes: changes, Message: a.Message})
+					Version: a.Version, State: state, Changes: changes, Message: a.Message})
 			}
 			if !setsCompliance(a) {
 				continue

@@ -212,6 +212,21 @@ type Store interface {
 	ListReleases(ctx context.Context, env string, limit int) ([]record.Release, error)
 	// RunningReleases returns env's releases still running, newest first.
 	RunningReleases(ctx context.Context, env string) ([]record.Release, error)
+	// RecordDeploy records deploy d (once: recording it again changes
+	// nothing of it) and adds agents to those it was sent to.
+	RecordDeploy(ctx context.Context, d record.Deploy, agents []string) error
+	// EndDeployAgents records that deploy id of env did not reach
+	// agents, and why: they answer it no more.
+	EndDeployAgents(ctx context.Context, env, id string, agents []string, why string) error
+	// ListDeploys returns env's newest deploys, newest first, with their
+	// counts (no agents).
+	ListDeploys(ctx context.Context, env string, f record.DeployFilter) ([]record.Deploy, error)
+	// GetDeploy returns one deploy with its agents; ErrNotFound if env
+	// has none with that id.
+	GetDeploy(ctx context.Context, env, id string) (record.Deploy, error)
+	// PruneDeploys deletes up to limit deploys started before before,
+	// oldest first, and reports how many it deleted.
+	PruneDeploys(ctx context.Context, before time.Time, limit int) (int, error)
 	// PruneReleases deletes env's releases beyond the newest keep, never
 	// a running one (keep 0 keeps all). It returns how many it deleted.
 	PruneReleases(ctx context.Context, env string, keep int) (int, error)
@@ -290,6 +305,10 @@ type ResultBatch struct {
 	Version  int64
 	DeployID string
 	Results  []model.Result
+	// Done marks the last batch of the agent's run of the deploy, and
+	// Error says why the run could not complete.
+	Done  bool
+	Error string
 	// Alerts are the batch's drift alerts (a compliance message).
 	Alerts []record.Alert
 }

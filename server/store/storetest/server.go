@@ -662,6 +662,21 @@ func testCompliance(t *testing.T, s store.Store) {
 	if st := statusOf(t, s, "prod")["/y"]; st.Compliance != model.Compliant {
 		t.Fatalf("y after its heal: %s, want compliant", st.Compliance)
 	}
+	// A heal that failed is an entry of kind heal too, failed, with why.
+	healFailed := store.ResultBatch{Env: "prod", Agent: "a", Seq: 9, Version: v.Number, Alerts: []record.Alert{
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &yID, Compliance: model.NonCompliant, Version: v.Number, Message: "heal failed: permission denied", Changes: drifted, HealFailed: true}}}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{healFailed}); err != nil {
+		t.Fatal(err)
+	}
+	if acts, err = s.Actions(ctx, "prod", y.ID, 10); err != nil {
+		t.Fatal(err)
+	}
+	if a := acts[0]; a.Kind != record.ActionHeal || a.State != model.StateFailed || a.Message != "heal failed: permission denied" {
+		t.Fatalf("newest action of y after a failed heal: %+v; want a failed heal saying why", a)
+	}
+	if st := statusOf(t, s, "prod")["/y"]; st.Compliance != model.NonCompliant {
+		t.Fatalf("y after a failed heal: %s, want non_compliant", st.Compliance)
+	}
 
 	// A drift report that overtakes its deploy's result (they travel on
 	// separate queues): the older result sets the state, not the

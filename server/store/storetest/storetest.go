@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Compiles", testCompiles},
 		{"PruneCompiles", testPruneCompiles},
 		{"Releases", testReleases},
+		{"Deploys", testDeploys},
 		{"AgentPages", testAgentPages},
 		{"Sources", testSources},
 		{"Orgs", testOrgs},
