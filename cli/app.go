@@ -138,6 +138,7 @@ func newApp(term *terminal) *ucli.App {
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
+			releaseCommand(term),
 			completionCommand(term),
 			manCommand(term),
 		),

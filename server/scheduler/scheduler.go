@@ -58,12 +58,20 @@ type Statuses interface {
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 }
 
+// Pins reads the versions agents keep while a staged rollout has not
+// reached them.
+type Pins interface {
+	AgentPin(ctx context.Context, env, agent string) (int64, bool, error)
+	AgentPins(ctx context.Context, env string) (map[string]int64, error)
+}
+
 // Store is everything the scheduler reads.
 type Store interface {
 	Environments
 	Versions
 	Agents
 	Statuses
+	Pins
 }
 
 // Sealer seals the sensitive values of resources to the one agent they
@@ -152,7 +160,11 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 	if err := s.ensureIndex(ctx, a.Env, v.Number); err != nil {
 		return err
 	}
-	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, v.Number)
+	to, err := s.versionFor(ctx, a.Env, a.Name, v.Number)
+	if err != nil || to == 0 {
+		return err // to 0: a staged rollout has not reached it, and it had no version before
+	}
+	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, to)
 	if errors.Is(err, record.ErrNoKeyAgreement) {
 		// Said again at each hello until the agent is upgraded: no
 		// retry of the hello would change it.
@@ -163,9 +175,20 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 		return err
 	}
 	if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
-		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
+		_, err = s.sendDeploy(ctx, a.Env, a.Name, to, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
 	}
 	return err
+}
+
+// versionFor returns the version agent is to hold when released is the
+// environment's released version: the version a staged rollout that has
+// not reached it pins it to (0: none), else released.
+func (s *Scheduler) versionFor(ctx context.Context, env, agent string, released int64) (int64, error) {
+	pin, ok, err := s.store.AgentPin(ctx, env, agent)
+	if err != nil || !ok {
+		return released, err
+	}
+	return pin, nil
 }
 
 // laterText says what brings an agent a release it missed although
@@ -236,11 +259,26 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 // then the operation's command.
 func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.DriftPolicy, gen int64, targets []record.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
 	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: gen}
+	// Agents a staged rollout has not reached keep their version.
+	pins, err := s.store.AgentPins(ctx, envName)
+	if err != nil {
+		return d, err
+	}
 	var errs []error
 	for _, a := range targets {
-		_, err := s.sync(ctx, envName, a.Name, a.Generation, gen)
+		to := gen
+		if pin, ok := pins[a.Name]; ok {
+			if to = pin; to == 0 {
+				if d.Refused == nil {
+					d.Refused = map[string]string{}
+				}
+				d.Refused[a.Name] = fmt.Sprintf("%s: the staged rollout of version %d has not reached it, and it held no version before (tether release status)", a.Name, gen)
+				continue
+			}
+		}
+		_, err := s.sync(ctx, envName, a.Name, a.Generation, to)
 		if err == nil {
-			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, policy, opts)
+			err = s.sendOperation(ctx, envName, a.Name, to, d.ID, req, policy, opts)
 		}
 		switch {
 		case errors.Is(err, bus.ErrNoInbox), errors.Is(err, bus.ErrInboxFull):
@@ -284,7 +322,13 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 			behind[r.ID.Agent] = true
 		}
 	}
-	targets, err := s.active(ctx, envName, func(a record.Agent) bool { return behind[a.Name] })
+	// An agent a staged rollout has not reached is behind by design: the
+	// rollout, not a retry, brings it the version.
+	pins, err := s.store.AgentPins(ctx, envName)
+	if err != nil {
+		return Deployment{}, err
+	}
+	targets, err := s.active(ctx, envName, func(a record.Agent) bool { _, pinned := pins[a.Name]; return behind[a.Name] && !pinned })
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
@@ -377,10 +421,14 @@ func (s *Scheduler) StateRequest(ctx context.Context, env, agent string) error {
 	if err != nil {
 		return err
 	}
+	to, err := s.versionFor(ctx, env, agent, v.Number)
+	if err != nil || to == 0 {
+		return err
+	}
 	s.mu.Lock()
 	s.sent[agentKey{env, agent}] = 0
 	s.mu.Unlock()
-	_, err = s.sync(ctx, env, agent, 0, v.Number)
+	_, err = s.sync(ctx, env, agent, 0, to)
 	return err
 }
 
