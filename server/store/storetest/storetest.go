@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneCompiles", testPruneCompiles},
 		{"Releases", testReleases},
 		{"AgentPages", testAgentPages},
+		{"Rollouts", testRollouts},
 		{"Sources", testSources},
 	}
 	for _, tt := range tests {
