@@ -131,4 +131,3 @@ func (r *rig) export(rs ...model.Resource) model.Version {
 	}
 	return v
 }
-
