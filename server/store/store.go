@@ -93,7 +93,8 @@ type Store interface {
 	// hash in each, newest first.
 	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
 	// PruneVersions deletes the oldest versions beyond the newest keep,
-	// never the released one, and the bodies no version uses any more. It
+	// never the released one nor one an agent is pinned to (PinAgents),
+	// and the bodies no version uses any more. It
 	// returns how many versions it deleted.
 	PruneVersions(ctx context.Context, env string, keep int) (int, error)
 

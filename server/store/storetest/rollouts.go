@@ -99,4 +99,33 @@ func testRollouts(t *testing.T, s store.Store) {
 	if pins, _ := s.AgentPins(ctx, "prod"); len(pins) != 0 {
 		t.Fatalf("after unpinning all: %v", pins)
 	}
+
+	// A version an agent is pinned to is never pruned.
+	var vs []int64
+	for i := range 3 {
+		v, err := s.PutVersion(ctx, "prod", model.VersionMeta{Compiler: "test"}, []model.Resource{{ID: model.ID{Type: "file", Agent: "c", Key: "path", Value: "/f"},
+			Attributes: model.Attributes{"path": "/f", "content": string(rune('a' + i))}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v.Number)
+	}
+	if err := s.PinAgents(ctx, "prod", vs[0], []string{"e"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PruneVersions(ctx, "prod", 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range vs {
+		_, err := s.GetVersion(ctx, "prod", n, false)
+		if kept := err == nil; kept != (i != 1) {
+			t.Fatalf("version %d kept %v (%v) after pruning to 1 with %d pinned; want only %d pruned", n, kept, err, vs[0], vs[1])
+		}
+	}
+	if err := s.UnpinAgents(ctx, "prod", nil); err != nil {
+		t.Fatal(err)
+	}
+	if pins, _ := s.AgentPins(ctx, "prod"); len(pins) != 0 {
+		t.Fatalf("after unpinning all: %v", pins)
+	}
 }
