@@ -120,6 +120,28 @@ func TestRolloutWaitsForRequiredAgents(t *testing.T) {
 	}
 	r.waitContent("a", "app", "one")
 	waitFor(t, "the rollout done", func() bool { return r.stage(rel.ReleaseID).Stage == record.StageDone })
+
+	// b requiring the canary's resource stays in its later wave, and
+	// deploys there: it learned the outcome of what it requires when the
+	// canary reported it.
+	req := file("a", "/req", "two")
+	rel, err = r.srv.Release(r.ctx, "test", r.export(file("a", "/app", "one"), dep, req, file("b", "/late", "two", req.ID)).Number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro = r.stage(rel.ReleaseID)
+	if len(ro.Waves) != 2 || !slices.Equal(ro.Waves[0].Agents, []string{"a"}) || len(ro.Moved) != 0 {
+		t.Fatalf("waves %+v moved %v; want a, then b", ro.Waves, ro.Moved)
+	}
+	waitFor(t, "the canary done, waiting", func() bool { return r.stage(rel.ReleaseID).Stage == record.StageWaiting })
+	if _, err := os.Stat(filepath.Join(r.roots["b"], "late")); err == nil {
+		t.Fatal("b deployed before its wave")
+	}
+	if _, err := r.srv.ContinueRelease(r.ctx, "test", rel.ReleaseID); err != nil {
+		t.Fatal(err)
+	}
+	r.waitContent("b", "late", "two")
+	waitFor(t, "the rollout done", func() bool { return r.stage(rel.ReleaseID).Stage == record.StageDone })
 }
 
 // export stores a version of rs without releasing it.
