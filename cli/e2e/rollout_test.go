@@ -95,17 +95,21 @@ func TestStagedRollout(t *testing.T) {
 	}
 
 	// 2. The canary fails: halted, the others keep version 1.
-	v2 := c.release(rolloutModel(t, "two\n", "a1"))
-	waitFor(t, 90*time.Second, "the rollout halted", func() bool {
-		r := status()
-		return r.Rollout.Stage == record.StageHalted
-	})
+	// export --release --wait stops at the halt, exit 1, saying what to do.
+	code, out, errs := c.run("export", "--release", "--wait", "--timeout", "90s", rolloutModel(t, "two\n", "a1"))
+	if code != 1 || !strings.Contains(errs, "staged rollout halted") || !strings.Contains(errs, "tether release status") {
+		t.Fatalf("export --release --wait of a failing canary: exit %d\n%s\n%s; want exit 1 naming the halt", code, out, errs)
+	}
 	r = status()
+	v2 := r.Version
+	if v2 != v1+1 {
+		t.Fatalf("newest release is of version %d, want %d", v2, v1+1)
+	}
 	if r.State != record.ReleaseRunning || r.Version != v2 || r.Rollout.Sent != 1 || r.Rollout.Waves[0].FailedCount != 1 ||
 		strings.Join(r.Rollout.Waves[0].FailedAgents, ",") != "a1" || r.Rollout.Previous != v1 {
 		t.Fatalf("halted rollout: %+v %+v; want running, canary sent and failed (a1), previous %d", r, r.Rollout, v1)
 	}
-	out := c.cli("release", "status")
+	out = c.cli("release", "status")
 	if !strings.Contains(out, "halted") || !strings.Contains(out, "wave 1 failed: a1") {
 		t.Fatalf("release status printed %q; want halted and the failed canary named", out)
 	}
@@ -122,7 +126,7 @@ func TestStagedRollout(t *testing.T) {
 	}
 
 	// Bad input: an unknown id; nothing changes.
-	code, _, errs := c.run("release", "continue", "00000000-0000-4000-8000-000000000000")
+	code, _, errs = c.run("release", "continue", "00000000-0000-4000-8000-000000000000")
 	if code != 1 || !strings.Contains(errs, "no release") {
 		t.Fatalf("continue of an unknown id: exit %d, %q; want a clear refusal", code, errs)
 	}
