@@ -256,6 +256,10 @@ type Agent struct {
 	// verifies the agent's own writes half-done.
 	enforce sync.Mutex
 
+	// plans waits for the plans running (startPlan), which Run waits for
+	// before it returns; planning holds a token while one runs.
+	plans    sync.WaitGroup
+	planning chan struct{}
 	// mu guards hashes, running, facts and mon; see the lock order above.
 	mu sync.Mutex
 	// hashes are the resource hashes of the journal's slice.
@@ -318,6 +322,7 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		deps:     newDependencies(),
 		log:      log,
 		wake:     make(chan struct{}, 1),
+		planning: make(chan struct{}, 1),
 		flush:    make(chan struct{}, 1),
 		enrolled: make(chan struct{}),
 		rejected: make(chan struct{}, 1),
@@ -415,6 +420,7 @@ func (a *Agent) isEnrolled() bool {
 func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer a.plans.Wait()
 	// The outbox publisher runs for the whole Run, primary or not: events
 	// journaled are delivered whatever happens to the claim.
 	outCtx, stopOut := context.WithCancel(context.WithoutCancel(ctx))
@@ -623,7 +629,7 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 // firstInboxLook is about when an agent never enrolled first looks for
 // its inbox after saying hello (jittered), unless the server's nudge (the
 // inbox is there) comes first.
-const firstInboxLook = 3 * time.Second
+const firstInboxLook = 15 * time.Second
 
 // introduce says hello, again with back-off until enrolled (slowest after
 // a rejection), then heartbeats.

@@ -105,7 +105,9 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			if err := a.journal.Enroll(ed25519.PublicKey(body.ServerKey), e.TS); err != nil {
 				return err
 			}
-			a.log.Info().Str("server_key", bus.Fingerprint(body.ServerKey)).Msg("enrolled; server key pinned")
+			// At the default level (warn): an operator compares the
+			// fingerprint with `tether server key`, once per agent.
+			a.log.Warn().Str("server_key", bus.Fingerprint(body.ServerKey)).Msg("enrolled; server key pinned")
 		}
 		a.signer.Advance(body.LastSeq)
 		if err := a.followEnvironment(body, answer); err != nil {
@@ -167,6 +169,9 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		var body bus.DryRun
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if body.Plan != nil {
+			return a.startPlan(ctx, tx, body.DeployID, *body.Plan)
 		}
 		if err := tx.AddJob(journal.Job{ID: body.DeployID, Kind: string(bus.KindDryRun), Full: true, Generation: body.Generation, IssuedAt: e.TS}).Commit(); err != nil {
 			return err

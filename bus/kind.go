@@ -147,6 +147,22 @@ type Settings struct {
 type DryRun struct {
 	DeployID   string `json:"deploy_id"`
 	Generation int64  `json:"generation"`
+	// Plan, when set, asks for a dry run of another desired state than
+	// the one the agent holds: a candidate version not released. The
+	// agent evaluates it in memory and never keeps it; its results carry
+	// Plan.Generation. An agent older than plans ignores the field and
+	// dry-runs the slice it holds at Generation (which the server sets to
+	// the generation the agent holds), answering with that generation:
+	// the server tells the two apart by it, and no agent ever deploys a
+	// plan.
+	Plan *Plan `json:"plan,omitempty"`
+}
+
+// Plan is a candidate's desired state for one agent, to dry-run only.
+type Plan struct {
+	Generation int64            `json:"generation"`
+	Resources  []model.Resource `json:"resources"`
+	SliceHash  model.Hash       `json:"slice_hash"`
 }
 
 // Enrolled tells an agent it was accepted and how to verify the server.

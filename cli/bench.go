@@ -312,6 +312,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.BoolFlag{Name: "private-broker", Usage: "run on a RabbitMQ node of the run's own (its own ports, data and configuration, the limit on open files raised), not the machine's broker; --restart-broker then restarts that node alone"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
 			&ucli.StringFlag{Name: "server-cpuprofile", Usage: "have the server write a CPU profile of its whole run to `FILE` (go tool pprof)"},
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of this process (the agents) during the first release to `FILE`, and during enrollment to FILE.enroll"},
 			&ucli.StringFlag{Name: "server-log", Usage: "copy the server's whole log to `FILE` (with a goroutine dump, should you send the server SIGQUIT)"},
 		),
 		Action: func(c *ucli.Context) error {
@@ -328,7 +329,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				defer f.Close()
 				serverLog = f
 			}
-			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
+			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), CPUProfile: c.String("cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
 				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
@@ -362,8 +363,10 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			for _, ph := range []struct {
 				what string
 				cpu  bench.CPUSeconds
-			}{{"enrolling", res.EnrollCPU}, {"converging", res.ConvergeCPU}} {
-				fmt.Fprintf(term.stdout, "CPU seconds while %s: server %.1f, broker %.1f, agents %.1f\n", ph.what, ph.cpu.Server, ph.cpu.Broker, ph.cpu.Agents)
+				msgs bench.Messages
+			}{{"enrolling", res.EnrollCPU, res.EnrollMessages}, {"converging", res.ConvergeCPU, res.ConvergeMessages}} {
+				fmt.Fprintf(term.stdout, "CPU seconds while %s: server %.1f, broker %.1f, agents %.1f, PostgreSQL %.1f; the agents published %d messages and got %d\n",
+					ph.what, ph.cpu.Server, ph.cpu.Broker, ph.cpu.Agents, ph.cpu.Postgres, ph.msgs.Published, ph.msgs.Delivered)
 			}
 			fmt.Fprintf(term.stdout, "the release's fan-out took %.1f s of the %.1f s to converge\n", res.FanoutSeconds, res.ConvergeSeconds)
 			fmt.Fprintf(term.stdout, "AMQP channels the agents opened: %d while enrolling (%.1f per agent), %d while converging\n",

@@ -41,12 +41,12 @@ func deployCommand(term *terminal) *ucli.Command {
 			"Examples:\n" +
 			"   tether deploy examples/quickstart\n" +
 			"   tether deploy examples/quickstart --dry-run          # show what would change\n" +
-			"   mkdir -p /tmp/sandbox/tmp && tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox\n" +
+			"   tether deploy examples/quickstart --root /tmp/sandbox  # write every path below /tmp/sandbox\n" +
 			"   tether deploy examples/quickstart --watch --drift-policy heal  # then edit a file it wrote\n" +
 			"   tether deploy examples/webfarm --host web-1 --label role=web --dry-run  # one host of a fleet model",
 		Flags: append(modelFlags(),
 			&ucli.BoolFlag{Name: "dry-run", Usage: "report what would change, change nothing"},
-			&ucli.StringFlag{Name: "root", Usage: "prefix every path the handlers touch with `DIR` (a sandbox)"},
+			&ucli.StringFlag{Name: "root", Usage: "prefix every path the handlers touch with `DIR` (a sandbox; created, with the parent directories of the model's paths that this machine has and the model does not manage)"},
 			&ucli.StringFlag{Name: "state-dir", Usage: "keep the embedded store in `DIR` (default: DIR/.tether/deploy)"},
 			&ucli.IntFlag{Name: "parallel", Value: engine.DefaultParallelism, Usage: "deploy at most `N` resources at once per agent"},
 			&ucli.BoolFlag{Name: "recompile", Usage: "compile the model even if nothing it reads changed since the last deploy"},

@@ -115,7 +115,12 @@ func actionTable(term *terminal, acts []record.Action) error {
 			names = append(names, k)
 		}
 		sort.Strings(names)
-		t.row(a.At.Local().Format(time.DateTime), a.ID.String(), string(a.Kind), string(a.State), strconv.FormatInt(a.Version, 10), strings.Join(names, ","), a.Message)
+		state := string(a.State)
+		if a.Kind == record.ActionDryRun {
+			// A dry run deployed nothing: say what a deploy would do.
+			state = model.DryRunOutcome(a.State, a.Changes)
+		}
+		t.row(a.At.Local().Format(time.DateTime), a.ID.String(), string(a.Kind), state, strconv.FormatInt(a.Version, 10), strings.Join(names, ","), a.Message)
 	}
 	return t.flush()
 }

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -20,8 +24,8 @@ import (
 func versionCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:        "version",
-		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, release)",
-		UsageText:   "tether version [-o json]\n   tether version list|show|diff|release …",
+		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, plan, release)",
+		UsageText:   "tether version [-o json]\n   tether version list|show|diff|plan|release …",
 		Flags:       []ucli.Flag{outputFlag()},
 		Subcommands: versionSubcommands(term),
 		Action: func(c *ucli.Context) error {
@@ -96,7 +100,7 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				}
 				return nil
 			}),
-		remoteCommand(term, "diff", "what changed between two versions (default FROM: the released one)", "[FROM] TO", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+		remoteCommand(term, "diff", "what changed between two versions (default FROM: the released one): resources added, removed and changed, with each attribute's old → new value (sensitive values redacted)", "[FROM] TO", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 			if c.NArg() < 1 || c.NArg() > 2 {
 				return usageError("version diff takes [FROM] TO")
 			}
@@ -117,16 +121,51 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				return writeJSON(term.stdout, d)
 			}
 			fmt.Fprintf(term.stdout, "version %d → %d: %d added, %d changed, %d removed, %d unchanged\n", d.From, d.To, len(d.Added), len(d.Changed), len(d.Removed), d.Unchanged)
-			for _, set := range []struct {
+			marks := map[string]struct {
 				mark string
-				ids  []model.ID
-			}{{"+", d.Added}, {"~", d.Changed}, {"-", d.Removed}} {
-				for _, id := range set.ids {
-					fmt.Fprintf(term.stdout, "  %s %s\n", set.mark, id)
+				c    colour
+			}{api.DiffAdded: {"+", green}, api.DiffChanged: {"~", yellow}, api.DiffRemoved: {"-", red}}
+			for _, rd := range d.Resources {
+				m := marks[rd.Change]
+				fmt.Fprintf(term.stdout, "  %s %s (%s)\n", term.paint(m.c, m.mark), rd.ID, rd.Change)
+				for _, ch := range rd.Attributes {
+					fmt.Fprintf(term.stdout, "      %s: %s → %s\n", ch.Name, showValue(ch.Old), showValue(ch.New))
 				}
+			}
+			if d.Truncated {
+				fmt.Fprintf(term.stdout, "  … the first %d resources are shown; -o json gives the same, tether version show N --resources each version whole\n", len(d.Resources))
 			}
 			return nil
 		}),
+		described(remoteCommand(term, "plan", "what releasing version N would change on each live agent, per attribute (a dry run; nothing is released or changed)", "N",
+			[]ucli.Flag{
+				&ucli.StringSliceFlag{Name: "agent", Usage: "ask only this agent (repeatable; default: every accepted agent)"},
+				&ucli.DurationFlag{Name: "timeout", Value: record.DefaultPlanTimeout, Usage: fmt.Sprintf("how long to wait for the agents' answers (at most %s)", record.MaxPlanTimeout)},
+			},
+			func(c *ucli.Context, cl *client, asJSON bool) error {
+				if c.NArg() != 1 {
+					return usageError("version plan takes one version number N")
+				}
+				p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"/plan")
+				if err != nil {
+					return err
+				}
+				var plan record.Plan
+				req := api.PlanRequest{Agents: c.StringSlice("agent"), Timeout: c.Duration("timeout").String()}
+				if err := cl.call(c.Context, "POST", p, req, &plan); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(term.stdout, plan)
+				}
+				printPlan(term, plan)
+				return nil
+			}),
+			"Each accepted agent that is online is sent its part of version N (usually a candidate not released yet) as a dry run:\n"+
+				"it reads its host and says, per resource and attribute, current → desired (sensitive values redacted).\n"+
+				"Nothing is released, nothing changes on any host, and the released version stays released.\n"+
+				"Agents offline, and those that do not answer within --timeout, are named. Paused agents answer too.\n"+
+				"Example: tether version plan 4 --timeout 20s"),
 		remoteCommand(term, "release", "release a version, a newer or an older one (rollback): it is released at once, and its fan-out to agents runs on the server (--wait follows it)", "N",
 			waitFlags("follow the release's fan-out to agents, then wait until every resource of the version is deployed or failed"),
 			func(c *ucli.Context, cl *client, asJSON bool) error {
@@ -377,5 +416,77 @@ func shortCommit(c string) string {
 	if len(c) > 12 {
 		return c[:12]
 	}
+	return c
+}
+
+// printPlan shows a plan per agent: what a deploy would do to each
+// resource, and each attribute's current and desired value.
+func printPlan(term *terminal, p record.Plan) {
+	w := term.stdout
+	released := "none released"
+	if p.Released != 0 {
+		released = fmt.Sprintf("released: %d", p.Released)
+	}
+	fmt.Fprintf(w, "plan %s of version %d (%s): a dry run, nothing was changed\n", p.ID, p.Version, released)
+	colours := map[string]colour{model.WouldCreate: green, model.WouldChange: yellow, model.WouldRemove: yellow, string(model.StateFailed): red}
+	for _, a := range p.Agents {
+		status := "offline"
+		if a.Online {
+			status = "online"
+		}
+		if a.Paused {
+			status += ", paused"
+		}
+		fmt.Fprintf(w, "\nagent %s (%s): %s", a.Name, status, strings.ReplaceAll(a.Outcome, "_", " "))
+		if a.Outcome == record.PlanAnswered || len(a.Resources) > 0 {
+			fmt.Fprintf(w, ", %d to change, %d unchanged", len(a.Resources), a.Unchanged)
+		}
+		fmt.Fprintln(w)
+		if a.Note != "" {
+			fmt.Fprintf(w, "  %s\n", a.Note)
+		}
+		for _, r := range a.Resources {
+			fmt.Fprintf(w, "  %s %s", term.paint(colours[r.Would], r.Would), r.ID)
+			if r.Message != "" {
+				fmt.Fprintf(w, ": %s", r.Message)
+			}
+			fmt.Fprintln(w)
+			for _, name := range slices.Sorted(maps.Keys(r.Changes)) {
+				ch := r.Changes[name]
+				fmt.Fprintf(w, "      %s: %s → %s\n", name, showValue(ch.Current), showValue(ch.Desired))
+			}
+		}
+	}
+	if len(p.NotAnswered) > 0 {
+		fmt.Fprintf(w, "\nnot answered within %s: %s\n", p.Timeout, strings.Join(p.NotAnswered, ", "))
+	}
+}
+
+// showValue writes an attribute's value on one line: strings quoted and
+// clipped, nil as (none).
+func showValue(v any) string {
+	const max = 80
+	var s string
+	switch v := v.(type) {
+	case nil:
+		return "(none)"
+	case string:
+		if v == model.RedactedValue {
+			return v
+		}
+		s = strconv.Quote(v)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		s = string(b)
+	}
+	return model.Clip(s, max)
+}
+
+// described gives a command a longer description for its --help.
+func described(c *ucli.Command, description string) *ucli.Command {
+	c.Description = description
 	return c
 }

@@ -71,3 +71,30 @@ type Result struct {
 func (r Result) Changed() bool {
 	return !r.DryRun && r.State == StateDeployed && len(r.Changes) > 0
 }
+
+// Dry-run outcomes: what a deploy would do to a resource a dry run looked
+// at.
+const (
+	WouldCreate = "would create"
+	WouldRemove = "would remove"
+	WouldChange = "would change"
+	Unchanged   = "unchanged"
+)
+
+// DryRunOutcome says what a deploy would do, for a dry run's result of
+// state with changes: a dry run deploys nothing, so its state "deployed"
+// only means the resource was read and compared. Another state (failed,
+// skipped, unavailable…) is said as it is.
+func DryRunOutcome(state ResourceState, c Changes) string {
+	switch {
+	case state != StateDeployed:
+		return string(state)
+	case c.Created():
+		return WouldCreate
+	case c.Removed():
+		return WouldRemove
+	case len(c) > 0:
+		return WouldChange
+	}
+	return Unchanged
+}

@@ -47,6 +47,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Agents:     s.store,
 		Control:    s,
 		Operations: s,
+		Plans:      s,
 		Records:    s.store,
 		Tokens:     s.store,
 		Enrollment: s.store,

@@ -616,6 +616,7 @@ func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg am
 			return err
 		}
 		msg.Timestamp = time.Now()
+		messagesPublished.Add(1)
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 		if err != nil {
 			b.givePublisher(s, p, false)

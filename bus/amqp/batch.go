@@ -166,6 +166,7 @@ func (b *Bus) publishPipelined(ctx context.Context, msgs []bus.Outgoing, pubs []
 		msg := pubs[i]
 		msg.Timestamp = now
 		byID[msg.MessageId] = i
+		messagesPublished.Add(1)
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, b.cmdExchange(), bus.CommandKey(e.Env, e.Agent), true, false, msg)
 		if err != nil {
 			break // the rest stay unsent

@@ -275,3 +275,15 @@ func openChannel(conn *amqp.Connection) (*amqp.Channel, error) {
 // ChannelsOpened returns how many channels the buses of this process
 // opened so far.
 func ChannelsOpened() int64 { return channelsOpened.Load() }
+
+// messagesPublished and messagesDelivered count the messages the buses of
+// this process published (each publish tried, confirmed or not) and had
+// delivered to their handlers, on every bus.
+var messagesPublished, messagesDelivered atomic.Int64
+
+// Messages returns how many messages the buses of this process published
+// and had delivered so far: with ChannelsOpened, what a process asks of
+// the broker.
+func Messages() (published, delivered int64) {
+	return messagesPublished.Load(), messagesDelivered.Load()
+}

@@ -484,6 +484,7 @@ func (b *Bus) sendProbe(ctx context.Context, key string, wg *sync.WaitGroup, out
 // returned to the queue after a pause on any other error. A delivery whose
 // handler was interrupted by ctx is left unacknowledged: it comes back.
 func (b *Bus) handle(ctx context.Context, queue string, d amqp.Delivery, h bus.Handler, pause *backoff, acks *acker) error {
+	messagesDelivered.Add(1)
 	e, err := bus.Decode(d.Body)
 	if err != nil {
 		return b.reject(ctx, queue, d, err, acks)

@@ -34,7 +34,7 @@ const (
 	// nudgedInboxMin is the least pause between two looks of an agent
 	// for a missing inbox when nudges can reach it (missingInboxMin when
 	// they cannot).
-	nudgedInboxMin = 5 * time.Second
+	nudgedInboxMin = 15 * time.Second
 )
 
 type nudges struct {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,10 @@ type ConvergeOptions struct {
 	// agents' connection is back, then a second release until the server
 	// recorded every resource deployed and every agent's outbox drained.
 	RestartBroker bool
+	// CPUProfile, if set, is where a CPU profile of this process (the
+	// agents) during the first release is written; the enrollment's goes
+	// to CPUProfile+".enroll".
+	CPUProfile string
 	// PrivateBroker: the run has a RabbitMQ node of its own (package
 	// rabbitnode), started with this process's limit on open files
 	// (raised to the hard limit), not the machine's broker: AMQP is
@@ -129,6 +134,10 @@ type ConvergeResult struct {
 	ConvergeCPU      CPUSeconds `json:"converge_cpu_seconds"`
 	EnrollChannels   int64      `json:"enroll_channels_opened"`
 	ConvergeChannels int64      `json:"converge_channels_opened"`
+	// EnrollMessages and ConvergeMessages are the messages the agents
+	// published and had delivered while enrolling and while converging.
+	EnrollMessages   Messages `json:"enroll_messages"`
+	ConvergeMessages Messages `json:"converge_messages"`
 	// ReconnectSeconds: from the broker's start_app to every agents'
 	// connection open again; ReconvergeSeconds: the release after it,
 	// until all recorded deployed and every outbox drained.
@@ -279,7 +288,12 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	files := handler.NewFileLimit(writing)            // shared: within the limit on open files
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
 	brokerProc := brokerPID(o.AMQP)
-	enrollStart, channels0, cpu0 := time.Now(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc)
+	stopProfile, err := startCPUProfile(o.CPUProfile, ".enroll")
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
+	enrollStart, channels0, cpu0, msgs0 := time.Now(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc), messagesNow()
 	for i, name := range names {
 		if i%o.PerConnection == 0 {
 			cfg := bcfg
@@ -337,7 +351,11 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 			return nil, err
 		}
 	}
-	enroll, channels1, cpu1 := time.Since(enrollStart), amqp.ChannelsOpened(), cpuNow(servers, brokerProc)
+	enroll, channels1, cpu1, msgs1 := time.Since(enrollStart), amqp.ChannelsOpened(), cpuNow(servers, brokerProc), messagesNow()
+	stopProfile()
+	if stopProfile, err = startCPUProfile(o.CPUProfile, ""); err != nil {
+		return nil, err
+	}
 	fl := &fleet{cl: cl, srv: srv, st: st, names: names, agents: agents, resources: o.Resources, progress: o.Progress}
 	// A flood runs through the release: it starts once half of it is
 	// on the broker.
@@ -362,7 +380,8 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if err != nil {
 		return nil, err
 	}
-	nfiles, channels2, cpu2 := openFiles(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc)
+	nfiles, channels2, cpu2, msgs2 := openFiles(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc), messagesNow()
+	stopProfile()
 	showProgress(o.Progress, "forging the rest of the events")
 	if err := <-forgeDone; err != nil {
 		return nil, err
@@ -380,7 +399,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
 		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles,
 		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(),
-		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1),
+		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1), EnrollMessages: msgs1.since(msgs0), ConvergeMessages: msgs2.since(msgs1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
 	if pid := brokerProc; pid != 0 {
@@ -636,6 +655,25 @@ type CPUSeconds struct {
 	Server float64 `json:"server"` // every replica
 	Broker float64 `json:"broker"` // 0 when not on this machine
 	Agents float64 `json:"agents"` // this process
+	// Postgres: every PostgreSQL process of this machine (0 when the
+	// database runs elsewhere).
+	Postgres float64 `json:"postgres"`
+}
+
+// Messages are what the agents (this process) published to the broker
+// and had delivered from it over one phase.
+type Messages struct {
+	Published int64 `json:"published"`
+	Delivered int64 `json:"delivered"`
+}
+
+func messagesNow() Messages {
+	p, d := amqp.Messages()
+	return Messages{Published: p, Delivered: d}
+}
+
+func (m Messages) since(before Messages) Messages {
+	return Messages{Published: m.Published - before.Published, Delivered: m.Delivered - before.Delivered}
 }
 
 // serverIdentity is what the server processes of a run share: the API's
@@ -756,4 +794,28 @@ func procMemory(pid int) (peak, cur int64, err error) {
 		return 0, 0, errors.New("no VmHWM in /proc/PID/status")
 	}
 	return peak, cur, nil
+}
+
+// startCPUProfile starts a CPU profile of this process into file+suffix,
+// if file is set; the function it returns stops it and may be called
+// again.
+func startCPUProfile(file, suffix string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file + suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
 }

@@ -131,10 +131,40 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * (time.Second / 100)
 }
 
+// postgresCPU returns the CPU time every PostgreSQL process of this
+// machine used so far, the postmaster's children that ended included
+// (its cutime and cstime): 0 when none runs here.
+func postgresCPU() time.Duration {
+	procs, _ := os.ReadDir("/proc")
+	var sum int64
+	for _, d := range procs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if i < 0 || j < i || string(b[i+1:j]) != "postgres" {
+			continue
+		}
+		f := strings.Fields(string(b[j+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		for _, k := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			v, _ := strconv.ParseInt(f[k], 10, 64)
+			sum += v
+		}
+	}
+	return time.Duration(sum) * (time.Second / 100)
+}
+
 // cpuShares is the CPU time the run's processes used so far: the server
 // (every replica), the broker (when on this machine) and this process
 // (the agents).
-type cpuShares struct{ server, broker, agents time.Duration }
+type cpuShares struct{ server, broker, agents, postgres time.Duration }
 
 func cpuNow(servers []*serverProcess, broker int) cpuShares {
 	var c cpuShares
@@ -142,6 +172,7 @@ func cpuNow(servers []*serverProcess, broker int) cpuShares {
 		c.server += procCPU(s.cmd.Process.Pid)
 	}
 	c.broker = procCPU(broker)
+	c.postgres = postgresCPU()
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		c.agents = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -150,5 +181,5 @@ func cpuNow(servers []*serverProcess, broker int) cpuShares {
 }
 
 func (c cpuShares) since(before cpuShares) CPUSeconds {
-	return CPUSeconds{Server: (c.server - before.server).Seconds(), Broker: (c.broker - before.broker).Seconds(), Agents: (c.agents - before.agents).Seconds()}
+	return CPUSeconds{Server: (c.server - before.server).Seconds(), Broker: (c.broker - before.broker).Seconds(), Agents: (c.agents - before.agents).Seconds(), Postgres: (c.postgres - before.postgres).Seconds()}
 }

@@ -188,6 +188,21 @@ func Run(ctx context.Context, o Options, m *Model, d Display, log zerolog.Logger
 		return nil, err
 	}
 	report.Version, report.NewVersion, report.Compiled = v.Number, !reused, m.res != nil
+	if o.Root != "" && o.Root != "/" && !o.DryRun {
+		var resources []model.Resource
+		if m.res != nil {
+			resources = m.res.Resources
+		} else {
+			full, err := st.GetVersion(ctx, Env, v.Number, true)
+			if err != nil {
+				return nil, err
+			}
+			resources = full.Resources
+		}
+		if err := prepareRoot(o.Root, resources, m.hosts); err != nil {
+			return nil, err
+		}
+	}
 	if m.res != nil {
 		// The compiled resources are in the store now, and storing them
 		// left encoding garbage behind: release both, for the same reason

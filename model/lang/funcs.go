@@ -52,7 +52,7 @@ func (c *compiler) functions(u *unit) map[string]function.Function {
 		"compact": stdlib.CompactFunc, "concat": stdlib.ConcatFunc, "contains": stdlib.ContainsFunc,
 		"distinct": distinctFunc, "element": stdlib.ElementFunc, "flatten": stdlib.FlattenFunc,
 		"index": stdlib.IndexFunc, "keys": stdlib.KeysFunc, "length": stdlib.LengthFunc,
-		"lookup": stdlib.LookupFunc, "merge": stdlib.MergeFunc, "range": stdlib.RangeFunc,
+		"lookup": lookupFunc, "merge": stdlib.MergeFunc, "range": stdlib.RangeFunc,
 		"reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc,
 		"setproduct": boundedSetProduct, "setsubtract": stdlib.SetSubtractFunc,
 		"setunion": stdlib.SetUnionFunc, "slice": stdlib.SliceFunc, "sort": stdlib.SortFunc,
@@ -76,7 +76,7 @@ func (c *compiler) functions(u *unit) map[string]function.Function {
 	// are guarded), sensitive only marks its argument, and file and
 	// templatefile are bounded by the file limits and the template's
 	// guards.
-	fns["try"], fns["can"], fns["sensitive"] = tryfunc.TryFunc, tryfunc.CanFunc, sensitiveFunc
+	fns["try"], fns["can"], fns["sensitive"] = tryFunc, tryfunc.CanFunc, sensitiveFunc
 	fns["file"] = c.fileFunc(u)
 	// templatefile sees every function but itself: a template cannot
 	// render templates (no recursion to bound).

@@ -241,6 +241,12 @@ type Operations interface {
 	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
 }
 
+// Plans dry-runs a version, released or not, on the live agents and
+// waits for their answers (record.Plan): nothing is released or changed.
+type Plans interface {
+	Plan(ctx context.Context, env string, n int64, req record.PlanRequest) (record.Plan, error)
+}
+
 // Records reads alerts and keeps the audit log.
 type Records interface {
 	Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert, error)
@@ -286,6 +292,8 @@ type Services struct {
 	Agents     Agents
 	Control    AgentControl
 	Operations Operations
+	// Plans answers plans (nil: answered as a conflict).
+	Plans      Plans
 	Records    Records
 	Tokens     Tokens
 	Enrollment EnrollmentTokens

@@ -406,6 +406,11 @@ type Diff struct {
 	Removed   []model.ID `json:"removed"`
 	Changed   []model.ID `json:"changed"`
 	Unchanged int        `json:"unchanged"`
+	// Resources are the added, removed and changed resources with their
+	// attribute changes (sensitive values redacted), in ID order; at
+	// most MaxDiffDetails of them, Truncated set when there were more.
+	Resources []ResourceDiff `json:"resources"`
+	Truncated bool           `json:"truncated,omitempty"`
 }
 
 func (a *API) diffVersions(r *request) (int, any, error) {
@@ -443,7 +448,53 @@ func (a *API) diffVersions(r *request) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	return http.StatusOK, diffHashes(from, to, prev, next), nil
+	d := diffHashes(from, to, prev, next)
+	if err := a.diffDetails(r, env, &d); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, d, nil
+}
+
+// diffDetails reads the bodies of the resources d adds, removes or changes
+// and says which of their attributes change.
+func (a *API) diffDetails(r *request, env string, d *Diff) error {
+	d.Resources = []ResourceDiff{}
+	type one struct {
+		id     model.ID
+		change string
+	}
+	var all []one
+	for _, set := range []struct {
+		ids    []model.ID
+		change string
+	}{{d.Added, DiffAdded}, {d.Removed, DiffRemoved}, {d.Changed, DiffChanged}} {
+		for _, id := range set.ids {
+			all = append(all, one{id, set.change})
+		}
+	}
+	slices.SortFunc(all, func(x, y one) int { return x.id.Compare(y.id) })
+	if len(all) > MaxDiffDetails {
+		all, d.Truncated = all[:MaxDiffDetails], true
+	}
+	for _, o := range all {
+		var prev, next *model.Resource
+		if o.change != DiffAdded {
+			res, err := a.svc.Resources.Resource(r.ctx(), env, d.From, o.id)
+			if err != nil {
+				return err
+			}
+			prev = &res
+		}
+		if o.change != DiffRemoved {
+			res, err := a.svc.Resources.Resource(r.ctx(), env, d.To, o.id)
+			if err != nil {
+				return err
+			}
+			next = &res
+		}
+		d.Resources = append(d.Resources, ResourceDiff{ID: o.id, Change: o.change, Attributes: attributeChanges(prev, next)})
+	}
+	return nil
 }
 
 // diffHashes compares two ID-sorted hash lists.

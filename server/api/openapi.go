@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/tetherhq/tether/server/record"
 )
 
 // openapi serves an OpenAPI 3.0 document built from the route table, so it
@@ -87,6 +89,7 @@ func (a *API) Document() map[string]any {
 				"Release":        releaseSchema,
 				"Released":       releasedSchema,
 				"ExportResponse": exportSchema,
+				"Plan":           planSchema,
 			},
 		},
 	}
@@ -135,6 +138,29 @@ var (
 		"state":      str,
 		"release_id": str,
 		"release":    map[string]any{"$ref": "#/components/schemas/Release"},
+	}}
+	planSchema = map[string]any{"type": "object", "description": "What a deploy of the version would change per agent; nothing was changed.", "properties": map[string]any{
+		"id":           str,
+		"env":          str,
+		"version":      integer,
+		"released":     integer,
+		"not_answered": map[string]any{"type": "array", "items": str},
+		"timeout_ns":   integer,
+		"agents": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+			"name":      str,
+			"outcome":   map[string]any{"type": "string", "enum": []string{record.PlanAnswered, record.PlanNoAnswer, record.PlanOffline, record.PlanUnreached, record.PlanRefused, record.PlanTooOld, record.PlanFailed}},
+			"online":    map[string]any{"type": "boolean"},
+			"paused":    map[string]any{"type": "boolean"},
+			"note":      str,
+			"unchanged": integer,
+			"resources": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+				"id":      str,
+				"would":   str,
+				"state":   str,
+				"changes": map[string]any{"type": "object", "description": "attribute → {current, desired}, sensitive values redacted"},
+				"message": str,
+			}}},
+		}}},
 	}}
 	exportSchema = map[string]any{"type": "object", "properties": map[string]any{
 		"version":    map[string]any{"type": "object"},

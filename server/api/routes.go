@@ -38,6 +38,10 @@ type route struct {
 	upload bool
 	// stream marks the event stream, which lasts as long as its client.
 	stream bool
+	// wait marks a route that waits for agents up to a timeout of its
+	// own, at most record.MaxPlanTimeout: its work may take that much
+	// longer than HandlerTimeout.
+	wait bool
 	// maxBody, when set, bounds the body instead of MaxBody.
 	maxBody int64
 	// returns names the schema of the answer in the OpenAPI document's
@@ -74,6 +78,7 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/envs/:env/versions/:n", role: record.RoleViewer, summary: "Show a version (with its resources, sensitive values redacted, if resources=true)", query: []string{"resources"}, serve: a.getVersion},
 		{method: "GET", path: "/envs/:env/versions/:n/diff", role: record.RoleViewer, summary: "What changed from version `from` (default: the released one, or n-1) to n", query: []string{"from"}, serve: a.diffVersions},
 		{method: "POST", path: "/envs/:env/versions/:n/release", role: record.RoleOperator, action: "version.release", summary: "Release a version: answers at once (202) with the release's id; its fan-out to agents runs in the background (GET /envs/{env}/releases/{id})", returns: "Released", serve: a.release},
+		{method: "POST", path: "/envs/:env/versions/:n/plan", role: record.RoleViewer, action: "version.plan", summary: "Plan a version before releasing it: each live agent dry-runs its part of the version (not released, nothing changed on any host) and the answer says, per agent and per attribute, what a deploy would change (current → desired, sensitive values redacted), naming the agents that did not answer within timeout (default 30s, at most 90s)", body: "{agents?: [name], timeout?: duration}", returns: "Plan", wait: true, serve: a.plan},
 		{method: "GET", path: "/envs/:env/releases", role: record.RoleViewer, summary: "The environment's releases, newest first, with how far each fan-out to agents got", query: []string{"limit"}, returns: "[]Release", serve: a.listReleases},
 		{method: "GET", path: "/envs/:env/releases/:id", role: record.RoleViewer, summary: "One release: its version, state (running, done, failed), agents to reach, sent, up to date, and those pending with why and what brings them the version", returns: "Release", serve: a.getRelease},
 		{method: "POST", path: "/envs/:env/releases/:id/continue", role: record.RoleOperator, action: "release.continue", summary: "Continue a staged rollout: send its next wave now (whatever the current wave's agents reported), or go on past a halt (the failures so far are accepted)", returns: "Release", serve: a.rolloutVerb("continue")},
@@ -161,7 +166,11 @@ func (a *API) handler(rt route) echo.HandlerFunc {
 		start := a.now()
 		r := &request{Context: c, api: a}
 		if !rt.stream && !rt.upload {
-			ctx, cancel := context.WithTimeout(c.Request().Context(), a.cfg.HandlerTimeout)
+			limit := a.cfg.HandlerTimeout
+			if rt.wait {
+				limit += record.MaxPlanTimeout
+			}
+			ctx, cancel := context.WithTimeout(c.Request().Context(), limit)
 			defer cancel()
 			c.SetRequest(c.Request().WithContext(ctx))
 		}
