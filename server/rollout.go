@@ -56,7 +56,7 @@ func (s *Server) planRollout(ctx context.Context, env string, n, prev int64, st 
 	}
 	waves, moved, err := st.PlanWaves(accepted, requires)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return nil, 0, fmt.Errorf("%w: %w: nothing released", record.ErrInvalidSetting, err)
 	}
 	ro := &record.Rollout{Stage: record.StageDeploying, Previous: prev, Strategy: st, Waves: waves, Moved: moved}
 	var later []string
@@ -156,6 +156,9 @@ func (s *Server) rolloutStep(ctx context.Context, env, id string, log zerolog.Lo
 		ro.Stage, cur.State = record.StageDone, record.ReleaseDone
 		cur.Note = fmt.Sprintf("superseded by version %d: the agents this rollout had not reached get that one", v.Number)
 		return true, s.recordRollout(ctx, cur)
+	}
+	if len(ro.Waves) == 0 {
+		return true, s.finishRollout(ctx, cur, log) // no accepted agent when released
 	}
 	advance := false
 	if ro.Asked > ro.Continues {

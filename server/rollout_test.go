@@ -153,3 +153,31 @@ func (r *rig) export(rs ...model.Resource) model.Version {
 	}
 	return v
 }
+
+// A staged release with no accepted agent ends at once (done, no wave);
+// one whose canary selector matches no agent is refused and releases
+// nothing.
+func TestRolloutEdges(t *testing.T) {
+	settings := record.DefaultEnvSettings()
+	settings.Enrollment = record.EnrollOpen
+	settings.Release = record.ReleaseStrategy{Mode: record.ReleaseWaves, Canary: "role=canary", Waves: "100%", MaxFailed: "0", Advance: record.AdvanceAuto}
+	r := startRig(t, server.Config{}, map[string]record.EnvSettings{"test": settings})
+	rel, err := r.srv.Release(r.ctx, "test", r.export(file("a", "/app", "one")).Number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := r.srv.WaitRelease(r.ctx, "test", rel.ReleaseID)
+	if err != nil || done.State != record.ReleaseDone || done.Rollout == nil || done.Rollout.Stage != record.StageDone || len(done.Rollout.Waves) != 0 {
+		t.Fatalf("rollout without agents: %+v, %v; want done with no wave", done, err)
+	}
+
+	r.startAgent("a", true)
+	r.waitOnline("a")
+	v := r.export(file("a", "/app", "two"))
+	if _, err := r.srv.Release(r.ctx, "test", v.Number); !errors.Is(err, record.ErrInvalidSetting) {
+		t.Fatalf("release with a canary selector matching nobody: %v, want ErrInvalidSetting", err)
+	}
+	if cur, err := r.store.ReleasedVersion(r.ctx, "test"); err != nil || cur.Number != rel.Number {
+		t.Fatalf("released version %d (%v) after a refused release, want %d", cur.Number, err, rel.Number)
+	}
+}

@@ -53,6 +53,9 @@ func DefaultReleaseStrategy() ReleaseStrategy {
 	return ReleaseStrategy{Mode: ReleaseAll, Canary: defaultCanary, Waves: defaultWaves, MaxFailed: defaultMaxFailed, Advance: AdvanceAuto}
 }
 
+// CanaryWave names the first wave of a rollout.
+const CanaryWave = "canary"
+
 // Staged reports whether releases go in waves.
 func (r ReleaseStrategy) Staged() bool { return r.Mode == ReleaseWaves }
 
@@ -275,6 +278,11 @@ func (r ReleaseStrategy) PlanWaves(agents []Agent, waits map[string][]string) (w
 			rest = append(rest, a.Name)
 		}
 	}
+	if sel != nil && len(canary) == 0 && len(sorted) > 0 {
+		// The first percentage would go first: not what a canary means.
+		return nil, nil, fmt.Errorf("release_canary %q matches none of the %d accepted agents; label the canaries (tether agent run --label) or set release_canary to a count",
+			model.Clip(r.Canary, 64), len(sorted))
+	}
 	wave := map[string]int{}
 	for _, a := range canary {
 		wave[a] = 0
@@ -307,7 +315,7 @@ func (r ReleaseStrategy) PlanWaves(agents []Agent, waits map[string][]string) (w
 		}
 	}
 	all := make([]Wave, len(percents)+1)
-	all[0].Name = "canary"
+	all[0].Name = CanaryWave
 	for i, p := range percents {
 		all[i+1].Name = strconv.Itoa(p) + "%"
 	}

@@ -3,6 +3,7 @@ package record
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -78,6 +79,16 @@ func TestPlanWaves(t *testing.T) {
 				t.Fatalf("got %v moved %v, want %v moved %v", got, moved, tt.want, tt.wantMoved)
 			}
 		})
+	}
+}
+
+func TestPlanWavesRefusesACanarySelectorMatchingNobody(t *testing.T) {
+	st := ReleaseStrategy{Canary: "role=canary", Waves: "100%"}
+	if _, _, err := st.PlanWaves([]Agent{{Name: "a"}}, nil); err == nil || !strings.Contains(err.Error(), "matches none of the 1 accepted agents") {
+		t.Fatalf("got %v, want a refusal naming the selector", err)
+	}
+	if waves, _, err := st.PlanWaves(nil, nil); err != nil || len(waves) != 0 {
+		t.Fatalf("no agents: %v, %v; want no wave, no error", waves, err)
 	}
 }
 
