@@ -50,7 +50,7 @@ var rules = map[string]rule{
 	"agent/journal":                {internal: []string{"model", "model/durable"}},
 	"agent/facts":                  {internal: []string{"model"}},
 	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model", "model/secret"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
-	"server/record":                {internal: []string{"model"}},
+	"server/record":                {internal: []string{"model"}, external: []string{"golang.org/x/crypto"}},
 	"server/store":                 {internal: []string{"model", "server/record", "schema"}},
 	"server/store/storetest":       {internal: []string{"server/store", "server/record", "model", "schema"}},
 	"server/store/sqlite":          {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"modernc.org/sqlite"}},

@@ -662,6 +662,14 @@ func (a *Agent) introduce(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(jitter(pause)):
+			if pause == a.cfg.HelloRetry || pause == a.cfg.HelloRetryMax {
+				// Said at the default level: silence is what an
+				// operator with a mistyped --env would otherwise get.
+				a.log.Warn().Str("env", a.cfg.Env).Str("agent", a.cfg.Name).
+					Msgf("no answer from the server to this agent's hello: it may wait for an operator to accept it "+
+						"(tether agent list --env %s shows it with why; tether agent accept %s), environment %s may not exist on the server (check --env), "+
+						"or no server uses this broker (check --amqp and --amqp-namespace); saying hello again", a.cfg.Env, a.cfg.Name, a.cfg.Env)
+			}
 			pause = min(2*pause, a.cfg.HelloRetryMax)
 			continue
 		}

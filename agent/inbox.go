@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -78,7 +79,8 @@ func (a *Agent) onRejected(e *bus.Envelope) error {
 		}
 	}
 	a.log.Error().Str("reason", body.Reason).Dur("next_hello_in", a.cfg.HelloRetryMax).
-		Msg("the server does not enroll this agent: ask an operator to accept it (tether agent accept), or start it with a valid --token")
+		Msgf("the server does not enroll this agent: %s; ask an operator to accept it (tether agent accept %s --env %s), or start it with a valid --token",
+			cmp.Or(body.Reason, "no reason given"), a.cfg.Name, a.cfg.Env)
 	a.poke(a.rejected)
 	a.poke(a.answered)
 	return nil

@@ -32,7 +32,7 @@ func agentCommand(term *terminal) *ucli.Command {
 			agentRunCommand(term),
 			agentTokenCommand(term),
 			agentResetJournalCommand(term),
-			remoteCommand(term, "list", "agents with their state, and whether they are online", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+			remoteCommand(term, "list", "agents with their state, whether they are online, and why one is not accepted (NOTE)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/agents")
 				if err != nil {
 					return err
@@ -44,7 +44,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS")
+				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS", "NOTE")
 				for _, a := range as {
 					var labels []string
 					for k, v := range a.Labels {
@@ -52,7 +52,7 @@ func agentCommand(term *terminal) *ucli.Command {
 					}
 					sort.Strings(labels)
 					platform := platformOf(a.Facts)
-					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","))
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","), a.Note)
 				}
 				return t.flush()
 			}),
@@ -76,6 +76,9 @@ func agentCommand(term *terminal) *ucli.Command {
 				case a.PreviousKey != "":
 					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
 				}
+				if a.Note != "" {
+					fmt.Fprintf(term.stdout, "  note        %s\n", a.Note)
+				}
 				if len(a.ServerKeys) > 0 {
 					fmt.Fprintf(term.stdout, "  takes       %s (the server keys it takes commands signed by)\n", strings.Join(a.ServerKeys, ", "))
 				}
@@ -89,6 +92,7 @@ func agentCommand(term *terminal) *ucli.Command {
 			action(record.AgentResume, "resume a paused agent: what it missed is deployed at once, and drift healed under drift_policy=heal"),
 			agentFactsRefreshCommand(term),
 			agentRotateKeyCommand(term),
+			agentDeleteCommand(term),
 		},
 	}
 }
@@ -351,4 +355,38 @@ func pausedText(a api.AgentView) string {
 		return "halted"
 	}
 	return strconv.FormatBool(a.Paused)
+}
+
+// agentDeleteCommand is `tether agent delete NAME`: after a confirmation
+// (the name typed, or --yes), the server forgets the agent and removes its
+// inbox.
+func agentDeleteCommand(term *terminal) *ucli.Command {
+	cmd := remoteCommand(term, "delete", "forget an agent (its record and what it reported) and remove its inbox from the broker (asks to type its name, or --yes)", "NAME", []ucli.Flag{yesFlag()},
+		func(c *ucli.Context, cl *client, asJSON bool) error {
+			name := c.Args().First()
+			p, err := envPath(cl, "/agents/"+url.PathEscape(name))
+			if err != nil {
+				return err
+			}
+			if err := confirm(c, term, fmt.Sprintf("This forgets agent %s of environment %s and removes its inbox with what is queued for it", name, cl.env), name); err != nil {
+				return err
+			}
+			var a api.AgentView
+			if err := cl.call(c.Context, "DELETE", p, nil, &a); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, a)
+			}
+			fmt.Fprintf(term.stdout, "agent %s deleted (it was %s)\n", a.Name, a.State)
+			return nil
+		})
+	cmd.Description = "Deleting an agent forgets it: its record and its inbox go, and its resources are\n" +
+		"available again, compliance unknown (its actions and alerts stay, as history). Nothing on its host changes. If it says hello\n" +
+		"again it is a new agent: pending until accepted, or accepted at once with a valid\n" +
+		"enrollment token (or in an open environment). To keep a host out, reject it instead.\n" +
+		"On a terminal it asks you to type the agent's name; in a script it needs --yes.\n\n" +
+		"   tether agent delete web-7 --env prod\n" +
+		"   tether agent delete web-7 --env prod --yes"
+	return cmd
 }

@@ -251,3 +251,73 @@ func TestAgentConfigListOrOne(t *testing.T) {
 		})
 	}
 }
+
+// `tether agent delete` forgets the agent and removes its inbox, after a
+// confirmation; other agents stay.
+func TestAgentDelete(t *testing.T) {
+	a := newTestAPI(t)
+	ctx := context.Background()
+	for _, n := range []string{"web-1", "web-2"} {
+		if err := a.st.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentAccepted, PublicKey: make([]byte, 32)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.bus.DeclareInbox(ctx, "prod", n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	known := func(name string) bool {
+		_, err := a.st.GetAgent(ctx, "prod", name)
+		return err == nil
+	}
+	if code, _, errs := invokeOn(t, "", false, "agent", "delete", "web-1"); code != exitUsage || !strings.Contains(errs, "pass --yes") || !known("web-1") {
+		t.Fatalf("without a terminal or --yes: exit %d, want 2 and kept\n%s", code, errs)
+	}
+	if code, _, errs := invokeOn(t, "no\n", true, "agent", "delete", "web-1"); code != exitFailed || !known("web-1") {
+		t.Fatalf("not confirmed: exit %d, want 1 and kept\n%s", code, errs)
+	}
+	code, out, errs := invokeOn(t, "web-1\n", true, "agent", "delete", "web-1")
+	if code != 0 || !strings.Contains(out, "agent web-1 deleted (it was accepted)") || known("web-1") {
+		t.Fatalf("confirmed: exit %d, known %v\n%s%s", code, known("web-1"), out, errs)
+	}
+	if a.hasInbox(t, "prod", "web-1") {
+		t.Fatal("the deleted agent's inbox is still on the bus")
+	}
+	if !known("web-2") || !a.hasInbox(t, "prod", "web-2") {
+		t.Fatal("the other agent, or its inbox, went too")
+	}
+	if code, _, errs := invokeOn(t, "", false, "agent", "delete", "web-1", "--yes"); code != exitFailed || !strings.Contains(errs, "web-1") {
+		t.Fatalf("delete an unknown agent: exit %d, want 1 naming it\n%s", code, errs)
+	}
+	var v api.AgentView
+	code, out, errs = invokeOn(t, "", false, "agent", "delete", "web-2", "--yes", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Name != "web-2" {
+		t.Fatalf("--yes -o json: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// `tether agent list` and `agent show` say why an agent is not accepted
+// (the note the server records on its hello).
+func TestAgentListShowsNote(t *testing.T) {
+	a := newTestAPI(t)
+	const note = "enrollment token refused (unknown or revoked enrollment token): waiting for an operator to accept it"
+	if err := a.st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-9", PublicKey: make([]byte, 32), Note: note}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := invoke(t, "agent", "list")
+	if code != 0 || !strings.Contains(out, "NOTE") || !strings.Contains(out, note) {
+		t.Fatalf("agent list: exit %d, want the note\n%s%s", code, out, errs)
+	}
+	if code, out, _ := invoke(t, "agent", "show", "web-9"); code != 0 || !strings.Contains(out, "note        "+note) {
+		t.Fatalf("agent show: exit %d, want the note\n%s", code, out)
+	}
+	var views []api.AgentView
+	if code, out, _ := invoke(t, "agent", "list", "-o", "json"); code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].Note != note {
+		t.Fatalf("agent list -o json: exit %d, %s", code, out)
+	}
+	if _, err := a.srv.AgentAction(context.Background(), "prod", "web-9", record.AgentAccept); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := invoke(t, "agent", "list"); code != 0 || strings.Contains(out, "waiting for an operator") {
+		t.Fatalf("an accepted agent still shows why it was not: %s", out)
+	}
+}

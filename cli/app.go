@@ -64,13 +64,18 @@ type terminal struct {
 	// stderrColor: stderr is a terminal and NO_COLOR is not set (compile
 	// diagnostics get colour).
 	stderrColor bool
+	// stdin is where a confirmation is read; interactive: it is a
+	// terminal (a person can be asked).
+	stdin       io.Reader
+	interactive bool
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	term := &terminal{stdout: stdout, stderr: stderr,
-		color: isTerminal(stdout) && colorAllowed(), progress: isTerminal(stderr), stderrColor: isTerminal(stderr) && colorAllowed()}
+		color: isTerminal(stdout) && colorAllowed(), progress: isTerminal(stderr), stderrColor: isTerminal(stderr) && colorAllowed(),
+		stdin: stdin, interactive: isTerminalIn(stdin)}
 	app := newApp(term)
 	app.Reader = stdin
 	args, err := helpArgs(app, args)
@@ -99,6 +104,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // stand a buffer in for a terminal.
 var isTerminal = func(w io.Writer) bool {
 	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// isTerminalIn reports whether r is a terminal; a variable for tests, as
+// isTerminal.
+var isTerminalIn = func(r io.Reader) bool {
+	f, ok := r.(*os.File)
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
@@ -135,6 +147,8 @@ func newApp(term *terminal) *ucli.App {
 			agentCommand(term),
 			alertCommand(term),
 			tokenCommand(term),
+			userCommand(term),
+			orgCommand(term),
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),

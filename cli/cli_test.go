@@ -612,3 +612,38 @@ func TestCompletionAndMan(t *testing.T) {
 		t.Fatalf("man: exit %d\n%.500s%s", code, out, errs)
 	}
 }
+
+// TestDeployUndefinedExitsFailed: a resource that waits for a fact this
+// host does not report is not deployed, and the run says so and exits 1
+// (a script must not take it for a converged host); the rest is deployed.
+func TestDeployUndefinedExitsFailed(t *testing.T) {
+	root := t.TempDir()
+	dir := t.TempDir()
+	src := `host "local" {
+  file "/ok" { content = "ok" }
+  file "/waits" { content = host.facts.no_such_fact_here }
+  file "/after" {
+    content  = "after"
+    requires = [file["/waits"]]
+  }
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := deployJSON(t, exitFailed, dir, "--root", root, "--host", "local")
+	if r.Undefined() != 2 || r.Summary.Created != 1 {
+		t.Fatalf("undefined %d, summary %+v, want 2 undefined and 1 created", r.Undefined(), r.Summary)
+	}
+	if _, err := os.Stat(filepath.Join(root, "waits")); !os.IsNotExist(err) {
+		t.Fatalf("the undefined file was written: %v", err)
+	}
+	code, _, errs := invoke(t, "deploy", dir, "--root", root, "--host", "local")
+	if code != exitFailed || !strings.Contains(errs, "2 resources were not deployed") || !strings.Contains(errs, "facts this host does not report") {
+		t.Fatalf("exit %d, want 1 with the reason\nstderr: %s", code, errs)
+	}
+	// A dry run changes nothing and says what would wait: it exits 0.
+	if code, _, errs := invoke(t, "deploy", dir, "--root", root, "--host", "local", "--dry-run"); code != 0 {
+		t.Fatalf("dry run: exit %d, want 0\n%s", code, errs)
+	}
+}

@@ -177,6 +177,13 @@ func deployCommand(term *terminal) *ucli.Command {
 			if report.Summary.Failed > 0 {
 				return &exitError{code: exitFailed, err: errPrinted}
 			}
+			if n := report.Undefined(); n > 0 && !opts.DryRun {
+				// Not deployed is not done: a script must not take this
+				// run for a converged host.
+				fmt.Fprintf(term.stderr, "tether: %d %s not deployed: %s on facts this host does not report (the DETAIL column names them); report the facts or give a default with try(...) or lookup(...)\n",
+					n, plural(n, "resource was", "resources were"), plural(n, "it depends", "they depend"))
+				return &exitError{code: exitFailed, err: errPrinted}
+			}
 			return nil
 		},
 	}

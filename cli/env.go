@@ -100,13 +100,7 @@ func envCommand(term *terminal) *ucli.Command {
 				}
 				return showEnv(asJSON, env)
 			}),
-			remoteCommand(term, "delete", "delete an environment and everything in it", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				if err := cl.call(c.Context, "DELETE", "/envs/"+url.PathEscape(c.Args().First()), nil, nil); err != nil {
-					return err
-				}
-				fmt.Fprintf(term.stderr, "environment %s deleted\n", c.Args().First())
-				return nil
-			}),
+			envDeleteCommand(term),
 			{
 				Name: "settings", Usage: "show settings, or change one: tether env settings set KEY VALUE",
 				Flags: remoteFlags(),
@@ -178,4 +172,31 @@ func showSettings(c *ucli.Context, cl *client, term *terminal, asJSON bool, meth
 		t.row(k, s[k])
 	}
 	return t.flush()
+}
+
+// envDeleteCommand is `tether env delete NAME`: after a confirmation (the
+// name typed, or --yes), the environment goes with everything in it, and
+// its agents' inboxes from the broker.
+func envDeleteCommand(term *terminal) *ucli.Command {
+	cmd := remoteCommand(term, "delete", "delete an environment and everything in it (asks to type its name, or --yes)", "NAME", []ucli.Flag{yesFlag()},
+		func(c *ucli.Context, cl *client, asJSON bool) error {
+			name := c.Args().First()
+			if err := confirm(c, term, fmt.Sprintf("This deletes environment %s: its versions, agents, resource states and history, and its agents' inboxes on the broker", name), name); err != nil {
+				return err
+			}
+			if err := cl.call(c.Context, "DELETE", "/envs/"+url.PathEscape(name), nil, nil); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(term.stdout, map[string]any{"env": name, "deleted": true})
+			}
+			fmt.Fprintf(term.stderr, "environment %s deleted\n", name)
+			return nil
+		})
+	cmd.Description = "Deleting an environment cannot be undone. On a terminal it asks you to type the\n" +
+		"environment's name; in a script (stdin not a terminal) it refuses unless --yes is given.\n" +
+		"Agents still running for it are refused from then on.\n\n" +
+		"   tether env delete staging\n" +
+		"   tether env delete staging --yes"
+	return cmd
 }

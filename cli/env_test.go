@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
 )
@@ -59,5 +62,69 @@ func TestEnvCreateExisting(t *testing.T) {
 	err := cl.call(context.Background(), "POST", "/envs", api.EnvRequest{Name: "prod"}, nil)
 	if !errors.As(err, &apiErr) || apiErr.status != http.StatusConflict || apiErr.body.Code != "env_exists" {
 		t.Fatalf("POST /envs of an existing environment: %v, want 409 env_exists", err)
+	}
+}
+
+// hasInbox reports whether env/agent's inbox is on the test API's bus.
+func (a *testAPI) hasInbox(t *testing.T, env, agent string) bool {
+	t.Helper()
+	err := a.bus.Send(context.Background(), &bus.Envelope{Kind: bus.KindDeploy, Env: env, Agent: agent}, bus.SendOptions{})
+	if err != nil && !errors.Is(err, bus.ErrNoInbox) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// invokeOn runs tether with stdin, as a terminal when tty is set.
+func invokeOn(t *testing.T, stdin string, tty bool, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	was := isTerminalIn
+	isTerminalIn = func(io.Reader) bool { return tty }
+	t.Cleanup(func() { isTerminalIn = was })
+	var out, errb bytes.Buffer
+	code = run(context.Background(), append([]string{"tether"}, args...), strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// `tether env delete` asks to type the name on a terminal, refuses without
+// --yes elsewhere, and removes the environment's agents' inboxes.
+func TestEnvDeleteConfirms(t *testing.T) {
+	a := newTestAPI(t)
+	ctx := context.Background()
+	if _, err := a.srv.EnsureEnv(ctx, "staging", record.DefaultEnvSettings()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.st.UpsertAgent(ctx, record.Agent{Env: "staging", Name: "web-1", State: record.AgentAccepted, PublicKey: make([]byte, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.bus.DeclareInbox(ctx, "staging", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	exists := func() bool {
+		_, err := a.st.GetEnv(ctx, "staging")
+		return err == nil
+	}
+
+	code, _, errs := invokeOn(t, "", false, "env", "delete", "staging")
+	if code != exitUsage || !strings.Contains(errs, "pass --yes") || !exists() {
+		t.Fatalf("without a terminal or --yes: exit %d, exists %v, want 2, kept and --yes named\n%s", code, exists(), errs)
+	}
+	code, _, errs = invokeOn(t, "stagin\n", true, "env", "delete", "staging")
+	if code != exitFailed || !strings.Contains(errs, "Type staging to confirm") || !strings.Contains(errs, "not confirmed") || !exists() {
+		t.Fatalf("mistyped name: exit %d, exists %v, want 1 and kept\n%s", code, exists(), errs)
+	}
+	code, _, errs = invokeOn(t, "staging\n", true, "env", "delete", "staging")
+	if code != 0 || exists() {
+		t.Fatalf("name typed: exit %d, exists %v, want 0 and gone\n%s", code, exists(), errs)
+	}
+	if a.hasInbox(t, "staging", "web-1") {
+		t.Fatal("the deleted environment's agent's inbox is still on the bus")
+	}
+
+	if _, err := a.srv.EnsureEnv(ctx, "staging", record.DefaultEnvSettings()); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := invokeOn(t, "", false, "env", "delete", "staging", "--yes", "-o", "json"); code != 0 || exists() || !strings.Contains(out, `"deleted": true`) {
+		t.Fatalf("--yes: exit %d, exists %v\n%s%s", code, exists(), out, errs)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
@@ -98,6 +99,8 @@ func serverFlags() []ucli.Flag {
 			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
 			Usage: "use this `SECRET` as an admin token (created if missing) instead of generating a bootstrap token; for automation"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-password", EnvVars: []string{"TETHER_ADMIN_PASSWORD"},
+			Usage: "the `PASSWORD` of the bootstrap admin user (admin), made when the default organization has no user; default: a random one, printed once"}),
 		altsrc.NewFloat64Flag(&ucli.Float64Flag{Name: "agent-event-rate", Value: server.Default().AgentEventRate, EnvVars: []string{"TETHER_AGENT_EVENT_RATE"},
 			Usage: "events one agent may send a second (bursts of ten times as many); beyond, its events are dropped, counted and alerted"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "broker-auth-listen", EnvVars: []string{"TETHER_BROKER_AUTH_LISTEN"},
@@ -160,6 +163,12 @@ func httpFlags() []ucli.Flag {
 		num("auth-failure-burst", "TETHER_AUTH_FAILURE_BURST", d.AuthFailureBurst, "failed authentications one client address may make at once"),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"TETHER_TRUSTED_PROXIES"},
 			Usage: "`NETWORK` (e.g. 10.0.0.0/8) of a reverse proxy whose X-Forwarded-For names the client for rate limits (repeat for several)"}),
+		dur("session-idle", "TETHER_SESSION_IDLE", d.SessionIdle, "a login session unused this long ends"),
+		dur("session-max-age", "TETHER_SESSION_MAX_AGE", d.SessionMaxAge, "a login session ends this long after the login, used or not"),
+		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "secure-cookies", EnvVars: []string{"TETHER_SECURE_COOKIES"},
+			Usage: "mark the session cookie Secure on plain HTTP too: the server is behind a proxy that serves TLS (with --tls-cert it always is)"}),
+		num("login-free-failures", "TETHER_LOGIN_FREE_FAILURES", d.LoginFreeFailures, "failed logins of a user name before each further one doubles a wait (a client address gets four times as many)"),
+		dur("login-max-delay", "TETHER_LOGIN_MAX_DELAY", d.LoginMaxDelay, "longest wait a run of failed logins imposes on a user name or address"),
 	}
 }
 
@@ -184,6 +193,8 @@ func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
 	a.WriteTimeout, a.IdleTimeout, a.HandlerTimeout = c.Duration("write-timeout"), c.Duration("idle-timeout"), c.Duration("handler-timeout")
 	a.AnonymousRate, a.AnonymousBurst = c.Float64("anonymous-rate"), c.Int("anonymous-burst")
 	a.AuthFailureRate, a.AuthFailureBurst = c.Float64("auth-failure-rate"), c.Int("auth-failure-burst")
+	a.SessionIdle, a.SessionMaxAge, a.SecureCookies = c.Duration("session-idle"), c.Duration("session-max-age"), c.Bool("secure-cookies")
+	a.LoginFreeFailures, a.LoginMaxDelay = c.Int("login-free-failures"), c.Duration("login-max-delay")
 	for _, s := range c.StringSlice("trusted-proxy") {
 		for _, part := range strings.Split(s, ",") {
 			p, err := parseNetwork(strings.TrimSpace(part))
@@ -253,7 +264,9 @@ func serverCommand(term *terminal) *ucli.Command {
 			"(--key-file), which the database does not hold: create the file once, keep it apart from database\n" +
 			"backups, and give every server of the database the same one.\n\n" +
 			"On its first start it prints a bootstrap admin token, once: keep it, then create narrower\n" +
-			"tokens with `tether token create`. Several servers may share one database and broker.\n\n" +
+			"tokens with `tether token create`. It also makes the bootstrap admin user, admin, and prints\n" +
+			"its password once (or takes --admin-password): log in with it, then add people with\n" +
+			"`tether user add`. Several servers may share one database and broker.\n\n" +
 			"   tether server keygen /etc/tether/server.key\n" +
 			"   tether server --postgres postgres://postgres@127.0.0.1/test --amqp amqp://guest:guest@127.0.0.1:5672/",
 		Flags:  flags,
@@ -574,6 +587,9 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if err := bootstrapToken(ctx, st, c.String("admin-token"), term); err != nil {
 		return err
 	}
+	if err := bootstrapAdmin(ctx, st, c.String("admin-password"), term, log); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another server running? pick another --listen)", c.String("listen"), err)
@@ -671,6 +687,47 @@ func bootstrapToken(ctx context.Context, st store.Store, secret string, term *te
 		return err
 	}
 	fmt.Fprintf(term.stdout, "Bootstrap admin token (shown once; store it now):\n\n    %s\n\nUse it with: export TETHER_TOKEN=%s\n", s, s)
+	return nil
+}
+
+// bootstrapAdmin makes sure a person can log in: when the default
+// organization has no user, it makes the admin user "admin" (an admin of
+// every environment of it, so a server admin) with the password given, or
+// a random one printed once, and says how to log in in the log at its
+// default level (warn), without the password.
+func bootstrapAdmin(ctx context.Context, st store.Store, password string, term *terminal, log zerolog.Logger) error {
+	users, err := st.ListUsers(ctx, record.DefaultOrg)
+	if err != nil || len(users) > 0 {
+		return err
+	}
+	made := password == ""
+	if made {
+		secret, err := record.NewSessionSecret()
+		if err != nil {
+			return err
+		}
+		password = secret[:24]
+	} else if err := record.ValidatePassword(password); err != nil {
+		return usageError("--admin-password: %v", err)
+	}
+	hash, err := record.HashPassword(password, record.DefaultPasswordParams)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	u := record.User{ID: uuid.NewString(), Org: record.DefaultOrg, Name: "admin", Role: record.RoleAdmin, Password: hash,
+		CreatedBy: "tether server", CreatedAt: now, PasswordChangedAt: now}
+	if err := st.CreateUser(ctx, u); errors.Is(err, model.ErrExists) {
+		return nil // another server made it first
+	} else if err != nil {
+		return err
+	}
+	if made {
+		fmt.Fprintf(term.stdout, "Bootstrap admin user (password shown once; store it now):\n\n    user admin, password %s\n\nLog in with POST /api/v1/session {\"name\": \"admin\", \"password\": …}, then change it: tether user passwd admin\n", password)
+		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password printed once on the server's standard output (change it with tether user passwd admin)")
+	} else {
+		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password of --admin-password (TETHER_ADMIN_PASSWORD)")
+	}
 	return nil
 }
 

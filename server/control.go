@@ -85,6 +85,11 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		}
 		a.Paused = action == record.AgentPause
 	}
+	if a.State == record.AgentAccepted {
+		a.Note = ""
+	} else if a.State == record.AgentRejected {
+		a.Note = "rejected by an operator"
+	}
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return a, err
 	}
@@ -139,6 +144,71 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	return a, nil
 }
 
+// DeleteEnv deletes an environment with everything in it, and its agents'
+// inboxes from the broker: an agent of a deleted environment has nothing
+// left to read, and its hello is refused. Their connections are not
+// closed one by one (a call to the broker's management API each, for
+// possibly thousands): where the broker asks the server, their logins
+// are refused once its cache expires.
+func (s *Server) DeleteEnv(ctx context.Context, name string) error {
+	agents, err := s.store.ListAgents(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteEnv(ctx, name); err != nil {
+		return err
+	}
+	s.agents.forgetEnv(name)
+	if d, ok := s.bus.(inboxDeleter); ok {
+		for i, a := range agents {
+			if err := d.DeleteInbox(ctx, name, a.Name); err != nil {
+				// Once, not once per agent: the broker is away.
+				s.log.Warn().Err(err).Str("env", name).Int("inboxes_left", len(agents)-i).
+					Msg("cannot delete the inboxes of the deleted environment's agents; delete its agents' queues on the broker")
+				break
+			}
+		}
+	}
+	s.log.Info().Str("env", name).Int("agents", len(agents)).Msg("environment deleted, with its agents' inboxes")
+	return nil
+}
+
+// DeleteAgent forgets an agent: its record and what it reported go from
+// the store (store.DeleteAgent), its inbox (with what was queued for it)
+// from the broker, and its connections are closed where the server has
+// the broker's management API. Its claim queue is the agent's own (exclusive to its
+// connection): it goes with the connection. An agent that says hello
+// again is a new one: pending, or accepted as the enrollment policy says.
+func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agent, error) {
+	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
+	defer unlock()
+	a, err := s.store.GetAgent(ctx, env, name)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.DeleteAgent(ctx, env, name); err != nil {
+		return a, err
+	}
+	s.agents.forget(env, name)
+	unlock()
+	if d, ok := s.bus.(inboxDeleter); ok {
+		if err := d.DeleteInbox(ctx, env, name); err != nil {
+			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
+		}
+	}
+	if s.cfg.Broker != nil {
+		// Once: should it come back, it is a new agent, not one to keep
+		// out.
+		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
+	}
+	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
+	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"})
+	if a.State == record.AgentAccepted {
+		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+	}
+	return a, nil
+}
+
 // RefreshFacts asks an accepted agent to report its facts again and
 // returns the agent as recorded now: its facts are updated when its report
 // arrives. An agent that is not connected reports them in its next hello.
@@ -163,10 +233,13 @@ func (s *Server) DeployActions(ctx context.Context, env, deployID string, limit 
 
 // Follow subscribes to the live events of env ("" for all), calls opened
 // once subscribed, then send with each event until ctx ends or send fails.
-func (s *Server) Follow(ctx context.Context, env string, opened func() error, send func(kind string, data []byte) error) error {
-	sub := s.Subscribe()
+// After is the ID of the last event the follower saw ("" for none): the
+// events after it that this server still keeps come first, and opened is
+// told whether there were (false: some may be missed).
+func (s *Server) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
+	sub, resumed := s.feed.subscribeAfter(after)
 	defer sub.Close()
-	if err := opened(); err != nil {
+	if err := opened(resumed); err != nil {
 		return err
 	}
 	for {
@@ -181,7 +254,7 @@ func (s *Server) Follow(ctx context.Context, env string, opened func() error, se
 		if err != nil {
 			return err
 		}
-		if err := send(string(e.Kind), b); err != nil {
+		if err := send(e.ID, string(e.Kind), b); err != nil {
 			return err
 		}
 	}

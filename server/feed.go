@@ -2,6 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +65,10 @@ const (
 // Event is something that just happened at the server, published after it
 // was recorded.
 type Event struct {
+	// ID names the event in the stream of the server that published it
+	// ("<origin>-<n>"): a follower that reconnects gives the last it saw
+	// (Last-Event-ID) to get those after it.
+	ID       string    `json:"id,omitempty"`
 	Kind     EventKind `json:"kind"`
 	At       time.Time `json:"at"`
 	Env      string    `json:"env"`
@@ -79,12 +87,30 @@ type Event struct {
 // Feed fans events out to subscribers. Every subscriber sees every event
 // published while it is subscribed, in order: a subscriber's queue grows
 // instead of dropping events, so a slow reader never misses a result.
+//
+// Every event gets an ID, and the feed keeps the newest replayLen: a
+// follower that lost its stream (a network blip, a proxy, a restart of
+// its client) resumes after the last event it saw and misses nothing
+// when that event is still kept. The IDs and the kept events are this
+// process's (origin tells its IDs from another's): a server restarted, or
+// another replica, cannot resume them, and says so (Resume).
 type Feed struct {
-	mu   sync.Mutex
-	subs map[*Subscription]struct{}
+	mu     sync.Mutex
+	subs   map[*Subscription]struct{}
+	origin string
+	seq    uint64
+	// recent are the newest events, oldest first: at most replayLen.
+	recent []Event
 }
 
-func newFeed() *Feed { return &Feed{subs: map[*Subscription]struct{}{}} }
+// replayLen bounds the events a Feed keeps for followers that resume.
+const replayLen = 4096
+
+func newFeed() *Feed {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	return &Feed{subs: map[*Subscription]struct{}{}, origin: hex.EncodeToString(b[:])}
+}
 
 // Subscription is one reader of a Feed.
 type Subscription struct {
@@ -95,11 +121,37 @@ type Subscription struct {
 }
 
 func (f *Feed) subscribe() *Subscription {
-	s := &Subscription{feed: f, notify: make(chan struct{}, 1)}
-	f.mu.Lock()
-	f.subs[s] = struct{}{}
-	f.mu.Unlock()
+	s, _ := f.subscribeAfter("")
 	return s
+}
+
+// subscribeAfter subscribes, with the kept events after the one named
+// after already queued (at once: none is missed between them and the
+// live ones, none is sent twice). resumed is false when after names an
+// event this feed does not keep (too old, or another process's): then
+// only live events follow.
+func (f *Feed) subscribeAfter(after string) (s *Subscription, resumed bool) {
+	s = &Subscription{feed: f, notify: make(chan struct{}, 1)}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.subs[s] = struct{}{}
+	if after == "" {
+		return s, true
+	}
+	origin, n, ok := strings.Cut(after, "-")
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if !ok || err != nil || origin != f.origin || seq > f.seq {
+		return s, false
+	}
+	oldest := f.seq + 1 - uint64(len(f.recent)) // of the kept events
+	if seq+1 < oldest {
+		return s, false // some after it are no longer kept
+	}
+	s.queue = append(s.queue, f.recent[seq+1-oldest:]...)
+	if len(s.queue) > 0 {
+		s.notify <- struct{}{}
+	}
+	return s, true
 }
 
 func (f *Feed) publish(e Event) {
@@ -108,6 +160,13 @@ func (f *Feed) publish(e Event) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.seq++
+	e.ID = f.origin + "-" + strconv.FormatUint(f.seq, 10)
+	if len(f.recent) == replayLen {
+		f.recent[0] = Event{}
+		f.recent = f.recent[1:]
+	}
+	f.recent = append(f.recent, e)
 	for s := range f.subs {
 		s.mu.Lock()
 		s.queue = append(s.queue, e)

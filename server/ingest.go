@@ -348,6 +348,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			return err
 		}
 	}
+	a.Note = agentNote(a.State, env.Settings.Enrollment, body.Token != "", refusal)
 	if discovered && a.State != record.AgentAccepted && !s.flood.discover(e.Env, now) {
 		// Invented names must not fill the agent list: beyond the
 		// discovery rate, an agent the server does not know is not
@@ -425,6 +426,22 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, e.ID)
+}
+
+// agentNote says why an agent is not accepted, for `agent list`: the
+// refusal of its token, or what it waits for ("" once accepted).
+func agentNote(state record.AgentState, enrollment record.Enrollment, token bool, refusal string) string {
+	switch {
+	case state == record.AgentAccepted:
+		return ""
+	case state == record.AgentRejected:
+		return "rejected by an operator"
+	case refusal != "":
+		return "enrollment token refused (" + refusal + "): waiting for an operator to accept it"
+	case enrollment == record.EnrollToken && !token:
+		return "no enrollment token: waiting for an operator to accept it"
+	}
+	return "waiting for an operator to accept it"
 }
 
 // startOver cuts the key a name held before a hello put another on it
@@ -846,6 +863,12 @@ func (c *agentCache) update(env, name string, fn func(*record.Agent)) {
 		fn(&e.agent)
 		c.m[k] = e
 	}
+}
+
+func (c *agentCache) forget(env, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, agentKey{env, name})
 }
 
 func (c *agentCache) forgetEnv(env string) {

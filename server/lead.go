@@ -85,6 +85,11 @@ func (s *Server) lead(ctx context.Context) {
 					s.log.Warn().Err(err).Msg("cannot drop old deduplication marks; retrying in an hour")
 				}
 				s.pruneActions(ctx)
+				// Sessions past their absolute expiry; idle ones are
+				// refused when presented, and deleted then.
+				if _, err := s.store.DeleteExpiredSessions(ctx, time.Time{}, time.Now()); err != nil && ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("cannot delete expired sessions; retrying in an hour")
+				}
 			}
 		}
 		select {

@@ -50,6 +50,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Plans:      s,
 		Records:    s.store,
 		Tokens:     s.store,
+		People:     s.store,
 		Enrollment: s.store,
 		Events:     s,
 		Compiles:   s,
@@ -82,9 +83,5 @@ func (e envService) CreateEnv(ctx context.Context, env record.Environment) error
 }
 
 func (e envService) DeleteEnv(ctx context.Context, name string) error {
-	if err := e.s.store.DeleteEnv(ctx, name); err != nil {
-		return err
-	}
-	e.s.agents.forgetEnv(name)
-	return nil
+	return e.s.DeleteEnv(ctx, name)
 }

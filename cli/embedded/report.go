@@ -73,6 +73,19 @@ func (c *Counts) add(r *model.Result) {
 	}
 }
 
+// Undefined counts the resources not deployed because they, or a
+// requirement of theirs, depend on a value not known yet (a fact the host
+// does not report).
+func (r *Report) Undefined() int {
+	n := 0
+	for i := range r.Results {
+		if s := r.Results[i].State; s == model.StateUndefined || s == model.StateSkippedForUndefined {
+			n++
+		}
+	}
+	return n
+}
+
 // tally adds the results to the report's counts.
 func (r *Report) tally(results []model.Result, hosts []string) {
 	r.Results = results

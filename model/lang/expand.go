@@ -349,6 +349,18 @@ func (c *compiler) checkKind(h *hostInfo, rb *resourceBlock, attrs model.Attribu
 	return len(problems) == 0
 }
 
+// warnOnce adds a warning unless the same one (summary, detail and place)
+// was given already: a block expands once per host and per instance.
+func (c *compiler) warnOnce(d *hcl.Diagnostic) {
+	for _, o := range c.diags {
+		if o.Severity == d.Severity && o.Summary == d.Summary && o.Detail == d.Detail &&
+			o.Subject != nil && d.Subject != nil && *o.Subject == *d.Subject {
+			return
+		}
+	}
+	c.diags = append(c.diags, d)
+}
+
 // instance evaluates one resource: its attributes, identity and the
 // requires/subscribes given as strings.
 func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext, scope int, it eachItem, hasKey, purged bool) {
@@ -359,6 +371,15 @@ func (c *compiler) instance(h *hostInfo, rb *resourceBlock, ctx *hcl.EvalContext
 	var missing []FactRef
 	undefined, identityUnknown, ok := false, false, true
 	for _, a := range rb.attrs {
+		if purged && kind.NotWhenPurged([]string{a.Name}) != "" {
+			// What a resource that goes should have been does not
+			// matter: ignored, as other tools do, but said.
+			c.warnOnce(&hcl.Diagnostic{Severity: hcl.DiagWarning, Subject: a.NameRange.Ptr(),
+				Summary: "Purged resource with attributes",
+				Detail: fmt.Sprintf("a purged %s needs only its %s: %s is ignored (remove it)",
+					kind.Kind, kind.Identity, a.Name)})
+			continue
+		}
 		spec, _ := kind.Attr(a.Name)
 		av, good := c.evalAttr(h, ctx, a, spec.Type)
 		if !good {

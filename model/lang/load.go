@@ -536,17 +536,9 @@ func (c *compiler) decodeResource(blk *hcl.Block) *resourceBlock {
 			}
 		}
 	}
-	// A purged resource names only its identity; others need their
+	// A purged resource needs only its identity (its other attributes are
+	// ignored, with a warning, when it is expanded); others need their
 	// required attributes.
-	if rb.purged != nil && isLiteralTrue(rb.purged.Expr) {
-		for _, a := range rb.attrs {
-			if kind.NotWhenPurged([]string{a.Name}) != "" {
-				c.diags = append(c.diags, errorf(a.NameRange.Ptr(), "Purged resource with attributes",
-					"a purged %s only needs its %s: remove %s", kind.Kind, kind.Identity, a.Name))
-				return nil
-			}
-		}
-	}
 	if rb.purged == nil {
 		if err := kind.CheckRequired(func(n string) bool { _, ok := content.Attributes[n]; return ok }); err != nil {
 			c.diags = append(c.diags, errorf(blk.DefRange.Ptr(), "Missing required attribute", "%v", err))
@@ -554,11 +546,6 @@ func (c *compiler) decodeResource(blk *hcl.Block) *resourceBlock {
 		}
 	}
 	return rb
-}
-
-func isLiteralTrue(e hcl.Expression) bool {
-	v, diags := e.Value(nil)
-	return !diags.HasErrors() && v.Type() == cty.Bool && v.IsKnown() && !v.IsNull() && v.True()
 }
 
 // decodeRefs splits a requires/subscribes list into static references and

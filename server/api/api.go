@@ -1,7 +1,9 @@
 // Package api is the server's REST API: /api/v1, JSON in and out, bearer
-// tokens with roles scoped to environments, errors from one catalogue with
-// stable codes, live events as server-sent events, and an OpenAPI document
-// generated from the same route table that serves the requests.
+// tokens and users' login sessions (a cookie, with a CSRF token on every
+// change) with roles per environment, organizations that see nothing of
+// each other, errors from one catalogue with stable codes, live events as
+// server-sent events, and an OpenAPI document generated from the same
+// route table that serves the requests.
 //
 // It depends only on the small interfaces below (the server and its store
 // satisfy them), so tests run it against the real thing or a test double
@@ -92,6 +94,27 @@ type Config struct {
 	// SeparateOps: health and metrics also have a listener of their own
 	// (OpsHandler); /metrics then leaves Handler.
 	SeparateOps bool
+
+	// SessionIdle (session-idle) ends a session unused this long;
+	// SessionMaxAge (session-max-age) ends any session this long after
+	// its login.
+	SessionIdle   time.Duration
+	SessionMaxAge time.Duration
+	// SecureCookies (secure-cookies): the session cookie is marked
+	// Secure even on plain HTTP, for a server behind a proxy that ends
+	// TLS. On TLS it always is.
+	SecureCookies bool
+	// LoginFreeFailures (login-free-failures) failed logins of a user
+	// name cost nothing; each further one doubles a wait before the next
+	// try, from a second up to LoginMaxDelay (login-max-delay). A client
+	// address gets four times as many free failures (people share
+	// addresses behind NAT). LoginAlertAfter failures in a row raise a
+	// security entry in the audit log and a warning in the server's log.
+	LoginFreeFailures int
+	LoginMaxDelay     time.Duration
+	LoginAlertAfter   int
+	// Password are argon2id's parameters for new password hashes.
+	Password record.PasswordParams
 }
 
 // Default returns the configuration for a server facing untrusted
@@ -116,6 +139,12 @@ func Default() Config {
 		AnonymousBurst:    20,
 		AuthFailureRate:   0.2,
 		AuthFailureBurst:  10,
+		SessionIdle:       8 * time.Hour,
+		SessionMaxAge:     24 * time.Hour,
+		LoginFreeFailures: 5,
+		LoginMaxDelay:     15 * time.Minute,
+		LoginAlertAfter:   10,
+		Password:          record.DefaultPasswordParams,
 	}
 }
 
@@ -147,6 +176,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: anonymous-rate %g, anonymous-burst %d: want a rate above 0 and a burst of at least 1", ErrConfig, c.AnonymousRate, c.AnonymousBurst)
 	case c.AuthFailureRate <= 0 || c.AuthFailureBurst < 1:
 		return fmt.Errorf("%w: auth-failure-rate %g, auth-failure-burst %d: want a rate above 0 and a burst of at least 1", ErrConfig, c.AuthFailureRate, c.AuthFailureBurst)
+	}
+	switch {
+	case c.SessionIdle <= 0 || c.SessionMaxAge < c.SessionIdle:
+		return fmt.Errorf("%w: session-idle %v, session-max-age %v: want 0 < session-idle <= session-max-age", ErrConfig, c.SessionIdle, c.SessionMaxAge)
+	case c.LoginFreeFailures < 1 || c.LoginMaxDelay < time.Second || c.LoginAlertAfter < 1:
+		return fmt.Errorf("%w: login-free-failures %d, login-max-delay %v, login alert after %d: want at least 1, 1s and 1", ErrConfig, c.LoginFreeFailures, c.LoginMaxDelay, c.LoginAlertAfter)
+	case c.Password.Time < 1 || c.Password.Memory < 8*uint32(c.Password.Threads) || c.Password.Threads < 1:
+		return fmt.Errorf("%w: password hashing: time %d, memory %d KiB, threads %d: want time and threads of at least 1 and at least 8 KiB per thread", ErrConfig, c.Password.Time, c.Password.Memory, c.Password.Threads)
 	}
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
@@ -215,6 +252,9 @@ type AgentControl interface {
 	AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error)
 	RefreshFacts(ctx context.Context, env, name string) (record.Agent, error)
 	RotateKey(ctx context.Context, env, name string) (record.Agent, error)
+	// DeleteAgent forgets an agent and removes its inbox; it returns the
+	// agent as it was.
+	DeleteAgent(ctx context.Context, env, name string) (record.Agent, error)
 }
 
 // Compiles asks the server for compiles of environments' models and reads
@@ -271,9 +311,12 @@ type EnrollmentTokens interface {
 
 // Events follows the server's live events of env ("" for all) until ctx
 // ends: it calls opened once subscribed (an event published after that is
-// not missed), then send for each event with its kind and JSON encoding.
+// not missed), then send for each event with its ID, kind and JSON
+// encoding. After is the ID of the last event the follower saw ("" for
+// none): the events after it come first, if they are still kept; opened
+// is told whether they were (false: some may be missed).
 type Events interface {
-	Follow(ctx context.Context, env string, opened func() error, send func(kind string, data []byte) error) error
+	Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error
 }
 
 // Observer is told of every request served (for metrics).
@@ -293,9 +336,12 @@ type Services struct {
 	Control    AgentControl
 	Operations Operations
 	// Plans answers plans (nil: answered as a conflict).
-	Plans      Plans
-	Records    Records
-	Tokens     Tokens
+	Plans   Plans
+	Records Records
+	Tokens  Tokens
+	// People keeps organizations, users and sessions (nil: the server
+	// has no users; only tokens get in).
+	People     People
 	Enrollment EnrollmentTokens
 	Events     Events
 	// Compiles are the server's own compiles (nil: answered as none).
@@ -338,6 +384,12 @@ type API struct {
 	// without a token and of failed authentications.
 	anonymous    *clientlimit.Rates
 	authFailures *clientlimit.Rates
+	// loginNames and loginAddrs hold back logins after failures, per
+	// user name and per client address; hashing bounds the password
+	// hashes computed at once (each takes Password.Memory).
+	loginNames *throttle
+	loginAddrs *throttle
+	hashing    chan struct{}
 	// uploads holds a token per version upload in progress.
 	uploads chan struct{}
 	// ready remembers what each readiness check said last, so that a
@@ -361,6 +413,9 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 		anonymous:    clientlimit.NewRates(cfg.AnonymousRate, cfg.AnonymousBurst),
 		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
 		uploads:      make(chan struct{}, cfg.MaxUploads),
+		loginNames:   newThrottle(cfg.LoginFreeFailures, cfg.LoginMaxDelay),
+		loginAddrs:   newThrottle(4*cfg.LoginFreeFailures, cfg.LoginMaxDelay),
+		hashing:      make(chan struct{}, 4),
 		ready:        map[string]string{},
 	}
 	// A process-lifetime context: it only tells event streams to end.
@@ -396,6 +451,12 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.AnonymousBurst, def.AnonymousBurst)
 	orDefault(&c.AuthFailureRate, def.AuthFailureRate)
 	orDefault(&c.AuthFailureBurst, def.AuthFailureBurst)
+	orDefault(&c.SessionIdle, def.SessionIdle)
+	orDefault(&c.SessionMaxAge, def.SessionMaxAge)
+	orDefault(&c.LoginFreeFailures, def.LoginFreeFailures)
+	orDefault(&c.LoginMaxDelay, def.LoginMaxDelay)
+	orDefault(&c.LoginAlertAfter, def.LoginAlertAfter)
+	orDefault(&c.Password, def.Password)
 	return c
 }
 

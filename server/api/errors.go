@@ -48,6 +48,7 @@ var Codes = map[string]int{
 	"unknown_field":     http.StatusBadRequest,
 	"unauthorized":      http.StatusUnauthorized,
 	"forbidden":         http.StatusForbidden,
+	"csrf_failed":       http.StatusForbidden, // a change with a session cookie came without the session's CSRF token
 	"not_found":         http.StatusNotFound,
 	"no_route":          http.StatusNotFound,
 	"bad_method":        http.StatusMethodNotAllowed,

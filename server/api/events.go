@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -10,9 +12,13 @@ import (
 	"github.com/tetherhq/tether/model"
 )
 
-// events streams live events as server-sent events: "event: <kind>" and
-// "data: <json>" per event, a comment every KeepAlive while idle. A token
-// scoped to one environment sees that environment's events only.
+// events streams live events as server-sent events: "id: <id>", "event:
+// <kind>" and "data: <json>" per event, a comment every KeepAlive while
+// idle. A token scoped to one environment sees that environment's events
+// only. A client that reconnects with Last-Event-ID gets the events after
+// that one first, when the server still keeps them; when it does not (it
+// restarted, or they are too old), the stream starts with an
+// "events.missed" event saying so.
 //
 // The stream lasts as long as its client: each write gets WriteTimeout
 // from now, so a client that stops reading is dropped and one that reads
@@ -23,12 +29,21 @@ func (a *API) events(r *request) (int, any, error) {
 		if err := model.ValidateEnvName(clip(env)); err != nil {
 			return 0, nil, newError("bad_request", "", "env=: %v", err)
 		}
-		if !r.token.Covers(env) {
+		if err := a.envVisible(r.ctx(), r.who, env); err != nil {
+			return 0, nil, err
+		}
+		if r.who.Scoped() && !r.token.Covers(env) {
 			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", r.token.Name, r.token.Env, env)
 		}
-	} else {
+		if r.who.RoleIn(env) == "" {
+			return 0, nil, newError("forbidden", "ask an admin of your organization for a role there", "%s has no role in environment %s", r.who.Name, env)
+		}
+	} else if r.who.Scoped() {
 		env = r.token.Env
 	}
+	// Without an environment, the stream holds the events of the
+	// environments the caller sees, and nothing of other organizations.
+	visible := a.visibleEnvs(r)
 	w := r.Response()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -69,9 +84,24 @@ func (a *API) events(r *request) (int, any, error) {
 	}()
 	// The first line says the stream follows: every event from then on
 	// comes (a client may act once it reads it).
-	opened := func() error { return write(": following " + orAll(env) + "\n\n") }
-	err := a.svc.Events.Follow(ctx, env, opened, func(kind string, data []byte) error {
-		return write("event: " + kind + "\ndata: " + string(data) + "\n\n")
+	after := clip(r.Request().Header.Get("Last-Event-ID"))
+	opened := func(resumed bool) error {
+		if err := write(": following " + orAll(env) + "\n\n"); err != nil || resumed {
+			return err
+		}
+		b, err := json.Marshal(missedEvent{Kind: EventsMissed, After: after, Message: fmt.Sprintf(
+			"events after %s are not kept by this server (it restarted, or they are too old): some may have been missed; "+
+				"tether resource list and tether alert list show the state now", after)})
+		if err != nil {
+			return err
+		}
+		return write("event: " + EventsMissed + "\ndata: " + string(b) + "\n\n")
+	}
+	err := a.svc.Events.Follow(ctx, env, after, opened, func(id, kind string, data []byte) error {
+		if !visible(data) {
+			return nil
+		}
+		return write("id: " + id + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
 	})
 	cancel()
 	wg.Wait()
@@ -81,9 +111,46 @@ func (a *API) events(r *request) (int, any, error) {
 	return 0, nil, nil
 }
 
+// EventsMissed is the kind of the event that starts a stream resumed after
+// an event the server does not keep.
+const EventsMissed = "events.missed"
+
+// missedEvent is the data of an EventsMissed event.
+type missedEvent struct {
+	Kind    string `json:"kind"` // EventsMissed, as every event's data says its kind
+	After   string `json:"after"`
+	Message string `json:"message"`
+}
+
 func orAll(env string) string {
 	if env == "" {
 		return "every environment"
 	}
 	return "environment " + env
+}
+
+// visibleEnvs returns whether an event (its JSON) is of an environment
+// the caller sees; what it learns of environments is kept for the stream.
+func (a *API) visibleEnvs(r *request) func(data []byte) bool {
+	seen := map[string]bool{}
+	return func(data []byte) bool {
+		var e struct {
+			Env string `json:"env"`
+		}
+		if json.Unmarshal(data, &e) != nil {
+			return false
+		}
+		if e.Env == "" {
+			return r.who.ServerAdmin()
+		}
+		ok, known := seen[e.Env]
+		if !known {
+			env, err := a.svc.Envs.GetEnv(r.ctx(), e.Env)
+			ok = err == nil && sees(r.who, env)
+			if err == nil || isNotFound(err) {
+				seen[e.Env] = ok
+			}
+		}
+		return ok
+	}
 }

@@ -147,7 +147,7 @@ func (a *API) listEnvs(r *request) (int, any, error) {
 	}
 	out := []record.Environment{}
 	for _, e := range envs {
-		if r.token.Covers(e.Name) {
+		if sees(r.who, e) {
 			out = append(out, e)
 		}
 	}
@@ -162,7 +162,7 @@ func (a *API) createEnv(r *request) (int, any, error) {
 	if err := model.ValidateEnvName(clip(req.Name)); err != nil {
 		return 0, nil, newError("invalid", "", "%v", err)
 	}
-	env := record.Environment{Name: req.Name, Settings: record.DefaultEnvSettings(), CreatedAt: a.now().UTC()}
+	env := record.Environment{Name: req.Name, Org: r.who.Org, Settings: record.DefaultEnvSettings(), CreatedAt: a.now().UTC()}
 	if err := setAll(&env.Settings, req.Settings); err != nil {
 		return 0, nil, err
 	}
@@ -846,6 +846,19 @@ func (a *API) agentAction(action record.AgentAction) func(*request) (int, any, e
 	}
 }
 
+// deleteAgent forgets an agent; the answer is the agent as it was.
+func (a *API) deleteAgent(r *request) (int, any, error) {
+	env, name, err := agentParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ag, err := a.svc.Control.DeleteAgent(r.ctx(), env, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, a.view(r, ag), nil
+}
+
 // factsRefresh asks an agent to report its facts again. The answer, 202,
 // is the agent as recorded now: the report comes later, as an agent
 // event on the event stream.
@@ -1141,6 +1154,11 @@ type TokenRequest struct {
 	Env  string      `json:"env,omitempty"`
 	// ExpiresIn: "720h"; empty: never.
 	ExpiresIn string `json:"expires_in,omitempty"`
+	// User names the user of the organization who owns the token (whose
+	// rights bound it); by default the calling user, or the user owning
+	// the calling token. OrgOwned makes the organization its owner.
+	User     string `json:"user,omitempty"`
+	OrgOwned bool   `json:"org_owned,omitempty"`
 }
 
 // NewToken is a created token with its secret, shown this once.
@@ -1151,7 +1169,13 @@ type NewToken struct {
 
 func (a *API) listTokens(r *request) (int, any, error) {
 	ts, err := a.svc.Tokens.ListTokens(r.ctx())
-	return http.StatusOK, nonNil(ts), err
+	out := []record.Token{}
+	for _, t := range ts {
+		if record.OrgOr(t.Org) == r.who.Org {
+			out = append(out, t)
+		}
+	}
+	return http.StatusOK, out, err
 }
 
 func (a *API) createToken(r *request) (int, any, error) {
@@ -1167,11 +1191,30 @@ func (a *API) createToken(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	if t.Env != "" {
-		if _, err := a.svc.Envs.GetEnv(r.ctx(), t.Env); isNotFound(err) {
+		if e, err := a.svc.Envs.GetEnv(r.ctx(), t.Env); isNotFound(err) || err == nil && record.OrgOr(e.Org) != r.who.Org {
 			return 0, nil, newError("not_found", "create it first, or leave env out for a token of every environment", "environment %s does not exist", t.Env)
 		} else if err != nil {
 			return 0, nil, err
 		}
+	}
+	t.Org = r.who.Org
+	switch {
+	case req.OrgOwned && req.User != "":
+		return 0, nil, newError("invalid", "give user or org_owned, not both", "a token is owned by a user or by the organization")
+	case req.OrgOwned:
+	case req.User != "":
+		if a.svc.People == nil {
+			return 0, nil, newError("conflict", "leave user out", "this server keeps no users")
+		}
+		u, err := a.svc.People.GetUser(r.ctx(), r.who.Org, req.User)
+		if isNotFound(err) {
+			return 0, nil, newError("not_found", "tether user list shows the organization's users", "user %s not found", clip(req.User))
+		} else if err != nil {
+			return 0, nil, err
+		}
+		t.Owner = u.ID
+	default:
+		t.Owner = r.who.UserID
 	}
 	if err := a.svc.Tokens.CreateToken(r.ctx(), t); err != nil {
 		return 0, nil, err
@@ -1214,6 +1257,16 @@ func (a *API) revokeToken(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	// Another organization's token is answered as a missing one.
+	ts, err := a.svc.Tokens.ListTokens(r.ctx())
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, t := range ts {
+		if t.ID == id && record.OrgOr(t.Org) != r.who.Org {
+			return 0, nil, newError("not_found", "", "token %s not found", id)
+		}
+	}
 	return http.StatusNoContent, nil, a.svc.Tokens.DeleteToken(r.ctx(), id)
 }
 
@@ -1228,11 +1281,25 @@ func (a *API) listAudit(r *request) (int, any, error) {
 			return 0, nil, newError("bad_request", "", "env=: %v", err)
 		}
 	}
-	es, err := a.svc.Records.Audit(r.ctx(), record.AuditFilter{Env: env, Limit: limit})
+	es, err := a.svc.Records.Audit(r.ctx(), record.AuditFilter{Env: env, Org: r.who.Org, Limit: limit})
 	return http.StatusOK, nonNil(es), err
 }
 
-func (a *API) whoami(r *request) (int, any, error) { return http.StatusOK, r.token, nil }
+// Whoami is who calls: the calling token (for a user, the user's ID, name
+// and organization-wide role), with the organization and every role.
+type Whoami struct {
+	record.Token
+	Kind        string                 `json:"kind"`
+	Roles       map[string]record.Role `json:"roles,omitempty"`
+	User        string                 `json:"user,omitempty"`
+	ServerAdmin bool                   `json:"server_admin,omitempty"`
+}
+
+func (a *API) whoami(r *request) (int, any, error) {
+	w := Whoami{Token: r.token, Kind: r.who.Kind, Roles: r.who.Roles, User: r.who.UserID, ServerAdmin: r.who.ServerAdmin()}
+	w.Org = r.who.Org
+	return http.StatusOK, w, nil
+}
 
 // ServerInfo is what agents need to know of the server: the key it signs
 // commands with.

@@ -74,12 +74,13 @@ func (a *API) Document() map[string]any {
 		"info": map[string]any{
 			"title":       "Tether API",
 			"version":     a.cfg.Version,
-			"description": "Every request but this document carries Authorization: Bearer <token>. Errors are {\"error\": {code, message, hint}}; codes are stable.",
+			"description": "Every request but this document and logging in carries Authorization: Bearer <token>, or the session cookie tether_session of a login (POST /session); with the cookie, changes (POST, PUT, PATCH, DELETE) also carry the session's CSRF token as X-CSRF-Token. Errors are {\"error\": {code, message, hint}}; codes are stable.",
 		},
 		"paths":    paths,
-		"security": []any{map[string]any{"bearer": []any{}}},
+		"security": []any{map[string]any{"bearer": []any{}}, map[string]any{"session": []any{}}},
 		"components": map[string]any{
-			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"},
+				"session": map[string]any{"type": "apiKey", "in": "cookie", "name": SessionCookie}},
 			"schemas": map[string]any{
 				"Error": map[string]any{"type": "object", "properties": map[string]any{"error": map[string]any{"type": "object", "properties": map[string]any{
 					"code":    map[string]any{"type": "string", "enum": codes},

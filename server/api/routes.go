@@ -23,8 +23,15 @@ type route struct {
 	method, path string
 	// role is the least role that may call it; "" needs no token.
 	role record.Role
-	// global routes need a token valid for every environment.
+	// global routes need the role in every environment of the
+	// organization (a token for every environment, or a user's
+	// organization-wide role).
 	global bool
+	// server routes are for server admins (Principal.ServerAdmin).
+	server bool
+	// anyone: any authenticated caller, whatever its roles; the route
+	// checks what it allows (a user changing their own password).
+	anyone bool
 	// action names a change in the audit log; reads have none.
 	action  string
 	summary string
@@ -53,8 +60,16 @@ type route struct {
 // request is one call, authenticated.
 type request struct {
 	echo.Context
-	api   *API
+	api *API
+	// who calls; token is the calling token (for a user, one made up of
+	// the user's ID and name, which handlers record as who did a thing).
+	who   record.Principal
 	token record.Token
+	// session is the session the request came with, if it came with one.
+	session *session
+	// auditOrg is the organization the audit entry is of, when not the
+	// caller's (a server admin managing another organization's users).
+	auditOrg string
 	// bodyMax bounds the body; upload says which limit it is.
 	bodyMax int64
 	upload  bool
@@ -92,6 +107,7 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not", serve: a.listAgents},
 		{method: "GET", path: "/envs/:env/agents/:name", role: record.RoleViewer, summary: "Show an agent with its facts", serve: a.getAgent},
 		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", serve: a.inventory},
+		{method: "DELETE", path: "/envs/:env/agents/:name", role: record.RoleOperator, action: "agent.delete", summary: "Delete an agent: its record and what it reported are forgotten (its resources are available again) and its inbox removed from the broker; if it says hello again it is a new agent (pending, or accepted as the enrollment policy says). Answers with the agent as it was", returns: "AgentView", serve: a.deleteAgent},
 		{method: "POST", path: "/envs/:env/agents/:name/accept", role: record.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", serve: a.agentAction(record.AgentAccept)},
 		{method: "POST", path: "/envs/:env/agents/:name/reject", role: record.RoleOperator, action: "agent.reject", summary: "Reject an agent", serve: a.agentAction(record.AgentReject)},
 		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it changes nothing on its host (no deploy, repair or heal) until resumed", serve: a.agentAction(record.AgentPause)},
@@ -117,12 +133,23 @@ func (a *API) routes() []route {
 		{method: "DELETE", path: "/envs/:env/enrollment-tokens/:id", role: record.RoleOperator, action: "enrollment_token.revoke", summary: "Revoke an enrollment token (agents it enrolled stay enrolled)", serve: a.revokeEnrollToken},
 		{method: "GET", path: "/envs/:env/alerts", role: record.RoleViewer, summary: "Compliance and security alerts, newest first", query: []string{"agent", "kind", "limit"}, serve: a.listAlerts},
 
-		{method: "GET", path: "/tokens", role: record.RoleAdmin, global: true, summary: "List API tokens", serve: a.listTokens},
-		{method: "POST", path: "/tokens", role: record.RoleAdmin, global: true, action: "token.create", summary: "Create an API token; its secret is shown once", body: "{name, role, env?, expires_in?}", serve: a.createToken},
+		{method: "GET", path: "/tokens", role: record.RoleAdmin, global: true, summary: "List the organization's API tokens", serve: a.listTokens},
+		{method: "POST", path: "/tokens", role: record.RoleAdmin, global: true, action: "token.create", summary: "Create an API token; its secret is shown once. It is owned by the calling user (whose rights bound it), by the user named, or by the organization (org_owned)", body: "{name, role, env?, expires_in?, user?, org_owned?}", serve: a.createToken},
 		{method: "DELETE", path: "/tokens/:id", role: record.RoleAdmin, global: true, action: "token.revoke", summary: "Revoke an API token", serve: a.revokeToken},
 		{method: "GET", path: "/audit", role: record.RoleAdmin, global: true, summary: "The audit log, newest first", query: []string{"env", "limit"}, serve: a.listAudit},
 
 		{method: "GET", path: "/events", role: record.RoleViewer, summary: "Live events as server-sent events", query: []string{"env"}, stream: true, serve: a.events},
+		{method: "POST", path: "/session", action: "session.login", summary: "Log in with a user name and password: sets the session cookie tether_session and answers the session with its CSRF token (throttled per user name and address: 429 with Retry-After)", body: "{org?, name, password}", serve: a.login},
+		{method: "GET", path: "/session", role: record.RoleViewer, summary: "The session of the cookie sent: its user and CSRF token (changes made with the cookie send it as X-CSRF-Token)", serve: a.getSession},
+		{method: "DELETE", path: "/session", role: record.RoleViewer, action: "session.logout", summary: "Log out: end the session of the cookie sent", serve: a.logout},
+		{method: "GET", path: "/users", role: record.RoleAdmin, global: true, summary: "List the organization's users (a server admin names another organization with org)", query: []string{"org"}, serve: a.listUsers},
+		{method: "POST", path: "/users", role: record.RoleAdmin, global: true, action: "user.create", summary: "Create a user with a password and roles (role: in every environment of the organization; roles: per environment)", query: []string{"org"}, body: "{name, password, role?, roles?: {env: role}}", serve: a.createUser},
+		{method: "GET", path: "/users/:name", role: record.RoleAdmin, global: true, summary: "Show a user with its roles", query: []string{"org"}, serve: a.getUser},
+		{method: "PATCH", path: "/users/:name", role: record.RoleViewer, anyone: true, action: "user.update", summary: "Change a user's roles or password (a new password ends the user's sessions); users may change their own password with current_password", query: []string{"org"}, body: "{role?, roles?: {env: role or \"\"}, password?, current_password?}", serve: a.updateUser},
+		{method: "DELETE", path: "/users/:name", role: record.RoleAdmin, global: true, action: "user.delete", summary: "Delete a user with its sessions and the tokens it owns", query: []string{"org"}, serve: a.deleteUser},
+		{method: "GET", path: "/orgs", role: record.RoleAdmin, global: true, server: true, summary: "List organizations (server admins)", serve: a.listOrgs},
+		{method: "POST", path: "/orgs", role: record.RoleAdmin, global: true, server: true, action: "org.create", summary: "Create an organization (server admins); then create its first admin with POST /users?org=", body: "{name}", serve: a.createOrg},
+		{method: "DELETE", path: "/orgs/:org", role: record.RoleAdmin, global: true, server: true, action: "org.delete", summary: "Delete an organization without environments, with its users and tokens (server admins)", serve: a.deleteOrg},
 		{method: "GET", path: "/whoami", role: record.RoleViewer, summary: "The calling token", serve: a.whoami},
 		{method: "GET", path: "/server", role: record.RoleViewer, summary: "The server's public key and its fingerprint (agents pin it with --server-key)", serve: a.serverInfo},
 		{method: "GET", path: "/server/signing-key", role: record.RoleAdmin, global: true, summary: "Where a rollover of the server's signing key stands, and which agents are not ready for its next step", serve: a.signingKeyStatus},
@@ -203,20 +230,20 @@ func (a *API) observe(route, method string, status int, d time.Duration) {
 
 func (a *API) call(rt route, r *request) (int, any, error) {
 	if rt.role != "" {
-		tok, err := a.authenticate(r)
+		who, err := a.authenticate(r)
 		if err != nil {
 			return 0, nil, err
 		}
-		r.token = tok
-		if !tok.Role.Allows(rt.role) {
-			return 0, nil, newError("forbidden", "ask an admin for a token with that role", "token %q has role %s; %s %s needs %s", tok.Name, tok.Role, rt.method, rt.path, rt.role)
+		r.who = who
+		if err := a.checkCSRF(r); err != nil {
+			return 0, nil, err
 		}
-		if rt.global && tok.Env != "" {
-			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s; this needs a token for every environment", tok.Name, tok.Env)
+		if err := a.authorize(r, rt); err != nil {
+			return 0, nil, err
 		}
-		if env := r.Param("env"); env != "" && !tok.Covers(env) {
-			return 0, nil, newError("forbidden", "", "token %q is scoped to environment %s, not %s", tok.Name, tok.Env, clip(env))
-		}
+	}
+	if a.svc.People == nil && (strings.HasPrefix(rt.path, "/users") || strings.HasPrefix(rt.path, "/orgs") || rt.path == "/session") {
+		return 0, nil, newError("conflict", "use a bearer token", "this server keeps no users")
 	}
 	if rt.body != "" {
 		if err := a.bodyLimit(r, rt); err != nil {
@@ -264,14 +291,14 @@ func (r *request) tooLarge() *Error {
 		"request body%s is larger than %s, the server's max-body", got, size(r.bodyMax))
 }
 
-// limitAnonymous holds requests without a bearer token to their client's
-// bucket (AnonymousRate), health checks excepted: a prober must always get
-// through. Requests with a token are counted when their authentication
-// fails (authenticate).
+// limitAnonymous holds requests without a bearer token or session cookie
+// to their client's bucket (AnonymousRate), health checks excepted: a
+// prober must always get through. Requests with a credential are counted
+// when their authentication fails (authenticate).
 func (a *API) limitAnonymous(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
-		if req.URL.Path == "/healthz" || bearer(req) != "" {
+		if req.URL.Path == "/healthz" || credentialed(req) {
 			return next(c)
 		}
 		if ok, wait := a.anonymous.Take(a.client(req), a.now()); !ok {
@@ -335,39 +362,6 @@ func (a *API) trusted(addr netip.Addr) bool {
 	return false
 }
 
-// authenticate finds the request's bearer token. A client whose recent
-// authentications failed too often is refused before its token is looked
-// up (AuthFailureRate).
-func (a *API) authenticate(r *request) (record.Token, error) {
-	secret := bearer(r.Request())
-	if secret == "" {
-		return record.Token{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether.toml)", "no bearer token")
-	}
-	client := a.client(r.Request())
-	if wait := a.authFailures.Wait(client, a.now()); wait > 0 {
-		return record.Token{}, rateLimited(wait, "too many failed authentications from this address",
-			"wait the Retry-After seconds, and check the tokens sent from here: too many were unknown, revoked or expired")
-	}
-	failed := func(e *Error) (record.Token, error) {
-		a.authFailures.Take(client, a.now())
-		return record.Token{}, e
-	}
-	if len(secret) > 256 {
-		return failed(newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token"))
-	}
-	tok, err := a.svc.Tokens.TokenByHash(r.ctx(), record.HashSecret(secret))
-	if errors.Is(err, model.ErrNotFound) {
-		return failed(newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token"))
-	}
-	if err != nil {
-		return record.Token{}, err
-	}
-	if tok.Expired(a.now()) {
-		return failed(newError("unauthorized", "ask an admin for a new token", "token %q expired at %s", tok.Name, tok.ExpiresAt.Format(time.RFC3339)))
-	}
-	return tok, nil
-}
-
 // audit records a change that was made. The change stands if the record
 // cannot be written; that is logged. Its texts are clipped, never refused.
 func (a *API) audit(r *request, rt route) {
@@ -378,7 +372,11 @@ func (a *API) audit(r *request, rt route) {
 			target = append(target, v)
 		}
 	}
-	e := record.AuditEntry{Actor: model.Clip(r.token.Name+" ("+r.token.ID+")", model.MaxAuditLen), Action: rt.action, Env: r.Param("env"),
+	org := r.who.Org
+	if r.auditOrg != "" {
+		org = r.auditOrg
+	}
+	e := record.AuditEntry{Org: org, Actor: model.Clip(r.who.Actor(), model.MaxAuditLen), Action: rt.action, Env: r.Param("env"),
 		Target: model.Clip(strings.Join(target, " "), model.MaxAuditLen), Detail: model.Clip(r.detail, model.MaxAuditLen)}
 	if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
 		a.log.Error().Err(err).Str("action", rt.action).Str("actor", e.Actor).Msg("audit log entry lost")

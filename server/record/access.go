@@ -48,7 +48,12 @@ type Token struct {
 	Name string `json:"name"`
 	Role Role   `json:"role"`
 	// Env scopes the token to one environment; empty: every environment.
-	Env       string     `json:"env,omitempty"`
+	Env string `json:"env,omitempty"`
+	// Org is the organization the token belongs to ("" read as the
+	// default one); Owner the user who owns it ("": the organization),
+	// whose rights bound the token's.
+	Org       string     `json:"org,omitempty"`
+	Owner     string     `json:"owner,omitempty"`
 	Hash      []byte     `json:"-"`
 	CreatedBy string     `json:"created_by"`
 	CreatedAt time.Time  `json:"created_at"`
@@ -84,13 +89,16 @@ func (t Token) Covers(env string) bool { return t.Env == "" || t.Env == env }
 
 // AuditEntry records one change made through the API: who, what, when.
 type AuditEntry struct {
-	Seq    int64     `json:"seq"`
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Action string    `json:"action"`
-	Env    string    `json:"env,omitempty"`
-	Target string    `json:"target,omitempty"`
-	Detail string    `json:"detail,omitempty"`
+	Seq int64     `json:"seq"`
+	At  time.Time `json:"at"`
+	// Org is the organization the change was made in ("": the
+	// environment's, or the default one).
+	Org    string `json:"org,omitempty"`
+	Actor  string `json:"actor"`
+	Action string `json:"action"`
+	Env    string `json:"env,omitempty"`
+	Target string `json:"target,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // AlertKind says what an alert is about.

@@ -17,7 +17,10 @@ import (
 // Environment is a named deployment target (prod, staging, local) with its
 // own versions, agents and settings.
 type Environment struct {
-	Name      string      `json:"name"`
+	Name string `json:"name"`
+	// Org is the organization the environment belongs to ("" read as
+	// the default one).
+	Org       string      `json:"org,omitempty"`
 	Settings  EnvSettings `json:"settings"`
 	CreatedAt time.Time   `json:"created_at"`
 }
@@ -247,6 +250,11 @@ type Agent struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	Facts           map[string]any    `json:"facts,omitempty"`
 	Kinds           []string          `json:"kinds,omitempty"`
+	// Note says why an agent is not accepted, as the server found on its
+	// last hello or an operator's action: an enrollment token refused,
+	// waiting for an operator to accept it, rejected. Empty once
+	// accepted.
+	Note string `json:"note,omitempty"`
 	// Paused agents are sent no deploy, repair or dry run until resumed,
 	// and heal no drift.
 	Paused bool `json:"paused"`

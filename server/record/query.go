@@ -35,6 +35,8 @@ type AlertFilter struct {
 // everything.
 type AuditFilter struct {
 	Env string
+	// Org: only the entries of this organization.
+	Org string
 	// Limit bounds the answer (0: 100).
 	Limit int
 }

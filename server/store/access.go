@@ -21,18 +21,24 @@ func (s *SQL) CreateToken(ctx context.Context, t record.Token) error {
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = time.Now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO tokens (id, name, role, env, hash, created_by, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.Name, t.Role, env, t.Hash, t.CreatedBy, t.CreatedAt, t.ExpiresAt)
+	owner := sql.NullString{String: t.Owner, Valid: t.Owner != ""}
+	// The organization must exist (SQLite has no foreign key for it).
+	n, err := s.db.Exec(ctx, `INSERT INTO tokens (id, name, role, env, hash, created_by, created_at, expires_at, org, owner)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, name, $10 FROM orgs WHERE name = $9`,
+		t.ID, t.Name, t.Role, env, t.Hash, t.CreatedBy, t.CreatedAt, t.ExpiresAt, record.OrgOr(t.Org), owner)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("organization %q: %w", record.OrgOr(t.Org), model.ErrNotFound)
+	}
 	return wrap("create token "+t.Name, err)
 }
 
-const tokenColumns = `id, name, role, env, hash, created_by, created_at, expires_at`
+const tokenColumns = `id, name, role, env, hash, created_by, created_at, expires_at, org, owner`
 
 func scanToken(r Row) (record.Token, error) {
 	var t record.Token
-	var env sql.NullString
-	err := r.Scan(&t.ID, &t.Name, &t.Role, &env, &t.Hash, &t.CreatedBy, timeCol{&t.CreatedAt}, nullTimeCol{&t.ExpiresAt})
-	t.Env = env.String
+	var env, owner sql.NullString
+	err := r.Scan(&t.ID, &t.Name, &t.Role, &env, &t.Hash, &t.CreatedBy, timeCol{&t.CreatedAt}, nullTimeCol{&t.ExpiresAt}, &t.Org, &owner)
+	t.Env, t.Owner = env.String, owner.String
 	return t, err
 }
 
@@ -65,22 +71,28 @@ func (s *SQL) RecordAudit(ctx context.Context, e record.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO audit (at, actor, action, env, target, detail) VALUES ($1, $2, $3, $4, $5, $6)`,
-		e.At, e.Actor, e.Action, e.Env, e.Target, e.Detail)
+	// An entry without an organization is of its environment's, or of
+	// the default one.
+	_, err := s.db.Exec(ctx, `INSERT INTO audit (at, actor, action, env, target, detail, org)
+		VALUES ($1, $2, $3, $4, $5, $6, COALESCE(NULLIF($7, ''), (SELECT org FROM environments WHERE name = $4), 'default'))`,
+		e.At, e.Actor, e.Action, e.Env, e.Target, e.Detail, e.Org)
 	return wrap("audit", err)
 }
 
 // Audit implements Store.
 func (s *SQL) Audit(ctx context.Context, f record.AuditFilter) ([]record.AuditEntry, error) {
 	var a args
-	q := `SELECT seq, at, actor, action, env, target, detail FROM audit`
+	q := `SELECT seq, at, actor, action, env, target, detail, org FROM audit WHERE true`
 	if f.Env != "" {
-		q += ` WHERE env = ` + a.add(f.Env)
+		q += ` AND env = ` + a.add(f.Env)
+	}
+	if f.Org != "" {
+		q += ` AND org = ` + a.add(f.Org)
 	}
 	q += ` ORDER BY seq DESC LIMIT ` + a.add(limitOf(f.Limit))
 	out, err := queryAll(ctx, s.db, func(r Row) (record.AuditEntry, error) {
 		var e record.AuditEntry
-		err := r.Scan(&e.Seq, timeCol{&e.At}, &e.Actor, &e.Action, &e.Env, &e.Target, &e.Detail)
+		err := r.Scan(&e.Seq, timeCol{&e.At}, &e.Actor, &e.Action, &e.Env, &e.Target, &e.Detail, &e.Org)
 		return e, err
 	}, q, a...)
 	return out, wrap("audit", err)

@@ -32,17 +32,17 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 	serverKeys := encodeList(a.ServerKeys)
 	// An unknown environment fails the foreign key: model.ErrNotFound.
 	_, err = s.db.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (env, name) DO UPDATE SET
-			state = excluded.state, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
+			state = excluded.state, note = excluded.note, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
 			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
 			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END,
 			server_keys = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys ELSE excluded.server_keys END,
 			server_keys_seq = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys_seq ELSE excluded.server_keys_seq END`,
 		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
-		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq)
+		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note)
 	return wrap("upsert agent "+a.Name, err)
 }
 
@@ -82,14 +82,41 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	}))
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq`
+// DeleteAgent implements Store.
+func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
+	return wrap("delete agent "+name, s.db.Tx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `DELETE FROM agents WHERE env = $1 AND name = $2`, env, name)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("agent %q of %s: %w", name, env, model.ErrNotFound)
+		}
+		for _, q := range []string{
+			// What the agent reported goes; what the released version
+			// wants of the name stays, unknown until an agent of that
+			// name reports again.
+			`DELETE FROM resource_status WHERE env = $1 AND agent = $2 AND state = 'orphaned'`,
+			`UPDATE resource_status SET state = 'available', compliance = 'unknown', message = '', last_verified = NULL,
+				seq = 0, compliance_seq = 0, updated_at = now() WHERE env = $1 AND agent = $2`,
+			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
+		} {
+			if _, err := tx.Exec(ctx, q, env, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note`
 
 func scanAgent(r Row) (record.Agent, error) {
 	var a record.Agent
 	var labels, facts, kinds, serverKeys []byte
 	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
 		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey,
-		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq); err != nil {
+		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq, &a.Note); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(serverKeys, &a.ServerKeys); err != nil {

@@ -11,12 +11,12 @@ import (
 	"github.com/tetherhq/tether/server/record"
 )
 
-const envColumns = `name, settings, created_at`
+const envColumns = `name, org, settings, created_at`
 
 func scanEnv(r Row) (record.Environment, error) {
 	var env record.Environment
 	var settings []byte
-	if err := r.Scan(&env.Name, &settings, timeCol{&env.CreatedAt}); err != nil {
+	if err := r.Scan(&env.Name, &env.Org, &settings, timeCol{&env.CreatedAt}); err != nil {
 		return env, err
 	}
 	if err := json.Unmarshal(settings, &env.Settings); err != nil {
@@ -37,8 +37,20 @@ func (s *SQL) CreateEnv(ctx context.Context, env record.Environment) error {
 	if env.CreatedAt.IsZero() {
 		env.CreatedAt = time.Now()
 	}
-	_, err = s.db.Exec(ctx, `INSERT INTO environments (name, settings, created_at) VALUES ($1, $2, $3)`,
-		env.Name, settings, env.CreatedAt)
+	if record.OrgOr(env.Org) == record.DefaultOrg {
+		// The column's default: the statement also suits a database
+		// from before organizations (the upgrade contract writes one).
+		_, err = s.db.Exec(ctx, `INSERT INTO environments (name, settings, created_at) VALUES ($1, $2, $3)`,
+			env.Name, settings, env.CreatedAt)
+		return wrap(fmt.Sprintf("create environment %q", env.Name), err)
+	}
+	// The organization must exist (SQLite has no foreign key for it):
+	// the insert takes its name from the organizations table.
+	n, err := s.db.Exec(ctx, `INSERT INTO environments (name, org, settings, created_at)
+		SELECT $1, name, $3, $4 FROM orgs WHERE name = $2`, env.Name, env.Org, settings, env.CreatedAt)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("organization %q: %w", env.Org, model.ErrNotFound)
+	}
 	return wrap(fmt.Sprintf("create environment %q", env.Name), err)
 }
 

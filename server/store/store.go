@@ -31,6 +31,8 @@ type Store interface {
 	Close() error
 	// Ping checks the store answers; ErrUnavailable when it does not.
 	Ping(ctx context.Context) error
+	// People keeps organizations, users and sessions.
+	People
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
 	CreateEnv(ctx context.Context, env record.Environment) error
@@ -117,6 +119,12 @@ type Store interface {
 	// and its deduplication marks go, so nothing the old key said holds
 	// the new one back.
 	ResetSequence(ctx context.Context, env, agent string) error
+	// DeleteAgent forgets an agent: its record, what it reported of its
+	// resources (they are available again, compliance unknown, as the
+	// released version wants them; orphaned ones go) and its
+	// deduplication marks (its actions and alerts stay, as history);
+	// ErrNotFound if unknown. Said hello again, it is new.
+	DeleteAgent(ctx context.Context, env, name string) error
 	// GetAgent returns one agent; ErrNotFound if unknown.
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	// ListAgents returns the environment's agents, by name.

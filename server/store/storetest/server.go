@@ -484,6 +484,71 @@ func testResetSequence(t *testing.T, s store.Store) {
 	}
 }
 
+// testDeleteAgent: a deleted agent's record and resource states go, other
+// agents' stay; said hello again, its old sequence holds nothing back.
+func testDeleteAgent(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x, y := file("a", "/x", "1"), file("b", "/y", "1")
+	v := mustPut(t, s, "prod", x, y)
+	mustRelease(t, s, "prod", v.Number)
+	for _, n := range []string{"a", "b"} {
+		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentPending, Note: "waiting for " + n}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetAgent(ctx, "prod", n); err != nil || got.Note != "waiting for "+n {
+			t.Fatalf("agent %s: note %q (%v), want %q", n, got.Note, err, "waiting for "+n)
+		}
+		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentAccepted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := s.GetAgent(ctx, "prod", "b"); got.Note != "" {
+		t.Fatalf("accepted agent's note %q, want it cleared", got.Note)
+	}
+	batch := func(agent string, r model.Resource, seq uint64) []store.ResultBatch {
+		return []store.ResultBatch{{Env: "prod", Agent: agent, Seq: seq, Version: v.Number, DeployID: "d", Results: []model.Result{result(r, model.StateDeployed, nil)}}}
+	}
+	for _, b := range [][]store.ResultBatch{batch("a", x, 100), batch("b", y, 100)} {
+		if _, err := s.RecordResults(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteAgent(ctx, "prod", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetAgent(ctx, "prod", "a"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("get a deleted agent: %v, want ErrNotFound", err)
+	}
+	sts := statusOf(t, s, "prod")
+	if x := sts["/x"]; x.State != model.StateAvailable || x.Compliance != model.ComplianceUnknown {
+		t.Fatalf("the deleted agent's resource: %s %s, want available and unknown (what it reported is forgotten)", x.State, x.Compliance)
+	}
+	if sts["/y"].State != model.StateDeployed {
+		t.Fatalf("the other agent's resource: %+v, want deployed", sts["/y"])
+	}
+	if b, err := s.GetAgent(ctx, "prod", "b"); err != nil || b.State != record.AgentAccepted {
+		t.Fatalf("the other agent: %+v %v", b, err)
+	}
+	if err := s.DeleteAgent(ctx, "prod", "a"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("delete it again: %v, want ErrNotFound", err)
+	}
+	// Back, as new: the batch numbered as before is not taken for a
+	// redelivery.
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := s.RecordResults(ctx, batch("a", x, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fresh[0] {
+		t.Fatal("the returned agent's first batch was dropped as a redelivery")
+	}
+	if x := statusOf(t, s, "prod")["/x"]; x.State != model.StateDeployed {
+		t.Fatalf("the returned agent's result: %s, want deployed", x.State)
+	}
+}
+
 // testFarAheadYields: a state numbered further ahead of a message than
 // store.ReorderWindow (a forged number) does not hold over it; order
 // within the window holds again after.

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DuplicateBatches", testDuplicateBatches},
 		{"OutOfOrderBatches", testOutOfOrderBatches},
 		{"ResetSequence", testResetSequence},
+		{"DeleteAgent", testDeleteAgent},
 		{"FarAheadYields", testFarAheadYields},
 		{"Compliance", testCompliance},
 		{"UpdateSettings", testUpdateSettings},
@@ -55,6 +56,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentPages", testAgentPages},
 		{"Rollouts", testRollouts},
 		{"Sources", testSources},
+		{"Orgs", testOrgs},
+		{"Users", testUsers},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

@@ -54,8 +54,8 @@ func Upgrade(t *testing.T, all Migrations, fresh func(t *testing.T) (open func(M
 			if v, err := s.SchemaVersion(ctx); err != nil || v != ms[steps-1].Version {
 				t.Fatalf("schema version %d (%v), want %d", v, err, ms[steps-1].Version)
 			}
-			if env, err := s.GetEnv(ctx, "old"); err != nil || env.Settings != settings {
-				t.Fatalf("environment from step %d: %+v, %v; want its settings kept", n, env, err)
+			if env, err := s.GetEnv(ctx, "old"); err != nil || env.Settings != settings || env.Org != record.DefaultOrg {
+				t.Fatalf("environment from step %d: %+v, %v; want its settings kept, in the default organization", n, env, err)
 			}
 		})
 	}

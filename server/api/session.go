@@ -1,0 +1,440 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// SessionCookie is the name of the cookie a logged-in browser sends.
+const SessionCookie = "tether_session"
+
+// People keeps organizations, users and their sessions (the store).
+type People interface {
+	CreateOrg(ctx context.Context, o record.Org) error
+	ListOrgs(ctx context.Context) ([]record.Org, error)
+	DeleteOrg(ctx context.Context, name string) error
+	CreateUser(ctx context.Context, u record.User) error
+	GetUser(ctx context.Context, org, name string) (record.User, error)
+	UserByID(ctx context.Context, id string) (record.User, error)
+	ListUsers(ctx context.Context, org string) ([]record.User, error)
+	UpdateUser(ctx context.Context, org, name string, fn func(*record.User) error) (record.User, error)
+	DeleteUser(ctx context.Context, org, name string) error
+	CreateSession(ctx context.Context, s record.Session) error
+	SessionByHash(ctx context.Context, hash []byte) (record.Session, error)
+	TouchSession(ctx context.Context, hash []byte, at time.Time) error
+	DeleteSession(ctx context.Context, hash []byte) error
+}
+
+// session is the session a request was authenticated by.
+type session struct {
+	record.Session
+	secret string
+}
+
+// sessionSecret returns the request's session cookie, if any.
+func sessionSecret(req *http.Request) string {
+	c, err := req.Cookie(SessionCookie)
+	if err != nil || len(c.Value) > 256 {
+		return ""
+	}
+	return c.Value
+}
+
+// credentialed reports whether the request carries a credential: a bearer
+// token or a session cookie.
+func credentialed(req *http.Request) bool { return bearer(req) != "" || sessionSecret(req) != "" }
+
+// authenticate finds who calls: the bearer token, else the session
+// cookie. A client whose recent authentications failed too often is
+// refused before its credential is looked up (AuthFailureRate).
+func (a *API) authenticate(r *request) (record.Principal, error) {
+	secret, cookie := bearer(r.Request()), false
+	if secret == "" {
+		secret, cookie = sessionSecret(r.Request()), true
+	}
+	if secret == "" {
+		return record.Principal{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether.toml), or log in (POST /api/v1/session)", "no bearer token")
+	}
+	client := a.client(r.Request())
+	if wait := a.authFailures.Wait(client, a.now()); wait > 0 {
+		return record.Principal{}, rateLimited(wait, "too many failed authentications from this address",
+			"wait the Retry-After seconds, and check the tokens sent from here: too many were unknown, revoked or expired")
+	}
+	failed := func(e *Error) (record.Principal, error) {
+		a.authFailures.Take(client, a.now())
+		return record.Principal{}, e
+	}
+	if cookie {
+		return a.authenticateSession(r, secret, failed)
+	}
+	if len(secret) > 256 {
+		return failed(newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token"))
+	}
+	tok, err := a.svc.Tokens.TokenByHash(r.ctx(), record.HashSecret(secret))
+	if errors.Is(err, model.ErrNotFound) {
+		return failed(newError("unauthorized", "check the token, or ask an admin for a new one", "unknown or revoked token"))
+	}
+	if err != nil {
+		return record.Principal{}, err
+	}
+	if tok.Expired(a.now()) {
+		return failed(newError("unauthorized", "ask an admin for a new token", "token %q expired at %s", tok.Name, tok.ExpiresAt.Format(time.RFC3339)))
+	}
+	var owner *record.User
+	if tok.Owner != "" && a.svc.People != nil {
+		u, err := a.svc.People.UserByID(r.ctx(), tok.Owner)
+		if errors.Is(err, model.ErrNotFound) {
+			return failed(newError("unauthorized", "ask an admin for a new token", "token %q: its user was deleted", tok.Name))
+		}
+		if err != nil {
+			return record.Principal{}, err
+		}
+		owner = &u
+	}
+	r.token = tok
+	return record.TokenPrincipal(tok, owner), nil
+}
+
+func (a *API) authenticateSession(r *request, secret string, failed func(*Error) (record.Principal, error)) (record.Principal, error) {
+	again := "log in again (POST /api/v1/session)"
+	if a.svc.People == nil {
+		return failed(newError("unauthorized", "use a bearer token", "this server has no users"))
+	}
+	hash := record.HashSecret(secret)
+	se, err := a.svc.People.SessionByHash(r.ctx(), hash)
+	if errors.Is(err, model.ErrNotFound) {
+		return failed(newError("unauthorized", again, "unknown or ended session"))
+	}
+	if err != nil {
+		return record.Principal{}, err
+	}
+	now := a.now()
+	if se.Expired(now, a.cfg.SessionIdle) {
+		if err := a.svc.People.DeleteSession(r.ctx(), hash); err != nil {
+			return record.Principal{}, err
+		}
+		return failed(newError("unauthorized", again, "session expired"))
+	}
+	u, err := a.svc.People.UserByID(r.ctx(), se.UserID)
+	if errors.Is(err, model.ErrNotFound) {
+		return failed(newError("unauthorized", again, "unknown or ended session"))
+	}
+	if err != nil {
+		return record.Principal{}, err
+	}
+	// The last use is written at most once a minute: not a write per
+	// request, and the idle window is far longer.
+	if now.Sub(se.LastSeen) > time.Minute {
+		if err := a.svc.People.TouchSession(r.ctx(), hash, now.UTC()); err != nil {
+			return record.Principal{}, err
+		}
+		se.LastSeen = now.UTC()
+	}
+	r.session = &session{Session: se, secret: secret}
+	r.token = record.Token{ID: u.ID, Name: u.Name, Role: u.Role, Org: u.Org, CreatedBy: u.CreatedBy, CreatedAt: u.CreatedAt}
+	return record.UserPrincipal(u), nil
+}
+
+// unsafe reports whether a method changes something (and so needs the
+// CSRF token with a session).
+func unsafe(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// checkCSRF refuses a change made with a session cookie that does not
+// carry the session's CSRF token (header X-CSRF-Token, or form field csrf).
+func (a *API) checkCSRF(r *request) error {
+	if r.session == nil || !unsafe(r.Request().Method) {
+		return nil
+	}
+	got := r.Request().Header.Get("X-CSRF-Token")
+	if got == "" && strings.HasPrefix(r.Request().Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		req := r.Request()
+		req.Body = http.MaxBytesReader(r.Response().Writer, req.Body, a.cfg.MaxBody)
+		got = req.PostFormValue("csrf")
+	}
+	want := record.CSRFToken(r.session.secret)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		return newError("csrf_failed", "send the session's CSRF token (GET /api/v1/session) in the X-CSRF-Token header, or the form field csrf",
+			"%s with a session cookie needs the session's CSRF token", r.Request().Method)
+	}
+	return nil
+}
+
+// SessionRequest logs in.
+type SessionRequest struct {
+	// Org is the user's organization (default: the default one).
+	Org      string `json:"org,omitempty"`
+	Name     string `json:"name"`
+	Password string `json:"password"`
+}
+
+// SessionView is a session as its user sees it.
+type SessionView struct {
+	User      record.User `json:"user"`
+	Org       string      `json:"org"`
+	CSRF      string      `json:"csrf"`
+	ExpiresAt time.Time   `json:"expires_at"`
+}
+
+func (a *API) people() (People, error) {
+	if a.svc.People == nil {
+		return nil, newError("conflict", "use a bearer token", "this server has no users")
+	}
+	return a.svc.People, nil
+}
+
+// login checks a user name and password and starts a session. Failures
+// are throttled per user name and per client address, and written to the
+// audit log; a run of them raises a security entry there and a warning in
+// the server's log.
+func (a *API) login(r *request) (int, any, error) {
+	people, err := a.people()
+	if err != nil {
+		return 0, nil, err
+	}
+	var req SessionRequest
+	if err := a.decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	org := record.OrgOr(req.Org)
+	if err := record.ValidateOrgName(org); err != nil {
+		return 0, nil, newError("invalid", "", "%v", err)
+	}
+	if err := record.ValidateUserName(req.Name); err != nil {
+		return 0, nil, newError("invalid", "", "%v", err)
+	}
+	if len(req.Password) > record.MaxPasswordLen {
+		return 0, nil, newError("invalid", "", "password: want at most %d characters", record.MaxPasswordLen)
+	}
+	client := a.client(r.Request()).String()
+	userKey := org + "/" + req.Name
+	now := a.now()
+	if wait := max(a.loginNames.wait(now, userKey), a.loginAddrs.wait(now, client)); wait > 0 {
+		return 0, nil, rateLimited(wait, "too many failed logins for this user or from this address",
+			"wait the Retry-After seconds; an admin can set a new password (tether user passwd)")
+	}
+	u, err := people.GetUser(r.ctx(), org, req.Name)
+	if err != nil && !errors.Is(err, model.ErrNotFound) {
+		return 0, nil, err
+	}
+	ok, err := a.checkPassword(r.ctx(), u.Password, req.Password)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !ok {
+		a.loginFailed(r, org, req.Name, client, now)
+		return 0, nil, newError("unauthorized", "check the organization, user name and password", "wrong user name or password")
+	}
+	a.loginNames.succeeded(userKey)
+	a.loginAddrs.succeeded(client)
+	secret, err := record.NewSessionSecret()
+	if err != nil {
+		return 0, nil, err
+	}
+	se := record.Session{Hash: record.HashSecret(secret), UserID: u.ID, CreatedAt: now.UTC(), LastSeen: now.UTC(), ExpiresAt: now.Add(a.cfg.SessionMaxAge).UTC()}
+	if err := people.CreateSession(r.ctx(), se); err != nil {
+		return 0, nil, err
+	}
+	r.SetCookie(&http.Cookie{Name: SessionCookie, Value: secret, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.Request().TLS != nil || a.cfg.SecureCookies, Expires: se.ExpiresAt, MaxAge: int(a.cfg.SessionMaxAge / time.Second)})
+	r.who = record.UserPrincipal(u)
+	r.token = record.Token{ID: u.ID, Name: u.Name}
+	return http.StatusOK, SessionView{User: u, Org: u.Org, CSRF: record.CSRFToken(secret), ExpiresAt: se.ExpiresAt}, nil
+}
+
+// dummyHash is checked against when the user does not exist, so that a
+// wrong name costs as long as a wrong password.
+var dummyHash = sync.OnceValue(func() string {
+	h, _ := record.HashPassword("no such user", record.DefaultPasswordParams)
+	return h
+})
+
+// checkPassword checks pw against the encoded hash (a made-up one when
+// encoded is empty), at most a few at once: each takes tens of MiB.
+func (a *API) checkPassword(ctx context.Context, encoded, pw string) (bool, error) {
+	select {
+	case a.hashing <- struct{}{}:
+		defer func() { <-a.hashing }()
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	if encoded == "" {
+		_, _ = record.CheckPassword(dummyHash(), pw)
+		return false, nil
+	}
+	ok, err := record.CheckPassword(encoded, pw)
+	if err != nil {
+		return false, fmt.Errorf("check password: %w", err)
+	}
+	return ok, nil
+}
+
+// hashPassword hashes a new password, at most a few at once.
+func (a *API) hashPassword(ctx context.Context, pw string) (string, error) {
+	if err := record.ValidatePassword(pw); err != nil {
+		return "", newError("invalid", "choose a longer password (a passphrase of a few words is good)", "%v", err)
+	}
+	select {
+	case a.hashing <- struct{}{}:
+		defer func() { <-a.hashing }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return record.HashPassword(pw, a.cfg.Password)
+}
+
+// loginFailed counts a failed login, writes it to the audit log and, at
+// the alert threshold, raises a security entry and a warning.
+func (a *API) loginFailed(r *request, org, name, client string, now time.Time) {
+	fails := max(a.loginNames.failed(now, org+"/"+name), a.loginAddrs.failed(now, client))
+	e := record.AuditEntry{Org: org, Actor: model.Clip("login "+name+" from "+client, model.MaxAuditLen), Action: "session.login-failed",
+		Target: name, Detail: fmt.Sprintf("failure %d in a row", fails)}
+	if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
+		a.log.Error().Err(err).Str("action", e.Action).Msg("audit log entry lost")
+	}
+	if fails == a.cfg.LoginAlertAfter {
+		a.log.Warn().Str("org", org).Str("user", name).Str("client", client).Int("failures", fails).Msg("security: repeated failed logins")
+		e.Action, e.Detail = "security.login-failures", fmt.Sprintf("%d failed logins in a row: the user name or address is held back", fails)
+		if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
+			a.log.Error().Err(err).Str("action", e.Action).Msg("audit log entry lost")
+		}
+	}
+}
+
+func (a *API) getSession(r *request) (int, any, error) {
+	if r.session == nil {
+		return 0, nil, newError("unauthorized", "log in (POST /api/v1/session)", "no session: this request came with a bearer token")
+	}
+	u, err := a.svc.People.UserByID(r.ctx(), r.session.UserID)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, SessionView{User: u, Org: u.Org, CSRF: record.CSRFToken(r.session.secret), ExpiresAt: r.session.ExpiresAt}, nil
+}
+
+func (a *API) logout(r *request) (int, any, error) {
+	if r.session == nil {
+		return 0, nil, newError("unauthorized", "", "no session: this request came with a bearer token")
+	}
+	if err := a.svc.People.DeleteSession(r.ctx(), r.session.Hash); err != nil {
+		return 0, nil, err
+	}
+	r.SetCookie(&http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.Request().TLS != nil || a.cfg.SecureCookies, MaxAge: -1})
+	return http.StatusNoContent, nil, nil
+}
+
+// throttle holds back logins after failures, per key (a user name, a
+// client address): the first free failures cost nothing, each further
+// one doubles a wait (from a second, at most max) before the next try.
+// A success forgets the key. Keys unused for max are forgotten, and at
+// most maxKeys are kept (the oldest go first), so a flood of made-up
+// names cannot grow it without bound.
+type throttle struct {
+	free int
+	max  time.Duration
+
+	mu   sync.Mutex
+	keys map[string]*failures
+}
+
+type failures struct {
+	n     int
+	until time.Time
+	last  time.Time
+}
+
+const maxThrottleKeys = 100_000
+
+func newThrottle(free int, max time.Duration) *throttle {
+	return &throttle{free: free, max: max, keys: map[string]*failures{}}
+}
+
+// wait is how long the keys must wait before another try (0: none).
+func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var w time.Duration
+	for _, k := range keys {
+		if f := t.keys[k]; f != nil && f.until.After(now) {
+			w = max(w, f.until.Sub(now))
+		}
+	}
+	return w
+}
+
+// failed counts a failure of each key; it returns the largest count.
+func (t *throttle) failed(now time.Time, keys ...string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.keys) >= maxThrottleKeys {
+		t.sweep(now)
+	}
+	most := 0
+	for _, k := range keys {
+		f := t.keys[k]
+		if f == nil {
+			f = &failures{}
+			t.keys[k] = f
+		}
+		f.n++
+		f.last = now
+		if over := f.n - t.free; over > 0 {
+			d := t.max
+			if over < 30 && time.Second<<(over-1) < t.max {
+				d = time.Second << (over - 1)
+			}
+			f.until = now.Add(d)
+		}
+		most = max(most, f.n)
+	}
+	return most
+}
+
+func (t *throttle) succeeded(keys ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range keys {
+		delete(t.keys, k)
+	}
+}
+
+// sweep forgets keys unused for max, then, if still full, the oldest half.
+func (t *throttle) sweep(now time.Time) {
+	var oldest time.Time
+	for k, f := range t.keys {
+		if now.Sub(f.last) > t.max {
+			delete(t.keys, k)
+		} else if oldest.IsZero() || f.last.Before(oldest) {
+			oldest = f.last
+		}
+	}
+	if len(t.keys) < maxThrottleKeys {
+		return
+	}
+	mid := oldest.Add(now.Sub(oldest) / 2)
+	for k, f := range t.keys {
+		if f.last.Before(mid) || len(t.keys) >= maxThrottleKeys {
+			delete(t.keys, k)
+		}
+	}
+}
+
+// newID returns a fresh ID for a user.
+func newID() string { return uuid.NewString() }
