@@ -152,6 +152,7 @@ func newApp(term *terminal) *ucli.App {
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
+			releaseCommand(term),
 			completionCommand(term),
 			manCommand(term),
 		),

@@ -311,6 +311,17 @@ func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeo
 			}
 			return r, nil
 		}
+		if ro := r.Rollout; ro != nil && (ro.Stage == record.StageHalted || ro.Stage == record.StageWaiting) {
+			if !quiet && term.progress {
+				fmt.Fprintln(term.stderr)
+			}
+			why := "halted: more agents failed than release_max_failed allows; agents not reached keep the version they had"
+			if ro.Stage == record.StageWaiting {
+				why = "waiting for an operator to continue (release_advance = manual)"
+			}
+			return r, &exitError{code: exitFailed, err: fmt.Errorf("release %s: staged rollout %s at wave %d of %d; see tether release status %s, then continue or abort it",
+				r.ID, why, ro.Wave+1, len(ro.Waves), r.ID)}
+		}
 		if time.Now().After(deadline) {
 			notice.end()
 			return r, fmt.Errorf("release %s: still sending after %s (%s%s); it goes on on the server: tether version releases %s", r.ID, timeout, releaseCounts(r), waitingFor(waiting), r.ID)
@@ -329,6 +340,9 @@ func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeo
 func releaseOutcome(r record.Release) error {
 	if r.State == record.ReleaseFailed {
 		return &exitError{code: exitFailed, err: fmt.Errorf("release %s of version %d: %s", r.ID, r.Version, r.Note)}
+	}
+	if r.Rollout != nil && r.Rollout.Stage == record.StageAborted {
+		return &exitError{code: exitFailed, err: fmt.Errorf("release %s of version %d: the staged rollout was aborted: %s", r.ID, r.Version, r.Note)}
 	}
 	return nil
 }

@@ -499,6 +499,13 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	case !errors.Is(err, model.ErrNotFound):
 		return err
 	}
+	// An agent a staged rollout has not reached holds the version it is
+	// pinned to: told the released one, it would refuse its own as older.
+	if pin, ok, err := s.store.AgentPin(ctx, a.Env, a.Name); err != nil {
+		return err
+	} else if ok {
+		released = pin
+	}
 	// The rollover of the server's key comes with it, when the agent
 	// lacks it (answerHello).
 	paused := a.Paused || env.Settings.Halted

@@ -95,12 +95,39 @@ func (s *Server) Release(ctx context.Context, env string, n int64) (record.Relea
 	if err != nil {
 		return record.Released{}, err
 	}
+	e, err := s.store.GetEnv(ctx, env)
+	if err != nil {
+		return record.Released{}, err
+	}
+	var ro *record.Rollout
+	var agents int
+	if e.Settings.Release.Staged() {
+		var prev int64
+		switch cur, err := s.store.ReleasedVersion(ctx, env); {
+		case err == nil:
+			prev = cur.Number
+		case !errors.Is(err, model.ErrNotFound):
+			return record.Released{}, err
+		}
+		if ro, agents, err = s.planRollout(ctx, env, n, prev, e.Settings.Release); err != nil {
+			return record.Released{}, err
+		}
+	}
 	v, err := s.store.Release(ctx, env, n)
 	if err != nil {
 		return record.Released{Version: v}, err
 	}
 	out := record.Released{Version: v}
-	rel, err := s.startRelease(ctx, env, n)
+	var rel record.Release
+	if ro != nil {
+		rel, err = s.startRollout(ctx, env, n, ro, agents)
+	} else {
+		// Released to every agent: none keeps an older version.
+		if err := s.store.UnpinAgents(ctx, env, nil); err != nil {
+			s.log.Error().Err(err).Str("env", env).Msg("cannot let agents left on an older version by a staged rollout take the new one; they keep it until the next release")
+		}
+		rel, err = s.startRelease(ctx, env, n)
+	}
 	if err != nil {
 		s.log.Error().Err(err).Str("env", env).Int64("version", n).Msg("version released but its fan-out could not be recorded; agents get it on their next hello")
 		return out, nil
@@ -254,7 +281,12 @@ func (s *Server) fanOut(ctx context.Context, r record.Release) {
 	}
 	defer lease.Release()
 	// Read again under the lease: another server may have ended it.
-	if cur, err := s.store.GetRelease(ctx, r.Env, r.ID); err != nil || cur.State != record.ReleaseRunning {
+	cur, err := s.store.GetRelease(ctx, r.Env, r.ID)
+	if err != nil || cur.State != record.ReleaseRunning {
+		return
+	}
+	if cur.Rollout != nil {
+		s.driveRollout(ctx, cur, log)
 		return
 	}
 	started := time.Now()

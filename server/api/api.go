@@ -227,6 +227,9 @@ type Exporter interface {
 type Releases interface {
 	ListReleases(ctx context.Context, env string, limit int) ([]record.Release, error)
 	GetRelease(ctx context.Context, env, id string) (record.Release, error)
+	// ContinueRelease and AbortRelease act on a running staged rollout.
+	ContinueRelease(ctx context.Context, env, id string) (record.Release, error)
+	AbortRelease(ctx context.Context, env, id string) (record.Release, error)
 }
 
 // Resources reads resources, their state and their history.

@@ -593,6 +593,45 @@ func (a *API) getRelease(r *request) (int, any, error) {
 	return http.StatusOK, rel, err
 }
 
+// rolloutVerb continues or aborts a running staged rollout. A release that
+// is not staged, or has ended, is refused (409 not_staged,
+// release_finished) and nothing changes.
+func (a *API) rolloutVerb(verb string) func(r *request) (int, any, error) {
+	return func(r *request) (int, any, error) {
+		env, err := a.existingEnv(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		id := r.Param("id")
+		if a.svc.Releases == nil {
+			return 0, nil, newError("not_found", "", "no release %q in %s", clip(id), env)
+		}
+		act := a.svc.Releases.ContinueRelease
+		if verb == "abort" {
+			act = a.svc.Releases.AbortRelease
+		}
+		rel, err := act(r.ctx(), env, id)
+		switch {
+		case isNotFound(err):
+			return 0, nil, newError("not_found", "list the releases: tether version releases", "no release %q in %s", clip(id), env)
+		case errors.Is(err, record.ErrNotStaged):
+			return 0, nil, newError("not_staged", "only a release made in waves (release_strategy = waves) can be continued or aborted",
+				"release %s of %s went to every agent at once: nothing to %s, nothing changed", clip(id), env, verb)
+		case errors.Is(err, record.ErrReleaseFinished):
+			stage := "done"
+			if cur, gerr := a.svc.Releases.GetRelease(r.ctx(), env, id); gerr == nil && cur.Rollout != nil {
+				stage = string(cur.Rollout.Stage)
+			}
+			return 0, nil, newError("release_finished", "tether release status shows how it ended; release a version again to change what agents hold",
+				"release %s of %s has ended (%s): nothing to %s, nothing changed", clip(id), env, stage, verb)
+		case err != nil:
+			return 0, nil, err
+		}
+		r.detail = verb + " release " + rel.ID
+		return http.StatusOK, rel, nil
+	}
+}
+
 // releaseError explains a release that was refused.
 func (a *API) releaseError(r *request, env string, n int64, err error) error {
 	if isNotFound(err) {

@@ -133,6 +133,23 @@ var (
 		"note":          map[string]any{"type": "string", "description": "why a fan-out failed, or that a newer release superseded it"},
 		"started_at":    map[string]any{"type": "string", "format": "date-time"},
 		"finished_at":   map[string]any{"type": "string", "format": "date-time"},
+		"rollout":       rolloutSchema,
+	}}
+	strs          = map[string]any{"type": "array", "items": str}
+	rolloutSchema = map[string]any{"type": "object", "description": "A staged release's waves and where they stand (absent for a release to every agent at once).", "properties": map[string]any{
+		"stage":    map[string]any{"type": "string", "enum": []string{"deploying", "waiting", "halted", "aborted", "done"}},
+		"wave":     map[string]any{"type": "integer", "description": "index of the current wave"},
+		"sent":     map[string]any{"type": "integer", "description": "waves sent"},
+		"previous": map[string]any{"type": "integer", "description": "the version agents not reached keep (0: none)"},
+		"strategy": map[string]any{"type": "object", "description": "the environment's release settings when it started: mode, canary, waves, max_failed, advance"},
+		"waves": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+			"name": str, "agents": strs, "succeeded": integer, "failed": integer, "pending": integer,
+			"failed_agents": strs, "pending_agents": strs,
+		}}},
+		"continues": map[string]any{"type": "integer", "description": "operators' continues acted on"},
+		"asked":     map[string]any{"type": "integer", "description": "operators' continues asked for"},
+		"accepted":  map[string]any{"type": "integer", "description": "failed agents a continue accepted: the threshold counts the failures after them"},
+		"moved":     map[string]any{"type": "array", "items": str, "description": "agents put in a later wave for requiring an agent of that wave"},
 	}}
 	releasedSchema = map[string]any{"type": "object", "description": "The version released (its fields, as GET /envs/{env}/versions/{n} shows them), " +
 		"with the release's id and the release as it started.", "properties": map[string]any{

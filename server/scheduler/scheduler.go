@@ -65,6 +65,13 @@ type Deploys interface {
 	EndDeployAgents(ctx context.Context, env, id string, agents []string, why string) error
 }
 
+// Pins reads the versions agents keep while a staged rollout has not
+// reached them.
+type Pins interface {
+	AgentPin(ctx context.Context, env, agent string) (int64, bool, error)
+	AgentPins(ctx context.Context, env string) (map[string]int64, error)
+}
+
 // Store is everything the scheduler reads, and the deploys it records.
 type Store interface {
 	Environments
@@ -72,6 +79,7 @@ type Store interface {
 	Agents
 	Statuses
 	Deploys
+	Pins
 }
 
 // Sealer seals the sensitive values of resources to the one agent they
@@ -160,7 +168,11 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 	if err := s.ensureIndex(ctx, a.Env, v.Number); err != nil {
 		return err
 	}
-	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, v.Number)
+	to, err := s.versionFor(ctx, a.Env, a.Name, v.Number)
+	if err != nil || to == 0 {
+		return err // to 0: a staged rollout has not reached it, and it had no version before
+	}
+	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, to)
 	if errors.Is(err, record.ErrNoKeyAgreement) {
 		// Said again at each hello until the agent is upgraded: no
 		// retry of the hello would change it.
@@ -172,12 +184,23 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 	}
 	if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
 		id := uuid.NewString()
-		err = s.record(ctx, record.Deploy{ID: id, Env: a.Env, Kind: record.OpDeploy, Trigger: record.DeployByHello, Who: record.WhoServer, Version: v.Number}, a.Name)
+		err = s.record(ctx, record.Deploy{ID: id, Env: a.Env, Kind: record.OpDeploy, Trigger: record.DeployByHello, Who: record.WhoServer, Version: to}, a.Name)
 		if err == nil {
-			_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, id, bus.DeployIncremental, false, env.Settings.DriftPolicy)
+			_, err = s.sendDeploy(ctx, a.Env, a.Name, to, id, bus.DeployIncremental, false, env.Settings.DriftPolicy)
 		}
 	}
 	return err
+}
+
+// versionFor returns the version agent is to hold when released is the
+// environment's released version: the version a staged rollout that has
+// not reached it pins it to (0: none), else released.
+func (s *Scheduler) versionFor(ctx context.Context, env, agent string, released int64) (int64, error) {
+	pin, ok, err := s.store.AgentPin(ctx, env, agent)
+	if err != nil || !ok {
+		return released, err
+	}
+	return pin, nil
 }
 
 // laterText says what brings an agent a release it missed although
@@ -258,12 +281,29 @@ func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.D
 	for i, a := range targets {
 		names[i] = a.Name
 	}
+	// Agents a staged rollout has not reached keep their version.
+	pins, err := s.store.AgentPins(ctx, envName)
+	if err != nil {
+		return d, err
+	}
 	var errs []error
 	notSent := map[string][]string{}
 	for _, a := range targets {
-		_, err := s.sync(ctx, envName, a.Name, a.Generation, gen)
+		to := gen
+		if pin, ok := pins[a.Name]; ok {
+			if to = pin; to == 0 {
+				if d.Refused == nil {
+					d.Refused = map[string]string{}
+				}
+				d.Refused[a.Name] = fmt.Sprintf("%s: the staged rollout of version %d has not reached it, and it held no version before (tether release status)", a.Name, gen)
+				why := "not sent: the staged rollout has not reached it, and it held no version before"
+				notSent[why] = append(notSent[why], a.Name)
+				continue
+			}
+		}
+		_, err := s.sync(ctx, envName, a.Name, a.Generation, to)
 		if err == nil {
-			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, policy, opts)
+			err = s.sendOperation(ctx, envName, a.Name, to, d.ID, req, policy, opts)
 		}
 		switch {
 		case errors.Is(err, bus.ErrNoInbox), errors.Is(err, bus.ErrInboxFull):
@@ -321,7 +361,13 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 			behind[r.ID.Agent] = true
 		}
 	}
-	targets, err := s.active(ctx, envName, func(a record.Agent) bool { return behind[a.Name] })
+	// An agent a staged rollout has not reached is behind by design: the
+	// rollout, not a retry, brings it the version.
+	pins, err := s.store.AgentPins(ctx, envName)
+	if err != nil {
+		return Deployment{}, err
+	}
+	targets, err := s.active(ctx, envName, func(a record.Agent) bool { _, pinned := pins[a.Name]; return behind[a.Name] && !pinned })
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
@@ -416,10 +462,14 @@ func (s *Scheduler) StateRequest(ctx context.Context, env, agent string) error {
 	if err != nil {
 		return err
 	}
+	to, err := s.versionFor(ctx, env, agent, v.Number)
+	if err != nil || to == 0 {
+		return err
+	}
 	s.mu.Lock()
 	s.sent[agentKey{env, agent}] = 0
 	s.mu.Unlock()
-	_, err = s.sync(ctx, env, agent, 0, v.Number)
+	_, err = s.sync(ctx, env, agent, 0, to)
 	return err
 }
 

@@ -95,7 +95,8 @@ type Store interface {
 	// hash in each, newest first.
 	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
 	// PruneVersions deletes the oldest versions beyond the newest keep,
-	// never the released one, and the bodies no version uses any more. It
+	// never the released one nor one an agent is pinned to (PinAgents),
+	// and the bodies no version uses any more. It
 	// returns how many versions it deleted.
 	PruneVersions(ctx context.Context, env string, keep int) (int, error)
 
@@ -230,6 +231,20 @@ type Store interface {
 	// PruneReleases deletes env's releases beyond the newest keep, never
 	// a running one (keep 0 keeps all). It returns how many it deleted.
 	PruneReleases(ctx context.Context, env string, keep int) (int, error)
+	// ContinueRelease counts an operator's continue of the running staged
+	// rollout id (its driver acts on it). AbortRelease ends it as aborted
+	// with note. Both: ErrNotFound for no such release, ErrConflict for a
+	// release that is not staged (record.ErrNotStaged) or has ended.
+	ContinueRelease(ctx context.Context, env, id string) (record.Release, error)
+	AbortRelease(ctx context.Context, env, id, note string) (record.Release, error)
+	// PinAgents keeps agents on version (0: none) while a staged rollout
+	// has not reached them (an agent pinned already keeps its pin); UnpinAgents lets them take the released
+	// version again (agents nil: every agent of env). AgentPins and
+	// AgentPin read them.
+	PinAgents(ctx context.Context, env string, version int64, agents []string) error
+	UnpinAgents(ctx context.Context, env string, agents []string) error
+	AgentPins(ctx context.Context, env string) (map[string]int64, error)
+	AgentPin(ctx context.Context, env, agent string) (int64, bool, error)
 
 	// PutSource sets env's model source, replacing the one it had.
 	// ErrNotFound if the environment does not exist, ErrInvalid for a

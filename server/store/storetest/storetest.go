@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Releases", testReleases},
 		{"Deploys", testDeploys},
 		{"AgentPages", testAgentPages},
+		{"Rollouts", testRollouts},
 		{"Sources", testSources},
 		{"Orgs", testOrgs},
 		{"Users", testUsers},
