@@ -299,4 +299,9 @@ type DriftReport struct {
 	// Flapping is set while the resource drifts again and again: further
 	// reports are held back until it is stable.
 	Flapping bool `json:"flapping,omitempty"`
+	// Hash is the hash of the desired state the agent compared against
+	// (omitted by older agents): a report of the generation the agent
+	// holds also tells the compliance of a newer version's resource of the
+	// same intent, which the agent has not been sent yet.
+	Hash model.Hash `json:"hash,omitzero"`
 }

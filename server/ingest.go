@@ -578,7 +578,7 @@ func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope
 		id := r.ID
 		alerts = append(alerts, record.Alert{At: e.TS.UTC(), Env: a.Env, Agent: a.Name, Kind: record.AlertDrift, ID: &id,
 			Message: driftMessage(r), Changes: r.Changes, Compliance: r.Compliance, Version: body.Generation,
-			Healed: r.Healed && r.Compliance == model.Compliant, HealFailed: r.HealFailed && r.Compliance == model.NonCompliant})
+			Healed: r.Healed && r.Compliance == model.Compliant, HealFailed: r.HealFailed && r.Compliance == model.NonCompliant, Hash: r.Hash})
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts})
 	if err != nil || !fresh {

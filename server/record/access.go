@@ -146,6 +146,11 @@ type Alert struct {
 	// by drift policy and could not. Recording it also logs the failed
 	// heal in the resource's action log.
 	HealFailed bool `json:"heal_failed,omitempty"`
+	// Hash is the desired state's hash the agent compared against (zero
+	// when it did not say): a drift alert of an older version sets the
+	// compliance of a newer one whose resource has that hash (the same
+	// intent). Not kept.
+	Hash model.Hash `json:"-"`
 }
 
 // NewSecret returns a fresh API token secret: "tether_" and 32 random bytes

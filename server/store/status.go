@@ -317,7 +317,13 @@ func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error
 			}
 			k := StatusKey{b.Env, a.ID.String()}
 			if st := statuses[k]; st != nil {
-				changed[k] = st.applyVerification(a.Compliance, a.Version, seq, false) || changed[k]
+				version := a.Version
+				if st.Version > version && !a.Hash.IsZero() && bytes.Equal(st.Hash, a.Hash[:]) {
+					// Found against an older version holding the same
+					// intent: it is the newer one's compliance too.
+					version = st.Version
+				}
+				changed[k] = st.applyVerification(a.Compliance, version, seq, false) || changed[k]
 			}
 		}
 	}

@@ -697,6 +697,27 @@ func testCompliance(t *testing.T, s store.Store) {
 		t.Fatalf("w after its drift report, then its older deploy result: %s and %s, want deployed and non_compliant", st.State, st.Compliance)
 	}
 
+	// A report found against the older version v, sent before the agent
+	// was given v2: it tells y's compliance in v2 when it names the
+	// intent v2's y holds too (the same hash), and not otherwise.
+	if st := statusOf(t, s, "prod")["/y"]; st.Version != v2.Number || st.Compliance != model.NonCompliant {
+		t.Fatalf("y after v2's release: version %d, %s; want version %d, non_compliant", st.Version, st.Compliance, v2.Number)
+	}
+	yHash, _ := y.Hash()
+	for i, c := range []struct {
+		hash model.Hash
+		want model.Compliance
+	}{{model.Hash{}, model.NonCompliant}, {model.Hash{1}, model.NonCompliant}, {yHash, model.Compliant}} {
+		b := store.ResultBatch{Env: "prod", Agent: "a", Seq: uint64(30 + i), Version: v.Number, Alerts: []record.Alert{
+			{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &yID, Compliance: model.Compliant, Version: v.Number, Message: "healed", Changes: drifted, Healed: true, Hash: c.hash}}}
+		if _, err := s.RecordResults(ctx, []store.ResultBatch{b}); err != nil {
+			t.Fatal(err)
+		}
+		if st := statusOf(t, s, "prod")["/y"]; st.Compliance != c.want {
+			t.Fatalf("y after a heal of version %d naming hash %x: %s, want %s", v.Number, c.hash[:4], st.Compliance, c.want)
+		}
+	}
+
 	// An agent cannot report on another agent's resource.
 	other := file("b", "/x", "").ID
 	bad := store.ResultBatch{Env: "prod", Agent: "a", Seq: 7, Alerts: []record.Alert{{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &other, Message: "x"}}}
