@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"sort"
@@ -44,7 +45,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS", "NOTE")
+				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "VERSION", "LAST SEEN", "OS/ARCH", "LABELS", "NOTE")
 				for _, a := range as {
 					var labels []string
 					for k, v := range a.Labels {
@@ -52,7 +53,7 @@ func agentCommand(term *terminal) *ucli.Command {
 					}
 					sort.Strings(labels)
 					platform := platformOf(a.Facts)
-					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","), a.Note)
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), agentVersionText(a.Agent), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","), a.Note)
 				}
 				return t.flush()
 			}),
@@ -76,6 +77,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				case a.PreviousKey != "":
 					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
 				}
+				fmt.Fprintf(term.stdout, "  version     %s\n", agentVersionText(a.Agent))
 				if a.Note != "" {
 					fmt.Fprintf(term.stdout, "  note        %s\n", a.Note)
 				}
@@ -95,6 +97,15 @@ func agentCommand(term *terminal) *ucli.Command {
 			agentDeleteCommand(term),
 		},
 	}
+}
+
+// agentVersionText is an agent's version and protocol as shown: "v1.4.0
+// (protocol 1.1)"; an agent older than versions says neither.
+func agentVersionText(a record.Agent) string {
+	if a.AgentVersion == "" && a.Protocol == "" {
+		return "unknown (protocol 1.0)"
+	}
+	return fmt.Sprintf("%s (protocol %s)", cmp.Or(a.AgentVersion, "unknown"), cmp.Or(a.Protocol, "1.0"))
 }
 
 func agentTokenCommand(term *terminal) *ucli.Command {

@@ -182,7 +182,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 			relogin = b.Relogin
 		}
 		a, err := agent.New(agent.Config{
-			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
+			Env: env, Name: name, Version: readBuildInfo().Version, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
 			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather, Relogin: relogin,
 		}, b, reg, log)
