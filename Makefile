@@ -3,16 +3,18 @@
 
 GO      ?= go
 BIN     := bin/tether
+AGENT   := bin/tether-agent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/tetherhq/tether/cli.version=$(VERSION)
+LDFLAGS := -X github.com/tetherhq/tether/cli/agentcli.version=$(VERSION)
 
 .PHONY: all build test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
 
 all: build
 
-## build: compile the tether binary into bin/tether
+## build: compile the tether binary into bin/tether, and the agent-only tether-agent into bin/tether-agent
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(AGENT) ./cli/tether-agent
 
 ## man: the manual page, generated from the command tree, into bin/tether.1
 man: build

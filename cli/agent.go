@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
@@ -30,9 +32,9 @@ func agentCommand(term *terminal) *ucli.Command {
 		Name:  "agent",
 		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens",
 		Subcommands: []*ucli.Command{
-			agentRunCommand(term),
+			agentcli.RunCommand(term.stderr, func(c *ucli.Context) (zerolog.Logger, error) { return logger(c, term.stderr) }),
 			agentTokenCommand(term),
-			agentResetJournalCommand(term),
+			agentcli.ResetJournalCommand(term.stdout),
 			remoteCommand(term, "list", "agents with their state, whether they are online, and why one is not accepted (NOTE)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/agents")
 				if err != nil {
