@@ -9,6 +9,7 @@ LDFLAGS := -X github.com/tetherhq/tether/cli/agentcli.version=$(VERSION)
 
 PKG_VERSION ?= $(shell packaging/debversion.sh $(VERSION))
 ARCHES      ?= amd64 arm64
+DIST        ?= dist
 
 .PHONY: all build packages test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
 
@@ -20,15 +21,15 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(AGENT) ./cli/tether-agent
 
 ## packages: the Debian packages tether and tether-agent, amd64 and arm64, into dist/ (nfpm, pinned in packaging/go.mod)
-## (VERSION=v1.2.3 to name the build; the package version is derived from it by packaging/debversion.sh)
+## (VERSION=v1.2.3 names the build, the package version is derived from it by packaging/debversion.sh; ARCHES=amd64 one only; DIST=DIR elsewhere)
 packages:
-	@set -e; for arch in $(ARCHES); do \
+	@set -e; mkdir -p $(DIST); for arch in $(ARCHES); do \
 		CGO_ENABLED=0 GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o dist/stage/tether . ; \
 		CGO_ENABLED=0 GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o dist/stage/tether-agent ./cli/tether-agent ; \
 		for p in tether tether-agent; do \
-			(cd packaging && VERSION=$(PKG_VERSION) ARCH=$$arch $(GO) tool nfpm package -f $$p.yaml -p deb -t ../dist/) ; \
+			(cd packaging && VERSION=$(PKG_VERSION) ARCH=$$arch $(GO) tool nfpm package -f $$p.yaml -p deb -t $(abspath $(DIST))/) ; \
 		done; \
-	done; rm -rf dist/stage; ls -l dist/*.deb
+	done; rm -rf dist/stage; ls -l $(DIST)/*.deb
 
 ## man: the manual page, generated from the command tree, into bin/tether.1
 man: build

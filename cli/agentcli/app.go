@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/mattn/go-isatty"
@@ -21,7 +22,7 @@ import (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newApp(stdout, stderr).RunContext(ctx, args)
+	err := newApp(stdout, stderr).RunContext(ctx, hoistLogFlags(args))
 	switch {
 	case err == nil:
 		return 0
@@ -31,6 +32,34 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "tether-agent: %v\n", err)
 	return ExitCode(err)
+}
+
+// hoistLogFlags moves the logger's flags given after the command
+// (`tether-agent run --log-level info`, as `tether agent run` takes them)
+// before it, where urfave/cli looks for global flags.
+func hoistLogFlags(args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	global, rest := []string{args[0]}, []string{}
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, _, withValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "log-level" || name == "log-format") {
+			global = append(global, a)
+			if !withValue && i+1 < len(args) {
+				i++
+				global = append(global, args[i])
+			}
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return append(global, rest...)
 }
 
 func newApp(stdout, stderr io.Writer) *ucli.App {

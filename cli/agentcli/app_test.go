@@ -27,6 +27,9 @@ func TestMain(t *testing.T) {
 		{args: []string{"run", "--config", "/dev/null", "--env", "Bad Env"}, code: ExitUsage, stderr: "--env"},
 		{args: []string{"run", "--no-such-flag"}, code: ExitUsage, stderr: "see 'tether-agent run --help'"},
 		{args: []string{"--log-level", "loud", "run", "--env", "prod"}, code: ExitUsage, stderr: `--log-level "loud"`},
+		// After the command too, as the unit gives them and as tether agent run takes them.
+		{args: []string{"run", "--env", "prod", "--log-level", "loud"}, code: ExitUsage, stderr: `--log-level "loud"`},
+		{args: []string{"run", "--log-format=yaml", "--env", "prod"}, code: ExitUsage, stderr: `--log-format "yaml"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
