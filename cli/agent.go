@@ -35,6 +35,8 @@ func agentCommand(term *terminal) *ucli.Command {
 			agentcli.RunCommand(term.stderr, func(c *ucli.Context) (zerolog.Logger, error) { return logger(c, term.stderr) }),
 			agentTokenCommand(term),
 			agentcli.ResetJournalCommand(term.stdout),
+			agentInstallScriptCommand(term),
+			agentCloudInitCommand(term),
 			remoteCommand(term, "list", "agents with their state, whether they are online, and why one is not accepted (NOTE)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/agents")
 				if err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/tetherhq/tether/model/testenv"
 )
 
@@ -21,44 +23,11 @@ import (
 // edits, identity (key, name) and enrollment survived and that it reports
 // its new version, and purges: configuration and state gone.
 func TestDebianPackageLifecycle(t *testing.T) {
-	_, err := exec.LookPath("dpkg")
-	testenv.Need(t, err == nil, "no dpkg on this machine: the package lifecycle test needs a Debian system")
-	testenv.Need(t, os.Geteuid() == 0, "not root: dpkg -i needs root")
-	installed := exec.Command("dpkg-query", "-W", "-f", "${Status}", "tether-agent")
-	out, _ := installed.Output()
-	testenv.Need(t, !strings.Contains(string(out), "installed"),
-		"tether-agent is installed on this machine: the test would replace and purge it")
-	for _, p := range []string{"/etc/tether/agent.toml", "/var/lib/tether"} {
-		_, err := os.Stat(p)
-		testenv.Need(t, os.IsNotExist(err), p+" exists on this machine: the test would purge it")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	needDpkg(t)
 	dist := t.TempDir()
-	build := func(version string) string {
-		t.Helper()
-		make := exec.Command("make", "-C", root, "packages", "VERSION=v"+version, "ARCHES="+runtime.GOARCH, "DIST="+dist)
-		if out, err := make.CombinedOutput(); err != nil {
-			t.Fatalf("make packages VERSION=v%s: %v\n%s", version, err, out)
-		}
-		deb := filepath.Join(dist, fmt.Sprintf("tether-agent_%s_%s.deb", version, runtime.GOARCH))
-		if _, err := os.Stat(deb); err != nil {
-			t.Fatalf("make packages made no %s: %v", deb, err)
-		}
-		return deb
-	}
+	build := func(version string) string { return buildAgentPackage(t, dist, version) }
 	first, second := build("1.0.0"), build("1.0.1")
-	dpkg := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("dpkg", args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() { _ = exec.Command("dpkg", "--purge", "tether-agent").Run() })
+	dpkg := func(args ...string) string { return runDpkg(t, args...) }
 	dpkg("-i", first)
 	version := func() string {
 		out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "tether-agent").Output()
@@ -119,5 +88,151 @@ func TestDebianPackageLifecycle(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s after purge: %v, want it gone", p, err)
 		}
+	}
+}
+
+// needDpkg skips (or fails, where tests must run) a test that installs
+// tether-agent on this machine when it cannot, or would replace a real
+// installation; it purges the package when the test ends.
+func needDpkg(t *testing.T) {
+	t.Helper()
+	_, err := exec.LookPath("dpkg")
+	testenv.Need(t, err == nil, "no dpkg on this machine: the package tests need a Debian system")
+	testenv.Need(t, os.Geteuid() == 0, "not root: dpkg -i needs root")
+	out, _ := exec.Command("dpkg-query", "-W", "-f", "${Status}", "tether-agent").Output()
+	testenv.Need(t, !strings.Contains(string(out), "installed"),
+		"tether-agent is installed on this machine: the test would replace and purge it")
+	for _, p := range []string{"/etc/tether/agent.toml", "/var/lib/tether"} {
+		_, err := os.Stat(p)
+		testenv.Need(t, os.IsNotExist(err), p+" exists on this machine: the test would purge it")
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("dpkg", "--purge", "tether-agent").Run()
+		// What a test wrote before the package was in (they did not exist).
+		os.RemoveAll("/var/lib/tether")
+		os.Remove("/etc/tether/agent.toml")
+		os.Remove("/etc/tether") // if empty
+	})
+}
+
+// buildAgentPackage runs make packages for this machine's architecture
+// and returns the tether-agent package of version.
+func buildAgentPackage(t *testing.T, dist, version string) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	make := exec.Command("make", "-C", root, "packages", "VERSION=v"+version, "ARCHES="+runtime.GOARCH, "DIST="+dist)
+	if out, err := make.CombinedOutput(); err != nil {
+		t.Fatalf("make packages VERSION=v%s: %v\n%s", version, err, out)
+	}
+	deb := filepath.Join(dist, fmt.Sprintf("tether-agent_%s_%s.deb", version, runtime.GOARCH))
+	if _, err := os.Stat(deb); err != nil {
+		t.Fatalf("make packages made no %s: %v", deb, err)
+	}
+	return deb
+}
+
+// runDpkg runs dpkg, waiting while another install on this shared
+// machine holds its lock.
+func runDpkg(t *testing.T, args ...string) string {
+	t.Helper()
+	for tries := 0; ; tries++ {
+		out, err := exec.Command("dpkg", args...).CombinedOutput()
+		if err == nil {
+			return string(out)
+		}
+		if !strings.Contains(string(out), "lock") || tries == 120 {
+			t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
+// TestInstallScript makes a script with tether agent install-script, runs
+// it as root on this machine (no systemd: it starts the agent in the
+// background), and checks that the agent it started enrolled by the
+// script's token, trusting the server by the key the script names.
+func TestInstallScript(t *testing.T) {
+	needDpkg(t)
+	deb := buildAgentPackage(t, t.TempDir(), "1.0.0")
+	c := newCluster(t)
+	var out struct {
+		Script    string    `json:"script"`
+		ServerKey string    `json:"server_key"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	c.cliJSON(&out, "agent", "install-script", "--package", deb, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--label", "role=installed", "--token-ttl", "10m")
+	if out.ExpiresAt.IsZero() || time.Until(out.ExpiresAt) > 11*time.Minute || !strings.Contains(out.Script, out.ServerKey) {
+		t.Fatalf("install-script -o json: expires %s, server key %s; want a token for 10 minutes and the key in the script:\n%s", out.ExpiresAt, out.ServerKey, out.Script)
+	}
+	// The same through cloud-init's user-data: the files and the commands
+	// cloud-init reads.
+	var ci struct {
+		UserData string `json:"user_data"`
+	}
+	c.cliJSON(&ci, "agent", "cloud-init", "--package", deb, "--amqp", c.amqpURL, "--token-ttl", "10m")
+	var ud struct {
+		WriteFiles []struct{ Path, Permissions, Content string } `yaml:"write_files"`
+		RunCmd     [][]string                                    `yaml:"runcmd"`
+	}
+	if err := yaml.Unmarshal([]byte(ci.UserData), &ud); err != nil || !strings.HasPrefix(ci.UserData, "#cloud-config\n") {
+		t.Fatalf("cloud-init user-data does not parse (%v):\n%s", err, ci.UserData)
+	}
+	if len(ud.WriteFiles) != 1 || ud.WriteFiles[0].Path != "/etc/tether/agent.toml" || ud.WriteFiles[0].Permissions != "0600" ||
+		!strings.Contains(ud.WriteFiles[0].Content, out.ServerKey) || !strings.Contains(ud.WriteFiles[0].Content, `token = "tether`) {
+		t.Fatalf("cloud-init write_files %+v, want agent.toml, 0600, with a token and the server key %s", ud.WriteFiles, out.ServerKey)
+	}
+	if len(ud.RunCmd) != 1 || len(ud.RunCmd[0]) != 3 || ud.RunCmd[0][0] != "sh" || !strings.Contains(ud.RunCmd[0][2], "dpkg --force-confold -i") {
+		t.Fatalf("cloud-init runcmd %q, want one sh -c installing the package", ud.RunCmd)
+	}
+	if err := exec.Command("sh", "-n", "-c", ud.RunCmd[0][2]).Run(); err != nil {
+		t.Fatalf("cloud-init's runcmd is not valid sh: %v\n%s", err, ud.RunCmd[0][2])
+	}
+
+	script := filepath.Join(t.TempDir(), "install.sh")
+	if err := os.WriteFile(script, []byte(out.Script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile("/run/tether-agent.pid"); err == nil {
+			_ = exec.Command("kill", strings.TrimSpace(string(b))).Run()
+			time.Sleep(time.Second) // its goodbye, before the purge takes its state
+			os.Remove("/run/tether-agent.pid")
+			os.Remove("/var/log/tether-agent.log")
+		}
+	})
+	if b, err := exec.Command("sh", script).CombinedOutput(); err != nil {
+		t.Fatalf("the install script: %v\n%s", err, b)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.ToLower(strings.Split(host, ".")[0])
+	var a struct {
+		State        string            `json:"state"`
+		Online       bool              `json:"online"`
+		AgentVersion string            `json:"agent_version"`
+		Labels       map[string]string `json:"labels"`
+		Key          string            `json:"key_fingerprint"`
+	}
+	if !poll(60*time.Second, func() bool {
+		code, stdout, _ := c.run("agent", "show", name, "-o", "json")
+		return code == 0 && json.Unmarshal([]byte(stdout), &a) == nil && a.State == "accepted" && a.Online
+	}) {
+		log, _ := os.ReadFile("/var/log/tether-agent.log")
+		t.Fatalf("agent %s: %+v, want it accepted and online; its log:\n%s", name, a, log)
+	}
+	if a.AgentVersion != "v1.0.0" || a.Labels["role"] != "installed" {
+		t.Fatalf("agent %s: version %q, labels %v; want v1.0.0 and role=installed", name, a.AgentVersion, a.Labels)
+	}
+	conf, err := os.ReadFile("/etc/tether/agent.toml")
+	if err != nil || !strings.Contains(string(conf), out.ServerKey) {
+		t.Fatalf("/etc/tether/agent.toml: %q (%v), want the server key %s in it", conf, err, out.ServerKey)
+	}
+	if st, err := os.Stat("/etc/tether/agent.toml"); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("/etc/tether/agent.toml: %v (%v), want mode 0600 (it holds the token)", st, err)
 	}
 }
