@@ -150,20 +150,30 @@ func runDpkg(t *testing.T, args ...string) string {
 	}
 }
 
-// TestInstallScript makes a script with tether agent install-script, runs
-// it as root on this machine (no systemd: it starts the agent in the
-// background), and checks that the agent it started enrolled by the
-// script's token, trusting the server by the key the script names.
+// TestInstallScript makes a script with tether agent install-script and
+// runs it as root in a host of its own network behind NAT (a namespace:
+// the files are this machine's; no systemd, so the script starts the agent
+// in the background), and checks that the agent it started reached the
+// broker through the NAT and enrolled by the script's token, trusting the
+// server by the key the script names.
 func TestInstallScript(t *testing.T) {
 	needDpkg(t)
+	for _, tool := range []string{"ip", "iptables", "rabbitmqctl"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
+	}
 	deb := buildAgentPackage(t, t.TempDir(), "1.0.0")
 	c := newCluster(t)
+	n := setupNAT(t)
+	n.forward(t, 5672, 5672)
+	user, pass := rabbitUser(t)
+	agentURL := fmt.Sprintf("amqp://%s:%s@%s:5672/", user, pass, n.brokerIP)
 	var out struct {
 		Script    string    `json:"script"`
 		ServerKey string    `json:"server_key"`
 		ExpiresAt time.Time `json:"expires_at"`
 	}
-	c.cliJSON(&out, "agent", "install-script", "--package", deb, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--label", "role=installed", "--token-ttl", "10m")
+	c.cliJSON(&out, "agent", "install-script", "--package", deb, "--amqp", agentURL, "--amqp-namespace", c.ns, "--label", "role=installed", "--token-ttl", "10m")
 	if out.ExpiresAt.IsZero() || time.Until(out.ExpiresAt) > 11*time.Minute || !strings.Contains(out.Script, out.ServerKey) {
 		t.Fatalf("install-script -o json: expires %s, server key %s; want a token for 10 minutes and the key in the script:\n%s", out.ExpiresAt, out.ServerKey, out.Script)
 	}
@@ -203,7 +213,7 @@ func TestInstallScript(t *testing.T) {
 			os.Remove("/var/log/tether-agent.log")
 		}
 	})
-	if b, err := exec.Command("sh", script).CombinedOutput(); err != nil {
+	if b, err := exec.Command("ip", "netns", "exec", n.lan, "sh", script).CombinedOutput(); err != nil {
 		t.Fatalf("the install script: %v\n%s", err, b)
 	}
 	host, err := os.Hostname()
@@ -228,6 +238,15 @@ func TestInstallScript(t *testing.T) {
 	if a.AgentVersion != "v1.0.0" || a.Labels["role"] != "installed" {
 		t.Fatalf("agent %s: version %q, labels %v; want v1.0.0 and role=installed", name, a.AgentVersion, a.Labels)
 	}
+	// (rabbitmqctl may list a connection a moment after it opened.)
+	waitFor(t, 30*time.Second, "the broker to list the agent's connection from the NAT's address", func() bool {
+		for _, line := range strings.Split(run(t, "rabbitmqctl", "-q", "list_connections", "user", "peer_host"), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == user && f[1] == n.gwOut {
+				return true
+			}
+		}
+		return false
+	})
 	conf, err := os.ReadFile("/etc/tether/agent.toml")
 	if err != nil || !strings.Contains(string(conf), out.ServerKey) {
 		t.Fatalf("/etc/tether/agent.toml: %q (%v), want the server key %s in it", conf, err, out.ServerKey)
