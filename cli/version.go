@@ -14,6 +14,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
@@ -23,7 +24,7 @@ import (
 func versionCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:        "version",
-		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, plan, release)",
+		Usage:       "print the version of this tether binary and the agent protocol it speaks, or manage an environment's versions (list, show, diff, plan, release)",
 		UsageText:   "tether version [-o json]\n   tether version list|show|diff|plan|release …",
 		Flags:       []ucli.Flag{outputFlag()},
 		Subcommands: versionSubcommands(term),
@@ -37,7 +38,10 @@ func versionCommand(term *terminal) *ucli.Command {
 			}
 			bi := readBuildInfo()
 			if format == "json" {
-				return writeJSON(term.stdout, bi)
+				return writeJSON(term.stdout, struct {
+					buildInfo
+					Protocol string `json:"protocol"`
+				}{bi, bus.Protocol})
 			}
 			commit := ""
 			if bi.Commit != "" {
@@ -47,7 +51,7 @@ func versionCommand(term *terminal) *ucli.Command {
 				}
 				commit += ")"
 			}
-			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s\n", bi.Version, commit, bi.Go, bi.Platform)
+			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s, protocol %s\n", bi.Version, commit, bi.Go, bi.Platform, bus.Protocol)
 			return err
 		},
 	}
