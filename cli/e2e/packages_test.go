@@ -255,3 +255,55 @@ func TestInstallScript(t *testing.T) {
 		t.Fatalf("/etc/tether/agent.toml: %v (%v), want mode 0600 (it holds the token)", st, err)
 	}
 }
+
+// TestServerPackage installs the tether package built by make packages:
+// the tether system user is made, the configuration is the user's to
+// read and no one else's, the binary runs; purge removes the
+// configuration and state and leaves the user (made by the test, it is
+// removed after).
+func TestServerPackage(t *testing.T) {
+	_, err := exec.LookPath("dpkg")
+	testenv.Need(t, err == nil, "no dpkg on this machine: the package tests need a Debian system")
+	testenv.Need(t, os.Geteuid() == 0, "not root: dpkg -i needs root")
+	out, _ := exec.Command("dpkg-query", "-W", "-f", "${Status}", "tether").Output()
+	testenv.Need(t, !strings.Contains(string(out), "installed"), "the tether package is installed on this machine: the test would purge it")
+	for _, p := range []string{"/usr/bin/tether", "/etc/tether/server.toml", "/var/lib/tether-server"} {
+		_, err := os.Stat(p)
+		testenv.Need(t, os.IsNotExist(err), p+" exists on this machine: the test would replace or purge it")
+	}
+	hadUser := exec.Command("getent", "passwd", "tether").Run() == nil
+	t.Cleanup(func() {
+		_ = exec.Command("dpkg", "--purge", "tether").Run()
+		if !hadUser {
+			_ = exec.Command("userdel", "tether").Run()
+		}
+	})
+	dist := t.TempDir()
+	buildAgentPackage(t, dist, "1.0.0") // make packages builds both
+	runDpkg(t, "-i", filepath.Join(dist, fmt.Sprintf("tether_1.0.0_%s.deb", runtime.GOARCH)))
+	passwd, err := exec.Command("getent", "passwd", "tether").Output()
+	if err != nil || !strings.Contains(string(passwd), ":/var/lib/tether-server:") {
+		t.Fatalf("getent passwd tether: %q (%v), want the system user with home /var/lib/tether-server", passwd, err)
+	}
+	st, err := os.Stat("/etc/tether/server.toml")
+	if err != nil || st.Mode().Perm() != 0o640 {
+		t.Fatalf("/etc/tether/server.toml: %v (%v), want mode 0640", st, err)
+	}
+	group, err := exec.Command("stat", "-c", "%G", "/etc/tether/server.toml").Output()
+	if err != nil || strings.TrimSpace(string(group)) != "tether" {
+		t.Fatalf("/etc/tether/server.toml belongs to group %q (%v), want tether", group, err)
+	}
+	if v, err := exec.Command("/usr/bin/tether", "version").Output(); err != nil || !strings.HasPrefix(string(v), "tether v1.0.0 ") {
+		t.Fatalf("tether version: %q (%v), want v1.0.0", v, err)
+	}
+	runDpkg(t, "-i", filepath.Join(dist, fmt.Sprintf("tether_1.0.0_%s.deb", runtime.GOARCH))) // again: the user exists
+	runDpkg(t, "--purge", "tether")
+	for _, p := range []string{"/usr/bin/tether", "/etc/tether/server.toml", "/var/lib/tether-server", "/lib/systemd/system/tether-server.service"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s after purge: %v, want it gone", p, err)
+		}
+	}
+	if exec.Command("getent", "passwd", "tether").Run() != nil {
+		t.Error("the tether user is gone after purge: Debian keeps system users")
+	}
+}
