@@ -30,7 +30,7 @@ func agentCommand(term *terminal) *ucli.Command {
 		"   tether agent revoke web-7 --env prod"
 	return &ucli.Command{
 		Name:  "agent",
-		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens",
+		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens; make install scripts for new hosts",
 		Subcommands: []*ucli.Command{
 			agentcli.RunCommand(term.stderr, func(c *ucli.Context) (zerolog.Logger, error) { return logger(c, term.stderr) }),
 			agentTokenCommand(term),
