@@ -207,6 +207,9 @@ const MaxRefusalsTold = 8
 // Rejected says why the server does not enroll an agent.
 type Rejected struct {
 	Reason string `json:"reason"`
+	// Protocol is set when the server refuses the agent's protocol
+	// version: the server's own (bus.Protocol).
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // Facts is an agent's report of its facts and labels when they change.
@@ -220,6 +223,11 @@ type Heartbeat struct {
 	Generation int64 `json:"generation"`
 	// Outbox counts events waiting for the broker.
 	Outbox int `json:"outbox,omitempty"`
+	// Version is the version of the agent's build and Protocol the
+	// protocol it speaks (as in Hello): an agent upgraded in place says
+	// so without restarting its conversation. Empty from older agents.
+	Version  string `json:"version,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // DependencyStatus tells an agent where a resource of another agent stands.
@@ -248,6 +256,12 @@ type Hello struct {
 	// server.rollover announced; before enrollment, the one it expects.
 	// Empty from agents older than server key rollovers.
 	ServerKeys []string `json:"server_keys,omitempty"`
+	// Version is the version of the agent's build ("dev" for a build
+	// without one) and Protocol the protocol version it speaks
+	// (bus.Protocol): the server refuses an agent of a protocol it does
+	// not support. Empty from agents older than versions (protocol 1.0).
+	Version  string `json:"version,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // ResourceStatus carries a batch of results of one deploy (kind

@@ -7,8 +7,6 @@ import (
 	"maps"
 	"net/url"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +14,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
@@ -24,7 +24,7 @@ import (
 func versionCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:        "version",
-		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, plan, release)",
+		Usage:       "print the version of this tether binary and the agent protocol it speaks, or manage an environment's versions (list, show, diff, plan, release)",
 		UsageText:   "tether version [-o json]\n   tether version list|show|diff|plan|release …",
 		Flags:       []ucli.Flag{outputFlag()},
 		Subcommands: versionSubcommands(term),
@@ -38,7 +38,10 @@ func versionCommand(term *terminal) *ucli.Command {
 			}
 			bi := readBuildInfo()
 			if format == "json" {
-				return writeJSON(term.stdout, bi)
+				return writeJSON(term.stdout, struct {
+					buildInfo
+					Protocol string `json:"protocol"`
+				}{bi, bus.Protocol})
 			}
 			commit := ""
 			if bi.Commit != "" {
@@ -48,7 +51,7 @@ func versionCommand(term *terminal) *ucli.Command {
 				}
 				commit += ")"
 			}
-			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s\n", bi.Version, commit, bi.Go, bi.Platform)
+			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s, protocol %s\n", bi.Version, commit, bi.Go, bi.Platform, bus.Protocol)
 			return err
 		},
 	}
@@ -365,39 +368,10 @@ func printFanout(w io.Writer, f record.Fanout) {
 	}
 }
 
-// version is set at build time (-ldflags "-X github.com/tetherhq/tether/cli.version=v1.2.3");
-// otherwise it comes from the module's build information.
-var version = ""
+// buildInfo says which build this binary is.
+type buildInfo = agentcli.BuildInfo
 
-type buildInfo struct {
-	Version  string `json:"version"`
-	Commit   string `json:"commit,omitempty"`
-	Modified bool   `json:"modified,omitempty"`
-	Go       string `json:"go"`
-	Platform string `json:"platform"`
-}
-
-func readBuildInfo() buildInfo {
-	out := buildInfo{Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		out.Go = bi.GoVersion
-		if out.Version == "" {
-			out.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				out.Commit = s.Value
-			case "vcs.modified":
-				out.Modified = s.Value == "true"
-			}
-		}
-	}
-	if out.Version == "" || out.Version == "(devel)" {
-		out.Version = "dev"
-	}
-	return out
-}
+func readBuildInfo() buildInfo { return agentcli.ReadBuildInfo() }
 
 // compilerSalt identifies this tether binary: a rebuild, even of the same
 // version, may compile differently.

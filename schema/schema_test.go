@@ -49,6 +49,7 @@ var released = map[string]string{
 	"postgres/0013_actions_at.sql":    "978f80ca829a88ba51c2ff1ba327f55364a1b7124c436b0b9d787d4784829d3d",
 	"postgres/0015_rollouts.sql":      "c5ef6cbe088a7c480082a77ddad2249c67c8ce648f1d5aaddefa1234ac7d052a",
 	"postgres/0017_agent_note.sql":    "3637c77cad18b1fc87eecdc7f87e6479984d18112aca88f235b373bd6e66af77",
+	"postgres/0020_agent_version.sql": "7b2467da673d60122fcd188565ddfb931dd743dbb9934f922531872387415c48",
 	"sqlite/0001_init.sql":            "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
 	"sqlite/0002_server.sql":          "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
 	"sqlite/0003_agents.sql":          "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
@@ -64,6 +65,7 @@ var released = map[string]string{
 	"sqlite/0013_actions_at.sql":      "978f80ca829a88ba51c2ff1ba327f55364a1b7124c436b0b9d787d4784829d3d",
 	"sqlite/0015_rollouts.sql":        "90475da4034387a6dd428aba26dfc1c97e4950ab3b65dc56b27a6cafa5418013",
 	"sqlite/0017_agent_note.sql":      "3637c77cad18b1fc87eecdc7f87e6479984d18112aca88f235b373bd6e66af77",
+	"sqlite/0020_agent_version.sql":   "7b2467da673d60122fcd188565ddfb931dd743dbb9934f922531872387415c48",
 }
 
 func TestReleasedMigrationsUnchanged(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
 )
@@ -110,7 +111,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}
 	case record.AgentReject:
-		if err := s.refuse(ctx, a, "rejected by an operator"); err != nil {
+		if err := s.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
 		}
 		s.revoke(ctx, env, name)

@@ -255,6 +255,12 @@ type Agent struct {
 	// waiting for an operator to accept it, rejected. Empty once
 	// accepted.
 	Note string `json:"note,omitempty"`
+	// AgentVersion is the version of the agent's build and Protocol the
+	// protocol version it speaks ("major.minor"), as it last said (hello,
+	// heartbeats); empty from agents older than versions, which speak
+	// protocol 1.0.
+	AgentVersion string `json:"agent_version,omitempty"`
+	Protocol     string `json:"protocol,omitempty"`
 	// Paused agents are sent no deploy, repair or dry run until resumed,
 	// and heal no drift.
 	Paused bool `json:"paused"`

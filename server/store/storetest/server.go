@@ -492,11 +492,13 @@ func testDeleteAgent(t *testing.T, s store.Store) {
 	v := mustPut(t, s, "prod", x, y)
 	mustRelease(t, s, "prod", v.Number)
 	for _, n := range []string{"a", "b"} {
-		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentPending, Note: "waiting for " + n}); err != nil {
+		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentPending, Note: "waiting for " + n,
+			AgentVersion: "v1.2.3-" + n, Protocol: "1.1"}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.GetAgent(ctx, "prod", n); err != nil || got.Note != "waiting for "+n {
-			t.Fatalf("agent %s: note %q (%v), want %q", n, got.Note, err, "waiting for "+n)
+		if got, err := s.GetAgent(ctx, "prod", n); err != nil || got.Note != "waiting for "+n || got.AgentVersion != "v1.2.3-"+n || got.Protocol != "1.1" {
+			t.Fatalf("agent %s: note %q, version %q, protocol %q (%v), want %q, %q, %q", n, got.Note, got.AgentVersion, got.Protocol, err,
+				"waiting for "+n, "v1.2.3-"+n, "1.1")
 		}
 		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentAccepted}); err != nil {
 			t.Fatal(err)
