@@ -915,13 +915,8 @@ func (a *API) operation(op record.Operation) func(*request) (int, any, error) {
 				return 0, nil, err
 			}
 		}
-		if len(req.Agents) > model.MaxAgentsPerRequest {
-			return 0, nil, newError("invalid", "", "agents: %d names: at most %d", len(req.Agents), model.MaxAgentsPerRequest)
-		}
-		for i, name := range req.Agents {
-			if err := validAgentName(name); err != nil {
-				return 0, nil, newError("invalid", "", "agents[%d]: %v", i, err)
-			}
+		if err := validAgentNames(req.Agents); err != nil {
+			return 0, nil, err
 		}
 		d, err := a.svc.Operations.Deploy(r.ctx(), env, record.DeployRequest{Agents: req.Agents, Operation: op, Full: req.Full})
 		if err != nil && len(d.Agents) == 0 {
@@ -1444,4 +1439,18 @@ func (a *API) revokeEnrollToken(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, a.svc.Enrollment.DeleteEnrollToken(r.ctx(), env, id)
+}
+
+// validAgentNames checks the agent names a request lists: at most
+// model.MaxAgentsPerRequest, each a valid name.
+func validAgentNames(names []string) error {
+	if len(names) > model.MaxAgentsPerRequest {
+		return newError("invalid", "", "agents: %d names: at most %d", len(names), model.MaxAgentsPerRequest)
+	}
+	for i, name := range names {
+		if err := validAgentName(name); err != nil {
+			return newError("invalid", "", "agents[%d]: %v", i, err)
+		}
+	}
+	return nil
 }
