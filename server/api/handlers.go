@@ -646,11 +646,18 @@ func (a *API) listResources(r *request) (int, any, error) {
 	if f.Compliance != "" && !f.Compliance.Valid() {
 		return 0, nil, newError("bad_request", "", "compliance=%q: want compliant, non_compliant or unknown", clip(string(f.Compliance)))
 	}
+	p, err := r.page()
+	if err != nil {
+		return 0, nil, err
+	}
 	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
 	sts, err := a.svc.Resources.Statuses(r.ctx(), env, f)
-	return http.StatusOK, nonNil(sts), err
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, nonNil(cut(r, p, searchResources(sts, p.q))), nil
 }
 
 func (a *API) getResource(r *request) (int, any, error) {
@@ -738,17 +745,30 @@ func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
 }
 
 func (a *API) listAgents(r *request) (int, any, error) {
+	p, err := r.page()
+	if err != nil {
+		return 0, nil, err
+	}
+	f, err := r.agentFilter(p.q)
+	if err != nil {
+		return 0, nil, err
+	}
 	env, err := a.existingEnv(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	if err != nil {
+		return 0, nil, err
+	}
+	ags = slices.DeleteFunc(ags, func(ag record.Agent) bool { return !f.match(ag) })
+	ags = cut(r, p, ags)
 	out := make([]AgentView, 0, len(ags))
 	halted := a.halted(r, env)
 	for _, ag := range ags {
 		out = append(out, a.viewIn(ag, halted))
 	}
-	return http.StatusOK, out, err
+	return http.StatusOK, out, nil
 }
 
 // agentParams returns the environment and agent a request names.

@@ -97,12 +97,12 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/envs/:env/releases", role: record.RoleViewer, summary: "The environment's releases, newest first, with how far each fan-out to agents got", query: []string{"limit"}, returns: "[]Release", serve: a.listReleases},
 		{method: "GET", path: "/envs/:env/releases/:id", role: record.RoleViewer, summary: "One release: its version, state (running, done, failed), agents to reach, sent, up to date, and those pending with why and what brings them the version", returns: "Release", serve: a.getRelease},
 
-		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance", query: []string{"agent", "type", "state", "compliance"}, serve: a.listResources},
+		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance; with limit, a page of them (offset, q: text in the ID; the header X-Total-Count says how many match)", query: []string{"agent", "type", "state", "compliance", "q", "limit", "offset"}, serve: a.listResources},
 		{method: "GET", path: "/envs/:env/resources/:id", role: record.RoleViewer, summary: "Show a resource of the released version (id URL-escaped)", serve: a.getResource},
 		{method: "GET", path: "/envs/:env/resources/:id/log", role: record.RoleViewer, summary: "A resource's action log, newest first", query: []string{"limit"}, serve: a.resourceLog},
 		{method: "GET", path: "/envs/:env/resources/:id/history", role: record.RoleViewer, summary: "The versions that hold a resource, with its hash in each", serve: a.resourceHistory},
 
-		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not", serve: a.listAgents},
+		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not; state (pending, accepted, rejected), label (key=value or key) and q (text in the name or a label) filter them; with limit, a page of them (offset; the header X-Total-Count says how many match)", query: []string{"state", "label", "q", "limit", "offset"}, serve: a.listAgents},
 		{method: "GET", path: "/envs/:env/agents/:name", role: record.RoleViewer, summary: "Show an agent with its facts", serve: a.getAgent},
 		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", serve: a.inventory},
 		{method: "POST", path: "/envs/:env/agents/:name/accept", role: record.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", serve: a.agentAction(record.AgentAccept)},
