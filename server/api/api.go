@@ -463,6 +463,15 @@ func orDefault[T comparable](v *T, def T) {
 // own.
 func (a *API) Handler() http.Handler { return a.echo }
 
+// Mount serves h at every path of Handler the API does not answer itself
+// (the console, at /); paths under /api stay the API's, answered with its
+// JSON errors. Call it before serving.
+func (a *API) Mount(h http.Handler) {
+	a.echo.Any("/api/*", func(echo.Context) error { return echo.ErrNotFound })
+	a.echo.Any("/", echo.WrapHandler(h))
+	a.echo.Any("/*", echo.WrapHandler(h))
+}
+
 // OpsHandler returns what a listener of its own serves for operations:
 // /healthz, /readyz (saying why a check fails) and /metrics. It has no
 // rate limit: that listener is meant for a private network.

@@ -733,8 +733,14 @@ func (a *API) halted(r *request, env string) bool {
 	return err == nil && e.Settings.Halted
 }
 
+// online reports whether an agent is online: connected and heard from
+// within OfflineAfter.
+func (a *API) online(ag record.Agent) bool {
+	return ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter
+}
+
 func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
-	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter, Halted: halted}
+	v := AgentView{Agent: ag, Online: a.online(ag), Halted: halted}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
 	}
@@ -761,7 +767,7 @@ func (a *API) listAgents(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ags = slices.DeleteFunc(ags, func(ag record.Agent) bool { return !f.match(ag) })
+	ags = slices.DeleteFunc(ags, func(ag record.Agent) bool { return !f.match(ag, a.online) })
 	ags = cut(r, p, ags)
 	out := make([]AgentView, 0, len(ags))
 	halted := a.halted(r, env)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -65,6 +66,8 @@ type agentFilter struct {
 	labelKey   string
 	labelValue *string
 	q          string
+	// online, when set, keeps accepted agents online (true) or offline.
+	online *bool
 }
 
 func (r *request) agentFilter(q string) (agentFilter, error) {
@@ -73,6 +76,14 @@ func (r *request) agentFilter(q string) (agentFilter, error) {
 	case "", record.AgentPending, record.AgentAccepted, record.AgentRejected:
 	default:
 		return f, newError("bad_request", "", "state=%q: want pending, accepted or rejected", clip(string(f.state)))
+	}
+	switch o := r.QueryParam("online"); o {
+	case "":
+	case "true", "false":
+		b := o == "true"
+		f.online = &b
+	default:
+		return f, newError("bad_request", "", "online=%q: want true or false", clip(o))
 	}
 	if l := r.QueryParam("label"); l != "" {
 		k, v, ok := strings.Cut(l, "=")
@@ -84,8 +95,11 @@ func (r *request) agentFilter(q string) (agentFilter, error) {
 	return f, nil
 }
 
-func (f agentFilter) match(ag record.Agent) bool {
+func (f agentFilter) match(ag record.Agent, online func(record.Agent) bool) bool {
 	if f.state != "" && ag.State != f.state {
+		return false
+	}
+	if f.online != nil && (ag.State != record.AgentAccepted || online(ag) != *f.online) {
 		return false
 	}
 	if f.labelKey != "" {
@@ -117,4 +131,66 @@ func searchResources(sts []record.ResourceStatus, q string) []record.ResourceSta
 		}
 	}
 	return out
+}
+
+// Summary counts an environment's agents and resources, for an overview
+// of the fleet.
+type Summary struct {
+	Agents    AgentCounts    `json:"agents"`
+	Resources ResourceCounts `json:"resources"`
+}
+
+// AgentCounts counts agents: accepted ones online and offline, pending,
+// rejected and paused ones.
+type AgentCounts struct {
+	Online   int `json:"online"`
+	Offline  int `json:"offline"`
+	Pending  int `json:"pending"`
+	Rejected int `json:"rejected"`
+	Paused   int `json:"paused"`
+}
+
+// ResourceCounts counts the resources of the released version, by state
+// and by compliance.
+type ResourceCounts struct {
+	Total        int                         `json:"total"`
+	ByState      map[model.ResourceState]int `json:"by_state"`
+	ByCompliance map[model.Compliance]int    `json:"by_compliance"`
+}
+
+func (a *API) summary(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	if err != nil {
+		return 0, nil, err
+	}
+	var s Summary
+	for _, ag := range ags {
+		switch {
+		case ag.State == record.AgentPending:
+			s.Agents.Pending++
+		case ag.State == record.AgentRejected:
+			s.Agents.Rejected++
+		case a.online(ag):
+			s.Agents.Online++
+		default:
+			s.Agents.Offline++
+		}
+		if ag.Paused && ag.State == record.AgentAccepted {
+			s.Agents.Paused++
+		}
+	}
+	sts, err := a.svc.Resources.Statuses(r.ctx(), env, record.StatusFilter{})
+	if err != nil {
+		return 0, nil, err
+	}
+	s.Resources = ResourceCounts{Total: len(sts), ByState: map[model.ResourceState]int{}, ByCompliance: map[model.Compliance]int{}}
+	for _, st := range sts {
+		s.Resources.ByState[st.State]++
+		s.Resources.ByCompliance[st.Compliance]++
+	}
+	return http.StatusOK, s, nil
 }
