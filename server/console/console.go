@@ -202,6 +202,17 @@ func (p page) CanOperate() bool {
 	return p.Session != nil && p.Session.User.RoleIn(p.Env).Allows(record.RoleOperator)
 }
 
+// EnvListed reports whether the page's environment is one the user
+// sees (the navigation shows no other).
+func (p page) EnvListed() bool {
+	for _, e := range p.Envs {
+		if e.Name == p.Env {
+			return p.Env != ""
+		}
+	}
+	return false
+}
+
 // CanAdmin reports whether the user administers the organization.
 func (p page) CanAdmin() bool {
 	return p.Session != nil && p.Session.User.Role.Allows(record.RoleAdmin)

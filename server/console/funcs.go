@@ -94,7 +94,7 @@ var marks = map[string][2]string{
 	"released": {"★", "good"}, "succeeded": {"✔", "good"},
 	"failed": {"✖", "bad"}, "non_compliant": {"≠", "bad"}, "rejected": {"✖", "bad"}, "offline": {"○", "bad"}, "drift": {"≠", "bad"},
 	"security": {"⚠", "bad"}, "compile.failed": {"✖", "bad"}, "unavailable": {"✖", "bad"}, "undefined": {"?", "warn"},
-	"pending": {"◌", "warn"}, "deploying": {"↻", "warn"}, "running": {"↻", "warn"}, "available": {"◌", "warn"}, "paused": {"⏸", "warn"},
+	"pending": {"◌", "warn"}, "deploying": {"↻", "warn"}, "running": {"↻", "warn"}, "available": {"◌", "warn"}, "paused": {"‖", "warn"},
 	"unknown": {"?", "warn"}, "skipped": {"↷", "warn"}, "skipped_for_undefined": {"↷", "warn"}, "cancelled": {"↷", "warn"},
 	"orphaned": {"∅", "warn"}, "candidate": {"◌", "warn"}, "retired": {"·", "muted"},
 }
