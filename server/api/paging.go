@@ -119,20 +119,6 @@ func (f agentFilter) match(ag record.Agent, online func(record.Agent) bool) bool
 	return false
 }
 
-// searchResources keeps the statuses whose ID holds q.
-func searchResources(sts []record.ResourceStatus, q string) []record.ResourceStatus {
-	if q == "" {
-		return sts
-	}
-	out := sts[:0]
-	for _, s := range sts {
-		if strings.Contains(strings.ToLower(s.ID.String()), q) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // Summary counts an environment's agents and resources, for an overview
 // of the fleet.
 type Summary struct {

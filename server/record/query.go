@@ -13,6 +13,14 @@ type StatusFilter struct {
 	Type       string              `json:"type,omitempty"`
 	State      model.ResourceState `json:"state,omitempty"`
 	Compliance model.Compliance    `json:"compliance,omitempty"`
+	// Search keeps the statuses whose ID holds it (ASCII letters in any
+	// case).
+	Search string `json:"q,omitempty"`
+	// Limit, when above 0, keeps a page of at most Limit statuses from
+	// Offset, in the byte order of their IDs (else they come in ID order,
+	// model.ID.Compare). Counts ignore both.
+	Limit  int `json:"limit,omitempty"`
+	Offset int `json:"offset,omitempty"`
 }
 
 // ResourceHash is a resource's intent hash in one version.
