@@ -233,6 +233,7 @@ type Releases interface {
 type Resources interface {
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)
+	StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error)
 	Resource(ctx context.Context, env string, n int64, id model.ID) (model.Resource, error)
 	Actions(ctx context.Context, env string, id model.ID, limit int) ([]record.Action, error)
 	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)

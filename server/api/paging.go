@@ -169,14 +169,15 @@ func (a *API) summary(r *request) (int, any, error) {
 			s.Agents.Paused++
 		}
 	}
-	sts, err := a.svc.Resources.Statuses(r.ctx(), env, record.StatusFilter{})
+	counts, err := a.svc.Resources.StatusCounts(r.ctx(), env)
 	if err != nil {
 		return 0, nil, err
 	}
-	s.Resources = ResourceCounts{Total: len(sts), ByState: map[model.ResourceState]int{}, ByCompliance: map[model.Compliance]int{}}
-	for _, st := range sts {
-		s.Resources.ByState[st.State]++
-		s.Resources.ByCompliance[st.Compliance]++
+	s.Resources = ResourceCounts{ByState: map[model.ResourceState]int{}, ByCompliance: map[model.Compliance]int{}}
+	for _, c := range counts {
+		s.Resources.Total += c.N
+		s.Resources.ByState[c.State] += c.N
+		s.Resources.ByCompliance[c.Compliance] += c.N
 	}
 	return http.StatusOK, s, nil
 }

@@ -86,9 +86,6 @@ type Dialect struct {
 	// MigrationsTable creates the table of applied migrations if there is
 	// none.
 	MigrationsTable string
-	// ByteOrder follows a text column in ORDER BY to sort it by its bytes,
-	// whatever the database's collation: empty where that is the default.
-	ByteOrder string
 }
 
 // SQL is what the stores share of store.Store: every method but Close,

@@ -356,7 +356,7 @@ func (s *SQL) Statuses(ctx context.Context, env string, f record.StatusFilter) (
 	q := `SELECT resource_id, version, hash, state, compliance, last_verified, message, updated_at
 		FROM resource_status WHERE ` + statusWhere(&a, env, f)
 	if f.Limit > 0 {
-		q += ` ORDER BY resource_id` + s.d.ByteOrder + ` LIMIT ` + a.add(f.Limit) + ` OFFSET ` + a.add(max(f.Offset, 0))
+		q += ` ORDER BY resource_id LIMIT ` + a.add(f.Limit) + ` OFFSET ` + a.add(max(f.Offset, 0))
 	}
 	out, err := queryAll(ctx, s.db, func(r Row) (record.ResourceStatus, error) {
 		var st record.ResourceStatus
@@ -408,6 +408,16 @@ func (s *SQL) CountStatuses(ctx context.Context, env string, f record.StatusFilt
 		return 0, wrap("count statuses", err)
 	}
 	return n, nil
+}
+
+// StatusCounts implements Store.
+func (s *SQL) StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error) {
+	out, err := queryAll(ctx, s.db, func(r Row) (record.StatusCount, error) {
+		var c record.StatusCount
+		err := r.Scan(&c.State, &c.Compliance, &c.N)
+		return c, err
+	}, `SELECT state, compliance, count(*) FROM resource_status WHERE env = $1 GROUP BY state, compliance`, env)
+	return out, wrap("count statuses", err)
 }
 
 // Actions implements Store.

@@ -79,7 +79,6 @@ const (
 // database.
 var dialect = store.Dialect{
 	ForUpdate:      ` FOR UPDATE`,
-	ByteOrder:      ` COLLATE "C"`,
 	ShareBodies:    fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, %d)`, lockClass, lockBodies),
 	LockBodies:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockBodies),
 	LockMigrations: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockMigrations),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -588,6 +589,15 @@ func testStatusFilters(t *testing.T, s store.Store) {
 		if n, err := s.CountStatuses(ctx, "prod", tt.f, 0); err != nil || n != tt.total {
 			t.Errorf("CountStatuses(%+v): %d, %v; want %d", tt.f, n, err, tt.total)
 		}
+	}
+	counts, err := s.StatusCounts(ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(counts, func(a, b record.StatusCount) int { return strings.Compare(string(a.State), string(b.State)) })
+	if want := []record.StatusCount{{State: model.StateAvailable, Compliance: model.ComplianceUnknown, N: 2}, {State: model.StateDeployed, Compliance: model.Compliant, N: 1},
+		{State: model.StateFailed, Compliance: model.NonCompliant, N: 1}}; !slices.Equal(counts, want) {
+		t.Errorf("StatusCounts: %+v, want %+v", counts, want)
 	}
 	if n, err := s.CountStatuses(ctx, "prod", record.StatusFilter{State: model.StateDeployed}, 1); err != nil || n != 1 {
 		t.Errorf("CountStatuses of version 1, deployed: %d, %v; want 1", n, err)
