@@ -261,6 +261,10 @@ func TestPagesRender(t *testing.T) {
 	b.has("fragment", "web-1")
 	b.hasNot("fragment", "<html", "Log out")
 
+	// Paths under /api stay the API's, with its JSON errors.
+	if b.get("/api/v1/nothing-here"); b.code != http.StatusNotFound || !strings.Contains(b.page, `"code":"no_route"`) {
+		t.Fatalf("GET /api/v1/nothing-here: %d %s, want the API's JSON 404", b.code, b.page)
+	}
 	b.get("/envs/prod/nothing-here")
 	if b.code != http.StatusNotFound {
 		t.Fatalf("a page that does not exist: %d, want 404", b.code)
@@ -377,6 +381,15 @@ func TestChanges(t *testing.T) {
 	w.has("wrong password", "wrong user name or password")
 	w.get("/envs/prod")
 	w.has("still logged out", `name="password"`)
+	// Failed logins past the free ones are held back: the page says how
+	// long to wait.
+	for range 7 {
+		w.post("/login", url.Values{"name": {"vera"}, "password": {"wrong password!"}})
+	}
+	if w.code != http.StatusTooManyRequests {
+		t.Fatalf("login after repeated failures: %d, want 429:\n%s", w.code, w.page)
+	}
+	w.has("throttled login", "Too many failed logins for this user or from this address: try again in")
 	// Logging out ends the session.
 	op.get("/envs/prod")
 	op.post("/logout", url.Values{})
