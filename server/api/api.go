@@ -235,6 +235,8 @@ type Releases interface {
 // Resources reads resources, their state and their history.
 type Resources interface {
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
+	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)
+	StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error)
 	Resource(ctx context.Context, env string, n int64, id model.ID) (model.Resource, error)
 	Actions(ctx context.Context, env string, id model.ID, limit int) ([]record.Action, error)
 	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
@@ -473,6 +475,15 @@ func orDefault[T comparable](v *T, def T) {
 // /readyz, and /metrics unless health and metrics have a listener of their
 // own.
 func (a *API) Handler() http.Handler { return a.echo }
+
+// Mount serves h at every path of Handler the API does not answer itself
+// (the console, at /); paths under /api stay the API's, answered with its
+// JSON errors. Call it before serving.
+func (a *API) Mount(h http.Handler) {
+	a.echo.Any("/api/*", func(echo.Context) error { return echo.ErrNotFound })
+	a.echo.Any("/", echo.WrapHandler(h))
+	a.echo.Any("/*", echo.WrapHandler(h))
+}
 
 // OpsHandler returns what a listener of its own serves for operations:
 // /healthz, /readyz (saying why a check fails) and /metrics. It has no

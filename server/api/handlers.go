@@ -685,11 +685,28 @@ func (a *API) listResources(r *request) (int, any, error) {
 	if f.Compliance != "" && !f.Compliance.Valid() {
 		return 0, nil, newError("bad_request", "", "compliance=%q: want compliant, non_compliant or unknown", clip(string(f.Compliance)))
 	}
+	p, err := r.page()
+	if err != nil {
+		return 0, nil, err
+	}
 	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
+	// The store finds, counts and cuts the page: a listing of 200,000
+	// resources is never read whole for a page of it.
+	f.Search, f.Limit, f.Offset = p.q, p.limit, p.offset
 	sts, err := a.svc.Resources.Statuses(r.ctx(), env, f)
-	return http.StatusOK, nonNil(sts), err
+	if err != nil {
+		return 0, nil, err
+	}
+	total := len(sts)
+	if p.limit > 0 {
+		if total, err = a.svc.Resources.CountStatuses(r.ctx(), env, f, 0); err != nil {
+			return 0, nil, err
+		}
+	}
+	r.Response().Header().Set(TotalHeader, strconv.Itoa(total))
+	return http.StatusOK, nonNil(sts), nil
 }
 
 func (a *API) getResource(r *request) (int, any, error) {
@@ -765,8 +782,14 @@ func (a *API) halted(r *request, env string) bool {
 	return err == nil && e.Settings.Halted
 }
 
+// online reports whether an agent is online: connected and heard from
+// within OfflineAfter.
+func (a *API) online(ag record.Agent) bool {
+	return ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter
+}
+
 func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
-	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter, Halted: halted}
+	v := AgentView{Agent: ag, Online: a.online(ag), Halted: halted}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
 	}
@@ -777,17 +800,30 @@ func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
 }
 
 func (a *API) listAgents(r *request) (int, any, error) {
+	p, err := r.page()
+	if err != nil {
+		return 0, nil, err
+	}
+	f, err := r.agentFilter(p.q)
+	if err != nil {
+		return 0, nil, err
+	}
 	env, err := a.existingEnv(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	if err != nil {
+		return 0, nil, err
+	}
+	ags = slices.DeleteFunc(ags, func(ag record.Agent) bool { return !f.match(ag, a.online) })
+	ags = cut(r, p, ags)
 	out := make([]AgentView, 0, len(ags))
 	halted := a.halted(r, env)
 	for _, ag := range ags {
 		out = append(out, a.viewIn(ag, halted))
 	}
-	return http.StatusOK, out, err
+	return http.StatusOK, out, nil
 }
 
 // agentParams returns the environment and agent a request names.

@@ -93,6 +93,7 @@ func (a *API) Document() map[string]any {
 				"Deploy":         deploySchema,
 				"Report":         reportSchema,
 				"Plan":           planSchema,
+				"Summary":        summarySchema,
 			},
 		},
 	}
@@ -211,6 +212,15 @@ var (
 				"message": str,
 			}}},
 		}}},
+	}}
+	counts        = map[string]any{"type": "object", "additionalProperties": integer}
+	summarySchema = map[string]any{"type": "object", "description": "An environment's agents and resources, counted.", "properties": map[string]any{
+		"agents": map[string]any{"type": "object", "properties": map[string]any{
+			"online": integer, "offline": integer, "pending": integer, "rejected": integer, "paused": integer,
+		}},
+		"resources": map[string]any{"type": "object", "properties": map[string]any{
+			"total": integer, "by_state": counts, "by_compliance": counts,
+		}},
 	}}
 	exportSchema = map[string]any{"type": "object", "properties": map[string]any{
 		"version":    map[string]any{"type": "object"},

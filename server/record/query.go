@@ -17,6 +17,22 @@ type StatusFilter struct {
 	Type       string              `json:"type,omitempty"`
 	State      model.ResourceState `json:"state,omitempty"`
 	Compliance model.Compliance    `json:"compliance,omitempty"`
+	// Search keeps the statuses whose ID holds it (ASCII letters in any
+	// case).
+	Search string `json:"q,omitempty"`
+	// Limit, when above 0, keeps a page of at most Limit statuses from
+	// Offset, in the store's order of their IDs as text (its primary key's;
+	// without Limit they come in ID order, model.ID.Compare). Counts
+	// ignore both.
+	Limit  int `json:"limit,omitempty"`
+	Offset int `json:"offset,omitempty"`
+}
+
+// StatusCount counts the resource statuses of one state and compliance.
+type StatusCount struct {
+	State      model.ResourceState `json:"state"`
+	Compliance model.Compliance    `json:"compliance"`
+	N          int                 `json:"n"`
 }
 
 // ResourceHash is a resource's intent hash in one version.

@@ -138,6 +138,9 @@ type Store interface {
 	// CountStatuses counts the environment's resource statuses f
 	// matches, of version (0: of any version).
 	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)
+	// StatusCounts counts the environment's resource statuses by state
+	// and compliance (pairs with none are left out).
+	StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error)
 
 	// RecordResults records batches of agents' results in one transaction:
 	// the status of each resource, and an action-log entry for each result
