@@ -334,6 +334,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.open("/audit")
 	b.waitText("version.release")
 	b.shot("audit")
+	b.open("/envs/prod/deploys")
+	b.waitText("release")
+	b.shot("deploys")
 
 	// Bad input on a form: a clear message, nothing changed.
 	b.open("/admin/users")

@@ -195,6 +195,10 @@ func (r *rig) seed() {
 	id := model.ID{Type: "file", Agent: "web-1", Key: "path", Value: "/etc/motd"}
 	alert := record.Alert{At: time.Now(), Env: "prod", Agent: "web-1", Kind: record.AlertDrift, ID: &id, Message: "drifted",
 		Changes: model.Changes{"content": {Current: "edited by hand", Desired: "hello"}}, Compliance: model.NonCompliant, Version: 1}
+	if err := r.st.RecordDeploy(ctx, record.Deploy{ID: "8c6f3d2e-0d5e-4c43-9b1e-2f0b7c1e5a10", Env: "prod", Kind: record.OpDeploy,
+		Trigger: record.DeployByOperator, Who: "ada", Version: 1}, []string{"web-1", "web-2"}); err != nil {
+		r.t.Fatal(err)
+	}
 	if _, err := r.st.RecordResults(ctx, []store.ResultBatch{
 		{Env: "prod", Agent: "web-1", Version: 1, DeployID: "8c6f3d2e-0d5e-4c43-9b1e-2f0b7c1e5a10", Results: []model.Result{{ID: id, State: model.StateDeployed,
 			Changes: model.Changes{"content": {Current: nil, Desired: "hello"}}}}},
@@ -244,6 +248,9 @@ func TestPagesRender(t *testing.T) {
 		{"/envs/prod/versions/2", []string{"hello, world", "added", "changed", "Release this version…"}},
 		{"/envs/prod/versions/2/release", []string{"Yes, release version 2", `name="confirm"`}},
 		{"/envs/prod/compiles", []string{"compiled nothing"}},
+		{"/envs/prod/deploys", []string{"Deploys of prod", "8c6f3d2e", "operator", "ada"}},
+		{"/envs/prod/deploys?kind=repair", []string{"No deploy, repair or dry run matches"}},
+		{"/envs/prod/deploys/8c6f3d2e-0d5e-4c43-9b1e-2f0b7c1e5a10", []string{"operator, by ada", "Not answered yet", "web-2", "/etc/motd"}},
 		{"/envs/prod/alerts", []string{"drifted", "edited by hand"}},
 		{"/envs/prod/enrollment-tokens", []string{"New enrollment token"}},
 		{"/audit", []string{"version.export", "user.create"}},

@@ -91,7 +91,7 @@ func ago(t time.Time) string {
 // colour alone; the class colours it too.
 var marks = map[string][2]string{
 	"deployed": {"✔", "good"}, "compliant": {"✔", "good"}, "online": {"●", "good"}, "accepted": {"✔", "good"}, "done": {"✔", "good"},
-	"released": {"★", "good"}, "succeeded": {"✔", "good"},
+	"released": {"★", "good"}, "succeeded": {"✔", "good"}, "ok": {"✔", "good"}, "waiting": {"◌", "warn"},
 	"failed": {"✖", "bad"}, "non_compliant": {"≠", "bad"}, "rejected": {"✖", "bad"}, "offline": {"○", "bad"}, "drift": {"≠", "bad"},
 	"security": {"⚠", "bad"}, "compile.failed": {"✖", "bad"}, "unavailable": {"✖", "bad"}, "undefined": {"?", "warn"},
 	"pending": {"◌", "warn"}, "deploying": {"↻", "warn"}, "running": {"↻", "warn"}, "available": {"◌", "warn"}, "paused": {"‖", "warn"},

@@ -33,6 +33,7 @@ func (c *Console) routes(static http.Handler) {
 	m.HandleFunc("POST /envs/{env}/versions/{n}/release", c.release)
 	m.HandleFunc("POST /envs/{env}/versions/{n}/plan", c.plan)
 	m.HandleFunc("GET /envs/{env}/compiles", c.compiles)
+	m.HandleFunc("GET /envs/{env}/deploys", c.deploys)
 	m.HandleFunc("GET /envs/{env}/deploys/{id}", c.deploy)
 	m.HandleFunc("GET /envs/{env}/alerts", c.alerts)
 	m.HandleFunc("GET /envs/{env}/enrollment-tokens", c.enrollTokens)
@@ -617,8 +618,28 @@ func (c *Console) compiles(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "compiles", http.StatusOK, p)
 }
 
+func (c *Console) deploys(w http.ResponseWriter, r *http.Request) {
+	p := c.begin(w, r, "deploys")
+	if p == nil {
+		return
+	}
+	p.Title, p.Live = "Deploys of "+p.Env, true
+	q := query(r, "kind", "agent")
+	q.Set("limit", "100")
+	var ds []record.Deploy
+	if _, err := c.call(r, "GET", "/envs/"+url.PathEscape(p.Env)+"/deploys?"+q.Encode(), nil, &ds); err != nil {
+		c.fail(w, r, p, err)
+		return
+	}
+	p.Data = struct {
+		Deploys     []record.Deploy
+		Kind, Agent string
+	}{ds, r.URL.Query().Get("kind"), r.URL.Query().Get("agent")}
+	c.render(w, r, "deploys", http.StatusOK, p)
+}
+
 func (c *Console) deploy(w http.ResponseWriter, r *http.Request) {
-	p := c.begin(w, r, "versions")
+	p := c.begin(w, r, "deploys")
 	if p == nil {
 		return
 	}
@@ -626,6 +647,8 @@ func (c *Console) deploy(w http.ResponseWriter, r *http.Request) {
 	p.Title, p.Live = "Deploy "+id, true
 	var rep struct {
 		ID      string          `json:"id"`
+		Deploy  *record.Deploy  `json:"deploy"`
+		Waiting []string        `json:"waiting"`
 		Actions []record.Action `json:"actions"`
 	}
 	if _, err := c.call(r, "GET", "/envs/"+url.PathEscape(p.Env)+"/deploys/"+url.PathEscape(id), nil, &rep); err != nil {
