@@ -68,8 +68,12 @@ type Config struct {
 	// Heartbeat is how often an enrolled agent says it is alive.
 	Heartbeat time.Duration
 	// HelloRetry is the first pause before saying hello again while not
-	// enrolled; it doubles up to HelloRetryMax, which is also the pause
-	// after the server rejected the agent.
+	// enrolled (jittered: half of it to all of it); it doubles up to
+	// HelloRetryMax, which is also the pause after the server rejected the
+	// agent. A hello is confirmed by the broker and waits in the server's
+	// queue, and accepting an agent answers it at once: saying it again
+	// serves only a hello the server dropped, while each one said again
+	// is work for a server that enrolls thousands at once.
 	HelloRetry, HelloRetryMax time.Duration
 	// ClaimRetry is how often a standby tries to become primary.
 	ClaimRetry time.Duration
@@ -124,7 +128,7 @@ func Default() Config {
 		StatusBatch:     256,
 		StatusLinger:    20 * time.Millisecond,
 		Heartbeat:       10 * time.Second,
-		HelloRetry:      30 * time.Second,
+		HelloRetry:      time.Minute,
 		HelloRetryMax:   30 * time.Minute,
 		ClaimRetry:      time.Second,
 		ClaimWait:       10 * time.Second,
