@@ -33,6 +33,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// People keeps organizations, users and sessions.
 	People
+	// Notify keeps the event log, webhooks and their deliveries.
+	Notify
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
 	CreateEnv(ctx context.Context, env record.Environment) error

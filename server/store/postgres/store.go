@@ -73,7 +73,11 @@ const (
 	lockClass      = 0x74657468
 	lockMigrations = 1
 	lockBodies     = 2
+	lockEvents     = 3
 )
+
+// EventsChannel is the channel NOTIFY wakes followers of the event log on.
+const EventsChannel = "tether_events"
 
 // dialect: rows and bodies are locked, since several servers share the
 // database.
@@ -82,6 +86,9 @@ var dialect = store.Dialect{
 	ShareBodies:    fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, %d)`, lockClass, lockBodies),
 	LockBodies:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockBodies),
 	LockMigrations: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockMigrations),
+	SkipLocked:     ` FOR UPDATE SKIP LOCKED`,
+	LockEvents:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockEvents),
+	NotifyEvents:   `SELECT pg_notify('` + EventsChannel + `', '')`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)`,
 }

@@ -57,6 +57,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Sources", testSources},
 		{"Orgs", testOrgs},
 		{"Users", testUsers},
+		{"EventLog", testEventLog},
+		{"Webhooks", testWebhooks},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
