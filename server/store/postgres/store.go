@@ -76,8 +76,10 @@ const (
 	lockEvents     = 3
 )
 
-// EventsChannel is the channel NOTIFY wakes followers of the event log on.
-const EventsChannel = "tether_events"
+// eventsChannel is the channel NOTIFY wakes followers of the event log
+// on, followed by the schema's name: servers of other schemas of the
+// database are not woken.
+const eventsChannel = "tether_events_"
 
 // dialect: rows and bodies are locked, since several servers share the
 // database.
@@ -88,7 +90,7 @@ var dialect = store.Dialect{
 	LockMigrations: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockMigrations),
 	SkipLocked:     ` FOR UPDATE SKIP LOCKED`,
 	LockEvents:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockEvents),
-	NotifyEvents:   `SELECT pg_notify('` + EventsChannel + `', '')`,
+	NotifyEvents:   `SELECT pg_notify('` + eventsChannel + `' || current_schema(), '')`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)`,
 }
