@@ -224,6 +224,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	signer := bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano()))
 	m := newMetrics()
 	m.observeBus(b)
+	m.reg.MustRegister(newFleetGauges(st, log))
 	s := &Server{
 		cfg:        cfg,
 		store:      st,

@@ -165,3 +165,27 @@ type DeliveryClaim struct {
 	URL    string
 	Secret string
 }
+
+// FleetCounts are the counts the fleet gauges of /metrics show.
+type FleetCounts struct {
+	// Resources counts resource statuses by environment, state and
+	// compliance.
+	Resources []ResourceCount
+	// Agents counts agents by environment and status: online, offline
+	// (accepted, not connected), pending, rejected.
+	Agents []AgentCount
+	// Deliveries counts webhook deliveries by state.
+	Deliveries map[DeliveryState]int
+}
+
+// ResourceCount is a number of resource statuses.
+type ResourceCount struct {
+	Env, State, Compliance string
+	N                      int
+}
+
+// AgentCount is a number of agents.
+type AgentCount struct {
+	Env, Status string
+	N           int
+}

@@ -53,6 +53,9 @@ type Notify interface {
 	Deliveries(ctx context.Context, env string, id int64, limit int) ([]record.Delivery, error)
 	// CountDeliveries counts the deliveries in state, of every webhook.
 	CountDeliveries(ctx context.Context, state record.DeliveryState) (int, error)
+	// FleetCounts counts resources by state and compliance, agents by
+	// status, deliveries by state (for the gauges of /metrics).
+	FleetCounts(ctx context.Context) (record.FleetCounts, error)
 }
 
 // appendChunk bounds the rows of one INSERT of AppendEvents.
@@ -319,4 +322,41 @@ func (s *SQL) CountDeliveries(ctx context.Context, state record.DeliveryState) (
 	var n int
 	err := s.db.QueryRow(ctx, `SELECT COUNT(*) FROM webhook_deliveries WHERE state = $1`, state).Scan(&n)
 	return n, wrap("count deliveries", err)
+}
+
+// FleetCounts implements Store: three grouped counts.
+func (s *SQL) FleetCounts(ctx context.Context) (record.FleetCounts, error) {
+	var c record.FleetCounts
+	var err error
+	c.Resources, err = queryAll(ctx, s.db, func(r Row) (record.ResourceCount, error) {
+		var rc record.ResourceCount
+		return rc, r.Scan(&rc.Env, &rc.State, &rc.Compliance, &rc.N)
+	}, `SELECT env, state, compliance, COUNT(*) FROM resource_status GROUP BY env, state, compliance ORDER BY env, state, compliance`)
+	if err != nil {
+		return c, wrap("count resources", err)
+	}
+	c.Agents, err = queryAll(ctx, s.db, func(r Row) (record.AgentCount, error) {
+		var ac record.AgentCount
+		return ac, r.Scan(&ac.Env, &ac.Status, &ac.N)
+	}, `SELECT env, CASE WHEN state <> 'accepted' THEN state WHEN online THEN 'online' ELSE 'offline' END AS status, COUNT(*)
+		FROM agents GROUP BY env, status ORDER BY env, status`)
+	if err != nil {
+		return c, wrap("count agents", err)
+	}
+	type stateCount struct {
+		state record.DeliveryState
+		n     int
+	}
+	ds, err := queryAll(ctx, s.db, func(r Row) (stateCount, error) {
+		var sc stateCount
+		return sc, r.Scan(&sc.state, &sc.n)
+	}, `SELECT state, COUNT(*) FROM webhook_deliveries GROUP BY state`)
+	if err != nil {
+		return c, wrap("count deliveries", err)
+	}
+	c.Deliveries = map[record.DeliveryState]int{}
+	for _, d := range ds {
+		c.Deliveries[d.state] = d.n
+	}
+	return c, nil
 }

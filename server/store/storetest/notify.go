@@ -168,3 +168,41 @@ func testWebhooks(t *testing.T, s store.Store) {
 		t.Fatalf("deliveries of a deleted webhook: %+v (%v), want none", log, err)
 	}
 }
+
+// testFleetCounts: resources are counted by environment, state and
+// compliance; agents by status; deliveries by state.
+func testFleetCounts(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	v := mustPut(t, s, "prod", file("web-1", "/a", "a"), file("web-1", "/b", "b"), file("web-2", "/c", "c"))
+	if _, err := s.Release(ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []record.Agent{
+		{Env: "prod", Name: "web-1", State: record.AgentAccepted, Connected: true},
+		{Env: "prod", Name: "web-2", State: record.AgentAccepted},
+		{Env: "prod", Name: "web-3", State: record.AgentPending},
+		{Env: "dev", Name: "dev-1", State: record.AgentRejected},
+	} {
+		a.PublicKey = []byte{1}
+		if err := s.UpsertAgent(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := s.FleetCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []record.ResourceCount{{Env: "prod", State: "available", Compliance: "unknown", N: 3}}
+	if fmt.Sprint(c.Resources) != fmt.Sprint(want) {
+		t.Fatalf("resources: %+v, want %+v", c.Resources, want)
+	}
+	wantAgents := []record.AgentCount{{Env: "dev", Status: "rejected", N: 1}, {Env: "prod", Status: "offline", N: 1},
+		{Env: "prod", Status: "online", N: 1}, {Env: "prod", Status: "pending", N: 1}}
+	if fmt.Sprint(c.Agents) != fmt.Sprint(wantAgents) {
+		t.Fatalf("agents: %+v, want %+v", c.Agents, wantAgents)
+	}
+	if len(c.Deliveries) != 0 {
+		t.Fatalf("deliveries: %v, want none", c.Deliveries)
+	}
+}

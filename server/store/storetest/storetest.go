@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Users", testUsers},
 		{"EventLog", testEventLog},
 		{"Webhooks", testWebhooks},
+		{"FleetCounts", testFleetCounts},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
