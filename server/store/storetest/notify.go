@@ -57,6 +57,16 @@ func testEventLog(t *testing.T, s store.Store) {
 	if err != nil || b.First != last2 || b.Last != last2 {
 		t.Fatalf("bounds: %+v (%v), want %d..%d", b, err, last2, last2)
 	}
+	// A deleted environment's events go with it.
+	if _, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "dev", Kind: "agent.online", Data: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteEnv(ctx, "dev"); err != nil {
+		t.Fatal(err)
+	}
+	if dev, err := s.EventsAfter(ctx, 0, "dev", 0); err != nil || len(dev) != 0 {
+		t.Fatalf("events of a deleted environment: %+v (%v), want none", dev, err)
+	}
 }
 
 // testWebhooks: webhooks are stored, listed without secrets, changed and
@@ -160,6 +170,13 @@ func testWebhooks(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteWebhook(ctx, "prod", all.ID); err != nil {
 		t.Fatal(err)
+	}
+	// A deleted environment's webhooks and deliveries go with it.
+	if err := s.DeleteEnv(ctx, "dev"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetWebhook(ctx, "dev", other.ID); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a webhook of a deleted environment: %v, want ErrNotFound", err)
 	}
 	if err := s.DeleteWebhook(ctx, "prod", all.ID); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("deleted twice: %v, want ErrNotFound", err)
