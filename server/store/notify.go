@@ -292,7 +292,10 @@ func (s *SQL) ClaimDeliveries(ctx context.Context, now, until time.Time, limit i
 		}
 		return nil
 	})
-	return out, wrap("claim webhook deliveries", err)
+	if err != nil {
+		return nil, wrap("claim webhook deliveries", err) // rolled back: none is claimed
+	}
+	return out, nil
 }
 
 // FinishDelivery implements Store.
