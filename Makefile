@@ -3,16 +3,33 @@
 
 GO      ?= go
 BIN     := bin/tether
+AGENT   := bin/tether-agent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/tetherhq/tether/cli.version=$(VERSION)
+LDFLAGS := -X github.com/tetherhq/tether/cli/agentcli.version=$(VERSION)
 
-.PHONY: all build test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
+PKG_VERSION ?= $(shell packaging/debversion.sh $(VERSION))
+ARCHES      ?= amd64 arm64
+DIST        ?= dist
+
+.PHONY: all build packages test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
 
 all: build
 
-## build: compile the tether binary into bin/tether
+## build: compile the tether binary into bin/tether, and the agent-only tether-agent into bin/tether-agent
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(AGENT) ./cli/tether-agent
+
+## packages: the Debian packages tether and tether-agent, amd64 and arm64, into dist/ (nfpm, pinned in packaging/go.mod)
+## (VERSION=v1.2.3 names the build, the package version is derived from it by packaging/debversion.sh; ARCHES=amd64 one only; DIST=DIR elsewhere)
+packages:
+	@set -e; mkdir -p $(DIST); for arch in $(ARCHES); do \
+		CGO_ENABLED=0 GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o dist/stage/tether . ; \
+		CGO_ENABLED=0 GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o dist/stage/tether-agent ./cli/tether-agent ; \
+		for p in tether tether-agent; do \
+			(cd packaging && VERSION=$(PKG_VERSION) ARCH=$$arch $(GO) tool nfpm package -f $$p.yaml -p deb -t $(abspath $(DIST))/) ; \
+		done; \
+	done; rm -rf dist/stage; ls -l $(DIST)/*.deb
 
 ## man: the manual page, generated from the command tree, into bin/tether.1
 man: build
@@ -72,4 +89,4 @@ fuzz:
 	$(GO) test ./server/webhook -run '^$$' -fuzz FuzzVerify -fuzztime 60s
 
 clean:
-	rm -rf bin examples/*/.tether
+	rm -rf bin dist examples/*/.tether

@@ -64,9 +64,12 @@ var rules = map[string]rule{
 	"server/keyring":               {internal: []string{"model/durable"}},
 	"server/brokerauth":            {internal: []string{"bus", "model", "server/record"}},
 	"server/source":                {internal: []string{"model/gitfetch"}},
+	"server/console":               {internal: []string{"model", "server/record"}},
 	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
+	"cli/agentcli":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
+	"cli/tether-agent":             {internal: []string{"cli/agentcli"}}, // the agent-only binary's main
 	"cli/embedded":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
 	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},
 	"cli/e2e":                      {},                          // tests only: real processes, checked through the store
@@ -85,7 +88,7 @@ var exclusive = map[string][]string{
 	"github.com/labstack/echo/v4":         {"server/api"},
 	"github.com/prometheus/client_golang": {"server"},
 	"github.com/rabbitmq/amqp091-go":      {"bus/amqp"},
-	"github.com/urfave/cli/v2":            {"cli"},
+	"github.com/urfave/cli/v2":            {"cli", "cli/agentcli"},
 	"golang.org/x/time":                   {"server/clientlimit"},
 	"github.com/hashicorp/hcl/v2":         {"model/lang"},
 	"github.com/zclconf/go-cty":           {"model/lang"},
@@ -99,6 +102,22 @@ var exclusive = map[string][]string{
 // (their tests aside): benchmark code stays out of what the binary serves.
 var importers = map[string][]string{
 	"server/store/postgres/pgbaseline": {"cli/bench"},
+}
+
+// lean lists packages that must not depend, even indirectly, on what an
+// agent does without (module packages, and third-party module path
+// prefixes): the agent-only binary is built of them.
+var lean = map[string][]string{
+	"cli/agentcli":     agentless,
+	"cli/tether-agent": agentless,
+}
+
+// agentless is what the agent-only binary never holds: the server, its
+// stores and their drivers, the schema, the compiler, the full command line.
+var agentless = []string{
+	module + "/server", module + "/schema", module + "/model/lang", module + "/model/gitfetch", module + "/cli/embedded", module + "/cli/bench",
+	"modernc.org/sqlite", "github.com/jackc/pgx", "github.com/labstack/echo", "github.com/prometheus",
+	"github.com/hashicorp/hcl", "github.com/zclconf", "github.com/go-git",
 }
 
 // pkg is what go list says of one package.
@@ -201,6 +220,11 @@ func violations(pkgs []pkg) []string {
 		// server and agent never depend on each other, even indirectly;
 		// nothing but main depends on cli.
 		for _, dep := range p.Deps {
+			for _, no := range lean[name] {
+				if dep == no || strings.HasPrefix(dep, no+"/") {
+					out = append(out, fmt.Sprintf("%s depends on %s, which the agent-only build must not hold", name, dep))
+				}
+			}
 			d := rel(dep)
 			if !strings.HasPrefix(dep, module) {
 				continue
@@ -249,6 +273,9 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{pkg{ImportPath: m("agent"), Deps: []string{m("server/store")}}, "agent and server never import each other"},
 		{pkg{ImportPath: m("server/scheduler"), Deps: []string{m("cli")}}, "nothing imports cli"},
 		{pkg{ImportPath: m("mystery")}, "no dependency rule"},
+		{pkg{ImportPath: m("cli/agentcli"), Deps: []string{m("server/store")}}, "cli/agentcli depends on github.com/tetherhq/tether/server/store, which the agent-only build must not hold"},
+		{pkg{ImportPath: m("cli/tether-agent"), Deps: []string{"modernc.org/sqlite/lib"}}, "cli/tether-agent depends on modernc.org/sqlite/lib, which the agent-only build"},
+		{pkg{ImportPath: m("cli/tether-agent"), Deps: []string{"github.com/jackc/pgx/v5"}}, "which the agent-only build must not hold"},
 		{pkg{ImportPath: m("server/scheduler"), Imports: []string{m("server/store")}}, "server/scheduler imports server/store"},
 	}
 	for _, tt := range tests {

@@ -14,6 +14,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -37,6 +38,9 @@ import (
 type Config struct {
 	Env  string
 	Name string
+	// Version is the version of this agent's build, told to the server
+	// in hello and heartbeats ("" says "dev").
+	Version string
 	// StateDir holds the agent's journal; "" keeps it in memory (the
 	// embedded mode, whose agents live as long as one command).
 	StateDir string
@@ -689,7 +693,8 @@ func (a *Agent) introduce(ctx context.Context) {
 			}
 		case <-t.C:
 			a.reportRefusals(ctx)
-			body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen()}
+			body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen(),
+				Version: a.version(), Protocol: bus.Protocol}
 			if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
 				a.log.Debug().Err(err).Msg("heartbeat not sent")
 			}
@@ -712,6 +717,8 @@ func (a *Agent) hello(ctx context.Context) error {
 		Generation:      s.Generation,
 		SliceHash:       hash,
 		ServerKeys:      a.serverKeys(),
+		Version:         a.version(),
+		Protocol:        bus.Protocol,
 	}
 	if !a.isEnrolled() {
 		h.Token = a.cfg.Token
@@ -726,6 +733,9 @@ func (a *Agent) hello(ctx context.Context) error {
 	}
 	return nil
 }
+
+// version is the version of this agent's build, as told to the server.
+func (a *Agent) version() string { return cmp.Or(a.cfg.Version, "dev") }
 
 // gatherFacts gathers the host's facts and remembers them as told.
 func (a *Agent) gatherFacts(ctx context.Context) map[string]any {

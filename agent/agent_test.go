@@ -226,6 +226,12 @@ type running struct {
 // root and the gate handler g (may be nil).
 func start(t testing.TB, s *fakeServer, name, dir, root string, g *gate, tune ...func(*Config)) *running {
 	t.Helper()
+	return startLogging(t, s, name, dir, root, g, zerolog.Nop(), tune...)
+}
+
+// startLogging is start with the agent logging to log.
+func startLogging(t testing.TB, s *fakeServer, name, dir, root string, g *gate, log zerolog.Logger, tune ...func(*Config)) *running {
+	t.Helper()
 	reg, err := builtin.Registry(handler.Runtime{Root: root})
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +246,7 @@ func start(t testing.TB, s *fakeServer, name, dir, root string, g *gate, tune ..
 	for _, f := range tune {
 		f(&cfg)
 	}
-	a, err := New(cfg, s.bus, reg, zerolog.Nop())
+	a, err := New(cfg, s.bus, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

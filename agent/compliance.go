@@ -303,9 +303,11 @@ func (m *monitor) verifyEnforcing(ctx context.Context) {
 		return
 	}
 	var todo []model.Resource
+	var hashes []model.Hash
 	for id := range m.suspects {
 		if i, ok := m.index[id]; ok {
 			todo = append(todo, *m.list[i].res)
+			hashes = append(hashes, m.list[i].hash)
 		}
 		delete(m.suspects, id)
 	}
@@ -316,7 +318,11 @@ func (m *monitor) verifyEnforcing(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		n := len(reports)
 		reports = append(reports, m.check(ctx, &todo[i])...)
+		for j := n; j < len(reports); j++ {
+			reports[j].Hash = hashes[i] // the intent compared against
+		}
 	}
 	m.a.releaseMemory(len(todo))
 	if len(reports) == 0 {
@@ -402,7 +408,7 @@ func (m *monitor) check(ctx context.Context, res *model.Resource) []bus.DriftRep
 		m.a.log.Error().Err(err).Str("resource", res.ID.String()).Msg("heal failed")
 		if !st.flapping {
 			out = append(out, bus.DriftReport{ID: res.ID, Compliance: model.NonCompliant, Changes: redacted, Seen: time.Now(),
-				Message: "heal failed: " + err.Error()})
+				HealFailed: true, Message: "heal failed: " + err.Error()})
 		}
 		return out
 	}

@@ -57,3 +57,29 @@ func TestEnrollmentLogsTheServerKeyAtTheDefaultLevel(t *testing.T) {
 		t.Fatalf("log %q: want level warn and %s", line, want)
 	}
 }
+
+// An agent tells its version and protocol in hello and heartbeats; told
+// that the server does not take its protocol, it says so at the default
+// level (error), naming both protocols, and slows its hellos down.
+func TestVersionToldAndProtocolRefusalLogged(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	var logs testenv.SyncBuffer
+	startLogging(t, s, "web", t.TempDir(), t.TempDir(), nil, zerolog.New(&logs).Level(zerolog.WarnLevel), func(c *Config) { c.Version = "v7.7.7" })
+	var h bus.Hello
+	if err := s.next(&seen, "web", bus.KindHello).DecodeBody(&h); err != nil || h.Version != "v7.7.7" || h.Protocol != bus.Protocol {
+		t.Fatalf("hello: version %q, protocol %q (%v); want v7.7.7, %s", h.Version, h.Protocol, err, bus.Protocol)
+	}
+	s.send("web", bus.KindRejected, bus.Rejected{Reason: "the agent speaks protocol 1.1 and this server 2.0", Protocol: "2.0"})
+	want := "does not take this agent's protocol version (" + bus.Protocol + "; the server speaks 2.0)"
+	deadline := time.Now().Add(patience)
+	for l := logs.String(); !strings.Contains(l, `"level":"error"`) || !strings.Contains(l, want); l = logs.String() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal of the protocol logged at error within %s; log:\n%s", patience, l)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(logs.String(), "ask an operator to accept it") {
+		t.Fatalf("the refusal of the protocol was logged as one of enrollment:\n%s", logs.String())
+	}
+}

@@ -78,6 +78,15 @@ func (a *Agent) onRejected(e *bus.Envelope) error {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 	}
+	if body.Protocol != "" {
+		a.log.Error().Str("reason", body.Reason).Str("agent_protocol", bus.Protocol).Str("server_protocol", body.Protocol).
+			Str("agent_version", a.version()).Dur("next_hello_in", a.cfg.HelloRetryMax).
+			Msgf("the server does not take this agent's protocol version (%s; the server speaks %s): install an agent the server supports "+
+				"(see the compatibility policy in docs/operations.md); saying hello again later", bus.Protocol, body.Protocol)
+		a.poke(a.rejected)
+		a.poke(a.answered)
+		return nil
+	}
 	a.log.Error().Str("reason", body.Reason).Dur("next_hello_in", a.cfg.HelloRetryMax).
 		Msgf("the server does not enroll this agent: %s; ask an operator to accept it (tether agent accept %s --env %s), or start it with a valid --token",
 			cmp.Or(body.Reason, "no reason given"), a.cfg.Name, a.cfg.Env)

@@ -207,6 +207,9 @@ const MaxRefusalsTold = 8
 // Rejected says why the server does not enroll an agent.
 type Rejected struct {
 	Reason string `json:"reason"`
+	// Protocol is set when the server refuses the agent's protocol
+	// version: the server's own (bus.Protocol).
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // Facts is an agent's report of its facts and labels when they change.
@@ -220,6 +223,11 @@ type Heartbeat struct {
 	Generation int64 `json:"generation"`
 	// Outbox counts events waiting for the broker.
 	Outbox int `json:"outbox,omitempty"`
+	// Version is the version of the agent's build and Protocol the
+	// protocol it speaks (as in Hello): an agent upgraded in place says
+	// so without restarting its conversation. Empty from older agents.
+	Version  string `json:"version,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // DependencyStatus tells an agent where a resource of another agent stands.
@@ -248,6 +256,12 @@ type Hello struct {
 	// server.rollover announced; before enrollment, the one it expects.
 	// Empty from agents older than server key rollovers.
 	ServerKeys []string `json:"server_keys,omitempty"`
+	// Version is the version of the agent's build ("dev" for a build
+	// without one) and Protocol the protocol version it speaks
+	// (bus.Protocol): the server refuses an agent of a protocol it does
+	// not support. Empty from agents older than versions (protocol 1.0).
+	Version  string `json:"version,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // ResourceStatus carries a batch of results of one deploy (kind
@@ -289,11 +303,19 @@ type DriftReport struct {
 	Changes model.Changes `json:"changes,omitempty"`
 	// Healed is set on a report of a resource the agent re-applied by
 	// drift policy.
-	Healed  bool   `json:"healed,omitempty"`
-	Message string `json:"message,omitempty"`
+	Healed bool `json:"healed,omitempty"`
+	// HealFailed is set on a report of a resource the agent tried to
+	// re-apply by drift policy and could not (Message says why).
+	HealFailed bool   `json:"heal_failed,omitempty"`
+	Message    string `json:"message,omitempty"`
 	// Seen is when the agent saw the resource in this state.
 	Seen time.Time `json:"seen,omitzero"`
 	// Flapping is set while the resource drifts again and again: further
 	// reports are held back until it is stable.
 	Flapping bool `json:"flapping,omitempty"`
+	// Hash is the hash of the desired state the agent compared against
+	// (omitted by older agents): a report of the generation the agent
+	// holds also tells the compliance of a newer version's resource of the
+	// same intent, which the agent has not been sent yet.
+	Hash model.Hash `json:"hash,omitzero"`
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"sort"
@@ -8,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
@@ -27,11 +30,13 @@ func agentCommand(term *terminal) *ucli.Command {
 		"   tether agent revoke web-7 --env prod"
 	return &ucli.Command{
 		Name:  "agent",
-		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens",
+		Usage: "run an agent; list, inspect, accept and pause the agents of a server environment; manage enrollment tokens; make install scripts for new hosts",
 		Subcommands: []*ucli.Command{
-			agentRunCommand(term),
+			agentcli.RunCommand(term.stderr, func(c *ucli.Context) (zerolog.Logger, error) { return logger(c, term.stderr) }),
 			agentTokenCommand(term),
-			agentResetJournalCommand(term),
+			agentcli.ResetJournalCommand(term.stdout),
+			agentInstallScriptCommand(term),
+			agentCloudInitCommand(term),
 			remoteCommand(term, "list", "agents with their state, whether they are online, and why one is not accepted (NOTE)", "", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				p, err := envPath(cl, "/agents")
 				if err != nil {
@@ -44,7 +49,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				if asJSON {
 					return writeJSON(term.stdout, as)
 				}
-				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "LAST SEEN", "OS/ARCH", "LABELS", "NOTE")
+				t := newTable(term, "NAME", "STATE", "ONLINE", "PAUSED", "GENERATION", "VERSION", "LAST SEEN", "OS/ARCH", "LABELS", "NOTE")
 				for _, a := range as {
 					var labels []string
 					for k, v := range a.Labels {
@@ -52,7 +57,7 @@ func agentCommand(term *terminal) *ucli.Command {
 					}
 					sort.Strings(labels)
 					platform := platformOf(a.Facts)
-					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","), a.Note)
+					t.row(a.Name, string(a.State), strconv.FormatBool(a.Online), pausedText(a), strconv.FormatInt(a.Generation, 10), agentVersionText(a.Agent), a.LastSeen.Local().Format(time.DateTime), platform, strings.Join(labels, ","), a.Note)
 				}
 				return t.flush()
 			}),
@@ -76,6 +81,7 @@ func agentCommand(term *terminal) *ucli.Command {
 				case a.PreviousKey != "":
 					fmt.Fprintf(term.stdout, "  previous    %s (its events taken until %s)\n", a.PreviousKey, a.PreviousUntil.Local().Format(time.DateTime))
 				}
+				fmt.Fprintf(term.stdout, "  version     %s\n", agentVersionText(a.Agent))
 				if a.Note != "" {
 					fmt.Fprintf(term.stdout, "  note        %s\n", a.Note)
 				}
@@ -95,6 +101,15 @@ func agentCommand(term *terminal) *ucli.Command {
 			agentDeleteCommand(term),
 		},
 	}
+}
+
+// agentVersionText is an agent's version and protocol as shown: "v1.4.0
+// (protocol 1.1)"; an agent older than versions says neither.
+func agentVersionText(a record.Agent) string {
+	if a.AgentVersion == "" && a.Protocol == "" {
+		return "unknown (protocol 1.0)"
+	}
+	return fmt.Sprintf("%s (protocol %s)", cmp.Or(a.AgentVersion, "unknown"), cmp.Or(a.Protocol, "1.0"))
 }
 
 func agentTokenCommand(term *terminal) *ucli.Command {

@@ -19,6 +19,8 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/tetherhq/tether/cli/agentcli"
 )
 
 // Exit statuses.
@@ -93,6 +95,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
+	} else if errors.As(err, new(*agentcli.ExitError)) {
+		code = agentcli.ExitCode(err)
 	}
 	if !errors.Is(err, errPrinted) {
 		fmt.Fprintf(stderr, "tether: %v\n", err)
@@ -153,6 +157,7 @@ func newApp(term *terminal) *ucli.App {
 			watchCommand(term),
 			benchCommand(term),
 			versionCommand(term),
+			releaseCommand(term),
 			completionCommand(term),
 			manCommand(term),
 		),
@@ -286,23 +291,7 @@ func commandPath(c *ucli.Context) string {
 
 // logger builds the process's logger from the global flags.
 func logger(c *ucli.Context, stderr io.Writer) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(strings.ToLower(c.String("log-level")))
-	if err != nil || level == zerolog.NoLevel {
-		return zerolog.Nop(), usageError("--log-level %q: use debug, info, warn or error", c.String("log-level"))
-	}
-	var w io.Writer = stderr
-	switch c.String("log-format") {
-	case "json":
-	case "text":
-		w = zerolog.ConsoleWriter{Out: stderr, NoColor: !isTerminal(stderr) || !colorAllowed()}
-	case "auto":
-		if isTerminal(stderr) {
-			w = zerolog.ConsoleWriter{Out: stderr, NoColor: !colorAllowed()}
-		}
-	default:
-		return zerolog.Nop(), usageError("--log-format %q: use auto, text or json", c.String("log-format"))
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+	return agentcli.Logger(c, stderr, isTerminal(stderr), colorAllowed())
 }
 
 // reorderFlags lets flags follow positional arguments (`tether deploy DIR

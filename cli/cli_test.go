@@ -14,6 +14,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/tetherhq/tether/agent/handler/handlertest"
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server/store/sqlite"
@@ -374,8 +375,11 @@ func TestUsageHintsNameTheCommand(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, out, _ := invoke(t, "version", "-o", "json")
-	var bi buildInfo
-	if code != 0 || json.Unmarshal([]byte(out), &bi) != nil || bi.Version == "" || bi.Go == "" || bi.Platform == "" {
+	var bi struct {
+		buildInfo
+		Protocol string `json:"protocol"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &bi) != nil || bi.Version == "" || bi.Go == "" || bi.Platform == "" || bi.Protocol != bus.Protocol {
 		t.Fatalf("version -o json: exit %d %q", code, out)
 	}
 	code, out, _ = invoke(t, "version")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/engine"
 	"github.com/tetherhq/tether/agent/facts"
+	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/cli/embedded"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/lang"
@@ -54,7 +55,7 @@ func deployCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "drift-policy", Usage: "what the agents do about drift: `alert` (report it) or heal (re-apply it); kept for later deploys"},
 			&ucli.StringFlag{Name: "host", Usage: "deploy the model's host `NAME` on this machine (default: the host named like this machine's hostname, else local)"},
 			&ucli.StringSliceFlag{Name: "label", Usage: "give this machine the label `key=value` for the model's hostgroups (repeatable)"},
-			factsDirFlag(),
+			agentcli.FactsDirFlag(),
 			outputFlag(),
 		),
 		Action: func(c *ucli.Context) error {

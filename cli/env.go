@@ -15,10 +15,10 @@ import (
 
 func envCommand(term *terminal) *ucli.Command {
 	op := func(name string, op record.Operation, usage string) *ucli.Command {
-		return remoteCommand(term, name, usage, "", []ucli.Flag{
+		return remoteCommand(term, name, usage, "", append([]ucli.Flag{
 			&ucli.StringSliceFlag{Name: "agent", Usage: "act on this agent only (repeatable)"},
 			&ucli.BoolFlag{Name: "full", Usage: "deploy every resource, not only what changed or has not succeeded"},
-		}, func(c *ucli.Context, cl *client, asJSON bool) error {
+		}, waitFlags("wait until every agent it was sent to answered, naming those it waits for, and show its report (exit status 1 if an agent failed)")...), func(c *ucli.Context, cl *client, asJSON bool) error {
 			p, err := envPath(cl, "/"+string(op))
 			if err != nil {
 				return err
@@ -27,17 +27,39 @@ func envCommand(term *terminal) *ucli.Command {
 			if err := cl.call(c.Context, "POST", p, api.OperationRequest{Agents: c.StringSlice("agent"), Full: c.Bool("full")}, &d); err != nil {
 				return err
 			}
-			if asJSON {
+			wait := c.Bool("wait")
+			if asJSON && !wait {
 				return writeJSON(term.stdout, d)
 			}
-			fmt.Fprintf(term.stdout, "%s %s of version %d sent to %s\n", op, d.ID, d.Generation, strings.Join(d.Agents, ", "))
-			if len(d.Unreached) > 0 {
-				fmt.Fprintf(term.stdout, "not connected (they get it on their next hello): %s\n", strings.Join(d.Unreached, ", "))
+			if !asJSON {
+				// While it waits, what was sent is said on stderr: stdout
+				// gets the report.
+				out := term.stdout
+				if wait {
+					out = term.stderr
+				}
+				fmt.Fprintf(out, "%s %s of version %d sent to %s\n", op, d.ID, d.Generation, strings.Join(d.Agents, ", "))
+				if len(d.Unreached) > 0 {
+					fmt.Fprintf(out, "not connected (they get it on their next hello): %s\n", strings.Join(d.Unreached, ", "))
+				}
 			}
-			if op == record.OpDryRun {
-				fmt.Fprintf(term.stdout, "report: tether env report %s\n", d.ID)
+			if !wait {
+				fmt.Fprintf(term.stdout, "report: tether env report %s (or wait for it: --wait)\n", d.ID)
+				return nil
 			}
-			return nil
+			rep, err := followDeploy(c, cl, term, d.ID, c.Duration("timeout"), asJSON)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				err = writeJSON(term.stdout, rep)
+			} else {
+				err = showDeployReport(term, rep)
+			}
+			if err == nil && rep.Deploy != nil && rep.Deploy.Outcome == record.DeployFailed {
+				err = &exitError{code: exitFailed, err: errPrinted}
+			}
+			return err
 		})
 	}
 	showEnv := func(asJSON bool, env record.Environment) error {
@@ -115,20 +137,8 @@ func envCommand(term *terminal) *ucli.Command {
 			op("deploy", record.OpDeploy, "deploy the released version (to every agent, or --agent NAME)"),
 			op("repair", record.OpRepair, "verify every resource and repair drift"),
 			op("dryrun", record.OpDryRun, "ask agents what a deploy would change; see the answer with `env report`"),
-			remoteCommand(term, "report", "what a deploy, repair or dry run reported", "ID", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				p, err := envPath(cl, "/deploys/"+url.PathEscape(c.Args().First()))
-				if err != nil {
-					return err
-				}
-				var rep api.Report
-				if err := cl.call(c.Context, "GET", p, nil, &rep); err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(term.stdout, rep)
-				}
-				return actionTable(term, rep.Actions)
-			}),
+			envDeploysCommand(term),
+			envReportCommand(term),
 			sourceCommand(term),
 			envCompileCommand(term),
 			remoteCommand(term, "halt", "hands off: the environment's agents change nothing on their hosts (no deploy, repair or heal; drift is still reported) until resumed", "", nil, haltAction(term, "halt")),

@@ -97,6 +97,8 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 		return err
 	}
 	deadline := time.Now().Add(timeout)
+	notice := &waitNotice{term: term, quiet: quiet}
+	defer notice.end()
 	for {
 		var sts []record.ResourceStatus
 		if err := cl.call(c.Context, "GET", p, nil, &sts); err != nil {
@@ -104,6 +106,7 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 		}
 		counts := map[model.ResourceState]int{}
 		pending, total := 0, 0
+		stuck := map[string]bool{}
 		for _, s := range sts {
 			if s.Version != n || s.State == model.StateOrphaned {
 				continue
@@ -112,15 +115,11 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 			counts[s.State]++
 			if s.State == model.StateAvailable || s.State == model.StateDeploying {
 				pending++
+				stuck[s.ID.Agent] = true
 			}
-		}
-		if !quiet && term.progress {
-			fmt.Fprintf(term.stderr, "\r%d/%d done (%d deployed, %d failed)   ", total-pending, total, counts[model.StateDeployed], counts[model.StateFailed])
 		}
 		if pending == 0 {
-			if !quiet && term.progress {
-				fmt.Fprintln(term.stderr)
-			}
+			notice.end()
 			if counts[model.StateFailed]+counts[model.StateSkipped] > 0 {
 				return &exitError{code: exitFailed, err: fmt.Errorf("version %d: %d failed, %d skipped: see tether resource list --state failed", n, counts[model.StateFailed], counts[model.StateSkipped])}
 			}
@@ -129,7 +128,10 @@ func waitDeployed(c *ucli.Context, cl *client, term *terminal, n int64, timeout 
 			}
 			return nil
 		}
+		notice.show(fmt.Sprintf("version %d: %d/%d resources done (%d deployed, %d failed)%s", n, total-pending, total,
+			counts[model.StateDeployed], counts[model.StateFailed], waitingFor(slices.Sorted(maps.Keys(stuck)))))
 		if time.Now().After(deadline) {
+			notice.end()
 			return waitTimeout(c, cl, n, timeout, sts)
 		}
 		select {

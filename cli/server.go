@@ -24,6 +24,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
+	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
@@ -41,19 +42,6 @@ const (
 	defaultServerConfig = "/etc/tether/server.toml"
 	defaultKeyFile      = "/etc/tether/server.key"
 )
-
-// brokerFlags are the flags naming the broker, shared by the server and
-// the agent; queueTypeUsage says what --queue-type means to each.
-func brokerFlags(queueTypeUsage string) []ucli.Flag {
-	return []ucli.Flag{
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp", Value: "amqp://guest:guest@127.0.0.1:5672/", EnvVars: []string{"TETHER_AMQP"},
-			Usage: "RabbitMQ `URL` (amqps:// for TLS)"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-namespace", Value: "tether", EnvVars: []string{"TETHER_AMQP_NAMESPACE"},
-			Usage: "`PREFIX` of every exchange and queue on the broker (the same for the server and its agents)"}),
-		altsrc.NewStringFlag(&ucli.StringFlag{Name: "queue-type", Value: amqp.QueueQuorum, EnvVars: []string{"TETHER_QUEUE_TYPE"},
-			Usage: queueTypeUsage}),
-	}
-}
 
 // serverStoreFlags are the flags of the server's config file, database and
 // key file, shared by the server and the commands that work on its
@@ -76,7 +64,7 @@ func serverFlags() []ucli.Flag {
 	flags := append(serverStoreFlags(),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:8420", EnvVars: []string{"TETHER_LISTEN"},
 			Usage: "`ADDRESS` the REST API listens on"}))
-	flags = append(flags, brokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
+	flags = append(flags, agentcli.BrokerFlags("agent inbox queue `TYPE`: quorum (replicated) or classic (very large fleets)")...)
 	flags = append(flags,
 		// --tls-* serve the API: the broker's TLS files are --amqp-tls-*.
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "amqp-tls-ca", EnvVars: []string{"TETHER_AMQP_TLS_CA"},
@@ -273,7 +261,7 @@ func serverCommand(term *terminal) *ucli.Command {
 			"   tether server keygen /etc/tether/server.key\n" +
 			"   tether server --postgres postgres://postgres@127.0.0.1/test --amqp amqp://guest:guest@127.0.0.1:5672/",
 		Flags:  flags,
-		Before: configFileSource(flags),
+		Before: agentcli.ConfigFileSource(flags),
 		Action: func(c *ucli.Context) error { return runServer(c, term) },
 		Subcommands: []*ucli.Command{
 			serverKeygenCommand(term),
@@ -362,7 +350,7 @@ func serverRotateKeyCommand(term *terminal) *ucli.Command {
 			"may run while servers run, and may run again: a second run finds nothing left to do.\n\n" +
 			"   tether server rotate-key --postgres postgres://tether@db/tether --key-file /etc/tether/server.key",
 		Flags:  flags,
-		Before: configFileSource(flags),
+		Before: agentcli.ConfigFileSource(flags),
 		Action: func(c *ucli.Context) error {
 			log, err := logger(c, term.stderr)
 			if err != nil {
@@ -449,40 +437,6 @@ func keyFileHint(path string) string {
 		return ""
 	}
 	return " with --key-file " + path
-}
-
-// configFileSource reads the TOML config file under the flags: from
-// --config when given (it must exist), else from the default path if present.
-func configFileSource(flags []ucli.Flag) ucli.BeforeFunc {
-	return altsrc.InitInputSourceWithContext(flags, func(c *ucli.Context) (altsrc.InputSourceContext, error) {
-		path := c.String("config")
-		if _, err := os.Stat(path); err != nil {
-			if c.IsSet("config") {
-				return nil, usageError("--config %s: %v", path, err)
-			}
-			return &altsrc.MapInputSource{}, nil
-		}
-		src, err := altsrc.NewTomlSourceFromFile(path)
-		if err != nil {
-			return nil, usageError("config file %s: %v", path, err)
-		}
-		return listOrOne{src}, nil
-	})
-}
-
-// listOrOne is a config file where a key that takes a list (name, label)
-// may also be given one string: name = "web-1" as name = ["web-1"].
-type listOrOne struct{ altsrc.InputSourceContext }
-
-func (s listOrOne) StringSlice(name string) ([]string, error) {
-	v, err := s.InputSourceContext.StringSlice(name)
-	if err != nil {
-		if one, oneErr := s.InputSourceContext.String(name); oneErr == nil {
-			return []string{one}, nil
-		}
-		return nil, usageError("config key %s: want a string or a list of strings", name)
-	}
-	return v, nil
 }
 
 func runServer(c *ucli.Context, term *terminal) error {
@@ -632,7 +586,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		Str("server_key", base64.StdEncoding.EncodeToString(srv.PublicKey())).Str("fingerprint", bus.Fingerprint(srv.PublicKey())).
 		Msg("tether server listening (agents pin the key with --server-key, or get it in their enrollment token)")
 	fmt.Fprintf(term.stderr, "tether server: API on %s://%s, database %s, broker %s\nserver key %s (agents pin it: --server-key, or an enrollment token)\n",
-		scheme, ln.Addr(), redactURL(c.String("postgres")), redactURL(bcfg.URL), bus.Fingerprint(srv.PublicKey()))
+		scheme, ln.Addr(), agentcli.RedactURL(c.String("postgres")), agentcli.RedactURL(bcfg.URL), bus.Fingerprint(srv.PublicKey()))
 	if ops != nil {
 		fmt.Fprintf(term.stderr, "tether server: health and metrics on http://%s\n", ops.Addr())
 	}
@@ -740,15 +694,6 @@ func bootstrapAdmin(ctx context.Context, st store.Store, password string, term *
 		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password of --admin-password (TETHER_ADMIN_PASSWORD)")
 	}
 	return nil
-}
-
-// redactURL hides a URL's credentials.
-func redactURL(u string) string {
-	at, scheme := strings.LastIndex(u, "@"), strings.Index(u, "://")
-	if at > 0 && scheme >= 0 && scheme < at {
-		return u[:scheme+3] + "…" + u[at:]
-	}
-	return u
 }
 
 // vhostOf returns the virtual host an AMQP URL names (/ when none).

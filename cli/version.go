@@ -7,8 +7,6 @@ import (
 	"maps"
 	"net/url"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +14,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/cli/agentcli"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/record"
@@ -24,7 +24,7 @@ import (
 func versionCommand(term *terminal) *ucli.Command {
 	return &ucli.Command{
 		Name:        "version",
-		Usage:       "print the version of this tether binary, or manage an environment's versions (list, show, diff, plan, release)",
+		Usage:       "print the version of this tether binary and the agent protocol it speaks, or manage an environment's versions (list, show, diff, plan, release)",
 		UsageText:   "tether version [-o json]\n   tether version list|show|diff|plan|release …",
 		Flags:       []ucli.Flag{outputFlag()},
 		Subcommands: versionSubcommands(term),
@@ -38,7 +38,10 @@ func versionCommand(term *terminal) *ucli.Command {
 			}
 			bi := readBuildInfo()
 			if format == "json" {
-				return writeJSON(term.stdout, bi)
+				return writeJSON(term.stdout, struct {
+					buildInfo
+					Protocol string `json:"protocol"`
+				}{bi, bus.Protocol})
 			}
 			commit := ""
 			if bi.Commit != "" {
@@ -48,7 +51,7 @@ func versionCommand(term *terminal) *ucli.Command {
 				}
 				commit += ")"
 			}
-			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s\n", bi.Version, commit, bi.Go, bi.Platform)
+			_, err = fmt.Fprintf(term.stdout, "tether %s%s %s %s, protocol %s\n", bi.Version, commit, bi.Go, bi.Platform, bus.Protocol)
 			return err
 		},
 	}
@@ -286,34 +289,45 @@ func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeo
 		return record.Release{}, err
 	}
 	deadline := time.Now().Add(timeout)
-	var lastLine time.Time
-	lastDone := -1
+	notice := &waitNotice{term: term, quiet: quiet}
+	var asked time.Time
+	var waiting []string
 	for {
 		var r record.Release
 		if err := cl.call(c.Context, "GET", p, nil, &r); err != nil {
+			notice.end()
 			return r, err
 		}
-		line := "release " + shortID(r.ID) + ": " + releaseCounts(r)
-		switch {
-		case quiet:
-		case term.progress:
-			fmt.Fprintf(term.stderr, "\r%s   ", line)
-		case r.Done() != lastDone && (time.Since(lastLine) >= 5*time.Second || r.State != record.ReleaseRunning):
-			fmt.Fprintln(term.stderr, line)
-			lastLine, lastDone = time.Now(), r.Done()
+		if r.State == record.ReleaseRunning && time.Since(asked) >= 2*time.Second {
+			// The agents the fan-out sent the deploy to and that have
+			// not answered it yet (the release's deploy has its id).
+			waiting, asked = deployWaiting(c, cl, r.ID), time.Now()
+		}
+		if r.State == record.ReleaseRunning {
+			notice.show("release " + shortID(r.ID) + ": " + releaseCounts(r) + waitingFor(waiting))
 		}
 		if r.State != record.ReleaseRunning {
-			if !quiet && term.progress {
-				fmt.Fprintln(term.stderr)
-			}
+			notice.end()
 			if !quiet {
 				fmt.Fprintf(term.stdout, "release %s %s: %s\n", r.ID, r.State, releaseCounts(r))
 				printFanout(term.stdout, r.Fanout)
 			}
 			return r, nil
 		}
+		if ro := r.Rollout; ro != nil && (ro.Stage == record.StageHalted || ro.Stage == record.StageWaiting) {
+			if !quiet && term.progress {
+				fmt.Fprintln(term.stderr)
+			}
+			why := "halted: more agents failed than release_max_failed allows; agents not reached keep the version they had"
+			if ro.Stage == record.StageWaiting {
+				why = "waiting for an operator to continue (release_advance = manual)"
+			}
+			return r, &exitError{code: exitFailed, err: fmt.Errorf("release %s: staged rollout %s at wave %d of %d; see tether release status %s, then continue or abort it",
+				r.ID, why, ro.Wave+1, len(ro.Waves), r.ID)}
+		}
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("release %s: still sending after %s (%s); it goes on on the server: tether version releases %s", r.ID, timeout, releaseCounts(r), r.ID)
+			notice.end()
+			return r, fmt.Errorf("release %s: still sending after %s (%s%s); it goes on on the server: tether version releases %s", r.ID, timeout, releaseCounts(r), waitingFor(waiting), r.ID)
 		}
 		select {
 		case <-c.Context.Done():
@@ -329,6 +343,9 @@ func followRelease(c *ucli.Context, cl *client, term *terminal, id string, timeo
 func releaseOutcome(r record.Release) error {
 	if r.State == record.ReleaseFailed {
 		return &exitError{code: exitFailed, err: fmt.Errorf("release %s of version %d: %s", r.ID, r.Version, r.Note)}
+	}
+	if r.Rollout != nil && r.Rollout.Stage == record.StageAborted {
+		return &exitError{code: exitFailed, err: fmt.Errorf("release %s of version %d: the staged rollout was aborted: %s", r.ID, r.Version, r.Note)}
 	}
 	return nil
 }
@@ -351,39 +368,10 @@ func printFanout(w io.Writer, f record.Fanout) {
 	}
 }
 
-// version is set at build time (-ldflags "-X github.com/tetherhq/tether/cli.version=v1.2.3");
-// otherwise it comes from the module's build information.
-var version = ""
+// buildInfo says which build this binary is.
+type buildInfo = agentcli.BuildInfo
 
-type buildInfo struct {
-	Version  string `json:"version"`
-	Commit   string `json:"commit,omitempty"`
-	Modified bool   `json:"modified,omitempty"`
-	Go       string `json:"go"`
-	Platform string `json:"platform"`
-}
-
-func readBuildInfo() buildInfo {
-	out := buildInfo{Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		out.Go = bi.GoVersion
-		if out.Version == "" {
-			out.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				out.Commit = s.Value
-			case "vcs.modified":
-				out.Modified = s.Value == "true"
-			}
-		}
-	}
-	if out.Version == "" || out.Version == "(devel)" {
-		out.Version = "dev"
-	}
-	return out
-}
+func readBuildInfo() buildInfo { return agentcli.ReadBuildInfo() }
 
 // compilerSalt identifies this tether binary: a rebuild, even of the same
 // version, may compile differently.

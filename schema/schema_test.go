@@ -45,8 +45,11 @@ var released = map[string]string{
 	"postgres/0011_signing_keys.sql":  "e348ee9c9ea3865f445ff5fdcf3f42396b5265a17f22db6f686db0488438c1d6",
 	"postgres/0012_releases.sql":      "beaa1adad3d6c0202da05b7d82921c6eacfa2af602919d51c50a213048e13014",
 	"postgres/0018_people.sql":        "fa425a7e9c60ec9c2fd3e0a63fbb00740f1d9294a7a3ffb4b714a05747f53087",
+	"postgres/0014_deploys.sql":       "b017e747ce62fb9865401b08d729b299f51ba012f74a785f23f426ef46dafa98",
 	"postgres/0013_actions_at.sql":    "978f80ca829a88ba51c2ff1ba327f55364a1b7124c436b0b9d787d4784829d3d",
+	"postgres/0015_rollouts.sql":      "c5ef6cbe088a7c480082a77ddad2249c67c8ce648f1d5aaddefa1234ac7d052a",
 	"postgres/0017_agent_note.sql":    "3637c77cad18b1fc87eecdc7f87e6479984d18112aca88f235b373bd6e66af77",
+	"postgres/0020_agent_version.sql": "7b2467da673d60122fcd188565ddfb931dd743dbb9934f922531872387415c48",
 	"sqlite/0001_init.sql":            "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
 	"sqlite/0002_server.sql":          "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
 	"sqlite/0003_agents.sql":          "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
@@ -58,8 +61,11 @@ var released = map[string]string{
 	"sqlite/0011_signing_keys.sql":    "8daf04a68ef69607c9b31b35fd976d3c5ba5b21c6310b535cd71264e292fb25e",
 	"sqlite/0012_releases.sql":        "361dbd9c7842c3d6c246c79f39c0e97f5a76e9ad8ed5a4a43902ad5d9b24a634",
 	"sqlite/0018_people.sql":          "83014161d0e6d283e27b1a5250d261ad0b75f766344370ee052184a1107bcc64",
+	"sqlite/0014_deploys.sql":         "cd7e59801b15901d6dc08ea61032f97e6b9b5f55776270934160179360aa8fb8",
 	"sqlite/0013_actions_at.sql":      "978f80ca829a88ba51c2ff1ba327f55364a1b7124c436b0b9d787d4784829d3d",
+	"sqlite/0015_rollouts.sql":        "90475da4034387a6dd428aba26dfc1c97e4950ab3b65dc56b27a6cafa5418013",
 	"sqlite/0017_agent_note.sql":      "3637c77cad18b1fc87eecdc7f87e6479984d18112aca88f235b373bd6e66af77",
+	"sqlite/0020_agent_version.sql":   "7b2467da673d60122fcd188565ddfb931dd743dbb9934f922531872387415c48",
 }
 
 func TestReleasedMigrationsUnchanged(t *testing.T) {

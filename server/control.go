@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
 )
@@ -109,7 +110,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}
 	case record.AgentReject:
-		if err := s.refuse(ctx, a, "rejected by an operator"); err != nil {
+		if err := s.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
 		}
 		s.revoke(ctx, env, name)
@@ -228,6 +229,16 @@ func (s *Server) RefreshFacts(ctx context.Context, env, name string) (record.Age
 // DeployActions returns what a deploy, repair or dry run reported.
 func (s *Server) DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error) {
 	return s.store.DeployActions(ctx, env, deployID, limit)
+}
+
+// ListDeploys returns env's newest deploys, repairs and dry runs.
+func (s *Server) ListDeploys(ctx context.Context, env string, f record.DeployFilter) ([]record.Deploy, error) {
+	return s.store.ListDeploys(ctx, env, f)
+}
+
+// GetDeploy returns one deploy with each agent's outcome.
+func (s *Server) GetDeploy(ctx context.Context, env, id string) (record.Deploy, error) {
+	return s.store.GetDeploy(ctx, env, id)
 }
 
 // Follow streams the events of env ("" for all) from the stored event

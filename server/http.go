@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/clientlimit"
+	"github.com/tetherhq/tether/server/console"
 )
 
 // HTTPConfig configures the server's HTTP listeners. Its settings are named
@@ -101,6 +102,11 @@ func (h *HTTP) Serve(ctx context.Context, ln, ops net.Listener) error {
 	cfg := h.cfg.API
 	cfg.SeparateOps = ops != nil
 	a := api.New(cfg, APIServices(h.srv, h.srv.metrics.Handler()), h.log)
+	con, cerr := console.New(a.Handler(), h.log)
+	if cerr != nil {
+		return fmt.Errorf("console: %w", cerr)
+	}
+	a.Mount(con)
 
 	type listener struct {
 		name string

@@ -138,8 +138,16 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		}
 		return s.rolloverAck(ctx, a, e, body)
 	case bus.KindHeartbeat:
+		var body bus.Heartbeat
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
 		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
+			if body.Protocol != "" {
+				// Older agents say neither: what their hello said stands.
+				a.AgentVersion, a.Protocol = model.Clip(body.Version, maxVersionLen), model.Clip(body.Protocol, maxVersionLen)
+			}
 			return true
 		})
 	case bus.KindGoodbye:
@@ -235,6 +243,13 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
 	}
+	if _, _, err := bus.ParseProtocol(body.Protocol); err != nil {
+		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+	}
+	// An agent of a protocol this server does not speak is recorded, with
+	// its version and why, and told so; it is not enrolled, whatever its
+	// state or token (which stays unused).
+	protocolRefused := bus.CheckProtocol(body.Protocol)
 	env, err := s.store.GetEnv(ctx, e.Env)
 	if errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
@@ -319,6 +334,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	}
 	a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
 	a.ServerKeys, a.ServerKeysSeq = body.ServerKeys, int64(e.Seq)
+	a.AgentVersion, a.Protocol = model.Clip(body.Version, maxVersionLen), body.Protocol
 	if !notSwitched {
 		a.PublicKey = body.PublicKey
 	}
@@ -329,6 +345,8 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	a.LastSeq = max(a.LastSeq, int64(e.Seq))
 	refusal := ""
 	switch {
+	case protocolRefused != nil:
+		refusal = protocolRefused.Error()
 	case a.State == record.AgentAccepted:
 	case env.Settings.Enrollment == record.EnrollOpen:
 		a.State = record.AgentAccepted
@@ -349,6 +367,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		}
 	}
 	a.Note = agentNote(a.State, env.Settings.Enrollment, body.Token != "", refusal)
+	if protocolRefused != nil {
+		a.Note, a.Connected = "protocol not supported: "+refusal, false
+	}
 	if discovered && a.State != record.AgentAccepted && !s.flood.discover(e.Env, now) {
 		// Invented names must not fill the agent list: beyond the
 		// discovery rate, an agent the server does not know is not
@@ -411,7 +432,11 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", refusal).
 			Msg("agent not enrolled")
 		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: refusal})
-		return s.refuse(ctx, a, refusal)
+		told := bus.Rejected{Reason: refusal}
+		if protocolRefused != nil {
+			told.Protocol = bus.Protocol
+		}
+		return s.refuse(ctx, a, told)
 	}
 	if a.State != record.AgentAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
@@ -430,6 +455,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 
 // agentNote says why an agent is not accepted, for `agent list`: the
 // refusal of its token, or what it waits for ("" once accepted).
+// maxVersionLen bounds the agent version a server records.
+const maxVersionLen = 100
+
 func agentNote(state record.AgentState, enrollment record.Enrollment, token bool, refusal string) string {
 	switch {
 	case state == record.AgentAccepted:
@@ -473,8 +501,8 @@ func keyName(pub []byte) string {
 }
 
 // refuse tells an agent it is not enrolled, so it slows its hellos down.
-func (s *Server) refuse(ctx context.Context, a record.Agent, reason string) error {
-	e, err := s.signer.Seal(bus.KindRejected, a.Env, a.Name, bus.Rejected{Reason: reason})
+func (s *Server) refuse(ctx context.Context, a record.Agent, body bus.Rejected) error {
+	e, err := s.signer.Seal(bus.KindRejected, a.Env, a.Name, body)
 	if err != nil {
 		return err
 	}
@@ -498,6 +526,13 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 		released = v.Number
 	case !errors.Is(err, model.ErrNotFound):
 		return err
+	}
+	// An agent a staged rollout has not reached holds the version it is
+	// pinned to: told the released one, it would refuse its own as older.
+	if pin, ok, err := s.store.AgentPin(ctx, a.Env, a.Name); err != nil {
+		return err
+	} else if ok {
+		released = pin
 	}
 	// The rollover of the server's key comes with it, when the agent
 	// lacks it (answerHello).
@@ -532,7 +567,7 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 		body.Results[i].DryRun = e.Kind == bus.KindDryRunResult
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
-		DeployID: body.DeployID, Results: body.Results})
+		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error})
 	if err != nil || !fresh {
 		return err
 	}
@@ -571,7 +606,7 @@ func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope
 		id := r.ID
 		alerts = append(alerts, record.Alert{At: e.TS.UTC(), Env: a.Env, Agent: a.Name, Kind: record.AlertDrift, ID: &id,
 			Message: driftMessage(r), Changes: r.Changes, Compliance: r.Compliance, Version: body.Generation,
-			Healed: r.Healed && r.Compliance == model.Compliant})
+			Healed: r.Healed && r.Compliance == model.Compliant, HealFailed: r.HealFailed && r.Compliance == model.NonCompliant, Hash: r.Hash})
 	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts})
 	if err != nil || !fresh {

@@ -218,8 +218,8 @@ func until(last time.Time, d time.Duration) time.Duration {
 // transactions, so that ingest is not held up.
 const pruneBatch = 5000
 
-// pruneActions deletes the action log's entries older than KeepActions
-// (none when it is 0), a batch at a time.
+// pruneActions deletes the action log's entries, and the deploys, older
+// than KeepActions (none when it is 0), a batch at a time.
 func (s *Server) pruneActions(ctx context.Context) {
 	if s.cfg.KeepActions <= 0 {
 		return
@@ -240,5 +240,18 @@ func (s *Server) pruneActions(ctx context.Context) {
 	}
 	if total > 0 {
 		s.log.Info().Int("deleted", total).Dur("keep", s.cfg.KeepActions).Msg("pruned the action log")
+	}
+	// The deploys list is kept as long as the action log it sums up.
+	for ctx.Err() == nil {
+		n, err := s.store.PruneDeploys(ctx, before, pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("cannot prune the deploys list; retrying in an hour")
+			}
+			return
+		}
+		if n < pruneBatch {
+			break
+		}
 	}
 }

@@ -74,6 +74,11 @@ func TestPlanOfACandidate(t *testing.T) {
 	if p.Version != v2.Number || p.Released != v1.Number || len(p.NotAnswered) != 0 || len(p.Agents) != 2 {
 		t.Fatalf("plan %+v; want version %d against %d, two agents, all answered", p, v2.Number, v1.Number)
 	}
+	// The plan's dry run is listed with the deploys, of the planned version.
+	if ds, err := r.store.ListDeploys(r.ctx, "test", record.DeployFilter{Kind: record.OpDryRun}); err != nil || len(ds) == 0 ||
+		ds[0].ID != p.ID || ds[0].Trigger != record.DeployByPlan || ds[0].Version != v2.Number || ds[0].Asked != 2 {
+		t.Fatalf("dry runs listed after the plan: %+v, %v; want the plan's, of version %d, to 2 agents", ds, err, v2.Number)
+	}
 	old, web := p.Agents[0], p.Agents[1]
 	if old.Name != "old" || old.Outcome != record.PlanTooOld {
 		t.Fatalf("plan: %+v; want old too old", old)

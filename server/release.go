@@ -95,12 +95,39 @@ func (s *Server) Release(ctx context.Context, env string, n int64) (record.Relea
 	if err != nil {
 		return record.Released{}, err
 	}
+	e, err := s.store.GetEnv(ctx, env)
+	if err != nil {
+		return record.Released{}, err
+	}
+	var ro *record.Rollout
+	var agents int
+	if e.Settings.Release.Staged() {
+		var prev int64
+		switch cur, err := s.store.ReleasedVersion(ctx, env); {
+		case err == nil:
+			prev = cur.Number
+		case !errors.Is(err, model.ErrNotFound):
+			return record.Released{}, err
+		}
+		if ro, agents, err = s.planRollout(ctx, env, n, prev, e.Settings.Release); err != nil {
+			return record.Released{}, err
+		}
+	}
 	v, err := s.store.Release(ctx, env, n)
 	if err != nil {
 		return record.Released{Version: v}, err
 	}
 	out := record.Released{Version: v}
-	rel, err := s.startRelease(ctx, env, n)
+	var rel record.Release
+	if ro != nil {
+		rel, err = s.startRollout(ctx, env, n, ro, agents)
+	} else {
+		// Released to every agent: none keeps an older version.
+		if err := s.store.UnpinAgents(ctx, env, nil); err != nil {
+			s.log.Error().Err(err).Str("env", env).Msg("cannot let agents left on an older version by a staged rollout take the new one; they keep it until the next release")
+		}
+		rel, err = s.startRelease(ctx, env, n)
+	}
 	if err != nil {
 		s.log.Error().Err(err).Str("env", env).Int64("version", n).Msg("version released but its fan-out could not be recorded; agents get it on their next hello")
 		return out, nil
@@ -153,6 +180,12 @@ func (s *Server) startRelease(ctx context.Context, env string, n int64) (record.
 	rel, err := s.store.StartRelease(context.WithoutCancel(ctx), record.Release{Env: env, Version: n})
 	if err != nil {
 		return rel, err
+	}
+	// Its deploy is listed from now on, named like it, with who asked;
+	// the fan-out adds the agents it sends it to.
+	d := record.Deploy{ID: rel.ID, Env: env, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n, StartedAt: rel.StartedAt}
+	if err := s.store.RecordDeploy(context.WithoutCancel(ctx), d, nil); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Str("release", rel.ID).Msg("cannot list the release's deploy yet; its fan-out lists it")
 	}
 	s.feed.publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
 	s.releases.add(rel)
@@ -248,7 +281,12 @@ func (s *Server) fanOut(ctx context.Context, r record.Release) {
 	}
 	defer lease.Release()
 	// Read again under the lease: another server may have ended it.
-	if cur, err := s.store.GetRelease(ctx, r.Env, r.ID); err != nil || cur.State != record.ReleaseRunning {
+	cur, err := s.store.GetRelease(ctx, r.Env, r.ID)
+	if err != nil || cur.State != record.ReleaseRunning {
+		return
+	}
+	if cur.Rollout != nil {
+		s.driveRollout(ctx, cur, log)
 		return
 	}
 	started := time.Now()

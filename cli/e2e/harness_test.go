@@ -320,6 +320,12 @@ type agentOpts struct {
 	labels         []string
 	factsDir       string   // custom facts (default: none)
 	args           []string // extra flags, after the cluster's own
+	// command runs the agent instead of `tether agent run` (the
+	// installed tether-agent: /usr/bin/tether-agent run), and config is
+	// its config file instead of one of the test's (the cluster's
+	// settings are written into it).
+	command []string
+	config  string
 }
 
 // startAgent starts `tether agent run` for name.
@@ -330,12 +336,16 @@ func (c *cluster) startAgent(name string, o agentOpts) *proc {
 	}
 	c.agentNo++
 	// Part of the configuration comes from an agent.toml, as on a host.
-	conf := filepath.Join(c.t.TempDir(), "agent.toml")
+	conf := cmp.Or(o.config, filepath.Join(c.t.TempDir(), "agent.toml"))
 	toml := fmt.Sprintf("amqp-namespace = %q\nqueue-type = \"classic\"\nenv = %q\nheartbeat = \"1s\"\n", c.ns, env)
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	argv := append(append([]string{}, o.wrap...), tetherBin, "agent", "run", "--config", conf,
+	command := o.command
+	if command == nil {
+		command = []string{tetherBin, "agent", "run"}
+	}
+	argv := append(append(append([]string{}, o.wrap...), command...), "--config", conf,
 		"--amqp", o.amqpURL, "--name", name, "--state-dir", o.stateDir, "--root", o.root,
 		"--token", c.enroll, "--log-format", "json", "--log-level", "info")
 	for _, l := range o.labels {

@@ -227,11 +227,16 @@ type Exporter interface {
 type Releases interface {
 	ListReleases(ctx context.Context, env string, limit int) ([]record.Release, error)
 	GetRelease(ctx context.Context, env, id string) (record.Release, error)
+	// ContinueRelease and AbortRelease act on a running staged rollout.
+	ContinueRelease(ctx context.Context, env, id string) (record.Release, error)
+	AbortRelease(ctx context.Context, env, id string) (record.Release, error)
 }
 
 // Resources reads resources, their state and their history.
 type Resources interface {
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
+	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)
+	StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error)
 	Resource(ctx context.Context, env string, n int64, id model.ID) (model.Resource, error)
 	Actions(ctx context.Context, env string, id model.ID, limit int) ([]record.Action, error)
 	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
@@ -276,6 +281,8 @@ type Sources interface {
 type Operations interface {
 	Deploy(ctx context.Context, env string, req record.DeployRequest) (record.Deployment, error)
 	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
+	ListDeploys(ctx context.Context, env string, f record.DeployFilter) ([]record.Deploy, error)
+	GetDeploy(ctx context.Context, env, id string) (record.Deploy, error)
 }
 
 // Plans dry-runs a version, released or not, on the live agents and
@@ -470,6 +477,15 @@ func orDefault[T comparable](v *T, def T) {
 // /readyz, and /metrics unless health and metrics have a listener of their
 // own.
 func (a *API) Handler() http.Handler { return a.echo }
+
+// Mount serves h at every path of Handler the API does not answer itself
+// (the console, at /); paths under /api stay the API's, answered with its
+// JSON errors. Call it before serving.
+func (a *API) Mount(h http.Handler) {
+	a.echo.Any("/api/*", func(echo.Context) error { return echo.ErrNotFound })
+	a.echo.Any("/", echo.WrapHandler(h))
+	a.echo.Any("/*", echo.WrapHandler(h))
+}
 
 // OpsHandler returns what a listener of its own serves for operations:
 // /healthz, /readyz (saying why a check fails) and /metrics. It has no

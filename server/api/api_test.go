@@ -10,10 +10,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/bus"
@@ -265,6 +267,21 @@ func testFlow(t *testing.T, st store.Store) {
 	if rep.ID != d.ID {
 		t.Fatalf("report %+v", rep)
 	}
+	// The dry run is listed, with who asked and what set it off; no
+	// agent has answered it (none runs here): the report names web-1.
+	if rep.Deploy == nil || rep.Deploy.Kind != record.OpDryRun || rep.Deploy.Trigger != record.DeployByOperator || rep.Deploy.Who == "" ||
+		rep.Deploy.Who == record.WhoServer || rep.Deploy.Asked != 1 || rep.Deploy.Outcome != record.DeployRunning || !slices.Equal(rep.Waiting, []string{"web-1"}) {
+		t.Fatalf("report of a dry run nobody answered: %+v, deploy %+v; want web-1 waited for", rep, rep.Deploy)
+	}
+	var ds []record.Deploy
+	r.must(r.admin, "GET", "/api/v1/envs/prod/deploys?kind=dryrun&agent=web-1&limit=1", nil, &ds, 200)
+	if len(ds) != 1 || ds[0].ID != d.ID || ds[0].Who != rep.Deploy.Who || len(ds[0].Agents) != 0 {
+		t.Fatalf("dry runs of web-1: %+v; want the one just sent, first", ds)
+	}
+	r.must(r.admin, "GET", "/api/v1/envs/prod/deploys?kind=repair", nil, &ds, 200)
+	if len(ds) != 0 {
+		t.Fatalf("repairs: %+v, want none", ds)
+	}
 	r.must(r.admin, "POST", "/api/v1/envs/prod/halt", nil, nil, 200)
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "halted" {
 		t.Fatalf("deploy of a halted env: %s, want halted", code)
@@ -488,6 +505,10 @@ func TestBadInput(t *testing.T) {
 		{"bad state filter", "GET", "/api/v1/envs/prod/resources?state=evil", nil, "bad_request"},
 		{"bad limit", "GET", "/api/v1/envs/prod/resources/" + esc(dangling.ID) + "/log?limit=-1", nil, "bad_request"},
 		{"bad deploy id", "GET", "/api/v1/envs/prod/deploys/xyz", nil, "bad_request"},
+		{"unknown deploy", "GET", "/api/v1/envs/prod/deploys/" + uuid.NewString(), nil, "not_found"},
+		{"bad deploy kind", "GET", "/api/v1/envs/prod/deploys?kind=explode", nil, "invalid"},
+		{"bad deploy agent", "GET", "/api/v1/envs/prod/deploys?agent=" + url.QueryEscape("../x"), nil, "invalid"},
+		{"deploys of an unknown env", "GET", "/api/v1/envs/nope/deploys", nil, "not_found"},
 		{"unknown agent", "POST", "/api/v1/envs/prod/agents/ghost/accept", nil, "not_found"},
 		{"unknown env", "GET", "/api/v1/envs/nope/versions", nil, "not_found"},
 		{"deploy without release", "POST", "/api/v1/envs/prod/deploy", nil, "no_release"},

@@ -56,6 +56,8 @@ var Codes = map[string]int{
 	"exists":            http.StatusConflict,
 	"env_exists":        http.StatusConflict, // an environment of that name exists already
 	"conflict":          http.StatusConflict,
+	"not_staged":        http.StatusConflict,
+	"release_finished":  http.StatusConflict,
 	"halted":            http.StatusConflict,
 	"no_release":        http.StatusConflict,
 	"no_agents":         http.StatusConflict,

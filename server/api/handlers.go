@@ -593,6 +593,45 @@ func (a *API) getRelease(r *request) (int, any, error) {
 	return http.StatusOK, rel, err
 }
 
+// rolloutVerb continues or aborts a running staged rollout. A release that
+// is not staged, or has ended, is refused (409 not_staged,
+// release_finished) and nothing changes.
+func (a *API) rolloutVerb(verb string) func(r *request) (int, any, error) {
+	return func(r *request) (int, any, error) {
+		env, err := a.existingEnv(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		id := r.Param("id")
+		if a.svc.Releases == nil {
+			return 0, nil, newError("not_found", "", "no release %q in %s", clip(id), env)
+		}
+		act := a.svc.Releases.ContinueRelease
+		if verb == "abort" {
+			act = a.svc.Releases.AbortRelease
+		}
+		rel, err := act(r.ctx(), env, id)
+		switch {
+		case isNotFound(err):
+			return 0, nil, newError("not_found", "list the releases: tether version releases", "no release %q in %s", clip(id), env)
+		case errors.Is(err, record.ErrNotStaged):
+			return 0, nil, newError("not_staged", "only a release made in waves (release_strategy = waves) can be continued or aborted",
+				"release %s of %s went to every agent at once: nothing to %s, nothing changed", clip(id), env, verb)
+		case errors.Is(err, record.ErrReleaseFinished):
+			stage := "done"
+			if cur, gerr := a.svc.Releases.GetRelease(r.ctx(), env, id); gerr == nil && cur.Rollout != nil {
+				stage = string(cur.Rollout.Stage)
+			}
+			return 0, nil, newError("release_finished", "tether release status shows how it ended; release a version again to change what agents hold",
+				"release %s of %s has ended (%s): nothing to %s, nothing changed", clip(id), env, stage, verb)
+		case err != nil:
+			return 0, nil, err
+		}
+		r.detail = verb + " release " + rel.ID
+		return http.StatusOK, rel, nil
+	}
+}
+
 // releaseError explains a release that was refused.
 func (a *API) releaseError(r *request, env string, n int64, err error) error {
 	if isNotFound(err) {
@@ -646,11 +685,28 @@ func (a *API) listResources(r *request) (int, any, error) {
 	if f.Compliance != "" && !f.Compliance.Valid() {
 		return 0, nil, newError("bad_request", "", "compliance=%q: want compliant, non_compliant or unknown", clip(string(f.Compliance)))
 	}
+	p, err := r.page()
+	if err != nil {
+		return 0, nil, err
+	}
 	if _, err := a.svc.Envs.GetEnv(r.ctx(), env); err != nil {
 		return 0, nil, err
 	}
+	// The store finds, counts and cuts the page: a listing of 200,000
+	// resources is never read whole for a page of it.
+	f.Search, f.Limit, f.Offset = p.q, p.limit, p.offset
 	sts, err := a.svc.Resources.Statuses(r.ctx(), env, f)
-	return http.StatusOK, nonNil(sts), err
+	if err != nil {
+		return 0, nil, err
+	}
+	total := len(sts)
+	if p.limit > 0 {
+		if total, err = a.svc.Resources.CountStatuses(r.ctx(), env, f, 0); err != nil {
+			return 0, nil, err
+		}
+	}
+	r.Response().Header().Set(TotalHeader, strconv.Itoa(total))
+	return http.StatusOK, nonNil(sts), nil
 }
 
 func (a *API) getResource(r *request) (int, any, error) {
@@ -726,8 +782,14 @@ func (a *API) halted(r *request, env string) bool {
 	return err == nil && e.Settings.Halted
 }
 
+// online reports whether an agent is online: connected and heard from
+// within OfflineAfter.
+func (a *API) online(ag record.Agent) bool {
+	return ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter
+}
+
 func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
-	v := AgentView{Agent: ag, Online: ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter, Halted: halted}
+	v := AgentView{Agent: ag, Online: a.online(ag), Halted: halted}
 	if len(ag.PublicKey) > 0 {
 		v.Key = model.Fingerprint(ag.PublicKey)
 	}
@@ -738,17 +800,30 @@ func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
 }
 
 func (a *API) listAgents(r *request) (int, any, error) {
+	p, err := r.page()
+	if err != nil {
+		return 0, nil, err
+	}
+	f, err := r.agentFilter(p.q)
+	if err != nil {
+		return 0, nil, err
+	}
 	env, err := a.existingEnv(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	if err != nil {
+		return 0, nil, err
+	}
+	ags = slices.DeleteFunc(ags, func(ag record.Agent) bool { return !f.match(ag, a.online) })
+	ags = cut(r, p, ags)
 	out := make([]AgentView, 0, len(ags))
 	halted := a.halted(r, env)
 	for _, ag := range ags {
 		out = append(out, a.viewIn(ag, halted))
 	}
-	return http.StatusOK, out, err
+	return http.StatusOK, out, nil
 }
 
 // agentParams returns the environment and agent a request names.
@@ -876,13 +951,8 @@ func (a *API) operation(op record.Operation) func(*request) (int, any, error) {
 				return 0, nil, err
 			}
 		}
-		if len(req.Agents) > model.MaxAgentsPerRequest {
-			return 0, nil, newError("invalid", "", "agents: %d names: at most %d", len(req.Agents), model.MaxAgentsPerRequest)
-		}
-		for i, name := range req.Agents {
-			if err := validAgentName(name); err != nil {
-				return 0, nil, newError("invalid", "", "agents[%d]: %v", i, err)
-			}
+		if err := validAgentNames(req.Agents); err != nil {
+			return 0, nil, err
 		}
 		d, err := a.svc.Operations.Deploy(r.ctx(), env, record.DeployRequest{Agents: req.Agents, Operation: op, Full: req.Full})
 		if err != nil && len(d.Agents) == 0 {
@@ -899,7 +969,12 @@ func (a *API) operation(op record.Operation) func(*request) (int, any, error) {
 
 // Report is what a deploy, repair or dry run reported.
 type Report struct {
-	ID      string          `json:"id"`
+	ID string `json:"id"`
+	// Deploy is the deploy with each agent's outcome; nil for one that
+	// was not listed (sent before deploys were, or pruned).
+	Deploy *record.Deploy `json:"deploy,omitempty"`
+	// Waiting names the agents it was sent to that have not answered.
+	Waiting []string        `json:"waiting"`
 	Actions []record.Action `json:"actions"`
 }
 
@@ -912,8 +987,46 @@ func (a *API) deployReport(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	rep := Report{ID: id, Waiting: []string{}}
+	d, err := a.svc.Operations.GetDeploy(r.ctx(), env, id)
+	switch {
+	case err == nil:
+		rep.Deploy = &d
+		rep.Waiting = nonNil(d.Waiting())
+	case !errors.Is(err, model.ErrNotFound):
+		return 0, nil, err
+	}
 	acts, err := a.svc.Operations.DeployActions(r.ctx(), env, id, 10000)
-	return http.StatusOK, Report{ID: id, Actions: nonNil(acts)}, err
+	if err != nil {
+		return 0, nil, err
+	}
+	if rep.Deploy == nil && len(acts) == 0 {
+		return 0, nil, newError("not_found", "list the deploys: tether env deploys", "no deploy %s in %s", id, env)
+	}
+	rep.Actions = nonNil(acts)
+	return http.StatusOK, rep, nil
+}
+
+func (a *API) listDeploys(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := r.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	f := record.DeployFilter{Agent: r.QueryParam("agent"), Kind: record.Operation(r.QueryParam("kind")), Limit: limit}
+	if f.Agent != "" {
+		if err := validAgentName(f.Agent); err != nil {
+			return 0, nil, newError("invalid", "", "agent: %v", err)
+		}
+	}
+	if err := f.Validate(); err != nil {
+		return 0, nil, newError("invalid", "", "%v", err)
+	}
+	ds, err := a.svc.Operations.ListDeploys(r.ctx(), env, f)
+	return http.StatusOK, nonNil(ds), err
 }
 
 // --- compiles
@@ -1362,4 +1475,18 @@ func (a *API) revokeEnrollToken(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, a.svc.Enrollment.DeleteEnrollToken(r.ctx(), env, id)
+}
+
+// validAgentNames checks the agent names a request lists: at most
+// model.MaxAgentsPerRequest, each a valid name.
+func validAgentNames(names []string) error {
+	if len(names) > model.MaxAgentsPerRequest {
+		return newError("invalid", "", "agents: %d names: at most %d", len(names), model.MaxAgentsPerRequest)
+	}
+	for i, name := range names {
+		if err := validAgentName(name); err != nil {
+			return newError("invalid", "", "agents[%d]: %v", i, err)
+		}
+	}
+	return nil
 }

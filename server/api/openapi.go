@@ -90,7 +90,10 @@ func (a *API) Document() map[string]any {
 				"Release":        releaseSchema,
 				"Released":       releasedSchema,
 				"ExportResponse": exportSchema,
+				"Deploy":         deploySchema,
+				"Report":         reportSchema,
 				"Plan":           planSchema,
+				"Summary":        summarySchema,
 				"Webhook":        webhookSchema,
 				"Delivery":       deliverySchema,
 			},
@@ -133,6 +136,23 @@ var (
 		"note":          map[string]any{"type": "string", "description": "why a fan-out failed, or that a newer release superseded it"},
 		"started_at":    map[string]any{"type": "string", "format": "date-time"},
 		"finished_at":   map[string]any{"type": "string", "format": "date-time"},
+		"rollout":       rolloutSchema,
+	}}
+	strs          = map[string]any{"type": "array", "items": str}
+	rolloutSchema = map[string]any{"type": "object", "description": "A staged release's waves and where they stand (absent for a release to every agent at once).", "properties": map[string]any{
+		"stage":    map[string]any{"type": "string", "enum": []string{"deploying", "waiting", "halted", "aborted", "done"}},
+		"wave":     map[string]any{"type": "integer", "description": "index of the current wave"},
+		"sent":     map[string]any{"type": "integer", "description": "waves sent"},
+		"previous": map[string]any{"type": "integer", "description": "the version agents not reached keep (0: none)"},
+		"strategy": map[string]any{"type": "object", "description": "the environment's release settings when it started: mode, canary, waves, max_failed, advance"},
+		"waves": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+			"name": str, "agents": strs, "succeeded": integer, "failed": integer, "pending": integer,
+			"failed_agents": strs, "pending_agents": strs,
+		}}},
+		"continues": map[string]any{"type": "integer", "description": "operators' continues acted on"},
+		"asked":     map[string]any{"type": "integer", "description": "operators' continues asked for"},
+		"accepted":  map[string]any{"type": "integer", "description": "failed agents a continue accepted: the threshold counts the failures after them"},
+		"moved":     map[string]any{"type": "array", "items": str, "description": "agents put in a later wave for requiring an agent of that wave"},
 	}}
 	releasedSchema = map[string]any{"type": "object", "description": "The version released (its fields, as GET /envs/{env}/versions/{n} shows them), " +
 		"with the release's id and the release as it started.", "properties": map[string]any{
@@ -141,6 +161,36 @@ var (
 		"state":      str,
 		"release_id": str,
 		"release":    map[string]any{"$ref": "#/components/schemas/Release"},
+	}}
+	deployAgent = map[string]any{"type": "object", "properties": map[string]any{
+		"agent":            str,
+		"outcome":          map[string]any{"type": "string", "enum": []string{"waiting", "ok", "failed"}},
+		"failed_resources": integer,
+		"error":            map[string]any{"type": "string", "description": "why its run could not complete, or that the deploy did not reach it"},
+		"finished_at":      map[string]any{"type": "string", "format": "date-time"},
+	}}
+	deploySchema = map[string]any{"type": "object", "description": "A deploy, repair or dry run sent to agents: what set it off, who asked, " +
+		"and how many of the agents it was sent to answered (ok or failed).", "properties": map[string]any{
+		"id":          str,
+		"env":         str,
+		"kind":        map[string]any{"type": "string", "enum": []string{"deploy", "repair", "dryrun"}},
+		"trigger":     map[string]any{"type": "string", "enum": []string{"release", "operator", "hello", "deploy_interval", "repair_interval", "resume", "plan"}},
+		"who":         map[string]any{"type": "string", "description": "the API token's (or user's) name; server for what the server started by itself"},
+		"version":     integer,
+		"asked":       integer,
+		"answered":    integer,
+		"ok":          integer,
+		"failed":      integer,
+		"outcome":     map[string]any{"type": "string", "enum": []string{"running", "ok", "failed"}},
+		"started_at":  map[string]any{"type": "string", "format": "date-time"},
+		"finished_at": map[string]any{"type": "string", "format": "date-time"},
+		"agents":      map[string]any{"type": "array", "items": deployAgent, "description": "only in one deploy's report"},
+	}}
+	reportSchema = map[string]any{"type": "object", "properties": map[string]any{
+		"id":      str,
+		"deploy":  map[string]any{"$ref": "#/components/schemas/Deploy"},
+		"waiting": map[string]any{"type": "array", "items": str, "description": "agents it was sent to that have not answered yet"},
+		"actions": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
 	}}
 	planSchema = map[string]any{"type": "object", "description": "What a deploy of the version would change per agent; nothing was changed.", "properties": map[string]any{
 		"id":           str,
@@ -164,6 +214,15 @@ var (
 				"message": str,
 			}}},
 		}}},
+	}}
+	counts        = map[string]any{"type": "object", "additionalProperties": integer}
+	summarySchema = map[string]any{"type": "object", "description": "An environment's agents and resources, counted.", "properties": map[string]any{
+		"agents": map[string]any{"type": "object", "properties": map[string]any{
+			"online": integer, "offline": integer, "pending": integer, "rejected": integer, "paused": integer,
+		}},
+		"resources": map[string]any{"type": "object", "properties": map[string]any{
+			"total": integer, "by_state": counts, "by_compliance": counts,
+		}},
 	}}
 	exportSchema = map[string]any{"type": "object", "properties": map[string]any{
 		"version":    map[string]any{"type": "object"},

@@ -35,13 +35,8 @@ func (a *API) plan(r *request) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	if len(req.Agents) > model.MaxAgentsPerRequest {
-		return 0, nil, newError("invalid", "", "agents: %d names: at most %d", len(req.Agents), model.MaxAgentsPerRequest)
-	}
-	for i, name := range req.Agents {
-		if err := validAgentName(name); err != nil {
-			return 0, nil, newError("invalid", "", "agents[%d]: %v", i, err)
-		}
+	if err := validAgentNames(req.Agents); err != nil {
+		return 0, nil, err
 	}
 	timeout := record.DefaultPlanTimeout
 	if req.Timeout != "" {

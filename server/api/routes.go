@@ -96,13 +96,16 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/versions/:n/plan", role: record.RoleViewer, action: "version.plan", summary: "Plan a version before releasing it: each live agent dry-runs its part of the version (not released, nothing changed on any host) and the answer says, per agent and per attribute, what a deploy would change (current → desired, sensitive values redacted), naming the agents that did not answer within timeout (default 30s, at most 90s)", body: "{agents?: [name], timeout?: duration}", returns: "Plan", wait: true, serve: a.plan},
 		{method: "GET", path: "/envs/:env/releases", role: record.RoleViewer, summary: "The environment's releases, newest first, with how far each fan-out to agents got", query: []string{"limit"}, returns: "[]Release", serve: a.listReleases},
 		{method: "GET", path: "/envs/:env/releases/:id", role: record.RoleViewer, summary: "One release: its version, state (running, done, failed), agents to reach, sent, up to date, and those pending with why and what brings them the version", returns: "Release", serve: a.getRelease},
+		{method: "POST", path: "/envs/:env/releases/:id/continue", role: record.RoleOperator, action: "release.continue", summary: "Continue a staged rollout: send its next wave now (whatever the current wave's agents reported), or go on past a halt (the failures so far are accepted)", returns: "Release", serve: a.rolloutVerb("continue")},
+		{method: "POST", path: "/envs/:env/releases/:id/abort", role: record.RoleOperator, action: "release.abort", summary: "Abort a staged rollout: no further wave is sent; agents not reached keep the version they had until the next release", returns: "Release", serve: a.rolloutVerb("abort")},
 
-		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance", query: []string{"agent", "type", "state", "compliance"}, serve: a.listResources},
+		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance; with limit, a page of them (offset, q: text in the ID; the header X-Total-Count says how many match)", query: []string{"agent", "type", "state", "compliance", "q", "limit", "offset"}, serve: a.listResources},
 		{method: "GET", path: "/envs/:env/resources/:id", role: record.RoleViewer, summary: "Show a resource of the released version (id URL-escaped)", serve: a.getResource},
 		{method: "GET", path: "/envs/:env/resources/:id/log", role: record.RoleViewer, summary: "A resource's action log, newest first", query: []string{"limit"}, serve: a.resourceLog},
 		{method: "GET", path: "/envs/:env/resources/:id/history", role: record.RoleViewer, summary: "The versions that hold a resource, with its hash in each", serve: a.resourceHistory},
 
-		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not", serve: a.listAgents},
+		{method: "GET", path: "/envs/:env/summary", role: record.RoleViewer, summary: "Count the environment's agents (online, offline, pending, rejected, paused) and resources (by state and by compliance)", returns: "Summary", serve: a.summary},
+		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not; state (pending, accepted, rejected), online (true, false), label (key=value or key) and q (text in the name or a label) filter them; with limit, a page of them (offset; the header X-Total-Count says how many match)", query: []string{"state", "online", "label", "q", "limit", "offset"}, serve: a.listAgents},
 		{method: "GET", path: "/envs/:env/agents/:name", role: record.RoleViewer, summary: "Show an agent with its facts", serve: a.getAgent},
 		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", serve: a.inventory},
 		{method: "DELETE", path: "/envs/:env/agents/:name", role: record.RoleOperator, action: "agent.delete", summary: "Delete an agent: its record and what it reported are forgotten (its resources are available again) and its inbox removed from the broker; if it says hello again it is a new agent (pending, or accepted as the enrollment policy says). Answers with the agent as it was", returns: "AgentView", serve: a.deleteAgent},
@@ -124,7 +127,8 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/compile", role: record.RoleOperator, action: "env.compile", summary: "Ask the server to compile the environment's model from its source (202 with the compile queue's state; 409 when the environment has no source)", serve: a.requestCompile},
 		{method: "GET", path: "/envs/:env/compiles", role: record.RoleViewer, summary: "The server's compiles of the environment's model, newest first", query: []string{"limit"}, serve: a.listCompiles},
 		{method: "GET", path: "/envs/:env/compiles/:id", role: record.RoleViewer, summary: "One compile's report: triggers, revision, outcome, diagnostics, resources per agent, version", serve: a.getCompile},
-		{method: "GET", path: "/envs/:env/deploys/:id", role: record.RoleViewer, summary: "What a deploy, repair or dry run reported (the dry-run report)", serve: a.deployReport},
+		{method: "GET", path: "/envs/:env/deploys", role: record.RoleViewer, summary: "The environment's deploys, repairs and dry runs, newest first: trigger, who asked, version, agents asked, answered, ok and failed, outcome", query: []string{"agent", "kind", "limit"}, returns: "[]Deploy", serve: a.listDeploys},
+		{method: "GET", path: "/envs/:env/deploys/:id", role: record.RoleViewer, summary: "What a deploy, repair or dry run reported: the deploy with each agent's outcome, the agents that have not answered yet (waiting), and the actions (the dry-run report)", returns: "Report", serve: a.deployReport},
 
 		{method: "GET", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, summary: "List the environment's enrollment tokens (never their secrets)", serve: a.listEnrollTokens},
 		{method: "POST", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, action: "enrollment_token.create", summary: "Create an enrollment token: agents that say hello with it are accepted (enrollment policy token); its secret is shown once", body: "{name, max_uses?, expires_in?}", serve: a.createEnrollToken},
@@ -233,6 +237,7 @@ func (a *API) call(rt route, r *request) (int, any, error) {
 			return 0, nil, err
 		}
 		r.who = who
+		r.SetRequest(r.Request().WithContext(record.WithWho(r.ctx(), who.Name)))
 		if err := a.checkCSRF(r); err != nil {
 			return 0, nil, err
 		}

@@ -142,6 +142,15 @@ type Alert struct {
 	// Healed: a drift alert of a resource its agent re-applied by drift
 	// policy. Recording it also logs a heal in the resource's action log.
 	Healed bool `json:"healed,omitempty"`
+	// HealFailed: a drift alert of a resource its agent tried to re-apply
+	// by drift policy and could not. Recording it also logs the failed
+	// heal in the resource's action log.
+	HealFailed bool `json:"heal_failed,omitempty"`
+	// Hash is the desired state's hash the agent compared against (zero
+	// when it did not say): a drift alert of an older version sets the
+	// compliance of a newer one whose resource has that hash (the same
+	// intent). Not kept.
+	Hash model.Hash `json:"-"`
 }
 
 // NewSecret returns a fresh API token secret: "tether_" and 32 random bytes

@@ -61,6 +61,8 @@ type EnvSettings struct {
 	Halted bool `json:"halted"`
 	// Enrollment decides how newly discovered agents are accepted.
 	Enrollment Enrollment `json:"enrollment"`
+	// Release is how a release reaches the agents: at once, or in waves.
+	Release ReleaseStrategy `json:"release"`
 }
 
 // Enrollment is an environment's policy for newly discovered agents.
@@ -86,6 +88,7 @@ func DefaultEnvSettings() EnvSettings {
 		DriftPolicy:    model.DriftAlert,
 		VersionsToKeep: 100,
 		Enrollment:     EnrollManual,
+		Release:        DefaultReleaseStrategy(),
 	}
 }
 
@@ -96,6 +99,7 @@ var ErrInvalidSetting = errors.New("invalid setting")
 var settingKeys = []string{
 	"auto_deploy", "auto_release", "deploy_interval", "repair_interval", "drift_policy",
 	"enrollment", "purge_on_delete", "versions_to_keep", "halted",
+	"release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance",
 }
 
 // SettingKeys lists the names of every environment setting.
@@ -122,6 +126,8 @@ func (s EnvSettings) Get(key string) (string, error) {
 		return strconv.Itoa(s.VersionsToKeep), nil
 	case "halted":
 		return strconv.FormatBool(s.Halted), nil
+	case "release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance":
+		return s.Release.get(key), nil
 	}
 	return "", fmt.Errorf("%w: no setting %q (settings: %s)", ErrInvalidSetting, key, strings.Join(settingKeys, ", "))
 }
@@ -150,6 +156,8 @@ func (s *EnvSettings) Set(key, value string) error {
 		next.VersionsToKeep, err = strconv.Atoi(value)
 	case "halted":
 		next.Halted, err = strconv.ParseBool(value)
+	case "release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance":
+		err = next.Release.set(key, value)
 	default:
 		_, err = next.Get(key)
 		return err
@@ -177,6 +185,9 @@ func (s EnvSettings) Validate() error {
 		return fmt.Errorf("%w: enrollment %q: want manual, token or open", ErrInvalidSetting, s.Enrollment)
 	case s.VersionsToKeep < 0:
 		return fmt.Errorf("%w: versions_to_keep %d: want 0 (keep all) or more", ErrInvalidSetting, s.VersionsToKeep)
+	}
+	if err := s.Release.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSetting, err)
 	}
 	return nil
 }
@@ -244,6 +255,12 @@ type Agent struct {
 	// waiting for an operator to accept it, rejected. Empty once
 	// accepted.
 	Note string `json:"note,omitempty"`
+	// AgentVersion is the version of the agent's build and Protocol the
+	// protocol version it speaks ("major.minor"), as it last said (hello,
+	// heartbeats); empty from agents older than versions, which speak
+	// protocol 1.0.
+	AgentVersion string `json:"agent_version,omitempty"`
+	Protocol     string `json:"protocol,omitempty"`
 	// Paused agents are sent no deploy, repair or dry run until resumed,
 	// and heal no drift.
 	Paused bool `json:"paused"`

@@ -1,6 +1,10 @@
 package record
 
-import "github.com/tetherhq/tether/model"
+import (
+	"context"
+
+	"github.com/tetherhq/tether/model"
+)
 
 // Query and command types shared by the store, the scheduler and the API:
 // they live here so that each of those declares its interfaces without
@@ -13,6 +17,22 @@ type StatusFilter struct {
 	Type       string              `json:"type,omitempty"`
 	State      model.ResourceState `json:"state,omitempty"`
 	Compliance model.Compliance    `json:"compliance,omitempty"`
+	// Search keeps the statuses whose ID holds it (ASCII letters in any
+	// case).
+	Search string `json:"q,omitempty"`
+	// Limit, when above 0, keeps a page of at most Limit statuses from
+	// Offset, in the store's order of their IDs as text (its primary key's;
+	// without Limit they come in ID order, model.ID.Compare). Counts
+	// ignore both.
+	Limit  int `json:"limit,omitempty"`
+	Offset int `json:"offset,omitempty"`
+}
+
+// StatusCount counts the resource statuses of one state and compliance.
+type StatusCount struct {
+	State      model.ResourceState `json:"state"`
+	Compliance model.Compliance    `json:"compliance"`
+	N          int                 `json:"n"`
 }
 
 // ResourceHash is a resource's intent hash in one version.
@@ -65,6 +85,10 @@ type DeployRequest struct {
 	// Full deploys every resource instead of what changed or has not
 	// succeeded yet (repairs and dry runs are always full).
 	Full bool `json:"full,omitempty"`
+	// Trigger says what set it off and Who asked (recorded with it; the
+	// server sets them, callers of the API do not).
+	Trigger DeployTrigger `json:"-"`
+	Who     string        `json:"-"`
 }
 
 // Deployment is a deploy, repair or dry run that was sent.
@@ -81,4 +105,21 @@ type Deployment struct {
 	// desired state holds sensitive values and they have no key-agreement
 	// key to seal them to (agents older than sealed values).
 	Refused map[string]string `json:"refused,omitempty"`
+}
+
+type whoKey struct{}
+
+// WithWho returns ctx carrying who asked for what is done under it (an API
+// token's or user's name), for the records it leaves (a release's deploy).
+func WithWho(ctx context.Context, who string) context.Context {
+	return context.WithValue(ctx, whoKey{}, who)
+}
+
+// WhoOf says who asked for what is done under ctx: WhoServer when no one
+// did (the server on its own).
+func WhoOf(ctx context.Context) string {
+	if who, _ := ctx.Value(whoKey{}).(string); who != "" {
+		return who
+	}
+	return WhoServer
 }

@@ -43,6 +43,9 @@ type Release struct {
 	Fanout
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Rollout is a staged release's waves and where they stand; nil for a
+	// release to every agent at once.
+	Rollout *Rollout `json:"rollout,omitempty"`
 }
 
 // Done counts the agents the fan-out has dealt with: reached, up to date

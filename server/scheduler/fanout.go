@@ -64,11 +64,24 @@ func (e *SupersededError) Error() string {
 // release stands whatever the fan-out meets: an agent not reached gets it
 // when it next says hello.
 func (s *Scheduler) Released(ctx context.Context, r record.Release, progress func(record.Release)) (record.Release, error) {
+	return s.ReleasedTo(ctx, r, nil, progress)
+}
+
+// ReleasedTo is Released for the accepted agents named in only (a wave
+// of a staged rollout), or every accepted agent when only is nil.
+func (s *Scheduler) ReleasedTo(ctx context.Context, r record.Release, only []string, progress func(record.Release)) (record.Release, error) {
 	env, err := s.store.GetEnv(ctx, r.Env)
 	if err != nil {
 		return r, err
 	}
-	if r.Agents, err = s.store.CountAgents(ctx, r.Env, record.AgentAccepted); err != nil {
+	var in map[string]bool
+	if only != nil {
+		in = make(map[string]bool, len(only))
+		for _, a := range only {
+			in[a] = true
+		}
+		r.Agents = len(only)
+	} else if r.Agents, err = s.store.CountAgents(ctx, r.Env, record.AgentAccepted); err != nil {
 		return r, err
 	}
 	s.indexMu.Lock()
@@ -95,6 +108,12 @@ func (s *Scheduler) Released(ctx context.Context, r record.Release, progress fun
 		defer wg.Done()
 		defer close(pages)
 		listErr = s.pages(ctx, r.Env, func(p []record.Agent) error {
+			if in != nil {
+				p = slices.DeleteFunc(p, func(a record.Agent) bool { return !in[a.Name] })
+				if len(p) == 0 {
+					return nil
+				}
+			}
 			select {
 			case pages <- p:
 				return nil
@@ -230,16 +249,32 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	if len(deploys) == 0 {
 		return out, nil
 	}
+	asked := make([]string, len(deploys))
+	for k, o := range deployOwner {
+		asked[k] = behind[o].agent.Name
+	}
+	// Recorded before it is sent: an agent may answer at once.
+	d := record.Deploy{ID: deployID, Env: env.Name, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n}
+	if err := s.store.RecordDeploy(ctx, d, asked); err != nil {
+		return out, err
+	}
 	errs = s.send.SendBatch(ctx, deploys)
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
+	var unsent []string
 	for k, err := range errs {
 		if err != nil {
-			out.pend(s, env.Name, n, behind[deployOwner[k]].agent.Name, later, fmt.Errorf("send %s to %s: %w", bus.KindDeploy, behind[deployOwner[k]].agent.Name, err))
+			unsent = append(unsent, asked[k])
+			out.pend(s, env.Name, n, asked[k], later, fmt.Errorf("send %s to %s: %w", bus.KindDeploy, asked[k], err))
 			continue
 		}
 		out.sent++
+	}
+	if len(unsent) > 0 {
+		if err := s.store.EndDeployAgents(ctx, env.Name, deployID, unsent, "not reached: it gets the released version when it next says hello"); err != nil {
+			out.failed = append(out.failed, err)
+		}
 	}
 	return out, nil
 }

@@ -31,5 +31,16 @@ func (s *Scheduler) SendPlan(ctx context.Context, env string, a record.Agent, n 
 		return fmt.Errorf("plan for %s: %w", a.Name, err)
 	}
 	body := bus.DryRun{DeployID: id, Generation: a.Generation, Plan: &bus.Plan{Generation: n, Resources: sealed, SliceHash: hash}}
-	return s.sendTo(ctx, bus.KindDryRun, env, a.Name, body, bus.SendOptions{Expiration: expire})
+	// Listed with the deploys, as a dry run set off by a plan.
+	d := record.Deploy{ID: id, Env: env, Kind: record.OpDryRun, Trigger: record.DeployByPlan, Who: record.WhoOf(ctx), Version: n}
+	if err := s.record(ctx, d, a.Name); err != nil {
+		return err
+	}
+	err = s.sendTo(ctx, bus.KindDryRun, env, a.Name, body, bus.SendOptions{Expiration: expire})
+	if err != nil {
+		if end := s.store.EndDeployAgents(ctx, env, id, []string{a.Name}, "not sent: "+err.Error()); end != nil {
+			s.log.Warn().Err(end).Str("env", env).Str("deploy", id).Msg("cannot record that a plan's dry run was not sent")
+		}
+	}
+	return err
 }

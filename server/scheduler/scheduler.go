@@ -58,12 +58,28 @@ type Statuses interface {
 	Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error)
 }
 
-// Store is everything the scheduler reads.
+// Deploys records the deploys the scheduler sends, and the agents they did
+// not reach.
+type Deploys interface {
+	RecordDeploy(ctx context.Context, d record.Deploy, agents []string) error
+	EndDeployAgents(ctx context.Context, env, id string, agents []string, why string) error
+}
+
+// Pins reads the versions agents keep while a staged rollout has not
+// reached them.
+type Pins interface {
+	AgentPin(ctx context.Context, env, agent string) (int64, bool, error)
+	AgentPins(ctx context.Context, env string) (map[string]int64, error)
+}
+
+// Store is everything the scheduler reads, and the deploys it records.
 type Store interface {
 	Environments
 	Versions
 	Agents
 	Statuses
+	Deploys
+	Pins
 }
 
 // Sealer seals the sensitive values of resources to the one agent they
@@ -152,7 +168,11 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 	if err := s.ensureIndex(ctx, a.Env, v.Number); err != nil {
 		return err
 	}
-	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, v.Number)
+	to, err := s.versionFor(ctx, a.Env, a.Name, v.Number)
+	if err != nil || to == 0 {
+		return err // to 0: a staged rollout has not reached it, and it had no version before
+	}
+	behind, err := s.sync(ctx, a.Env, a.Name, a.Generation, to)
 	if errors.Is(err, record.ErrNoKeyAgreement) {
 		// Said again at each hello until the agent is upgraded: no
 		// retry of the hello would change it.
@@ -163,9 +183,24 @@ func (s *Scheduler) Online(ctx context.Context, a record.Agent) error {
 		return err
 	}
 	if behind && env.Settings.AutoDeploy && !env.Settings.Halted && !a.Paused {
-		_, err = s.sendDeploy(ctx, a.Env, a.Name, v.Number, uuid.NewString(), bus.DeployIncremental, false, env.Settings.DriftPolicy)
+		id := uuid.NewString()
+		err = s.record(ctx, record.Deploy{ID: id, Env: a.Env, Kind: record.OpDeploy, Trigger: record.DeployByHello, Who: record.WhoServer, Version: to}, a.Name)
+		if err == nil {
+			_, err = s.sendDeploy(ctx, a.Env, a.Name, to, id, bus.DeployIncremental, false, env.Settings.DriftPolicy)
+		}
 	}
 	return err
+}
+
+// versionFor returns the version agent is to hold when released is the
+// environment's released version: the version a staged rollout that has
+// not reached it pins it to (0: none), else released.
+func (s *Scheduler) versionFor(ctx context.Context, env, agent string, released int64) (int64, error) {
+	pin, ok, err := s.store.AgentPin(ctx, env, agent)
+	if err != nil || !ok {
+		return released, err
+	}
+	return pin, nil
 }
 
 // laterText says what brings an agent a release it missed although
@@ -236,25 +271,67 @@ func (s *Scheduler) Deploy(ctx context.Context, envName string, req DeployReques
 // then the operation's command.
 func (s *Scheduler) dispatch(ctx context.Context, envName string, policy model.DriftPolicy, gen int64, targets []record.Agent, req DeployRequest, opts bus.SendOptions) (Deployment, error) {
 	d := Deployment{ID: uuid.NewString(), Operation: req.Operation, Generation: gen}
+	if req.Trigger == "" {
+		req.Trigger = record.DeployByOperator
+	}
+	if req.Who == "" {
+		req.Who = record.WhoOf(ctx)
+	}
+	names := make([]string, len(targets))
+	for i, a := range targets {
+		names[i] = a.Name
+	}
+	// Agents a staged rollout has not reached keep their version.
+	pins, err := s.store.AgentPins(ctx, envName)
+	if err != nil {
+		return d, err
+	}
 	var errs []error
+	notSent := map[string][]string{}
 	for _, a := range targets {
-		_, err := s.sync(ctx, envName, a.Name, a.Generation, gen)
+		to := gen
+		if pin, ok := pins[a.Name]; ok {
+			if to = pin; to == 0 {
+				if d.Refused == nil {
+					d.Refused = map[string]string{}
+				}
+				d.Refused[a.Name] = fmt.Sprintf("%s: the staged rollout of version %d has not reached it, and it held no version before (tether release status)", a.Name, gen)
+				why := "not sent: the staged rollout has not reached it, and it held no version before"
+				notSent[why] = append(notSent[why], a.Name)
+				continue
+			}
+		}
+		_, err := s.sync(ctx, envName, a.Name, a.Generation, to)
 		if err == nil {
-			err = s.sendOperation(ctx, envName, a.Name, gen, d.ID, req, policy, opts)
+			err = s.sendOperation(ctx, envName, a.Name, to, d.ID, req, policy, opts)
 		}
 		switch {
 		case errors.Is(err, bus.ErrNoInbox), errors.Is(err, bus.ErrInboxFull):
 			d.Unreached = append(d.Unreached, a.Name)
+			why := "not reached: never connected, or its inbox is full while offline; it gets the released version when it next says hello"
+			notSent[why] = append(notSent[why], a.Name)
 		case errors.Is(err, record.ErrNoKeyAgreement):
 			if d.Refused == nil {
 				d.Refused = map[string]string{}
 			}
 			d.Refused[a.Name] = err.Error()
+			notSent["not sent: "+err.Error()] = append(notSent["not sent: "+err.Error()], a.Name)
 			s.log.Error().Err(err).Str("env", envName).Str("deploy", d.ID).Msg("operation not sent")
 		case err != nil:
 			errs = append(errs, err)
+			notSent["not sent: "+err.Error()] = append(notSent["not sent: "+err.Error()], a.Name)
 		default:
 			d.Agents = append(d.Agents, a.Name)
+		}
+	}
+	// Recorded once sent, not before: a resumed agent's catch-up must not
+	// wait for the store. An answer recorded before it is kept.
+	if err := s.store.RecordDeploy(ctx, record.Deploy{ID: d.ID, Env: envName, Kind: req.Operation, Trigger: req.Trigger, Who: req.Who, Version: gen}, names); err != nil {
+		errs = append(errs, err)
+	}
+	for why, agents := range notSent {
+		if err := s.store.EndDeployAgents(ctx, envName, d.ID, agents, why); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return d, errors.Join(errs...)
@@ -284,11 +361,18 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 			behind[r.ID.Agent] = true
 		}
 	}
-	targets, err := s.active(ctx, envName, func(a record.Agent) bool { return behind[a.Name] })
+	// An agent a staged rollout has not reached is behind by design: the
+	// rollout, not a retry, brings it the version.
+	pins, err := s.store.AgentPins(ctx, envName)
+	if err != nil {
+		return Deployment{}, err
+	}
+	targets, err := s.active(ctx, envName, func(a record.Agent) bool { _, pinned := pins[a.Name]; return behind[a.Name] && !pinned })
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
-	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: record.OpDeploy},
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets,
+		DeployRequest{Operation: record.OpDeploy, Trigger: record.DeployByDeployInterval, Who: record.WhoServer},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.DeployInterval)})
 }
 
@@ -310,7 +394,8 @@ func (s *Scheduler) Verify(ctx context.Context, envName string) (Deployment, err
 	if env.Settings.DriftPolicy == model.DriftHeal && env.Settings.AutoDeploy {
 		op = record.OpRepair
 	}
-	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: op},
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets,
+		DeployRequest{Operation: op, Trigger: record.DeployByRepairInterval, Who: record.WhoServer},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.RepairInterval)})
 }
 
@@ -377,10 +462,14 @@ func (s *Scheduler) StateRequest(ctx context.Context, env, agent string) error {
 	if err != nil {
 		return err
 	}
+	to, err := s.versionFor(ctx, env, agent, v.Number)
+	if err != nil || to == 0 {
+		return err
+	}
 	s.mu.Lock()
 	s.sent[agentKey{env, agent}] = 0
 	s.mu.Unlock()
-	_, err = s.sync(ctx, env, agent, 0, v.Number)
+	_, err = s.sync(ctx, env, agent, 0, to)
 	return err
 }
 
@@ -441,6 +530,11 @@ func (s *Scheduler) sendDeploy(ctx context.Context, env, agent string, gen int64
 	return id, s.sendOperation(ctx, env, agent, gen, id, DeployRequest{Operation: op, Full: mode == bus.DeployFull}, policy, bus.SendOptions{})
 }
 
+// record records deploy d, sent to agent.
+func (s *Scheduler) record(ctx context.Context, d record.Deploy, agent string) error {
+	return s.store.RecordDeploy(ctx, d, []string{agent})
+}
+
 // sendOperation sends one agent the command of an operation, with the
 // environment's drift policy: what the agent does about drift it sees
 // between deploys.
@@ -498,7 +592,7 @@ func (s *Scheduler) Catchup(ctx context.Context, envName string, names ...string
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
-	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: record.OpDeploy}, bus.SendOptions{})
+	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets, DeployRequest{Operation: record.OpDeploy, Trigger: record.DeployByResume}, bus.SendOptions{})
 }
 
 // Settings tells every accepted agent of env the settings it holds between

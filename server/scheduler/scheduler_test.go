@@ -595,3 +595,93 @@ func TestCatchupAndSettings(t *testing.T) {
 		t.Fatalf("settings %+v, want drift_policy heal", st)
 	}
 }
+
+// Every deploy the scheduler sends is recorded first, with what set it off
+// and who asked; an agent it could not reach is ended with why.
+func TestDeploysRecorded(t *testing.T) {
+	settings := record.DefaultEnvSettings()
+	f := newFixture(t, settings)
+	f.agent(t, "web", 0)
+	f.agent(t, "db", 0)
+	v, err := f.store.PutVersion(f.ctx, "prod", model.VersionMeta{}, []model.Resource{file("web", "/a", "1"), file("db", "/b", "1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	const relID = "6f1d7c1e-8d8e-4d4b-9a55-3c3e0f6a9b10"
+	if _, err := f.s.Released(record.WithWho(f.ctx, "ci"), record.Release{ID: relID, Env: "prod", Version: v.Number}, nil); err != nil {
+		t.Fatal(err)
+	}
+	check := func(id string, trigger record.DeployTrigger, who string, kind record.Operation, agents ...string) record.Deploy {
+		t.Helper()
+		d, err := f.store.GetDeploy(f.ctx, "prod", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, a := range d.Agents {
+			names = append(names, a.Agent)
+		}
+		if d.Trigger != trigger || d.Who != who || d.Kind != kind || d.Version != v.Number || !slices.Equal(names, agents) {
+			t.Fatalf("deploy %s: %+v; want %s %s by %s to %v", id, d, kind, trigger, who, agents)
+		}
+		return d
+	}
+	check(relID, record.DeployByRelease, "ci", record.OpDeploy, "db", "web")
+
+	// web deployed, db failed: the retry goes to db.
+	if _, err := f.store.RecordResults(f.ctx, []store.ResultBatch{
+		{Env: "prod", Agent: "web", Version: v.Number, DeployID: relID, Results: []model.Result{{ID: file("web", "/a", "").ID, State: model.StateDeployed}}, Done: true},
+		{Env: "prod", Agent: "db", Version: v.Number, DeployID: relID, Results: []model.Result{{ID: file("db", "/b", "").ID, State: model.StateFailed}}, Done: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d := check(relID, record.DeployByRelease, "ci", record.OpDeploy, "db", "web"); d.OK != 1 || d.Failed != 1 || d.Outcome != record.DeployFailed {
+		t.Fatalf("release after the answers: %+v; want web ok, db failed", d)
+	}
+	d, err := f.s.Retry(f.ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(d.ID, record.DeployByDeployInterval, record.WhoServer, record.OpDeploy, "db")
+	if d, err = f.s.Verify(f.ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	check(d.ID, record.DeployByRepairInterval, record.WhoServer, record.OpDryRun, "db", "web")
+	if d, err = f.s.Catchup(record.WithWho(f.ctx, "bob"), "prod", "web"); err != nil {
+		t.Fatal(err)
+	}
+	check(d.ID, record.DeployByResume, "bob", record.OpDeploy, "web")
+
+	// An operator's repair; db's inbox is gone: it is ended, not waited for.
+	f.rec.offline["db"] = true
+	if d, err = f.s.Deploy(record.WithWho(f.ctx, "alice"), "prod", DeployRequest{Operation: record.OpRepair}); err != nil {
+		t.Fatal(err)
+	}
+	got := check(d.ID, record.DeployByOperator, "alice", record.OpRepair, "db", "web")
+	if db := got.Agents[0]; db.Outcome != record.AgentFailed || !strings.Contains(db.Error, "not reached") {
+		t.Fatalf("db, offline: %+v; want failed, not reached", db)
+	}
+	if w := got.Waiting(); !slices.Equal(w, []string{"web"}) {
+		t.Fatalf("waiting for %v, want web", w)
+	}
+
+	// An agent that says hello behind the released version is deployed to.
+	f.agent(t, "late", 0)
+	if _, err := f.store.PutVersion(f.ctx, "prod", model.VersionMeta{}, []model.Resource{file("web", "/a", "1"), file("db", "/b", "1"), file("late", "/c", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := f.store.Release(f.ctx, "prod", v.Number+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Online(f.ctx, record.Agent{Env: "prod", Name: "late", State: record.AgentAccepted}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := f.store.ListDeploys(f.ctx, "prod", record.DeployFilter{Agent: "late"})
+	if err != nil || len(ds) != 1 || ds[0].Trigger != record.DeployByHello || ds[0].Who != record.WhoServer || ds[0].Version != v2.Number {
+		t.Fatalf("deploys of late after its hello: %+v, %v; want one, by hello, of version %d", ds, err, v2.Number)
+	}
+}

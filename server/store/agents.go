@@ -32,17 +32,18 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 	serverKeys := encodeList(a.ServerKeys)
 	// An unknown environment fails the foreign key: model.ErrNotFound.
 	_, err = s.db.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 		ON CONFLICT (env, name) DO UPDATE SET
-			state = excluded.state, note = excluded.note, key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
+			state = excluded.state, note = excluded.note, agent_version = excluded.agent_version, protocol = excluded.protocol,
+			key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
 			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
 			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
 			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END,
 			server_keys = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys ELSE excluded.server_keys END,
 			server_keys_seq = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys_seq ELSE excluded.server_keys_seq END`,
 		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
-		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note)
+		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note, a.AgentVersion, a.Protocol)
 	return wrap("upsert agent "+a.Name, err)
 }
 
@@ -109,14 +110,14 @@ func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
 	}))
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol`
 
 func scanAgent(r Row) (record.Agent, error) {
 	var a record.Agent
 	var labels, facts, kinds, serverKeys []byte
 	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
 		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey,
-		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq, &a.Note); err != nil {
+		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq, &a.Note, &a.AgentVersion, &a.Protocol); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(serverKeys, &a.ServerKeys); err != nil {

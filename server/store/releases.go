@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 	"github.com/tetherhq/tether/server/record"
 )
 
-const releaseColumns = `id, env, version, state, agents, sent, up_to_date, pending, pending_count, note, started_at, finished_at`
+const releaseColumns = `id, env, version, state, agents, sent, up_to_date, pending, pending_count, note, started_at, finished_at, rollout, stage, continues`
 
 // StartRelease implements Store.
 func (s *SQL) StartRelease(ctx context.Context, r record.Release) (record.Release, error) {
@@ -62,6 +63,14 @@ func (s *SQL) UpdateRelease(ctx context.Context, r record.Release) (record.Relea
 	if err != nil {
 		return r, fmt.Errorf("%s: %w", op, err)
 	}
+	var rollout []byte
+	var stage record.RolloutStage
+	if r.Rollout != nil {
+		if rollout, err = json.Marshal(r.Rollout); err != nil {
+			return r, fmt.Errorf("%s: %w", op, err)
+		}
+		stage = r.Rollout.Stage
+	}
 	var out record.Release
 	err = s.db.Tx(ctx, func(tx Tx) error {
 		current, err := scanRelease(tx.QueryRow(ctx, `SELECT `+releaseColumns+` FROM releases WHERE env = $1 AND id = $2`+s.d.ForUpdate, r.Env, r.ID))
@@ -72,13 +81,20 @@ func (s *SQL) UpdateRelease(ctx context.Context, r record.Release) (record.Relea
 			return fmt.Errorf("%w: it ended already (%s)", model.ErrConflict, current.State)
 		}
 		_, err = tx.Exec(ctx, `UPDATE releases SET state = $1, agents = $2, sent = $3, up_to_date = $4, pending = $5, pending_count = $6,
-			note = $7, finished_at = $8 WHERE env = $9 AND id = $10`,
-			r.State, r.Agents, r.Sent, r.UpToDate, pending, r.PendingCount, r.Note, finished, r.Env, r.ID)
+			note = $7, finished_at = $8, rollout = $9, stage = $10 WHERE env = $11 AND id = $12`,
+			r.State, r.Agents, r.Sent, r.UpToDate, pending, r.PendingCount, r.Note, finished, rollout, stage, r.Env, r.ID)
 		if err != nil {
 			return err
 		}
 		out = current
 		out.State, out.Agents, out.Sent, out.UpToDate, out.Fanout, out.FinishedAt = r.State, r.Agents, r.Sent, r.UpToDate, r.Fanout, finished
+		if r.Rollout != nil {
+			ro := *r.Rollout
+			if current.Rollout != nil {
+				ro.Asked = current.Rollout.Asked
+			}
+			out.Rollout = &ro
+		}
 		return nil
 	})
 	return out, wrap(op, err)
@@ -117,10 +133,22 @@ func (s *SQL) PruneReleases(ctx context.Context, env string, keep int) (int, err
 
 func scanRelease(row Row) (record.Release, error) {
 	var r record.Release
-	var pending []byte
+	var pending, rollout []byte
+	var stage record.RolloutStage
+	var continues int
 	if err := row.Scan(&r.ID, &r.Env, &r.Version, &r.State, &r.Agents, &r.Sent, &r.UpToDate, &pending, &r.PendingCount, &r.Note,
-		timeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}); err != nil {
+		timeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, &rollout, &stage, &continues); err != nil {
 		return r, err
+	}
+	if len(rollout) > 0 {
+		r.Rollout = &record.Rollout{}
+		if err := json.Unmarshal(rollout, r.Rollout); err != nil {
+			return r, fmt.Errorf("%w: rollout of release %s: %w", ErrCorrupt, r.ID, err)
+		}
+		if stage != "" {
+			r.Rollout.Stage = stage
+		}
+		r.Rollout.Asked = continues
 	}
 	if len(pending) > 0 {
 		if err := json.Unmarshal(pending, &r.Pending); err != nil {
@@ -379,4 +407,127 @@ func (s *SQL) ResourcesByID(ctx context.Context, env string, n int64, ids []mode
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
+}
+
+// ContinueRelease implements Store.
+func (s *SQL) ContinueRelease(ctx context.Context, env, id string) (record.Release, error) {
+	op := fmt.Sprintf("continue release %s of %q", model.Clip(id, 64), env)
+	r, err := s.stagedRunning(ctx, env, id, "continue")
+	if err != nil {
+		return r, err
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE releases SET continues = continues + 1 WHERE env = $1 AND id = $2 AND state = 'running'`, env, id); err != nil {
+		return r, wrap(op, err)
+	}
+	return s.GetRelease(ctx, env, id)
+}
+
+// AbortRelease implements Store.
+func (s *SQL) AbortRelease(ctx context.Context, env, id, note string) (record.Release, error) {
+	op := fmt.Sprintf("abort release %s of %q", model.Clip(id, 64), env)
+	if _, err := s.stagedRunning(ctx, env, id, "abort"); err != nil {
+		return record.Release{}, err
+	}
+	n, err := s.db.Exec(ctx, `UPDATE releases SET state = 'done', stage = 'aborted', note = $1, finished_at = $2
+		WHERE env = $3 AND id = $4 AND state = 'running'`, model.Clip(note, record.MaxReleaseNote), time.Now().UTC(), env, id)
+	if err != nil {
+		return record.Release{}, wrap(op, err)
+	}
+	if n == 0 {
+		return record.Release{}, fmt.Errorf("%s: %w: %w: it ended meanwhile", op, model.ErrConflict, record.ErrReleaseFinished)
+	}
+	return s.GetRelease(ctx, env, id)
+}
+
+// stagedRunning returns release id of env when it is a running staged
+// rollout; ErrNotFound, or ErrConflict naming why the operator's verb does
+// not apply.
+func (s *SQL) stagedRunning(ctx context.Context, env, id, verb string) (record.Release, error) {
+	r, err := s.GetRelease(ctx, env, id)
+	if err != nil {
+		return r, err
+	}
+	if r.Rollout == nil {
+		return r, fmt.Errorf("%w: release %s of %s (version %d) went to every agent at once: %w, nothing to %s", model.ErrConflict, r.ID, env, r.Version, record.ErrNotStaged, verb)
+	}
+	if r.State != record.ReleaseRunning {
+		return r, fmt.Errorf("%w: %w: release %s of %s (version %d) ended %s; nothing to %s, nothing changed", model.ErrConflict, record.ErrReleaseFinished, r.ID, env, r.Version, r.Rollout.Stage, verb)
+	}
+	return r, nil
+}
+
+// PinAgents implements Store.
+func (s *SQL) PinAgents(ctx context.Context, env string, version int64, agents []string) error {
+	op := fmt.Sprintf("pin agents of %q to version %d", env, version)
+	for len(agents) > 0 {
+		chunk := agents[:min(len(agents), 500)]
+		agents = agents[len(chunk):]
+		var b strings.Builder
+		args := []any{env, version}
+		b.WriteString(`INSERT INTO agent_pins (env, agent, version) VALUES `)
+		for i, a := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			args = append(args, a)
+			fmt.Fprintf(&b, "($1, $%d, $2)", len(args))
+		}
+		b.WriteString(` ON CONFLICT (env, agent) DO NOTHING`)
+		if _, err := s.db.Exec(ctx, b.String(), args...); err != nil {
+			return wrap(op, err)
+		}
+	}
+	return nil
+}
+
+// UnpinAgents implements Store.
+func (s *SQL) UnpinAgents(ctx context.Context, env string, agents []string) error {
+	op := fmt.Sprintf("unpin agents of %q", env)
+	if agents == nil {
+		_, err := s.db.Exec(ctx, `DELETE FROM agent_pins WHERE env = $1`, env)
+		return wrap(op, err)
+	}
+	for len(agents) > 0 {
+		chunk := agents[:min(len(agents), 500)]
+		agents = agents[len(chunk):]
+		in, args := inList([]any{env}, chunk)
+		if _, err := s.db.Exec(ctx, `DELETE FROM agent_pins WHERE env = $1 AND agent IN `+in, args...); err != nil {
+			return wrap(op, err)
+		}
+	}
+	return nil
+}
+
+// AgentPins implements Store.
+func (s *SQL) AgentPins(ctx context.Context, env string) (map[string]int64, error) {
+	type pin struct {
+		agent   string
+		version int64
+	}
+	rows, err := queryAll(ctx, s.db, func(r Row) (pin, error) {
+		var p pin
+		err := r.Scan(&p.agent, &p.version)
+		return p, err
+	}, `SELECT agent, version FROM agent_pins WHERE env = $1`, env)
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("agent pins of %q", env), err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, p := range rows {
+		out[p.agent] = p.version
+	}
+	return out, nil
+}
+
+// AgentPin implements Store.
+func (s *SQL) AgentPin(ctx context.Context, env, agent string) (int64, bool, error) {
+	var v int64
+	err := s.db.QueryRow(ctx, `SELECT version FROM agent_pins WHERE env = $1 AND agent = $2`, env, agent).Scan(&v)
+	if errors.Is(err, model.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, wrap(fmt.Sprintf("pin of agent %s of %q", agent, env), err)
+	}
+	return v, true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -290,6 +291,7 @@ func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error
 			in.Actions = append(in.Actions, ActionRow{Env: b.Env, ID: k.ID, Agent: b.Agent, Kind: kind, DeployID: b.DeployID,
 				Version: b.Version, State: r.State, Changes: changes, Message: r.Message, Duration: r.Duration})
 		}
+		in.Statements = append(in.Statements, deployProgress(b)...)
 		for i := range b.Alerts {
 			a := &b.Alerts[i]
 			st, err := insertAlert(a)
@@ -297,22 +299,32 @@ func apply(batches []ResultBatch, fresh []bool, stored []Status) (*Ingest, error
 				return nil, err
 			}
 			in.Statements = append(in.Statements, st)
-			if a.Healed && a.ID != nil {
+			if (a.Healed || a.HealFailed) && a.ID != nil {
 				var changes []byte
 				if len(a.Changes) > 0 {
 					if changes, err = json.Marshal(a.Changes); err != nil {
 						return nil, fmt.Errorf("%w: changes of %s: %w", model.ErrInvalid, a.ID, err)
 					}
 				}
+				state := model.StateDeployed
+				if !a.Healed {
+					state = model.StateFailed
+				}
 				in.Actions = append(in.Actions, ActionRow{Env: b.Env, ID: a.ID.String(), Agent: b.Agent, Kind: record.ActionHeal,
-					Version: a.Version, State: model.StateDeployed, Changes: changes, Message: a.Message})
+					Version: a.Version, State: state, Changes: changes, Message: a.Message})
 			}
 			if !setsCompliance(a) {
 				continue
 			}
 			k := StatusKey{b.Env, a.ID.String()}
 			if st := statuses[k]; st != nil {
-				changed[k] = st.applyVerification(a.Compliance, a.Version, seq, false) || changed[k]
+				version := a.Version
+				if st.Version > version && !a.Hash.IsZero() && bytes.Equal(st.Hash, a.Hash[:]) {
+					// Found against an older version holding the same
+					// intent: it is the newer one's compliance too.
+					version = st.Version
+				}
+				changed[k] = st.applyVerification(a.Compliance, version, seq, false) || changed[k]
 			}
 		}
 	}
@@ -353,19 +365,9 @@ func (s *SQL) PruneActions(ctx context.Context, before time.Time, limit int) (in
 func (s *SQL) Statuses(ctx context.Context, env string, f record.StatusFilter) ([]record.ResourceStatus, error) {
 	var a args
 	q := `SELECT resource_id, version, hash, state, compliance, last_verified, message, updated_at
-		FROM resource_status WHERE env = ` + a.add(env)
-	if f.Agent != "" {
-		q += ` AND agent = ` + a.add(f.Agent)
-	}
-	if f.Type != "" {
-		prefix := f.Type + "["
-		q += ` AND substr(resource_id, 1, ` + a.add(utf8.RuneCountInString(prefix)) + `) = ` + a.add(prefix)
-	}
-	if f.State != "" {
-		q += ` AND state = ` + a.add(f.State)
-	}
-	if f.Compliance != "" {
-		q += ` AND compliance = ` + a.add(f.Compliance)
+		FROM resource_status WHERE ` + statusWhere(&a, env, f)
+	if f.Limit > 0 {
+		q += ` ORDER BY resource_id LIMIT ` + a.add(f.Limit) + ` OFFSET ` + a.add(max(f.Offset, 0))
 	}
 	out, err := queryAll(ctx, s.db, func(r Row) (record.ResourceStatus, error) {
 		var st record.ResourceStatus
@@ -376,14 +378,15 @@ func (s *SQL) Statuses(ctx context.Context, env string, f record.StatusFilter) (
 	if err != nil {
 		return nil, wrap("statuses", err)
 	}
-	slices.SortFunc(out, func(a, b record.ResourceStatus) int { return a.ID.Compare(b.ID) })
+	if f.Limit <= 0 {
+		slices.SortFunc(out, func(a, b record.ResourceStatus) int { return a.ID.Compare(b.ID) })
+	}
 	return out, nil
 }
 
-// CountStatuses implements Store.
-func (s *SQL) CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error) {
-	var a args
-	q := `SELECT count(*) FROM resource_status WHERE env = ` + a.add(env)
+// statusWhere is the condition of the statuses of env f keeps.
+func statusWhere(a *args, env string, f record.StatusFilter) string {
+	q := `env = ` + a.add(env)
 	if f.Agent != "" {
 		q += ` AND agent = ` + a.add(f.Agent)
 	}
@@ -397,6 +400,17 @@ func (s *SQL) CountStatuses(ctx context.Context, env string, f record.StatusFilt
 	if f.Compliance != "" {
 		q += ` AND compliance = ` + a.add(f.Compliance)
 	}
+	if f.Search != "" {
+		like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(f.Search))
+		q += ` AND lower(resource_id) LIKE ` + a.add("%"+like+"%") + ` ESCAPE '\'`
+	}
+	return q
+}
+
+// CountStatuses implements Store.
+func (s *SQL) CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error) {
+	var a args
+	q := `SELECT count(*) FROM resource_status WHERE ` + statusWhere(&a, env, f)
 	if version != 0 {
 		q += ` AND version = ` + a.add(version)
 	}
@@ -405,6 +419,16 @@ func (s *SQL) CountStatuses(ctx context.Context, env string, f record.StatusFilt
 		return 0, wrap("count statuses", err)
 	}
 	return n, nil
+}
+
+// StatusCounts implements Store.
+func (s *SQL) StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error) {
+	out, err := queryAll(ctx, s.db, func(r Row) (record.StatusCount, error) {
+		var c record.StatusCount
+		err := r.Scan(&c.State, &c.Compliance, &c.N)
+		return c, err
+	}, `SELECT state, compliance, count(*) FROM resource_status WHERE env = $1 GROUP BY state, compliance`, env)
+	return out, wrap("count statuses", err)
 }
 
 // Actions implements Store.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tetherhq/tether/model"
@@ -150,7 +151,9 @@ func TestApply(t *testing.T) {
 	if len(in.LastSeqs) != 1 || in.LastSeqs[0].Seq != 22 {
 		t.Fatalf("last seqs %+v, want a at 22", in.LastSeqs)
 	}
-	if len(in.Statements) != 0 {
-		t.Fatalf("the alert of a batch recorded before was stored again: %+v", in.Statements)
+	// The failure of #21 counts against its agent's run of deploy d; the
+	// alert of #23, recorded before, is not stored again.
+	if len(in.Statements) != 1 || !strings.HasPrefix(in.Statements[0].SQL, "INSERT INTO deploy_agents") || in.Statements[0].Args[0] != 1 {
+		t.Fatalf("statements %+v, want only the failure counted against the deploy", in.Statements)
 	}
 }

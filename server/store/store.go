@@ -97,7 +97,8 @@ type Store interface {
 	// hash in each, newest first.
 	ResourceHistory(ctx context.Context, env string, id model.ID) ([]record.ResourceHash, error)
 	// PruneVersions deletes the oldest versions beyond the newest keep,
-	// never the released one, and the bodies no version uses any more. It
+	// never the released one nor one an agent is pinned to (PinAgents),
+	// and the bodies no version uses any more. It
 	// returns how many versions it deleted.
 	PruneVersions(ctx context.Context, env string, keep int) (int, error)
 
@@ -139,6 +140,9 @@ type Store interface {
 	// CountStatuses counts the environment's resource statuses f
 	// matches, of version (0: of any version).
 	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)
+	// StatusCounts counts the environment's resource statuses by state
+	// and compliance (pairs with none are left out).
+	StatusCounts(ctx context.Context, env string) ([]record.StatusCount, error)
 
 	// RecordResults records batches of agents' results in one transaction:
 	// the status of each resource, and an action-log entry for each result
@@ -214,9 +218,38 @@ type Store interface {
 	ListReleases(ctx context.Context, env string, limit int) ([]record.Release, error)
 	// RunningReleases returns env's releases still running, newest first.
 	RunningReleases(ctx context.Context, env string) ([]record.Release, error)
+	// RecordDeploy records deploy d (once: recording it again changes
+	// nothing of it) and adds agents to those it was sent to.
+	RecordDeploy(ctx context.Context, d record.Deploy, agents []string) error
+	// EndDeployAgents records that deploy id of env did not reach
+	// agents, and why: they answer it no more.
+	EndDeployAgents(ctx context.Context, env, id string, agents []string, why string) error
+	// ListDeploys returns env's newest deploys, newest first, with their
+	// counts (no agents).
+	ListDeploys(ctx context.Context, env string, f record.DeployFilter) ([]record.Deploy, error)
+	// GetDeploy returns one deploy with its agents; ErrNotFound if env
+	// has none with that id.
+	GetDeploy(ctx context.Context, env, id string) (record.Deploy, error)
+	// PruneDeploys deletes up to limit deploys started before before,
+	// oldest first, and reports how many it deleted.
+	PruneDeploys(ctx context.Context, before time.Time, limit int) (int, error)
 	// PruneReleases deletes env's releases beyond the newest keep, never
 	// a running one (keep 0 keeps all). It returns how many it deleted.
 	PruneReleases(ctx context.Context, env string, keep int) (int, error)
+	// ContinueRelease counts an operator's continue of the running staged
+	// rollout id (its driver acts on it). AbortRelease ends it as aborted
+	// with note. Both: ErrNotFound for no such release, ErrConflict for a
+	// release that is not staged (record.ErrNotStaged) or has ended.
+	ContinueRelease(ctx context.Context, env, id string) (record.Release, error)
+	AbortRelease(ctx context.Context, env, id, note string) (record.Release, error)
+	// PinAgents keeps agents on version (0: none) while a staged rollout
+	// has not reached them (an agent pinned already keeps its pin); UnpinAgents lets them take the released
+	// version again (agents nil: every agent of env). AgentPins and
+	// AgentPin read them.
+	PinAgents(ctx context.Context, env string, version int64, agents []string) error
+	UnpinAgents(ctx context.Context, env string, agents []string) error
+	AgentPins(ctx context.Context, env string) (map[string]int64, error)
+	AgentPin(ctx context.Context, env, agent string) (int64, bool, error)
 
 	// PutSource sets env's model source, replacing the one it had.
 	// ErrNotFound if the environment does not exist, ErrInvalid for a
@@ -292,6 +325,10 @@ type ResultBatch struct {
 	Version  int64
 	DeployID string
 	Results  []model.Result
+	// Done marks the last batch of the agent's run of the deploy, and
+	// Error says why the run could not complete.
+	Done  bool
+	Error string
 	// Alerts are the batch's drift alerts (a compliance message).
 	Alerts []record.Alert
 }

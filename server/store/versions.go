@@ -271,7 +271,8 @@ func (s *SQL) PruneVersions(ctx context.Context, env string, keep int) (int, err
 	err := s.db.Tx(ctx, func(tx Tx) error {
 		var err error
 		deleted, err = tx.Exec(ctx, `DELETE FROM versions WHERE env = $1 AND state != 'released' AND number NOT IN
-			(SELECT number FROM versions WHERE env = $1 ORDER BY number DESC LIMIT $2)`, env, keep)
+			(SELECT number FROM versions WHERE env = $1 ORDER BY number DESC LIMIT $2)
+			AND number NOT IN (SELECT version FROM agent_pins WHERE env = $1)`, env, keep)
 		if err != nil || deleted == 0 {
 			return err
 		}

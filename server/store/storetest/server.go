@@ -492,11 +492,13 @@ func testDeleteAgent(t *testing.T, s store.Store) {
 	v := mustPut(t, s, "prod", x, y)
 	mustRelease(t, s, "prod", v.Number)
 	for _, n := range []string{"a", "b"} {
-		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentPending, Note: "waiting for " + n}); err != nil {
+		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentPending, Note: "waiting for " + n,
+			AgentVersion: "v1.2.3-" + n, Protocol: "1.1"}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.GetAgent(ctx, "prod", n); err != nil || got.Note != "waiting for "+n {
-			t.Fatalf("agent %s: note %q (%v), want %q", n, got.Note, err, "waiting for "+n)
+		if got, err := s.GetAgent(ctx, "prod", n); err != nil || got.Note != "waiting for "+n || got.AgentVersion != "v1.2.3-"+n || got.Protocol != "1.1" {
+			t.Fatalf("agent %s: note %q, version %q, protocol %q (%v), want %q, %q, %q", n, got.Note, got.AgentVersion, got.Protocol, err,
+				"waiting for "+n, "v1.2.3-"+n, "1.1")
 		}
 		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: n, State: record.AgentAccepted}); err != nil {
 			t.Fatal(err)
@@ -662,6 +664,21 @@ func testCompliance(t *testing.T, s store.Store) {
 	if st := statusOf(t, s, "prod")["/y"]; st.Compliance != model.Compliant {
 		t.Fatalf("y after its heal: %s, want compliant", st.Compliance)
 	}
+	// A heal that failed is an entry of kind heal too, failed, with why.
+	healFailed := store.ResultBatch{Env: "prod", Agent: "a", Seq: 9, Version: v.Number, Alerts: []record.Alert{
+		{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &yID, Compliance: model.NonCompliant, Version: v.Number, Message: "heal failed: permission denied", Changes: drifted, HealFailed: true}}}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{healFailed}); err != nil {
+		t.Fatal(err)
+	}
+	if acts, err = s.Actions(ctx, "prod", y.ID, 10); err != nil {
+		t.Fatal(err)
+	}
+	if a := acts[0]; a.Kind != record.ActionHeal || a.State != model.StateFailed || a.Message != "heal failed: permission denied" {
+		t.Fatalf("newest action of y after a failed heal: %+v; want a failed heal saying why", a)
+	}
+	if st := statusOf(t, s, "prod")["/y"]; st.Compliance != model.NonCompliant {
+		t.Fatalf("y after a failed heal: %s, want non_compliant", st.Compliance)
+	}
 
 	// A drift report that overtakes its deploy's result (they travel on
 	// separate queues): the older result sets the state, not the
@@ -680,6 +697,27 @@ func testCompliance(t *testing.T, s store.Store) {
 	}
 	if st := statusOf(t, s, "prod")["/w"]; st.State != model.StateDeployed || st.Compliance != model.NonCompliant {
 		t.Fatalf("w after its drift report, then its older deploy result: %s and %s, want deployed and non_compliant", st.State, st.Compliance)
+	}
+
+	// A report found against the older version v, sent before the agent
+	// was given v2: it tells y's compliance in v2 when it names the
+	// intent v2's y holds too (the same hash), and not otherwise.
+	if st := statusOf(t, s, "prod")["/y"]; st.Version != v2.Number || st.Compliance != model.NonCompliant {
+		t.Fatalf("y after v2's release: version %d, %s; want version %d, non_compliant", st.Version, st.Compliance, v2.Number)
+	}
+	yHash, _ := y.Hash()
+	for i, c := range []struct {
+		hash model.Hash
+		want model.Compliance
+	}{{model.Hash{}, model.NonCompliant}, {model.Hash{1}, model.NonCompliant}, {yHash, model.Compliant}} {
+		b := store.ResultBatch{Env: "prod", Agent: "a", Seq: uint64(30 + i), Version: v.Number, Alerts: []record.Alert{
+			{Env: "prod", Agent: "a", Kind: record.AlertDrift, ID: &yID, Compliance: model.Compliant, Version: v.Number, Message: "healed", Changes: drifted, Healed: true, Hash: c.hash}}}
+		if _, err := s.RecordResults(ctx, []store.ResultBatch{b}); err != nil {
+			t.Fatal(err)
+		}
+		if st := statusOf(t, s, "prod")["/y"]; st.Compliance != c.want {
+			t.Fatalf("y after a heal of version %d naming hash %x: %s, want %s", v.Number, c.hash[:4], st.Compliance, c.want)
+		}
 	}
 
 	// An agent cannot report on another agent's resource.

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +55,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Compiles", testCompiles},
 		{"PruneCompiles", testPruneCompiles},
 		{"Releases", testReleases},
+		{"Deploys", testDeploys},
 		{"AgentPages", testAgentPages},
+		{"Rollouts", testRollouts},
 		{"Sources", testSources},
 		{"Orgs", testOrgs},
 		{"Users", testUsers},
@@ -560,6 +564,46 @@ func testStatusFilters(t *testing.T, s store.Store) {
 		if got, err := s.CountStatuses(ctx, "prod", tt.f, 0); err != nil || got != tt.want {
 			t.Errorf("CountStatuses(%+v): %d, %v; want %d", tt.f, got, err, tt.want)
 		}
+	}
+	// Search and pages: a page in the byte order of the IDs, counted
+	// whole; LIKE's wildcards are plain text.
+	for _, tt := range []struct {
+		f     record.StatusFilter
+		want  []string
+		total int
+	}{
+		{record.StatusFilter{Search: "/1"}, []string{"file[a,path=/1]", "file[b,path=/1]"}, 2},
+		{record.StatusFilter{Search: "FILE[B"}, []string{"file[b,path=/1]", "file[b,path=/2]"}, 2},
+		{record.StatusFilter{Search: "%"}, nil, 0},
+		{record.StatusFilter{Search: "_"}, nil, 0},
+		{record.StatusFilter{Limit: 2}, []string{"directory[a,path=/d]", "file[a,path=/1]"}, 4},
+		{record.StatusFilter{Limit: 2, Offset: 2}, []string{"file[b,path=/1]", "file[b,path=/2]"}, 4},
+		{record.StatusFilter{Limit: 2, Offset: 9}, nil, 4},
+		{record.StatusFilter{Type: "file", Search: "b", Limit: 1, Offset: 1}, []string{"file[b,path=/2]"}, 2},
+	} {
+		sts, err := s.Statuses(ctx, "prod", tt.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, st := range sts {
+			got = append(got, st.ID.String())
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Statuses(%+v): %v, want %v", tt.f, got, tt.want)
+		}
+		if n, err := s.CountStatuses(ctx, "prod", tt.f, 0); err != nil || n != tt.total {
+			t.Errorf("CountStatuses(%+v): %d, %v; want %d", tt.f, n, err, tt.total)
+		}
+	}
+	counts, err := s.StatusCounts(ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(counts, func(a, b record.StatusCount) int { return strings.Compare(string(a.State), string(b.State)) })
+	if want := []record.StatusCount{{State: model.StateAvailable, Compliance: model.ComplianceUnknown, N: 2}, {State: model.StateDeployed, Compliance: model.Compliant, N: 1},
+		{State: model.StateFailed, Compliance: model.NonCompliant, N: 1}}; !slices.Equal(counts, want) {
+		t.Errorf("StatusCounts: %+v, want %+v", counts, want)
 	}
 	if n, err := s.CountStatuses(ctx, "prod", record.StatusFilter{State: model.StateDeployed}, 1); err != nil || n != 1 {
 		t.Errorf("CountStatuses of version 1, deployed: %d, %v; want 1", n, err)

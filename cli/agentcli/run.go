@@ -1,10 +1,11 @@
-package cli
+package agentcli
 
 import (
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/facts"
@@ -25,13 +28,14 @@ import (
 	"github.com/tetherhq/tether/model"
 )
 
-const defaultAgentConfig = "/etc/tether/agent.toml"
+// DefaultConfig is the agent's config file, read if it exists.
+const DefaultConfig = "/etc/tether/agent.toml"
 
-func agentRunFlags() []ucli.Flag {
+func runFlags() []ucli.Flag {
 	flags := append([]ucli.Flag{
-		&ucli.StringFlag{Name: "config", Value: defaultAgentConfig, EnvVars: []string{"TETHER_AGENT_CONFIG"},
+		&ucli.StringFlag{Name: "config", Value: DefaultConfig, EnvVars: []string{"TETHER_AGENT_CONFIG"},
 			Usage: "TOML `FILE` whose keys are these flags' names (read if it exists; flags and TETHER_* variables win)"},
-	}, brokerFlags("unused by agents, kept so older configurations still start: the server declares every inbox, of its own --queue-type (`TYPE`)")...)
+	}, BrokerFlags("unused by agents, kept so older configurations still start: the server declares every inbox, of its own --queue-type (`TYPE`)")...)
 	def := agent.Default()
 	return append(flags,
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-ca", EnvVars: []string{"TETHER_TLS_CA"}, Usage: "CA certificate `FILE` (PEM) to trust for amqps://"}),
@@ -44,7 +48,7 @@ func agentRunFlags() []ucli.Flag {
 			Usage: "`DIR` of the agent's journal: its key, desired state, results and outbox (one subdirectory per agent name)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "root", Value: "/", EnvVars: []string{"TETHER_ROOT"},
 			Usage: "`DIR` every managed path is below (/ on a real host; a directory for sandboxes and tests)"}),
-		factsDirFlag(),
+		FactsDirFlag(),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "label", EnvVars: []string{"TETHER_LABELS"},
 			Usage: "a label `KEY=VALUE` announced to the server (repeatable); hostgroups select agents by labels"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "token", EnvVars: []string{"TETHER_ENROLL_TOKEN"},
@@ -60,8 +64,13 @@ func agentRunFlags() []ucli.Flag {
 	)
 }
 
-func agentRunCommand(term *terminal) *ucli.Command {
-	flags := agentRunFlags()
+// LoggerFunc builds the process's logger from the global flags.
+type LoggerFunc func(*ucli.Context) (zerolog.Logger, error)
+
+// RunCommand is `run`: the agent daemon. It writes its one line of
+// greeting to stderr and logs with the logger logger builds.
+func RunCommand(stderr io.Writer, logger LoggerFunc) *ucli.Command {
+	flags := runFlags()
 	return &ucli.Command{
 		Name:  "run",
 		Usage: "run the agent daemon: connect out to the broker, enroll, and enforce this host's desired state",
@@ -75,38 +84,38 @@ func agentRunCommand(term *terminal) *ucli.Command {
 			"Two processes with the same --name share the work: one is primary, the other stands by and takes\n" +
 			"over when it stops. See docs/agents.md.",
 		Flags:  flags,
-		Before: configFileSource(flags),
-		Action: func(c *ucli.Context) error { return runAgents(c, term) },
+		Before: ConfigFileSource(flags),
+		Action: func(c *ucli.Context) error { return runAgents(c, stderr, logger) },
 	}
 }
 
-func runAgents(c *ucli.Context, term *terminal) error {
-	log, err := logger(c, term.stderr)
+func runAgents(c *ucli.Context, stderr io.Writer, logger LoggerFunc) error {
+	log, err := logger(c)
 	if err != nil {
 		return err
 	}
 	env := c.String("env")
 	if env == "" {
-		return usageError("no environment: pass --env NAME, set TETHER_ENV, or put env = \"...\" in %s", defaultAgentConfig)
+		return UsageError("no environment: pass --env NAME, set TETHER_ENV, or put env = \"...\" in %s", DefaultConfig)
 	}
 	if err := model.ValidateEnvName(env); err != nil {
-		return usageError("--env: %v", err)
+		return UsageError("--env: %v", err)
 	}
 	names := c.StringSlice("name")
 	if len(names) == 0 {
 		host, err := os.Hostname()
 		if err != nil {
-			return usageError("cannot read the hostname (%v): pass --name", err)
+			return UsageError("cannot read the hostname (%v): pass --name", err)
 		}
 		names = []string{strings.ToLower(strings.Split(host, ".")[0])}
 	}
 	seen := map[string]bool{}
 	for _, n := range names {
 		if err := model.ValidateAgentName(n); err != nil {
-			return usageError("--name: %v", err)
+			return UsageError("--name: %v", err)
 		}
 		if seen[n] {
-			return usageError("--name %s given twice", n)
+			return UsageError("--name %s given twice", n)
 		}
 		seen[n] = true
 	}
@@ -114,7 +123,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	for _, l := range c.StringSlice("label") {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
-			return usageError("--label %q: want KEY=VALUE", l)
+			return UsageError("--label %q: want KEY=VALUE", l)
 		}
 		labels[k] = v
 	}
@@ -122,7 +131,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	var fingerprint string
 	if s := c.String("server-key"); s != "" {
 		if serverKey, fingerprint, err = model.ParseServerKey(s); err != nil {
-			return usageError("--server-key: %v", err)
+			return UsageError("--server-key: %v", err)
 		}
 	}
 	bcfg := amqp.Default()
@@ -131,7 +140,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	bcfg.ConnectionName = "tether agent " + strings.Join(names, ",")
 	bcfg.Agent = true
 	if err := bcfg.Validate(); err != nil {
-		return usageError("%v", err)
+		return UsageError("%v", err)
 	}
 	// A broker URL without a user: each agent logs in as itself, with a
 	// login signed by its key (the broker asks the server what it may
@@ -182,13 +191,13 @@ func runAgents(c *ucli.Context, term *terminal) error {
 			relogin = b.Relogin
 		}
 		a, err := agent.New(agent.Config{
-			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
+			Env: env, Name: name, Version: ReadBuildInfo().Version, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
 			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather, Relogin: relogin,
 		}, b, reg, log)
 		login.set(a)
 		if errors.Is(err, agent.ErrNoServerKey) {
-			return usageError("%v", err)
+			return UsageError("%v", err)
 		}
 		if err != nil {
 			return err
@@ -197,7 +206,7 @@ func runAgents(c *ucli.Context, term *terminal) error {
 		log.Info().Str("agent", name).Str("env", env).Str("key", bus.Fingerprint(a.PublicKey())).
 			Str("state_dir", a.Journal().Dir()).Bool("own_broker_login", ownLogin).Msg("tether agent starting")
 	}
-	fmt.Fprintf(term.stderr, "tether agent: %s in environment %s, broker %s\n", strings.Join(names, ", "), env, redactURL(bcfg.URL))
+	fmt.Fprintf(stderr, "tether agent: %s in environment %s, broker %s\n", strings.Join(names, ", "), env, RedactURL(bcfg.URL))
 	var wg sync.WaitGroup
 	errs := make(chan error, len(agents))
 	for _, a := range agents {
@@ -214,7 +223,8 @@ func runAgents(c *ucli.Context, term *terminal) error {
 	return <-errs
 }
 
-func agentResetJournalCommand(term *terminal) *ucli.Command {
+// ResetJournalCommand is `reset-journal`; it reports to stdout.
+func ResetJournalCommand(stdout io.Writer) *ucli.Command {
 	return &ucli.Command{
 		Name:      "reset-journal",
 		Usage:     "move a damaged agent journal aside so the agent starts over from an empty one, keeping its identity",
@@ -227,7 +237,7 @@ func agentResetJournalCommand(term *terminal) *ucli.Command {
 			"   tether agent reset-journal /var/lib/tether/prod/web-1",
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
-				return usageError("name the agent's state directory: tether agent reset-journal DIR")
+				return UsageError("name the agent's state directory: tether agent reset-journal DIR")
 			}
 			dir := c.Args().First()
 			aside, err := journal.Reset(dir)
@@ -235,19 +245,13 @@ func agentResetJournalCommand(term *terminal) *ucli.Command {
 				return err
 			}
 			if aside == "" {
-				fmt.Fprintf(term.stdout, "%s: no log to move aside; an empty one is ready\n", dir)
+				fmt.Fprintf(stdout, "%s: no log to move aside; an empty one is ready\n", dir)
 				return nil
 			}
-			fmt.Fprintf(term.stdout, "%s: the log and snapshot are in %s; start the agent again: the server sends it its whole desired state\n", dir, aside)
+			fmt.Fprintf(stdout, "%s: the log and snapshot are in %s; start the agent again: the server sends it its whole desired state\n", dir, aside)
 			return nil
 		},
 	}
-}
-
-// factsDirFlag is where an agent (or tether deploy) reads custom facts.
-func factsDirFlag() ucli.Flag {
-	return altsrc.NewStringFlag(&ucli.StringFlag{Name: "facts-dir", Value: "/etc/tether/facts.d", EnvVars: []string{"TETHER_FACTS_DIR"},
-		Usage: "`DIR` of custom facts: each *.json file is an object whose keys become facts (host.facts.KEY); built-in facts win a name both have"})
 }
 
 // agentLogin hands an agent's broker login to its bus, which starts
