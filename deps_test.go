@@ -60,6 +60,7 @@ var rules = map[string]rule{
 	"server/clientlimit":           {external: []string{"golang.org/x/time"}},
 	"server/compilequeue":          {internal: []string{"server/record"}},
 	"server/webhook":               {},
+	"server/notify":                {internal: []string{"model", "server/record"}},
 	"server/keyring":               {internal: []string{"model/durable"}},
 	"server/brokerauth":            {internal: []string{"bus", "model", "server/record"}},
 	"server/source":                {internal: []string{"model/gitfetch"}},

@@ -151,6 +151,7 @@ func newApp(term *terminal) *ucli.App {
 			agentCommand(term),
 			alertCommand(term),
 			tokenCommand(term),
+			webhookCommand(term),
 			userCommand(term),
 			orgCommand(term),
 			watchCommand(term),

@@ -40,6 +40,10 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rctx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = srv.RunNotify(rctx) }()
+	t.Cleanup(func() { stop(); <-stopped })
 	ts := httptest.NewServer(api.New(api.Config{}, server.APIServices(srv, nil), zerolog.Nop()).Handler())
 	t.Cleanup(ts.Close)
 	tok, secret, err := api.IssueToken("admin", record.RoleAdmin, "", "test", time.Now())

@@ -30,6 +30,7 @@ import (
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/keyring"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/source"
@@ -105,6 +106,8 @@ func serverFlags() []ucli.Flag {
 			Usage: "pages of agents a release's fan-out has in hand at once (one computes while others wait for the broker's confirms)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "keep-actions", Value: server.Default().KeepActions, EnvVars: []string{"TETHER_KEEP_ACTIONS"},
 			Usage: "how long the action log (every change an agent made, `tether resource log`) keeps an entry; older ones are deleted every hour (0: keep them for ever)"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "keep-events", Value: notify.DefaultStream().Keep, EnvVars: []string{"TETHER_KEEP_EVENTS"},
+			Usage: "how long the event log keeps an event (what `tether watch` resumes from with Last-Event-ID) and a finished webhook delivery; older ones are deleted every hour (0: keep them for ever)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
@@ -522,6 +525,14 @@ func runServer(c *ucli.Context, term *terminal) error {
 		cfg.KeepActions = -1
 	default:
 		cfg.KeepActions = d
+	}
+	switch d := c.Duration("keep-events"); {
+	case d < 0:
+		return usageError("--keep-events %v: want 0 (for ever) or more", d)
+	case d == 0:
+		cfg.Stream.Keep = -1
+	default:
+		cfg.Stream.Keep = d
 	}
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {

@@ -34,8 +34,9 @@ func watchCommand(term *terminal) *ucli.Command {
 	cmd.Description = "Events come as the server publishes them. When the connection is lost (the server\n" +
 		"restarts, the network drops) watch says so on stderr and reconnects with back-off (1s,\n" +
 		"doubling up to 30s), resuming after the last event it showed (Last-Event-ID): the server\n" +
-		"sends what it published meanwhile, if it still keeps it; if it does not (it restarted),\n" +
-		"watch says that events may have been missed.\n\n" +
+		"sends what was published meanwhile from its event log (kept --keep-events, 7 days by\n" +
+		"default, and shared by every replica); if it no longer keeps it, watch says that events\n" +
+		"may have been missed.\n\n" +
 		"   tether watch --env prod\n" +
 		"   tether watch --env prod -o json | jq 'select(.kind == \"resource.result\")'"
 	return cmd

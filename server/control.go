@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -242,31 +241,12 @@ func (s *Server) GetDeploy(ctx context.Context, env, id string) (record.Deploy, 
 	return s.store.GetDeploy(ctx, env, id)
 }
 
-// Follow subscribes to the live events of env ("" for all), calls opened
-// once subscribed, then send with each event until ctx ends or send fails.
-// After is the ID of the last event the follower saw ("" for none): the
-// events after it that this server still keeps come first, and opened is
-// told whether there were (false: some may be missed).
+// Follow streams the events of env ("" for all) from the stored event
+// log, which every replica appends to: opened is called once, then send
+// with each event until ctx ends or send fails. After is the ID of the last
+// event the follower saw ("" for none): the events after it come first,
+// if the log still keeps them; opened is told whether it does (false:
+// some may be missed).
 func (s *Server) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
-	sub, resumed := s.feed.subscribeAfter(after)
-	defer sub.Close()
-	if err := opened(resumed); err != nil {
-		return err
-	}
-	for {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			return err
-		}
-		if env != "" && e.Env != env {
-			continue
-		}
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		if err := send(e.ID, string(e.Kind), b); err != nil {
-			return err
-		}
-	}
+	return s.stream.Follow(ctx, env, after, opened, send)
 }

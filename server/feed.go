@@ -2,10 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"strconv"
-	"strings"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -63,11 +60,11 @@ const (
 )
 
 // Event is something that just happened at the server, published after it
-// was recorded.
+// was recorded. The event stream's IDs are those of the stored event log
+// (the SSE "id:" line), not part of the event.
 type Event struct {
-	// ID names the event in the stream of the server that published it
-	// ("<origin>-<n>"): a follower that reconnects gives the last it saw
-	// (Last-Event-ID) to get those after it.
+	// ID is the event's ID in the stored event log, as the event stream
+	// shows it (set by the stream, never by a publisher).
 	ID       string    `json:"id,omitempty"`
 	Kind     EventKind `json:"kind"`
 	At       time.Time `json:"at"`
@@ -84,32 +81,23 @@ type Event struct {
 	Error      string           `json:"error,omitempty"`
 }
 
-// Feed fans events out to subscribers. Every subscriber sees every event
-// published while it is subscribed, in order: a subscriber's queue grows
-// instead of dropping events, so a slow reader never misses a result.
-//
-// Every event gets an ID, and the feed keeps the newest replayLen: a
-// follower that lost its stream (a network blip, a proxy, a restart of
-// its client) resumes after the last event it saw and misses nothing
-// when that event is still kept. The IDs and the kept events are this
-// process's (origin tells its IDs from another's): a server restarted, or
-// another replica, cannot resume them, and says so (Resume).
+// Feed fans events out to this process's subscribers (the embedded mode's
+// report, plans, tests), and hands each to sink: the stored event log,
+// which the event stream of every replica follows. Every subscriber sees
+// every event published while it is subscribed, in order: a subscriber's
+// queue grows instead of dropping events, so a slow reader never misses a
+// result.
 type Feed struct {
-	mu     sync.Mutex
-	subs   map[*Subscription]struct{}
-	origin string
-	seq    uint64
-	// recent are the newest events, oldest first: at most replayLen.
-	recent []Event
+	mu   sync.Mutex
+	subs map[*Subscription]struct{}
+	sink func(Event)
 }
 
-// replayLen bounds the events a Feed keeps for followers that resume.
-const replayLen = 4096
-
-func newFeed() *Feed {
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail
-	return &Feed{subs: map[*Subscription]struct{}{}, origin: hex.EncodeToString(b[:])}
+func newFeed(sink func(Event)) *Feed {
+	if sink == nil {
+		sink = func(Event) {}
+	}
+	return &Feed{subs: map[*Subscription]struct{}{}, sink: sink}
 }
 
 // Subscription is one reader of a Feed.
@@ -121,37 +109,11 @@ type Subscription struct {
 }
 
 func (f *Feed) subscribe() *Subscription {
-	s, _ := f.subscribeAfter("")
-	return s
-}
-
-// subscribeAfter subscribes, with the kept events after the one named
-// after already queued (at once: none is missed between them and the
-// live ones, none is sent twice). resumed is false when after names an
-// event this feed does not keep (too old, or another process's): then
-// only live events follow.
-func (f *Feed) subscribeAfter(after string) (s *Subscription, resumed bool) {
-	s = &Subscription{feed: f, notify: make(chan struct{}, 1)}
+	s := &Subscription{feed: f, notify: make(chan struct{}, 1)}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.subs[s] = struct{}{}
-	if after == "" {
-		return s, true
-	}
-	origin, n, ok := strings.Cut(after, "-")
-	seq, err := strconv.ParseUint(n, 10, 64)
-	if !ok || err != nil || origin != f.origin || seq > f.seq {
-		return s, false
-	}
-	oldest := f.seq + 1 - uint64(len(f.recent)) // of the kept events
-	if seq+1 < oldest {
-		return s, false // some after it are no longer kept
-	}
-	s.queue = append(s.queue, f.recent[seq+1-oldest:]...)
-	if len(s.queue) > 0 {
-		s.notify <- struct{}{}
-	}
-	return s, true
+	return s
 }
 
 func (f *Feed) publish(e Event) {
@@ -160,13 +122,8 @@ func (f *Feed) publish(e Event) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.seq++
-	e.ID = f.origin + "-" + strconv.FormatUint(f.seq, 10)
-	if len(f.recent) == replayLen {
-		f.recent[0] = Event{}
-		f.recent = f.recent[1:]
-	}
-	f.recent = append(f.recent, e)
+	// Under the lock: the log gets events in the order subscribers do.
+	f.sink(e)
 	for s := range f.subs {
 		s.mu.Lock()
 		s.queue = append(s.queue, e)
@@ -203,4 +160,14 @@ func (s *Subscription) Close() {
 	s.feed.mu.Lock()
 	delete(s.feed.subs, s)
 	s.feed.mu.Unlock()
+}
+
+// logEvent hands an event to the stored event log.
+func (s *Server) logEvent(e Event) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		s.log.Error().Err(err).Str("kind", string(e.Kind)).Msg("an event that is not JSON is not logged")
+		return
+	}
+	s.stream.Append(record.LoggedEvent{Env: e.Env, Kind: string(e.Kind), Data: data, At: e.At})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store"
@@ -96,6 +97,11 @@ type Config struct {
 	// ConnectionSweep is how often the agents' broker connections are
 	// counted (default 5s).
 	ConnectionSweep time.Duration
+	// Stream configures the stored event log the event stream follows
+	// (its retention: Stream.Keep).
+	Stream notify.StreamConfig
+	// Webhooks configures the sending of webhook deliveries.
+	Webhooks notify.SenderConfig
 }
 
 // BrokerAdmin does to the broker what its clients cannot.
@@ -175,6 +181,8 @@ type Server struct {
 	sched      *scheduler.Scheduler
 	signer     *bus.Signer
 	feed       *Feed
+	stream     *notify.Stream
+	sender     *notify.Sender
 	dedup      *bus.Dedup
 	agents     *agentCache
 	agentLocks *agentLocks
@@ -216,13 +224,13 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	signer := bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano()))
 	m := newMetrics()
 	m.observeBus(b)
+	m.reg.MustRegister(newFleetGauges(st, log))
 	s := &Server{
 		cfg:        cfg,
 		store:      st,
 		bus:        b,
 		signer:     signer,
 		keys:       keySet{current: cfg.Key},
-		feed:       newFeed(),
 		dedup:      bus.NewDedup(1 << 16),
 		agents:     newAgentCache(st, cfg.AgentCacheTTL),
 		agentLocks: new(agentLocks),
@@ -233,6 +241,9 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		flood:      newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
 		releases:   newReleaseQueue(),
 	}
+	s.sender = notify.NewSender(st, cfg.Webhooks, log)
+	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
+	s.feed = newFeed(s.logEvent)
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil
 }
@@ -265,6 +276,14 @@ func (s *Server) Subscribe() *Subscription { return s.feed.subscribe() }
 // Fan-outs stop with it, recording how far they got: the leader of their
 // environment resumes them.
 func (s *Server) Run(parent context.Context) error {
+	// The event log and the webhooks stop last, once nothing publishes:
+	// the events of the stop itself are appended, and the deliveries in
+	// flight end and are recorded.
+	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(parent))
+	notifying := make(chan struct{})
+	go func() { defer close(notifying); _ = s.RunNotify(notifyCtx) }()
+	defer func() { <-notifying }()
+	defer stopNotify()
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	stopCompiles, err := s.startCompiles(ctx)
@@ -309,6 +328,19 @@ func (s *Server) Run(parent context.Context) error {
 		return context.Canceled
 	}
 	return err
+}
+
+// RunNotify appends published events to the stored event log, which
+// the event stream follows, and sends webhook deliveries, until ctx ends;
+// then it appends what is pending and finishes the deliveries in flight.
+// Run runs it; a server that is not Run (a test of the API) runs it alone.
+func (s *Server) RunNotify(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = s.stream.Run(ctx) }()
+	go func() { defer wg.Done(); _ = s.sender.Run(ctx) }()
+	wg.Wait()
+	return ctx.Err()
 }
 
 // EnsureEnv returns the environment, creating it with settings if missing.

@@ -53,6 +53,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		People:     s.store,
 		Enrollment: s.store,
 		Events:     s,
+		Webhooks:   s,
 		Compiles:   s,
 		Ready:      ready,
 		Metrics:    metrics,

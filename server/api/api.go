@@ -348,6 +348,8 @@ type Services struct {
 	People     People
 	Enrollment EnrollmentTokens
 	Events     Events
+	// Webhooks keeps the environments' webhooks (nil: none).
+	Webhooks Webhooks
 	// Compiles are the server's own compiles (nil: answered as none).
 	Compiles Compiles
 	// Sources are the models' sources (nil: the server compiles none).

@@ -80,6 +80,7 @@ func newServerRigOn(t *testing.T, st store.Store, scfg server.Config, cfg api.Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	runNotify(t, srv)
 	a := api.New(cfg, server.APIServices(srv, nil), log)
 	ts := httptest.NewUnstartedServer(a.Handler())
 	ts.Config = a.HTTPServer(a.Handler())
@@ -608,4 +609,12 @@ func TestOpenAPIAndProbes(t *testing.T) {
 	if ready["store"] != "ok" {
 		t.Fatalf("readyz %v", ready)
 	}
+}
+
+// runNotify runs the server's event log and webhooks until the test ends.
+func runNotify(t *testing.T, srv *server.Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.RunNotify(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

@@ -86,7 +86,7 @@ func clip(s string) string { return model.Clip(s, 128) }
 // shown as it is. A *model.KindError (the catalogue's verdict on an
 // uploaded resource) is one too, found by its type and given its own codes.
 var explained = []error{model.ErrInvalidResource, model.ErrInvalidID, model.ErrInvalidName, model.ErrInvalidText,
-	record.ErrInvalidSetting, record.ErrHalted, record.ErrNoAgents, record.ErrInvalidSource, record.ErrInvalidWebhook}
+	record.ErrInvalidSetting, record.ErrHalted, record.ErrNoAgents, record.ErrInvalidSource, record.ErrInvalidWebhook, record.ErrInvalidHook}
 
 // explanation returns the text of the error in err's tree that wraps an
 // explained error directly.

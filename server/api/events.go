@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,9 +16,12 @@ import (
 // events streams live events as server-sent events: "id: <id>", "event:
 // <kind>" and "data: <json>" per event, a comment every KeepAlive while
 // idle. A token scoped to one environment sees that environment's events
-// only. A client that reconnects with Last-Event-ID gets the events after
-// that one first, when the server still keeps them; when it does not (it
-// restarted, or they are too old), the stream starts with an
+// only. The events come from the stored event log, which every replica
+// appends to, so every replica streams every event; the "id:" lines are
+// the log's IDs. A client that reconnects with Last-Event-ID (to any
+// replica, across restarts) gets the events after that one first, when
+// the log still keeps them; when it does not (they are older than its
+// retention, or the ID is not one of the log), the stream starts with an
 // "events.missed" event saying so.
 //
 // The stream lasts as long as its client: each write gets WriteTimeout
@@ -90,7 +94,7 @@ func (a *API) events(r *request) (int, any, error) {
 			return err
 		}
 		b, err := json.Marshal(missedEvent{Kind: EventsMissed, After: after, Message: fmt.Sprintf(
-			"events after %s are not kept by this server (it restarted, or they are too old): some may have been missed; "+
+			"events after %s are not kept in the server's event log (older than its retention, or not an ID of this server's log): some may have been missed; "+
 				"tether resource list and tether alert list show the state now", after)})
 		if err != nil {
 			return err
@@ -101,7 +105,7 @@ func (a *API) events(r *request) (int, any, error) {
 		if !visible(data) {
 			return nil
 		}
-		return write("id: " + id + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
+		return write("id: " + id + "\nevent: " + kind + "\ndata: " + withID(id, data) + "\n\n")
 	})
 	cancel()
 	wg.Wait()
@@ -153,4 +157,18 @@ func (a *API) visibleEnvs(r *request) func(data []byte) bool {
 		}
 		return ok
 	}
+}
+
+// withID puts the event's ID first in its JSON object, as "id": a script
+// reading the data alone (tether watch -o json) has it too.
+func withID(id string, data []byte) string {
+	if len(data) < 2 || data[0] != '{' {
+		return string(data)
+	}
+	b, _ := json.Marshal(id) // a string: never fails
+	sep := ","
+	if strings.TrimSpace(string(data[1:])) == "}" {
+		sep = ""
+	}
+	return `{"id":` + string(b) + sep + string(data[1:])
 }

@@ -94,6 +94,8 @@ func (a *API) Document() map[string]any {
 				"Report":         reportSchema,
 				"Plan":           planSchema,
 				"Summary":        summarySchema,
+				"Webhook":        webhookSchema,
+				"Delivery":       deliverySchema,
 			},
 		},
 	}
@@ -228,5 +230,36 @@ var (
 		"released":   map[string]any{"type": "boolean"},
 		"release_id": map[string]any{"type": "string", "description": "set when release=true released the version (202)"},
 		"release":    map[string]any{"$ref": "#/components/schemas/Release"},
+	}}
+)
+
+// Schemas of webhooks and their deliveries.
+var (
+	dateTime      = map[string]any{"type": "string", "format": "date-time"}
+	webhookSchema = map[string]any{"type": "object", "description": "Where an environment's events are posted, signed with the webhook's secret.", "properties": map[string]any{
+		"id":         integer,
+		"env":        str,
+		"name":       str,
+		"url":        str,
+		"secret":     map[string]any{"type": "string", "description": "only in the answer of the call that made or set it"},
+		"kinds":      map[string]any{"type": "array", "items": str, "description": "the event kinds posted; [\"*\"]: all"},
+		"enabled":    map[string]any{"type": "boolean"},
+		"created_by": str,
+		"created_at": dateTime,
+		"updated_at": dateTime,
+	}}
+	deliverySchema = map[string]any{"type": "object", "description": "One event posted to one webhook, with its last attempt.", "properties": map[string]any{
+		"id":          map[string]any{"type": "integer", "description": "the delivery ID, sent as the Webhook-Id header: the same on every attempt"},
+		"webhook_id":  integer,
+		"event_id":    map[string]any{"type": "integer", "description": "the event's ID in the event log (0: a test)"},
+		"kind":        str,
+		"state":       map[string]any{"type": "string", "enum": []string{"pending", "delivered", "failed"}},
+		"attempts":    integer,
+		"status_code": map[string]any{"type": "integer", "description": "the receiver's answer to the last attempt (0: none, see error)"},
+		"error":       str,
+		"latency_ms":  integer,
+		"next_at":     map[string]any{"type": "string", "format": "date-time", "description": "when a pending delivery is tried next"},
+		"created_at":  dateTime,
+		"finished_at": dateTime,
 	}}
 )

@@ -59,6 +59,7 @@ func newPeopleRig(t *testing.T, st store.Store, cfg api.Config) *peopleRig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runNotify(t, srv)
 	a := api.New(cfg, server.APIServices(srv, nil), zerolog.Nop())
 	c := &clock{t: time.Now()}
 	a.SetClock(c.now)

@@ -78,7 +78,7 @@ type request struct {
 }
 
 func (a *API) routes() []route {
-	return []route{
+	return append([]route{
 		{method: "GET", path: "/envs", role: record.RoleViewer, summary: "List environments (those the token may see)", serve: a.listEnvs},
 		{method: "POST", path: "/envs", role: record.RoleAdmin, global: true, action: "env.create", summary: "Create an environment", body: "{name, settings?: {key: value}}", serve: a.createEnv},
 		{method: "GET", path: "/envs/:env", role: record.RoleViewer, summary: "Show an environment", serve: a.getEnv},
@@ -159,7 +159,7 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/server/signing-key/switch", role: record.RoleAdmin, global: true, action: "server.signing-key.switch", summary: "Make every server sign with the next key, once every accepted agent took it (or force); answers after the switch", body: "{force?: bool}", serve: a.signingKeyStep("switch")},
 		{method: "POST", path: "/server/signing-key/retire", role: record.RoleAdmin, global: true, action: "server.signing-key.retire", summary: "Forget the key the servers signed with before the switch, once every accepted agent takes the new one (or force)", body: "{force?: bool}", serve: a.signingKeyStep("retire")},
 		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", serve: a.openapi},
-	}
+	}, a.webhookRoutes()...)
 }
 
 // build makes the public handler, or (ops) the operations one.

@@ -92,7 +92,10 @@ func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*recor
 }
 
 // DeleteEnv implements Store. The database deletes what refers to the
-// environment; the deduplication marks refer to nothing.
+// environment (webhooks and their deliveries too); the deduplication
+// marks and the event log refer to nothing. The environment's events go
+// with it: an environment made later with its name, maybe in another
+// organization, must not stream them to a follower resuming.
 func (s *SQL) DeleteEnv(ctx context.Context, name string) error {
 	return wrap(fmt.Sprintf("delete environment %q", name), s.db.Tx(ctx, func(tx Tx) error {
 		n, err := tx.Exec(ctx, `DELETE FROM environments WHERE name = $1`, name)
@@ -103,6 +106,9 @@ func (s *SQL) DeleteEnv(ctx context.Context, name string) error {
 			return fmt.Errorf("environment %q: %w", name, model.ErrNotFound)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM ingested WHERE env = $1`, name); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM event_log WHERE env = $1`, name); err != nil {
 			return err
 		}
 		return s.deleteUnusedBodies(ctx, tx)

@@ -86,6 +86,14 @@ type Dialect struct {
 	// MigrationsTable creates the table of applied migrations if there is
 	// none.
 	MigrationsTable string
+	// SkipLocked ends a SELECT that locks the rows it reads, skipping
+	// those another transaction holds: empty where a transaction holds
+	// the whole database.
+	SkipLocked string
+	// LockEvents runs before appending to the event log, so that ids are
+	// given in commit order; NotifyEvents after, to wake the followers of
+	// other processes. Empty where one process holds the database.
+	LockEvents, NotifyEvents string
 }
 
 // SQL is what the stores share of store.Store: every method but Close,

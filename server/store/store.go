@@ -33,6 +33,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// People keeps organizations, users and sessions.
 	People
+	// Notify keeps the event log, webhooks and their deliveries.
+	Notify
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
 	CreateEnv(ctx context.Context, env record.Environment) error
@@ -45,7 +47,7 @@ type Store interface {
 	// Settings fn leaves invalid are refused with ErrInvalid.
 	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
-	// action log, alerts, tokens, compile reports, releases and source. The audit log keeps its entries.
+	// action log, alerts, tokens, compile reports, releases, source, webhooks (with their deliveries) and events of the event log. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error
 
 	// PutVersion stores a resource set as the environment's next version

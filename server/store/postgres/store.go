@@ -73,7 +73,13 @@ const (
 	lockClass      = 0x74657468
 	lockMigrations = 1
 	lockBodies     = 2
+	lockEvents     = 3
 )
+
+// eventsChannel is the channel NOTIFY wakes followers of the event log
+// on, followed by the schema's name: servers of other schemas of the
+// database are not woken.
+const eventsChannel = "tether_events_"
 
 // dialect: rows and bodies are locked, since several servers share the
 // database.
@@ -82,6 +88,9 @@ var dialect = store.Dialect{
 	ShareBodies:    fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, %d)`, lockClass, lockBodies),
 	LockBodies:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockBodies),
 	LockMigrations: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockMigrations),
+	SkipLocked:     ` FOR UPDATE SKIP LOCKED`,
+	LockEvents:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockEvents),
+	NotifyEvents:   `SELECT pg_notify('` + eventsChannel + `' || current_schema(), '')`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)`,
 }

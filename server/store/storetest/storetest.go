@@ -61,6 +61,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Sources", testSources},
 		{"Orgs", testOrgs},
 		{"Users", testUsers},
+		{"EventLog", testEventLog},
+		{"Webhooks", testWebhooks},
+		{"FleetCounts", testFleetCounts},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

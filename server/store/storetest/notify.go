@@ -1,0 +1,225 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// testEventLog: events are appended in order with growing IDs, read after
+// an ID (of one environment or all), bounded, and pruned by age.
+func testEventLog(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	old := time.Now().Add(-time.Hour).UTC()
+	var events []record.LoggedEvent
+	for i := range 5 {
+		env := []string{"prod", "dev"}[i%2]
+		events = append(events, record.LoggedEvent{Env: env, Kind: "agent.online", Data: fmt.Appendf(nil, `{"n":%d}`, i), At: old})
+	}
+	last, err := s.AppendEvents(ctx, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.EventsAfter(ctx, 0, "", 0)
+	if err != nil || len(got) != 5 || got[4].ID != last {
+		t.Fatalf("events after 0: %d (%v), want 5 ending at %d", len(got), err, last)
+	}
+	for i, e := range got {
+		if string(e.Data) != fmt.Sprintf(`{"n":%d}`, i) || e.Org != "default" || (i > 0 && e.ID <= got[i-1].ID) {
+			t.Fatalf("event %d: %+v: want n=%d of org default, IDs growing", i, e, i)
+		}
+	}
+	prod, err := s.EventsAfter(ctx, got[0].ID, "prod", 0)
+	if err != nil || len(prod) != 2 || prod[0].ID != got[2].ID || prod[1].ID != got[4].ID {
+		t.Fatalf("prod after the first: %+v (%v), want events 2 and 4", prod, err)
+	}
+	if page, _ := s.EventsAfter(ctx, 0, "", 2); len(page) != 2 {
+		t.Fatalf("limit 2: got %d", len(page))
+	}
+	last2, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "prod", Kind: "agent.offline", Data: []byte(`{}`)}})
+	if err != nil || last2 <= last {
+		t.Fatalf("second append: %d (%v), want after %d", last2, err, last)
+	}
+	if _, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "prod", Data: []byte(`{}`)}}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("event without a kind: %v, want ErrInvalid", err)
+	}
+	n, err := s.PruneEvents(ctx, time.Now().Add(-time.Minute))
+	if err != nil || n != 5 {
+		t.Fatalf("prune: %d (%v), want the 5 old events", n, err)
+	}
+	b, err := s.EventLogBounds(ctx)
+	if err != nil || b.First != last2 || b.Last != last2 {
+		t.Fatalf("bounds: %+v (%v), want %d..%d", b, err, last2, last2)
+	}
+	// A deleted environment's events go with it.
+	if _, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "dev", Kind: "agent.online", Data: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteEnv(ctx, "dev"); err != nil {
+		t.Fatal(err)
+	}
+	if dev, err := s.EventsAfter(ctx, 0, "dev", 0); err != nil || len(dev) != 0 {
+		t.Fatalf("events of a deleted environment: %+v (%v), want none", dev, err)
+	}
+}
+
+// testWebhooks: webhooks are stored, listed without secrets, changed and
+// deleted; appended events queue a delivery per matching enabled
+// webhook; claims take the oldest due of each webhook with none claimed,
+// and finishing one records its outcome.
+func testWebhooks(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	hook := func(env, name string, kinds ...string) record.Webhook {
+		w, err := s.CreateWebhook(ctx, record.Webhook{Env: env, Name: name, URL: "https://hooks.example/" + name,
+			Secret: "0123456789abcdef-" + name, Kinds: kinds, Enabled: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	drift := hook("prod", "drift", "compliance.drift")
+	all := hook("prod", "all", "*")
+	other := hook("dev", "dev", "*")
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "drift", URL: "https://x.example", Secret: "0123456789abcdef", Kinds: []string{"*"}}); !errors.Is(err, model.ErrExists) {
+		t.Fatalf("same name: %v, want ErrExists", err)
+	}
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "bad", URL: "ftp://x", Secret: "0123456789abcdef", Kinds: []string{"*"}}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("ftp URL: %v, want ErrInvalid", err)
+	}
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "nope", Name: "x", URL: "https://x.example", Secret: "0123456789abcdef", Kinds: []string{"*"}}); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("unknown environment: %v, want ErrNotFound", err)
+	}
+	list, err := s.ListWebhooks(ctx, "prod")
+	if err != nil || len(list) != 2 || list[0].ID != drift.ID || list[0].Secret != "" || list[1].Kinds[0] != "*" {
+		t.Fatalf("list: %+v (%v), want drift and all without secrets", list, err)
+	}
+	if w, err := s.GetWebhook(ctx, "prod", drift.ID); err != nil || w.Secret != drift.Secret {
+		t.Fatalf("get: %+v (%v), want its secret", w, err)
+	}
+	if _, err := s.GetWebhook(ctx, "dev", drift.ID); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a webhook of prod through dev: %v, want ErrNotFound", err)
+	}
+	// Disabled: queues nothing.
+	if _, err := s.UpdateWebhook(ctx, "dev", other.ID, func(w *record.Webhook) error { w.Enabled = false; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendEvents(ctx, []record.LoggedEvent{
+		{Env: "prod", Kind: "compliance.drift", Data: []byte(`{"n":1}`)},
+		{Env: "prod", Kind: "agent.online", Data: []byte(`{"n":2}`)},
+		{Env: "dev", Kind: "compliance.drift", Data: []byte(`{"n":3}`)},
+		{Env: "prod", Kind: "compliance.drift", Data: []byte(`{"n":4}`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.CountDeliveries(ctx, record.DeliveryPending); err != nil || n != 5 {
+		t.Fatalf("pending: %d (%v), want 2 to drift and 3 to all", n, err)
+	}
+	now := time.Now()
+	claims, err := s.ClaimDeliveries(ctx, now, now.Add(time.Minute), 10)
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("claims: %+v (%v), want the oldest of each webhook", claims, err)
+	}
+	for _, c := range claims {
+		if string(c.Payload) != `{"n":1}` || c.Attempts != 1 || c.URL == "" || c.Secret == "" {
+			t.Fatalf("claim %+v: want the first event, attempt 1, with URL and secret", c)
+		}
+	}
+	if again, err := s.ClaimDeliveries(ctx, now, now.Add(time.Minute), 10); err != nil || len(again) != 0 {
+		t.Fatalf("claims while both are claimed: %+v (%v), want none", again, err)
+	}
+	// Delivered, and retried later: the next of each comes.
+	if err := s.FinishDelivery(ctx, claims[0].ID, record.DeliveryOutcome{State: record.DeliveryDelivered, StatusCode: 204, Latency: 3 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishDelivery(ctx, claims[1].ID, record.DeliveryOutcome{State: record.DeliveryPending, StatusCode: 503, Error: "busy", NextAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := s.ClaimDeliveries(ctx, now, now.Add(time.Minute), 10)
+	if err != nil || len(next) != 2 {
+		t.Fatalf("next claims: %+v (%v), want one per webhook", next, err)
+	}
+	// A claim that expired (its sender died) is claimed again.
+	later := now.Add(2 * time.Minute)
+	expired, err := s.ClaimDeliveries(ctx, later, later.Add(time.Minute), 10)
+	if err != nil || len(expired) != 2 || expired[0].ID != next[0].ID || expired[0].Attempts != 2 {
+		t.Fatalf("after the claims expired: %+v (%v), want the same again, attempt 2", expired, err)
+	}
+	log, err := s.Deliveries(ctx, "prod", claims[1].WebhookID, 0)
+	if err != nil || len(log) == 0 {
+		t.Fatalf("deliveries: %+v (%v)", log, err)
+	}
+	var retried *record.Delivery
+	for i := range log {
+		if log[i].ID == claims[1].ID {
+			retried = &log[i]
+		}
+	}
+	if retried == nil || retried.State != record.DeliveryPending || retried.StatusCode != 503 || retried.Error != "busy" {
+		t.Fatalf("the retried delivery: %+v, want pending after a 503", retried)
+	}
+	d, err := s.QueueDelivery(ctx, "prod", drift.ID, "webhook.test", []byte(`{}`))
+	if err != nil || d.State != record.DeliveryPending || d.Kind != "webhook.test" {
+		t.Fatalf("test delivery: %+v (%v)", d, err)
+	}
+	if err := s.DeleteWebhook(ctx, "prod", all.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A deleted environment's webhooks and deliveries go with it.
+	if err := s.DeleteEnv(ctx, "dev"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetWebhook(ctx, "dev", other.ID); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a webhook of a deleted environment: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteWebhook(ctx, "prod", all.ID); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("deleted twice: %v, want ErrNotFound", err)
+	}
+	if log, err := s.Deliveries(ctx, "prod", all.ID, 0); err != nil || len(log) != 0 {
+		t.Fatalf("deliveries of a deleted webhook: %+v (%v), want none", log, err)
+	}
+}
+
+// testFleetCounts: resources are counted by environment, state and
+// compliance; agents by status; deliveries by state.
+func testFleetCounts(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	v := mustPut(t, s, "prod", file("web-1", "/a", "a"), file("web-1", "/b", "b"), file("web-2", "/c", "c"))
+	if _, err := s.Release(ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []record.Agent{
+		{Env: "prod", Name: "web-1", State: record.AgentAccepted, Connected: true},
+		{Env: "prod", Name: "web-2", State: record.AgentAccepted},
+		{Env: "prod", Name: "web-3", State: record.AgentPending},
+		{Env: "dev", Name: "dev-1", State: record.AgentRejected},
+	} {
+		a.PublicKey = []byte{1}
+		if err := s.UpsertAgent(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := s.FleetCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []record.ResourceCount{{Env: "prod", State: "available", Compliance: "unknown", N: 3}}
+	if fmt.Sprint(c.Resources) != fmt.Sprint(want) {
+		t.Fatalf("resources: %+v, want %+v", c.Resources, want)
+	}
+	wantAgents := []record.AgentCount{{Env: "dev", Status: "rejected", N: 1}, {Env: "prod", Status: "offline", N: 1},
+		{Env: "prod", Status: "online", N: 1}, {Env: "prod", Status: "pending", N: 1}}
+	if fmt.Sprint(c.Agents) != fmt.Sprint(wantAgents) {
+		t.Fatalf("agents: %+v, want %+v", c.Agents, wantAgents)
+	}
+	if len(c.Deliveries) != 0 {
+		t.Fatalf("deliveries: %v, want none", c.Deliveries)
+	}
+}
