@@ -337,6 +337,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.open("/envs/prod/deploys")
 	b.waitText("release")
 	b.shot("deploys")
+	b.open("/envs/prod/webhooks")
+	b.waitText("New webhook")
+	b.do("fill the new webhook form", chromedp.SetValue(chromedp.CSS("#name"), "ops"), chromedp.SetValue(chromedp.CSS("#url"), "http://127.0.0.1:9/hook"))
+	b.click(`button[value="create"]`)
+	b.waitText("Webhook secret")
+	b.click(`button[value="test"]`)
+	b.waitText("webhook.test")
+	b.shot("webhooks")
 
 	// Bad input on a form: a clear message, nothing changed.
 	b.open("/admin/users")

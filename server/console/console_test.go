@@ -253,6 +253,7 @@ func TestPagesRender(t *testing.T) {
 		{"/envs/prod/deploys/8c6f3d2e-0d5e-4c43-9b1e-2f0b7c1e5a10", []string{"operator, by ada", "Not answered yet", "web-2", "/etc/motd"}},
 		{"/envs/prod/alerts", []string{"drifted", "edited by hand"}},
 		{"/envs/prod/enrollment-tokens", []string{"New enrollment token"}},
+		{"/envs/prod/webhooks", []string{"No webhook in this environment", "New webhook"}},
 		{"/audit", []string{"version.export", "user.create"}},
 		{"/admin/users", []string{"ada", "New user"}},
 		{"/admin/tokens", []string{"root", "New API token"}},
@@ -376,6 +377,39 @@ func TestChanges(t *testing.T) {
 	admin.has("bad role", "role")
 	if admin.code < 400 {
 		t.Fatalf("token with role boss: %d, want a 4xx", admin.code)
+	}
+
+	// Webhooks: bad input changes nothing; a new one shows its secret
+	// once; test, disable and delete go through the API.
+	admin.get("/envs/prod/webhooks")
+	admin.has("no webhook yet", "No webhook in this environment", "New webhook")
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"create"}, "name": {"ops"}, "url": {"not a url"}})
+	if admin.code < 400 {
+		t.Fatalf("webhook with URL %q: %d, want a 4xx", "not a url", admin.code)
+	}
+	admin.has("bad URL kept", `value="not a url"`)
+	if hs, _ := r.st.ListWebhooks(ctx, "prod"); len(hs) != 0 {
+		t.Fatalf("webhooks after bad input: %d, want 0", len(hs))
+	}
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"create"}, "name": {"ops"}, "url": {"http://127.0.0.1:9/hook"}, "kinds": {"compliance.drift, security.alert"}})
+	if admin.code != http.StatusCreated {
+		t.Fatalf("webhook create: %d\n%s", admin.code, admin.page)
+	}
+	admin.has("new webhook", "Webhook secret", "http://127.0.0.1:9/hook", "compliance.drift", "security.alert", "enabled")
+	hs, err := r.st.ListWebhooks(ctx, "prod")
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("webhooks after create: %+v, %v; want one", hs, err)
+	}
+	id := fmt.Sprint(hs[0].ID)
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"test"}, "id": {id}})
+	admin.get("/envs/prod/webhooks")
+	admin.has("test delivery listed", "webhook.test")
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"disable"}, "id": {id}})
+	admin.get("/envs/prod/webhooks")
+	admin.has("disabled", "disabled", `value="enable"`)
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"delete"}, "id": {id}})
+	if hs, _ := r.st.ListWebhooks(ctx, "prod"); len(hs) != 0 {
+		t.Fatalf("webhooks after delete: %d, want 0", len(hs))
 	}
 
 	// Wrong password: said so, no session.

@@ -92,6 +92,7 @@ func ago(t time.Time) string {
 var marks = map[string][2]string{
 	"deployed": {"✔", "good"}, "compliant": {"✔", "good"}, "online": {"●", "good"}, "accepted": {"✔", "good"}, "done": {"✔", "good"},
 	"released": {"★", "good"}, "succeeded": {"✔", "good"}, "ok": {"✔", "good"}, "waiting": {"◌", "warn"},
+	"enabled": {"✔", "good"}, "disabled": {"·", "muted"}, "delivered": {"✔", "good"},
 	"failed": {"✖", "bad"}, "non_compliant": {"≠", "bad"}, "rejected": {"✖", "bad"}, "offline": {"○", "bad"}, "drift": {"≠", "bad"},
 	"security": {"⚠", "bad"}, "compile.failed": {"✖", "bad"}, "unavailable": {"✖", "bad"}, "undefined": {"?", "warn"},
 	"pending": {"◌", "warn"}, "deploying": {"↻", "warn"}, "running": {"↻", "warn"}, "available": {"◌", "warn"}, "paused": {"‖", "warn"},

@@ -36,6 +36,8 @@ func (c *Console) routes(static http.Handler) {
 	m.HandleFunc("GET /envs/{env}/deploys", c.deploys)
 	m.HandleFunc("GET /envs/{env}/deploys/{id}", c.deploy)
 	m.HandleFunc("GET /envs/{env}/alerts", c.alerts)
+	m.HandleFunc("GET /envs/{env}/webhooks", c.webhooks)
+	m.HandleFunc("POST /envs/{env}/webhooks", c.webhookAction)
 	m.HandleFunc("GET /envs/{env}/enrollment-tokens", c.enrollTokens)
 	m.HandleFunc("POST /envs/{env}/enrollment-tokens", c.enrollTokenAction)
 	m.HandleFunc("GET /audit", c.audit)
@@ -895,4 +897,98 @@ func (c *Console) enrollTokenAction(w http.ResponseWriter, r *http.Request) {
 	}
 	p.Error = ae
 	c.showEnroll(w, r, p, ae.Status, "")
+}
+
+// --- webhooks
+
+type webhookRow struct {
+	record.Webhook
+	Deliveries []record.Delivery
+}
+
+type webhooksData struct {
+	Webhooks []webhookRow
+	Secret   string
+	Form     struct{ Name, URL, Kinds string }
+}
+
+func (c *Console) webhooks(w http.ResponseWriter, r *http.Request) {
+	p := c.begin(w, r, "webhooks")
+	if p == nil {
+		return
+	}
+	c.showWebhooks(w, r, p, http.StatusOK, "")
+}
+
+func (c *Console) showWebhooks(w http.ResponseWriter, r *http.Request, p *page, status int, secret string) {
+	p.Title, p.Live = "Webhooks of "+p.Env, true
+	e := "/envs/" + url.PathEscape(p.Env)
+	var hooks []record.Webhook
+	if _, err := c.call(r, "GET", e+"/webhooks", nil, &hooks); err != nil {
+		c.fail(w, r, p, err)
+		return
+	}
+	d := webhooksData{Secret: secret}
+	for _, h := range hooks {
+		row := webhookRow{Webhook: h}
+		if _, err := c.call(r, "GET", fmt.Sprintf("%s/webhooks/%d/deliveries?limit=5", e, h.ID), nil, &row.Deliveries); err != nil {
+			c.fail(w, r, p, err)
+			return
+		}
+		d.Webhooks = append(d.Webhooks, row)
+	}
+	if secret == "" {
+		d.Form.Name, d.Form.URL, d.Form.Kinds = r.PostFormValue("name"), r.PostFormValue("url"), r.PostFormValue("kinds")
+	}
+	p.Data = d
+	c.render(w, r, "webhooks", status, p)
+}
+
+func (c *Console) webhookAction(w http.ResponseWriter, r *http.Request) {
+	p := c.begin(w, r, "webhooks")
+	if p == nil {
+		return
+	}
+	e := "/envs/" + url.PathEscape(p.Env)
+	id := url.PathEscape(r.PostFormValue("id"))
+	var err error
+	switch r.PostFormValue("action") {
+	case "create":
+		u := strings.TrimSpace(r.PostFormValue("url"))
+		body := record.WebhookRequest{Name: strings.TrimSpace(r.PostFormValue("name")), URL: &u}
+		if k := strings.Fields(strings.ReplaceAll(r.PostFormValue("kinds"), ",", " ")); len(k) > 0 {
+			body.Kinds = &k
+		}
+		var made record.Webhook
+		if _, err = c.call(r, http.MethodPost, e+"/webhooks", body, &made); err == nil {
+			p.Flash = "webhook created: copy its secret now, it is not shown again"
+			c.showWebhooks(w, r, p, http.StatusCreated, made.Secret)
+			return
+		}
+	case "test":
+		if _, err = c.call(r, http.MethodPost, e+"/webhooks/"+id+"/test", nil, nil); err == nil {
+			done(w, r, e+"/webhooks", "test delivery queued: it shows below once tried")
+			return
+		}
+	case "enable", "disable":
+		on := r.PostFormValue("action") == "enable"
+		if _, err = c.call(r, http.MethodPatch, e+"/webhooks/"+id, record.WebhookRequest{Enabled: &on}, nil); err == nil {
+			done(w, r, e+"/webhooks", "webhook "+r.PostFormValue("action")+"d")
+			return
+		}
+	case "delete":
+		if _, err = c.call(r, http.MethodDelete, e+"/webhooks/"+id, nil, nil); err == nil {
+			done(w, r, e+"/webhooks", "webhook deleted")
+			return
+		}
+	default:
+		err = &apiError{Status: http.StatusBadRequest, Code: "bad_request", Message: "unknown action", Hint: "use a button of the page"}
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		c.fail(w, r, p, err)
+		return
+	}
+	p.Error = ae
+	c.showWebhooks(w, r, p, ae.Status, "")
 }
