@@ -92,6 +92,9 @@ func (s *Sender) Wake() {
 	}
 }
 
+// claimTimeout bounds one claim of deliveries in the store.
+const claimTimeout = 10 * time.Second
+
 // Run sends deliveries until ctx ends. Then it claims no more and waits
 // for the attempts in flight to end (each at most Timeout) and be
 // recorded, so that none is sent twice by a restart.
@@ -106,11 +109,20 @@ func (s *Sender) Run(ctx context.Context) error {
 	defer t.Stop()
 	failing := false
 	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if n := len(free); n > 0 {
 			now := time.Now()
 			// A claim outlives the attempt: no other sender takes it
-			// while this one may still send it.
-			claims, err := s.outbox.ClaimDeliveries(ctx, now, now.Add(s.cfg.Timeout+time.Minute), n)
+			// while this one may still send it. It is not cut short by
+			// a stop: a claim committed in the store as its caller gave
+			// up would hold its deliveries from every sender until it
+			// expires; the attempts of a claim made go on (a graceful
+			// stop waits for them).
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+			claims, err := s.outbox.ClaimDeliveries(cctx, now, now.Add(s.cfg.Timeout+time.Minute), n)
+			cancel()
 			switch {
 			case err != nil && ctx.Err() == nil && !failing:
 				s.logger.Warn().Err(err).Msg("claim webhook deliveries: retrying")
