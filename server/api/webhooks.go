@@ -55,6 +55,17 @@ func (r *request) envWebhook() (string, int64, error) {
 	return env, id, err
 }
 
+// webhookOf parses the :env and :id parameters of a webhook's route and
+// returns them with the server's webhooks.
+func (a *API) webhookOf(r *request) (string, int64, Webhooks, error) {
+	env, id, err := r.envWebhook()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	wh, err := a.webhooks()
+	return env, id, wh, err
+}
+
 func (a *API) webhooks() (Webhooks, error) {
 	if a.svc.Webhooks == nil {
 		return nil, newError("conflict", "", "this server has no webhooks")
@@ -108,11 +119,7 @@ func (a *API) createWebhook(r *request) (int, any, error) {
 }
 
 func (a *API) getWebhook(r *request) (int, any, error) {
-	env, id, err := r.envWebhook()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
+	env, id, wh, err := a.webhookOf(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -121,11 +128,7 @@ func (a *API) getWebhook(r *request) (int, any, error) {
 }
 
 func (a *API) updateWebhook(r *request) (int, any, error) {
-	env, id, err := r.envWebhook()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
+	env, id, wh, err := a.webhookOf(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -142,11 +145,7 @@ func (a *API) updateWebhook(r *request) (int, any, error) {
 }
 
 func (a *API) deleteWebhook(r *request) (int, any, error) {
-	env, id, err := r.envWebhook()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
+	env, id, wh, err := a.webhookOf(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -154,15 +153,11 @@ func (a *API) deleteWebhook(r *request) (int, any, error) {
 }
 
 func (a *API) webhookDeliveries(r *request) (int, any, error) {
-	env, id, err := r.envWebhook()
+	env, id, wh, err := a.webhookOf(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	limit, err := r.limit()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -172,18 +167,11 @@ func (a *API) webhookDeliveries(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	list, err := wh.WebhookDeliveries(r.ctx(), env, id, limit)
-	if list == nil {
-		list = []record.Delivery{}
-	}
-	return http.StatusOK, list, err
+	return http.StatusOK, nonNil(list), err
 }
 
 func (a *API) testWebhook(r *request) (int, any, error) {
-	env, id, err := r.envWebhook()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
+	env, id, wh, err := a.webhookOf(r)
 	if err != nil {
 		return 0, nil, err
 	}
