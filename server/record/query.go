@@ -50,8 +50,8 @@ type AgentFilter struct {
 	// offline (false): online is connected and seen after OnlineSince.
 	Online      *bool
 	OnlineSince time.Time
-	// Limit, when above 0, keeps a page of at most Limit agents from
-	// Offset, by name. Counts ignore both.
+	// Offset skips the first agents, by name, and Limit, when above 0,
+	// keeps at most Limit of the rest: a page. Counts ignore both.
 	Limit  int
 	Offset int
 }

@@ -171,7 +171,11 @@ func (s *SQL) FindAgents(ctx context.Context, env string, f record.AgentFilter) 
 		return nil, 0, wrap("find agents", err)
 	}
 	total := len(out)
-	if f.Limit > 0 && (f.Offset > 0 || total == f.Limit) {
+	if f.Limit <= 0 {
+		// All of them were read: the page is cut here.
+		return out[min(f.Offset, total):], total, nil
+	}
+	if f.Offset > 0 || total == f.Limit {
 		// A page that is not all there is: count the rest in the store.
 		var ca args
 		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM agents WHERE `+s.agentWhere(&ca, env, f), ca...).Scan(&total); err != nil {

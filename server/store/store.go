@@ -133,7 +133,7 @@ type Store interface {
 	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
 
 	// FindAgents returns the environment's agents f keeps, by name (a
-	// page of them if f.Limit is above 0), and how many it keeps in all.
+	// page of them, f.Offset and f.Limit), and how many it keeps in all.
 	// A negative limit or offset is ErrInvalid.
 	FindAgents(ctx context.Context, env string, f record.AgentFilter) ([]record.Agent, int, error)
 	// CountAgentsByState counts the environment's agents by state, the
