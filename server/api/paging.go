@@ -65,8 +65,9 @@ func (a *API) agentFilter(r *request, p pageQuery) (record.AgentFilter, error) {
 	}
 	if l := r.QueryParam("label"); l != "" {
 		k, v, ok := strings.Cut(l, "=")
-		if err := model.ValidateLabels(map[string]string{k: ""}); err != nil {
-			return f, newError("bad_request", "", "label=%q: %v: give key=value or key", clip(l), err)
+		if model.ValidateLabels(map[string]string{k: ""}) != nil {
+			return f, newError("bad_request", "", "label=%q: a label key is letters, digits, '.', '-' and '_', at most %d bytes: give key=value or key",
+				clip(l), model.MaxLabelKeyLen)
 		}
 		f.LabelKey = k
 		if ok {
