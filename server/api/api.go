@@ -245,6 +245,10 @@ type Resources interface {
 // Agents reads agents.
 type Agents interface {
 	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
+	// FindAgents finds, counts and pages agents in the store: a page of
+	// 10,000 agents never reads them all.
+	FindAgents(ctx context.Context, env string, f record.AgentFilter) ([]record.Agent, int, error)
+	CountAgentsByState(ctx context.Context, env string, onlineSince time.Time) (record.AgentCounts, error)
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 }
 

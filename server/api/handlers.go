@@ -700,7 +700,8 @@ func (a *API) listResources(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	total := len(sts)
-	if p.limit > 0 {
+	if p.limit > 0 && (p.offset > 0 || total == p.limit) {
+		// A page that is not all there is: count the rest in the store.
 		if total, err = a.svc.Resources.CountStatuses(r.ctx(), env, f, 0); err != nil {
 			return 0, nil, err
 		}
@@ -785,7 +786,13 @@ func (a *API) halted(r *request, env string) bool {
 // online reports whether an agent is online: connected and heard from
 // within OfflineAfter.
 func (a *API) online(ag record.Agent) bool {
-	return ag.Connected && a.now().Sub(ag.LastSeen) < a.cfg.OfflineAfter
+	return ag.Connected && ag.LastSeen.After(a.onlineSince())
+}
+
+// onlineSince is when a connected agent was last heard from at the
+// earliest to be online now.
+func (a *API) onlineSince() time.Time {
+	return a.now().Add(-a.cfg.OfflineAfter)
 }
 
 func (a *API) viewIn(ag record.Agent, halted bool) AgentView {
@@ -804,7 +811,7 @@ func (a *API) listAgents(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	f, err := r.agentFilter(p.q)
+	f, err := a.agentFilter(r, p)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -812,12 +819,13 @@ func (a *API) listAgents(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	// The store finds, counts and cuts the page: 10,000 agents are never
+	// read whole for a page of them.
+	ags, total, err := a.svc.Agents.FindAgents(r.ctx(), env, f)
 	if err != nil {
 		return 0, nil, err
 	}
-	ags = slices.DeleteFunc(ags, func(ag record.Agent) bool { return !f.match(ag, a.online) })
-	ags = cut(r, p, ags)
+	r.Response().Header().Set(TotalHeader, strconv.Itoa(total))
 	out := make([]AgentView, 0, len(ags))
 	halted := a.halted(r, env)
 	for _, ag := range ags {

@@ -45,78 +45,36 @@ func (r *request) page() (pageQuery, error) {
 	return p, nil
 }
 
-// cut returns the page of all, and says how many there were in all.
-func cut[T any](r *request, p pageQuery, all []T) []T {
-	r.Response().Header().Set(TotalHeader, strconv.Itoa(len(all)))
-	if p.offset >= len(all) {
-		return all[:0]
-	}
-	all = all[p.offset:]
-	if p.limit > 0 && p.limit < len(all) {
-		all = all[:p.limit]
-	}
-	return all
-}
-
-// agentFilter narrows a listing of agents: state, a label (key=value, or
-// key for any value) and the search text, found in the name, a label or
-// the version.
-type agentFilter struct {
-	state      record.AgentState
-	labelKey   string
-	labelValue *string
-	q          string
-	// online, when set, keeps accepted agents online (true) or offline.
-	online *bool
-}
-
-func (r *request) agentFilter(q string) (agentFilter, error) {
-	f := agentFilter{state: record.AgentState(r.QueryParam("state")), q: q}
-	switch f.state {
+// agentFilter reads the filters of a listing of agents: state, online,
+// label (key=value, or key for any value) and the search text q, found in
+// the name or a label.
+func (a *API) agentFilter(r *request, p pageQuery) (record.AgentFilter, error) {
+	f := record.AgentFilter{State: record.AgentState(r.QueryParam("state")), Search: p.q, Limit: p.limit, Offset: p.offset}
+	switch f.State {
 	case "", record.AgentPending, record.AgentAccepted, record.AgentRejected:
 	default:
-		return f, newError("bad_request", "", "state=%q: want pending, accepted or rejected", clip(string(f.state)))
+		return f, newError("bad_request", "", "state=%q: want pending, accepted or rejected", clip(string(f.State)))
 	}
 	switch o := r.QueryParam("online"); o {
 	case "":
 	case "true", "false":
 		b := o == "true"
-		f.online = &b
+		f.Online, f.OnlineSince = &b, a.onlineSince()
 	default:
 		return f, newError("bad_request", "", "online=%q: want true or false", clip(o))
 	}
 	if l := r.QueryParam("label"); l != "" {
 		k, v, ok := strings.Cut(l, "=")
-		f.labelKey = k
+		if model.ValidateLabels(map[string]string{k: ""}) != nil {
+			return f, newError("bad_request", "", "label=%q: a label key is letters, digits, '.', '-' and '_', at most %d bytes: give key=value or key",
+				clip(l), model.MaxLabelKeyLen)
+		}
+		f.LabelKey = k
 		if ok {
-			f.labelValue = &v
+			f.LabelValue = &v
 		}
 	}
 	return f, nil
-}
-
-func (f agentFilter) match(ag record.Agent, online func(record.Agent) bool) bool {
-	if f.state != "" && ag.State != f.state {
-		return false
-	}
-	if f.online != nil && (ag.State != record.AgentAccepted || online(ag) != *f.online) {
-		return false
-	}
-	if f.labelKey != "" {
-		v, ok := ag.Labels[f.labelKey]
-		if !ok || (f.labelValue != nil && v != *f.labelValue) {
-			return false
-		}
-	}
-	if f.q == "" || strings.Contains(strings.ToLower(ag.Name), f.q) {
-		return true
-	}
-	for k, v := range ag.Labels {
-		if strings.Contains(strings.ToLower(k+"="+v), f.q) {
-			return true
-		}
-	}
-	return false
 }
 
 // Summary counts an environment's agents and resources, for an overview
@@ -149,26 +107,13 @@ func (a *API) summary(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ags, err := a.svc.Agents.ListAgents(r.ctx(), env)
+	// The store counts: an environment's agents are never read to count
+	// them.
+	ac, err := a.svc.Agents.CountAgentsByState(r.ctx(), env, a.onlineSince())
 	if err != nil {
 		return 0, nil, err
 	}
-	var s Summary
-	for _, ag := range ags {
-		switch {
-		case ag.State == record.AgentPending:
-			s.Agents.Pending++
-		case ag.State == record.AgentRejected:
-			s.Agents.Rejected++
-		case a.online(ag):
-			s.Agents.Online++
-		default:
-			s.Agents.Offline++
-		}
-		if ag.Paused && ag.State == record.AgentAccepted {
-			s.Agents.Paused++
-		}
-	}
+	s := Summary{Agents: AgentCounts(ac)}
 	counts, err := a.svc.Resources.StatusCounts(r.ctx(), env)
 	if err != nil {
 		return 0, nil, err

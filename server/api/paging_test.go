@@ -71,6 +71,11 @@ func TestPagingAndSearch(t *testing.T) {
 		{"/api/v1/envs/prod/agents?q=WEB-1&limit=50", "web-10", 10, 10},
 		{"/api/v1/envs/prod/agents?q=role%3Ddb&limit=50", "web-20", 5, 5},
 		{"/api/v1/envs/prod/agents?online=false&limit=50", "web-01", 10, 10},
+		{"/api/v1/envs/prod/agents?online=true&label=role%3Dweb&q=1&limit=2&offset=1", "web-12", 2, 5},
+		{"/api/v1/envs/prod/agents?state=accepted&limit=10&offset=10", "web-10", 10, 20},
+		{"/api/v1/envs/prod/agents?state=rejected", "", 0, 0},
+		{"/api/v1/envs/prod/agents", "web-00", 25, 25},
+		{"/api/v1/envs/prod/agents?offset=24", "web-24", 1, 25},
 	} {
 		got, total := names(tc.path)
 		if len(got) != tc.n || total != tc.total || (tc.n > 0 && got[0] != tc.first) {
@@ -91,6 +96,7 @@ func TestPagingAndSearch(t *testing.T) {
 	for _, path := range []string{
 		"/api/v1/envs/prod/agents?limit=0", "/api/v1/envs/prod/agents?limit=1001", "/api/v1/envs/prod/agents?offset=-1",
 		"/api/v1/envs/prod/agents?state=gone", "/api/v1/envs/prod/agents?online=maybe", "/api/v1/envs/prod/resources?limit=x",
+		"/api/v1/envs/prod/agents?label=%3Dweb", "/api/v1/envs/prod/agents?label=my%20role", `/api/v1/envs/prod/agents?label=role"%5D`,
 	} {
 		if a := r.send(r.admin, "GET", path, nil); a.code() != "bad_request" {
 			t.Errorf("GET %s: %d %s, want bad_request", path, a.status, a.body)

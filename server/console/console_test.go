@@ -239,6 +239,7 @@ func TestPagesRender(t *testing.T) {
 		{"/envs/prod", []string{"Open drift", "file[web-1,path=/etc/motd]", "Last release", "Version 1", "edited by hand"}},
 		{"/envs/prod/agents", []string{"web-1", "web-3", "role=web", `value="accept"`, `type="checkbox"`}},
 		{"/envs/prod/agents?state=pending", []string{"web-3", "1–1 of 1"}},
+		{"/envs/prod/agents?label=role%3Dweb&q=WEB-2&online=true", []string{"web-2", "1–1 of 1"}},
 		{"/envs/prod/agents/web-1", []string{"debian", "cpus", "Pause"}},
 		{"/envs/prod/resources", []string{"file[web-1,path=/etc/motd]", "file[web-1,path=/etc/secret]", "1–2 of 2"}},
 		{"/envs/prod/resources?q=secret", []string{"/etc/secret", "1–1 of 1"}},
@@ -264,6 +265,12 @@ func TestPagesRender(t *testing.T) {
 		b.has(tc.path, tc.want...)
 		b.hasNot(tc.path, "hush")
 	}
+	// A bad filter is refused with what to do, not an empty list.
+	if b.get("/envs/prod/agents?label=my%20role"); b.code != http.StatusBadRequest {
+		t.Fatalf("GET agents with a bad label key: %d, want 400\n%s", b.code, b.page)
+	}
+	b.has("bad label key", "a label key is letters, digits", "give key=value or key")
+
 	// The live part alone, for the page's script.
 	b.get("/envs/prod/agents?fragment=1")
 	b.has("fragment", "web-1")

@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -33,6 +34,33 @@ type StatusCount struct {
 	State      model.ResourceState `json:"state"`
 	Compliance model.Compliance    `json:"compliance"`
 	N          int                 `json:"n"`
+}
+
+// AgentFilter narrows a listing of agents. Zero fields match everything.
+type AgentFilter struct {
+	State AgentState
+	// LabelKey keeps the agents with that label; with LabelValue set, of
+	// that value.
+	LabelKey   string
+	LabelValue *string
+	// Search keeps the agents whose name, or a label as key=value, holds
+	// it (ASCII letters in any case).
+	Search string
+	// Online, when set, keeps the accepted agents online (true) or
+	// offline (false): online is connected and seen after OnlineSince.
+	Online      *bool
+	OnlineSince time.Time
+	// Offset skips the first agents, by name, and Limit, when above 0,
+	// keeps at most Limit of the rest: a page. Counts ignore both.
+	Limit  int
+	Offset int
+}
+
+// AgentCounts counts an environment's agents: the accepted ones online
+// (connected and seen after the time the count was asked for) and
+// offline, the pending and rejected ones, and the accepted ones paused.
+type AgentCounts struct {
+	Online, Offline, Pending, Rejected, Paused int
 }
 
 // ResourceHash is a resource's intent hash in one version.

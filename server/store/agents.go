@@ -150,6 +150,103 @@ func (s *SQL) ListAgents(ctx context.Context, env string) ([]record.Agent, error
 	return out, wrap("list agents", err)
 }
 
+// FindAgents implements Store.
+func (s *SQL) FindAgents(ctx context.Context, env string, f record.AgentFilter) ([]record.Agent, int, error) {
+	if f.Limit < 0 || f.Offset < 0 {
+		return nil, 0, fmt.Errorf("find agents: %w: limit %d, offset %d: want 0 or more", model.ErrInvalid, f.Limit, f.Offset)
+	}
+	if f.LabelKey != "" {
+		if err := model.ValidateLabels(map[string]string{f.LabelKey: ""}); err != nil {
+			return nil, 0, fmt.Errorf("find agents: %w: %w", model.ErrInvalid, err)
+		}
+	}
+	var a args
+	where := s.agentWhere(&a, env, f)
+	q := `SELECT ` + agentColumns + ` FROM agents WHERE ` + where + ` ORDER BY name`
+	if f.Limit > 0 {
+		q += ` LIMIT ` + a.add(f.Limit) + ` OFFSET ` + a.add(f.Offset)
+	}
+	out, err := queryAll(ctx, s.db, scanAgent, q, a...)
+	if err != nil {
+		return nil, 0, wrap("find agents", err)
+	}
+	total := len(out)
+	if f.Limit <= 0 {
+		// All of them were read: the page is cut here.
+		return out[min(f.Offset, total):], total, nil
+	}
+	if f.Offset > 0 || total == f.Limit {
+		// A page that is not all there is: count the rest in the store.
+		var ca args
+		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM agents WHERE `+s.agentWhere(&ca, env, f), ca...).Scan(&total); err != nil {
+			return nil, 0, wrap("count agents", err)
+		}
+	}
+	return out, total, nil
+}
+
+// agentWhere is the condition of the agents of env f keeps.
+func (s *SQL) agentWhere(a *args, env string, f record.AgentFilter) string {
+	q := `env = ` + a.add(env)
+	if f.State != "" {
+		q += ` AND state = ` + a.add(f.State)
+	}
+	if f.Online != nil {
+		online := `(online AND last_seen > ` + a.add(f.OnlineSince) + `)`
+		if !*f.Online {
+			online = `NOT ` + online
+		}
+		q += ` AND state = 'accepted' AND ` + online
+	}
+	if f.LabelKey != "" {
+		value := fmt.Sprintf(s.d.LabelValue, a.add(f.LabelKey))
+		if f.LabelValue != nil {
+			q += ` AND ` + value + ` = ` + a.add(*f.LabelValue)
+		} else {
+			q += ` AND ` + value + ` IS NOT NULL`
+		}
+	}
+	if f.Search != "" {
+		like := a.add(containing(f.Search))
+		q += ` AND (lower(name) LIKE ` + like + ` ESCAPE '\' OR EXISTS (SELECT 1 FROM ` + s.d.EachText + `(labels) l
+			WHERE lower(l.key || '=' || l.value) LIKE ` + like + ` ESCAPE '\'))`
+	}
+	return q
+}
+
+// CountAgentsByState implements Store.
+func (s *SQL) CountAgentsByState(ctx context.Context, env string, onlineSince time.Time) (record.AgentCounts, error) {
+	var c record.AgentCounts
+	rows, err := s.db.Query(ctx, `SELECT state, state = 'accepted' AND online AND last_seen > $2, state = 'accepted' AND paused, count(*)
+		FROM agents WHERE env = $1 GROUP BY 1, 2, 3`, env, onlineSince)
+	if err != nil {
+		return c, wrap("count agents", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state record.AgentState
+		var online, paused bool
+		var n int
+		if err := rows.Scan(&state, &online, &paused, &n); err != nil {
+			return c, wrap("count agents", err)
+		}
+		switch {
+		case state == record.AgentPending:
+			c.Pending += n
+		case state == record.AgentRejected:
+			c.Rejected += n
+		case online:
+			c.Online += n
+		default:
+			c.Offline += n
+		}
+		if paused {
+			c.Paused += n
+		}
+	}
+	return c, wrap("count agents", rows.Err())
+}
+
 // encodeAgent returns an agent's labels, facts and kinds as stored (JSON,
 // never null).
 func encodeAgent(a *record.Agent) (labels, facts, kinds []byte, err error) {

@@ -94,6 +94,12 @@ type Dialect struct {
 	// given in commit order; NotifyEvents after, to wake the followers of
 	// other processes. Empty where one process holds the database.
 	LockEvents, NotifyEvents string
+	// EachText is the function that reads a JSON object column as rows
+	// of key and value, as text: an agent's labels.
+	EachText string
+	// LabelValue is the value of an agent's label as text, NULL if it has
+	// none: a format of the placeholder of the label's key (a valid key).
+	LabelValue string
 }
 
 // SQL is what the stores share of store.Store: every method but Close,

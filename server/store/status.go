@@ -401,10 +401,15 @@ func statusWhere(a *args, env string, f record.StatusFilter) string {
 		q += ` AND compliance = ` + a.add(f.Compliance)
 	}
 	if f.Search != "" {
-		like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(f.Search))
-		q += ` AND lower(resource_id) LIKE ` + a.add("%"+like+"%") + ` ESCAPE '\'`
+		q += ` AND lower(resource_id) LIKE ` + a.add(containing(f.Search)) + ` ESCAPE '\'`
 	}
 	return q
+}
+
+// containing is the LIKE pattern (escaped with \) of the text that holds
+// s, in lower case.
+func containing(s string) string {
+	return "%" + strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(s)) + "%"
 }
 
 // CountStatuses implements Store.

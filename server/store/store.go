@@ -132,6 +132,14 @@ type Store interface {
 	// ListAgents returns the environment's agents, by name.
 	ListAgents(ctx context.Context, env string) ([]record.Agent, error)
 
+	// FindAgents returns the environment's agents f keeps, by name (a
+	// page of them, f.Offset and f.Limit), and how many it keeps in all.
+	// A negative limit or offset is ErrInvalid.
+	FindAgents(ctx context.Context, env string, f record.AgentFilter) ([]record.Agent, int, error)
+	// CountAgentsByState counts the environment's agents by state, the
+	// accepted ones online if connected and seen after onlineSince.
+	CountAgentsByState(ctx context.Context, env string, onlineSince time.Time) (record.AgentCounts, error)
+
 	// ListAgentsAfter returns a page of the environment's agents: at most
 	// limit (0: 100) of those named after after, by name.
 	ListAgentsAfter(ctx context.Context, env, after string, limit int) ([]record.Agent, error)

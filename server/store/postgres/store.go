@@ -89,6 +89,8 @@ var dialect = store.Dialect{
 	LockBodies:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockBodies),
 	LockMigrations: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockMigrations),
 	SkipLocked:     ` FOR UPDATE SKIP LOCKED`,
+	EachText:       `jsonb_each_text`,
+	LabelValue:     `(labels ->> %s)`,
 	LockEvents:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockEvents),
 	NotifyEvents:   `SELECT pg_notify('` + eventsChannel + `' || current_schema(), '')`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (

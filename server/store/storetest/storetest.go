@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Releases", testReleases},
 		{"Deploys", testDeploys},
 		{"AgentPages", testAgentPages},
+		{"FindAgents", testFindAgents},
 		{"Rollouts", testRollouts},
 		{"Sources", testSources},
 		{"Orgs", testOrgs},
