@@ -247,6 +247,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitProgress waits until count reaches target; it gives up when count
+// stood still for patience (a stall, not a slow run).
+func waitProgress(t *testing.T, what string, count func() uint64, target uint64) {
+	t.Helper()
+	last, since := count(), time.Now()
+	for {
+		n := count()
+		if n >= target {
+			return
+		}
+		if n != last {
+			last, since = n, time.Now()
+		}
+		if time.Since(since) > patience {
+			t.Fatalf("gave up waiting for %s: %d of %d, none more for %s", what, n, target, patience)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // ingestTransactions reads the ingest histogram off the server's /metrics:
 // how many transactions wrote how many events.
 func ingestTransactions(t *testing.T, srv *server.Server) (commits, events float64) {
