@@ -29,9 +29,6 @@ func (s *Server) CreateWebhook(ctx context.Context, env string, req record.Webho
 	if req.Enabled != nil {
 		w.Enabled = *req.Enabled
 	}
-	if err := s.checkWebhookURL(ctx, w.URL); err != nil {
-		return w, err
-	}
 	if req.Secret != nil {
 		w.Secret = *req.Secret
 	} else {
@@ -39,6 +36,13 @@ func (s *Server) CreateWebhook(ctx context.Context, env string, req record.Webho
 		if w.Secret, err = notify.NewSecret(); err != nil {
 			return w, err
 		}
+	}
+	// Bad input is refused before the URL's host is looked up.
+	if err := record.ValidateWebhook(w); err != nil {
+		return w, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+	}
+	if err := s.checkWebhookURL(ctx, w.URL); err != nil {
+		return w, err
 	}
 	return s.store.CreateWebhook(ctx, w)
 }
@@ -93,7 +97,7 @@ func (s *Server) UpdateWebhook(ctx context.Context, env string, id int64, req re
 // dials, which is the guard.
 func (s *Server) checkWebhookURL(ctx context.Context, url string) error {
 	if err := s.cfg.Webhooks.Policy.CheckURL(ctx, url); err != nil {
-		return fmt.Errorf("%w: url: %w", record.ErrInvalidHook, err)
+		return fmt.Errorf("%w: %w", model.ErrInvalid, fmt.Errorf("%w: url: %w", record.ErrInvalidHook, err))
 	}
 	return nil
 }

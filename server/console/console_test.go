@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/console"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/sqlite"
@@ -45,7 +47,8 @@ func newRig(t testing.TB, st store.Store) *rig {
 	t.Helper()
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(func() { b.Close() })
-	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	// The webhook test's URL is on 127.0.0.1, denied by default.
+	srv, err := server.New(server.Config{Webhooks: notify.SenderConfig{Policy: notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}}, st, b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
