@@ -205,11 +205,16 @@ func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
 	return cfg, nil
 }
 
-// webhookPolicy reads --webhook-allow and --webhook-deny.
-func webhookPolicy(c *ucli.Context) (notify.Policy, error) {
+// parseWebhookPolicy reads --webhook-allow (networks, addresses, host
+// names) and --webhook-deny (networks, addresses), each value repeated
+// or separated by commas.
+func parseWebhookPolicy(allow, deny []string) (notify.Policy, error) {
 	var p notify.Policy
-	for _, flag := range []string{"webhook-allow", "webhook-deny"} {
-		for _, s := range c.StringSlice(flag) {
+	for _, flag := range []struct {
+		name   string
+		values []string
+	}{{"webhook-allow", allow}, {"webhook-deny", deny}} {
+		for _, s := range flag.values {
 			for _, part := range strings.Split(s, ",") {
 				part = strings.TrimSpace(part)
 				if part == "" {
@@ -217,13 +222,13 @@ func webhookPolicy(c *ucli.Context) (notify.Policy, error) {
 				}
 				n, err := parseNetwork(part)
 				switch {
-				case err == nil && flag == "webhook-allow":
+				case err == nil && flag.name == "webhook-allow":
 					p.Allow = append(p.Allow, n)
 				case err == nil:
 					p.Deny = append(p.Deny, n)
-				case flag == "webhook-allow" && !strings.ContainsAny(part, "/:"):
+				case flag.name == "webhook-allow" && !strings.ContainsAny(part, "/:"):
 					p.AllowHosts = append(p.AllowHosts, part)
-				case flag == "webhook-allow":
+				case flag.name == "webhook-allow":
 					return p, usageError("--webhook-allow %q: want a network such as 10.0.0.0/8, an address or a host name", part)
 				default:
 					return p, usageError("--webhook-deny %q: want a network such as 203.0.113.0/24 or an address", part)
@@ -496,6 +501,10 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if err != nil {
 		return err
 	}
+	policy, err := parseWebhookPolicy(c.StringSlice("webhook-allow"), c.StringSlice("webhook-deny"))
+	if err != nil {
+		return err
+	}
 	ring, err := loadKeyring(c, log)
 	if err != nil {
 		return err
@@ -570,9 +579,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 	default:
 		cfg.Stream.Keep = d
 	}
-	if cfg.Webhooks.Policy, err = webhookPolicy(c); err != nil {
-		return err
-	}
+	cfg.Webhooks.Policy = policy
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {
 		return err
