@@ -3,8 +3,8 @@ package cli
 import (
 	"net/netip"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
