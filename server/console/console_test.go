@@ -394,6 +394,11 @@ func TestChanges(t *testing.T) {
 	if hs, _ := r.st.ListWebhooks(ctx, "prod"); len(hs) != 0 {
 		t.Fatalf("webhooks after bad input: %d, want 0", len(hs))
 	}
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"create"}, "name": {"ops"}, "url": {"http://169.254.169.254/latest/meta-data/"}})
+	if admin.code < 400 {
+		t.Fatalf("webhook to the metadata address: %d, want a 4xx", admin.code)
+	}
+	admin.has("policy refusal shown", "webhooks may not reach", "--webhook-allow 169.254.169.254/32")
 	admin.post("/envs/prod/webhooks", url.Values{"action": {"create"}, "name": {"ops"}, "url": {"http://127.0.0.1:9/hook"}, "kinds": {"compliance.drift, security.alert"}})
 	if admin.code != http.StatusCreated {
 		t.Fatalf("webhook create: %d\n%s", admin.code, admin.page)
