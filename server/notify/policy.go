@@ -92,6 +92,9 @@ type DeniedError struct {
 }
 
 func (e *DeniedError) Error() string {
+	if !e.Addr.IsValid() {
+		return fmt.Sprintf("%s, which webhooks may not reach", e.Why)
+	}
 	bits := 32
 	if e.Addr.Is6() {
 		bits = 128
@@ -123,7 +126,7 @@ func (p Policy) Validate() error {
 func (p Policy) CheckAddr(a netip.Addr) error {
 	a = a.Unmap().WithZone("")
 	if !a.IsValid() {
-		return &DeniedError{Addr: a, Why: "not an address"}
+		return &DeniedError{Why: "no address"}
 	}
 	for _, n := range p.Allow {
 		if n.Contains(a) {
