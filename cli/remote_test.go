@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
@@ -36,7 +38,8 @@ func newTestAPI(t *testing.T) *testAPI {
 	t.Cleanup(func() { st.Close() })
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(b.Close)
-	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	// The webhook tests' receivers listen on 127.0.0.1, denied by default.
+	srv, err := server.New(server.Config{Webhooks: notify.SenderConfig{Policy: notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}}, st, b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

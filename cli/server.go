@@ -108,6 +108,10 @@ func serverFlags() []ucli.Flag {
 			Usage: "how long the action log (every change an agent made, `tether resource log`) keeps an entry; older ones are deleted every hour (0: keep them for ever)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "keep-events", Value: notify.DefaultStream().Keep, EnvVars: []string{"TETHER_KEEP_EVENTS"},
 			Usage: "how long the event log keeps an event (what `tether watch` resumes from with Last-Event-ID) and a finished webhook delivery; older ones are deleted every hour (0: keep them for ever)"}),
+		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "webhook-allow", EnvVars: []string{"TETHER_WEBHOOK_ALLOW"},
+			Usage: "let webhooks reach this `NETWORK` (10.0.0.0/8), address or host name (hooks.internal, *.internal) although denied: webhooks may not reach loopback, link-local (cloud metadata), private, unique-local, multicast or reserved addresses unless allowed here; allow wins over deny (repeat, or separate with commas)"}),
+		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "webhook-deny", EnvVars: []string{"TETHER_WEBHOOK_DENY"},
+			Usage: "also refuse webhooks this `NETWORK` (e.g. 203.0.113.0/24) or address, besides the default denied ones (repeat, or separate with commas)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
@@ -199,6 +203,43 @@ func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
 		return cfg, usageError("%v", err)
 	}
 	return cfg, nil
+}
+
+// parseWebhookPolicy reads --webhook-allow (networks, addresses, host
+// names) and --webhook-deny (networks, addresses), each value repeated
+// or separated by commas.
+func parseWebhookPolicy(allow, deny []string) (notify.Policy, error) {
+	var p notify.Policy
+	for _, flag := range []struct {
+		name   string
+		values []string
+	}{{"webhook-allow", allow}, {"webhook-deny", deny}} {
+		for _, s := range flag.values {
+			for _, part := range strings.Split(s, ",") {
+				part = strings.TrimSpace(part)
+				if part == "" {
+					continue
+				}
+				n, err := parseNetwork(part)
+				switch {
+				case err == nil && flag.name == "webhook-allow":
+					p.Allow = append(p.Allow, n)
+				case err == nil:
+					p.Deny = append(p.Deny, n)
+				case flag.name == "webhook-allow" && !strings.ContainsAny(part, "/:"):
+					p.AllowHosts = append(p.AllowHosts, part)
+				case flag.name == "webhook-allow":
+					return p, usageError("--webhook-allow %q: want a network such as 10.0.0.0/8, an address or a host name", part)
+				default:
+					return p, usageError("--webhook-deny %q: want a network such as 203.0.113.0/24 or an address", part)
+				}
+			}
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return p, usageError("%v", err)
+	}
+	return p, nil
 }
 
 // parseNetwork reads a network (10.0.0.0/8) or a single address.
@@ -460,6 +501,10 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if err != nil {
 		return err
 	}
+	policy, err := parseWebhookPolicy(c.StringSlice("webhook-allow"), c.StringSlice("webhook-deny"))
+	if err != nil {
+		return err
+	}
 	ring, err := loadKeyring(c, log)
 	if err != nil {
 		return err
@@ -534,6 +579,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 	default:
 		cfg.Stream.Keep = d
 	}
+	cfg.Webhooks.Policy = policy
 	srv, err := server.New(cfg, st, b, log)
 	if err != nil {
 		return err

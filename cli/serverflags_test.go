@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,6 +55,10 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 		{"upload below body", "", []string{"--max-body", "2MiB", "--max-upload", "1MiB"}, "max-upload"},
 		{"upload below body, from the config file", "max-body = \"2MiB\"\nmax-upload = \"1MiB\"\n", nil, "max-upload"},
 		{"bad proxy", "", []string{"--trusted-proxy", "the load balancer"}, "--trusted-proxy"},
+		{"bad webhook allow", "", []string{"--webhook-allow", "10.0.0.0/33"}, `--webhook-allow "10.0.0.0/33"`},
+		{"bad webhook allow, second of a list in the config file", "webhook-allow = [\"10.0.0.0/8\", \"hooks.internal/x\"]\n", nil, `--webhook-allow "hooks.internal/x"`},
+		{"bad webhook wildcard", "webhook-allow = \"*\"\n", nil, `--webhook-allow "*"`},
+		{"webhook deny takes no name", "", []string{"--webhook-deny", "evil.example.com"}, `--webhook-deny "evil.example.com"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,5 +72,25 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 				t.Fatalf("got exit %d, %q; want exit %d naming %s", code, errs, exitUsage, tt.want)
 			}
 		})
+	}
+}
+
+// --webhook-allow takes networks, addresses and host names, repeated or
+// separated by commas; --webhook-deny networks and addresses.
+func TestParseWebhookPolicy(t *testing.T) {
+	p, err := parseWebhookPolicy([]string{"10.20.0.0/16, hooks.internal", "192.168.1.7", "*.svc.cluster.local", "::1"}, []string{"203.0.113.0/24,198.51.100.9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAllow := []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("::1/128")}
+	wantDeny := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.9/32")}
+	if !slices.Equal(p.Allow, wantAllow) || !slices.Equal(p.Deny, wantDeny) || !slices.Equal(p.AllowHosts, []string{"hooks.internal", "*.svc.cluster.local"}) {
+		t.Fatalf("got %+v; want allow %v, hosts hooks.internal and *.svc.cluster.local, deny %v", p, wantAllow, wantDeny)
+	}
+	if err := p.CheckAddr(netip.MustParseAddr("10.20.3.4")); err != nil {
+		t.Fatalf("10.20.3.4 allowed by --webhook-allow 10.20.0.0/16: %v", err)
+	}
+	if err := p.CheckAddr(netip.MustParseAddr("10.21.3.4")); err == nil {
+		t.Fatal("10.21.3.4: allowed, want denied (only 10.20.0.0/16 is allowed)")
 	}
 }

@@ -74,6 +74,11 @@ func TestWebhookCommands(t *testing.T) {
 	if code, _, errs := invoke(t, "webhook", "add", "bad", "--url", "ftp://example.com"); code == 0 || !strings.Contains(errs, "http:// or https://") {
 		t.Fatalf("add with an ftp URL: exit %d, %q: want refused saying why", code, errs)
 	}
+	// The test server allows 127.0.0.1/32 only: the metadata address is
+	// refused, and the message names the flag that would allow it.
+	if code, _, errs := invoke(t, "webhook", "add", "meta", "--url", "http://169.254.169.254/latest/meta-data/"); code == 0 || !strings.Contains(errs, "--webhook-allow 169.254.169.254/32") {
+		t.Fatalf("add to the metadata address: exit %d, %q: want refused naming --webhook-allow", code, errs)
+	}
 	if code, _, errs := invoke(t, "webhook", "show", "nope"); code == 0 || !strings.Contains(errs, "tether webhook list") {
 		t.Fatalf("show nope: exit %d, %q", code, errs)
 	}

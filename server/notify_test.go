@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +83,8 @@ func TestAlertsReachWebhooksAcrossRestart(t *testing.T) {
 		}
 		t.Cleanup(func() { st.Close() })
 		srv, err := server.New(server.Config{Consumers: 2,
-			Webhooks: notify.SenderConfig{Timeout: 500 * time.Millisecond, Poll: 50 * time.Millisecond, FirstRetry: time.Hour}},
+			Webhooks: notify.SenderConfig{Timeout: 500 * time.Millisecond, Poll: 50 * time.Millisecond, FirstRetry: time.Hour,
+				Policy: notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}},
 			st, amqptest.Open(t, cfg), zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)

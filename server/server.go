@@ -170,6 +170,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	if err := c.Webhooks.Policy.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	return nil
 }
 

@@ -37,6 +37,13 @@ func (s *Server) CreateWebhook(ctx context.Context, env string, req record.Webho
 			return w, err
 		}
 	}
+	// Bad input is refused before the URL's host is looked up.
+	if err := record.ValidateWebhook(w); err != nil {
+		return w, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+	}
+	if err := s.checkWebhookURL(ctx, w.URL); err != nil {
+		return w, err
+	}
 	return s.store.CreateWebhook(ctx, w)
 }
 
@@ -54,6 +61,11 @@ func (s *Server) UpdateWebhook(ctx context.Context, env string, id int64, req re
 		}
 	} else if req.Secret != nil {
 		secret = *req.Secret
+	}
+	if req.URL != nil {
+		if err := s.checkWebhookURL(ctx, *req.URL); err != nil {
+			return record.Webhook{}, err
+		}
 	}
 	w, err := s.store.UpdateWebhook(ctx, env, id, func(w *record.Webhook) error {
 		if req.Name != "" {
@@ -77,6 +89,17 @@ func (s *Server) UpdateWebhook(ctx context.Context, env string, id int64, req re
 		w.Secret = ""
 	}
 	return w, err
+}
+
+// checkWebhookURL refuses a URL whose host the webhook policy denies
+// (an address, or a name resolving to one), so that an admin hears of it
+// when setting the webhook; the sender checks again, on the address it
+// dials, which is the guard.
+func (s *Server) checkWebhookURL(ctx context.Context, url string) error {
+	if err := s.cfg.Webhooks.Policy.CheckURL(ctx, url); err != nil {
+		return fmt.Errorf("%w: %w", model.ErrInvalid, fmt.Errorf("%w: url: %w", record.ErrInvalidHook, err))
+	}
+	return nil
 }
 
 // GetWebhook returns a webhook of env, without its secret.

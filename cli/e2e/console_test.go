@@ -211,7 +211,8 @@ func (c *cluster) apiAs(org, name, password string) func(method, path string, bo
 // nothing. It saves screenshots of the main pages.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium(t)
-	c := newCluster(t)
+	// The webhook the console adds posts to 127.0.0.1, denied by default.
+	c := newClusterWith(t, clusterOpts{serverArgs: []string{"--webhook-allow", "127.0.0.1/32"}})
 	browser := newBrowser(t, "http://"+c.listen)
 	const adaPW, veraPW, wilePW = "correct horse ada", "correct horse vera", "correct horse wile"
 	admin := func(method, path string, body any, want int) {

@@ -197,6 +197,8 @@ type clusterOpts struct {
 	// in as the node's administrator, agents as themselves.
 	node       *amqptest.Node
 	authListen string
+	// serverArgs are more flags of the server.
+	serverArgs []string
 }
 
 func newClusterWith(t *testing.T, o clusterOpts) *cluster {
@@ -216,6 +218,7 @@ func newClusterWith(t *testing.T, o clusterOpts) *cluster {
 			c.agentArgs = []string{"--tls-ca", o.node.CAFile}
 		}
 	}
+	c.serverArgs = append(c.serverArgs, o.serverArgs...)
 	// The test's own bus: it forges messages, and its cleanup deletes the
 	// namespace's topology and the agents' inboxes.
 	c.bus = amqptest.Open(t, cfg)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	sealedvalues "github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres/pgtest"
@@ -53,11 +55,15 @@ func newRig(t *testing.T, st store.Store) *rig {
 	return newRigWith(t, st, api.Config{MaxUpload: 1 << 20, KeepAlive: 50 * time.Millisecond}, zerolog.Nop())
 }
 
+// localWebhooks lets webhooks reach the tests' receivers, on 127.0.0.1
+// (denied by default); the rest of the default policy stands.
+var localWebhooks = notify.SenderConfig{Policy: notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}
+
 // newRigWith serves the API with cfg (zero fields: defaults) from the
 // http.Server it configures, timeouts included, logging to log.
 func newRigWith(t *testing.T, st store.Store, cfg api.Config, log zerolog.Logger) *rig {
 	t.Helper()
-	return newServerRig(t, st, server.Config{}, cfg, log)
+	return newServerRig(t, st, server.Config{Webhooks: localWebhooks}, cfg, log)
 }
 
 // newServerRig is newRigWith with the server configured by scfg.

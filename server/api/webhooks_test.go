@@ -1,13 +1,18 @@
 package api_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
@@ -110,4 +115,82 @@ func TestWebhooksAPI(t *testing.T) {
 	r.must(operator, "DELETE", path, nil, nil, 403)
 	r.must(r.admin, "DELETE", path, nil, nil, 204)
 	r.must(r.admin, "GET", path, nil, nil, 404)
+}
+
+// TestWebhookDestinationPolicy: an environment's admin (a tenant, not
+// the server's operator) cannot point a webhook at the server's own
+// addresses, the cloud metadata service or its private network: create
+// and update answer 422 naming the flag that would allow it. A webhook
+// stored to such an address anyway (set before the policy, or a name
+// whose DNS changed since) gets nothing delivered: its deliveries
+// record the refusal, and the receiver sees no request.
+func TestWebhookDestinationPolicy(t *testing.T) {
+	st := openSQLite(t)
+	r := newServerRig(t, st, server.Config{}, api.Config{}, zerolog.Nop()) // the default policy
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	tenant := r.token("tenant", record.RoleAdmin, "prod")
+	hits := make(chan string, 10)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { hits <- req.URL.Path }))
+	defer rcv.Close()
+
+	for _, tt := range []struct{ url, says string }{
+		{rcv.URL + "/hook", "--webhook-allow 127.0.0.1/32"},
+		{"http://169.254.169.254/latest/meta-data/iam/security-credentials/", "--webhook-allow 169.254.169.254/32"},
+		{"http://[fd00:ec2::254]/latest/meta-data/", "--webhook-allow fd00:ec2::254/128"},
+		{"http://10.0.0.5:8080/", "a private address"},
+		{"http://[::ffff:127.0.0.1]/", "a loopback address"},
+		{"http://0.0.0.0:8420/api/v1/tokens", "--webhook-allow 0.0.0.0/32"},
+	} {
+		t.Run(tt.url, func(t *testing.T) {
+			var e api.Body
+			status, code := r.do(tenant, "POST", "/api/v1/envs/prod/webhooks", record.WebhookRequest{Name: "x", URL: &tt.url}, &e)
+			if status != 422 || code != "invalid" || !strings.Contains(e.Error.Message, tt.says) {
+				t.Fatalf("create %s: %d %s %+v, want 422 invalid saying %q", tt.url, status, code, e.Error, tt.says)
+			}
+		})
+	}
+	public := "https://203.0.113.10/tether" // no look-up
+	var w record.Webhook
+	r.must(tenant, "POST", "/api/v1/envs/prod/webhooks", record.WebhookRequest{Name: "ops", URL: &public}, &w, 201)
+	path := "/api/v1/envs/prod/webhooks/" + strconv.FormatInt(w.ID, 10)
+	var e api.Body
+	if status, _ := r.do(tenant, "PATCH", path, `{"url":"http://169.254.169.254/"}`, &e); status != 422 || !strings.Contains(e.Error.Message, "--webhook-allow") {
+		t.Fatalf("update to the metadata address: %d %+v, want 422 naming --webhook-allow", status, e.Error)
+	}
+	if got, _ := st.GetWebhook(context.Background(), "prod", w.ID); got.URL != public {
+		t.Fatalf("URL after a refused update: %q, want %q", got.URL, public)
+	}
+	if hs, _ := st.ListWebhooks(context.Background(), "prod"); len(hs) != 1 {
+		t.Fatalf("webhooks after refused creates: %d, want 1", len(hs))
+	}
+
+	// Stored behind the API's back: the sender refuses at connect time.
+	for _, u := range []string{rcv.URL + "/loopback", "http://169.254.169.254/latest/meta-data/"} {
+		h, err := st.CreateWebhook(context.Background(), record.Webhook{Env: "prod", Name: "sneaky-" + strconv.Itoa(len(u)), URL: u, Secret: "a-secret-of-enough-length", Kinds: []string{"*"}, Enabled: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := "/api/v1/envs/prod/webhooks/" + strconv.FormatInt(h.ID, 10)
+		r.must(tenant, "POST", p+"/test", nil, nil, 202)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var log []record.Delivery
+			r.must(tenant, "GET", p+"/deliveries", nil, &log, 200)
+			if len(log) == 1 && log[0].Error != "" {
+				if log[0].State == record.DeliveryDelivered || !strings.Contains(log[0].Error, "refused by the server's webhook policy") {
+					t.Fatalf("%s: delivery %+v, want refused by the policy", u, log[0])
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: deliveries %+v, want one refused", u, log)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	select {
+	case p := <-hits:
+		t.Fatalf("the receiver on 127.0.0.1 got a request for %s, want none", p)
+	default:
+	}
 }

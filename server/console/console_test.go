@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/console"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/sqlite"
@@ -45,7 +47,8 @@ func newRig(t testing.TB, st store.Store) *rig {
 	t.Helper()
 	b := bus.NewLocal(zerolog.Nop())
 	t.Cleanup(func() { b.Close() })
-	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	// The webhook test's URL is on 127.0.0.1, denied by default.
+	srv, err := server.New(server.Config{Webhooks: notify.SenderConfig{Policy: notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}}, st, b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,6 +401,11 @@ func TestChanges(t *testing.T) {
 	if hs, _ := r.st.ListWebhooks(ctx, "prod"); len(hs) != 0 {
 		t.Fatalf("webhooks after bad input: %d, want 0", len(hs))
 	}
+	admin.post("/envs/prod/webhooks", url.Values{"action": {"create"}, "name": {"ops"}, "url": {"http://169.254.169.254/latest/meta-data/"}})
+	if admin.code < 400 {
+		t.Fatalf("webhook to the metadata address: %d, want a 4xx", admin.code)
+	}
+	admin.has("policy refusal shown", "webhooks may not reach", "--webhook-allow 169.254.169.254/32")
 	admin.post("/envs/prod/webhooks", url.Values{"action": {"create"}, "name": {"ops"}, "url": {"http://127.0.0.1:9/hook"}, "kinds": {"compliance.drift, security.alert"}})
 	if admin.code != http.StatusCreated {
 		t.Fatalf("webhook create: %d\n%s", admin.code, admin.page)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -302,6 +303,10 @@ func hook(t *testing.T, st store.Store, env, name, url, secret string) record.We
 	return w
 }
 
+// loopback lets senders reach the tests' receivers, which listen on
+// 127.0.0.1 (denied by default).
+var loopback = notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+
 // TestWebhooksExactlyOnceAcrossRestart: every event reaches the receiver
 // once, although the sender stops with a delivery in flight (it finishes
 // it) and another starts over the reopened store.
@@ -313,7 +318,7 @@ func TestWebhooksExactlyOnceAcrossRestart(t *testing.T) {
 		rcv := newReceiver(t, secret, http.StatusNoContent)
 		rcv.hold = make(chan struct{})
 		hook(t, st, "prod", "ops", rcv.URL, secret)
-		sender := notify.NewSender(st, notify.SenderConfig{Timeout: time.Minute, Poll: 50 * time.Millisecond}, zerolog.Nop())
+		sender := notify.NewSender(st, notify.SenderConfig{Timeout: time.Minute, Poll: 50 * time.Millisecond, Policy: loopback}, zerolog.Nop())
 		stopSender := run(t, sender.Run)
 		s := notify.NewStream(st, notify.StreamConfig{}, sender.Wake, zerolog.Nop())
 		stopStream := run(t, s.Run)
@@ -332,7 +337,7 @@ func TestWebhooksExactlyOnceAcrossRestart(t *testing.T) {
 
 		st = open(t)
 		defer st.Close()
-		sender = notify.NewSender(st, notify.SenderConfig{Poll: 50 * time.Millisecond}, zerolog.Nop())
+		sender = notify.NewSender(st, notify.SenderConfig{Poll: 50 * time.Millisecond, Policy: loopback}, zerolog.Nop())
 		run(t, sender.Run)
 		for range 5 {
 			select {
@@ -385,7 +390,7 @@ func TestWebhooksFailingReceivers(t *testing.T) {
 		for name, url := range map[string]string{"slow": slow.URL, "down": unreachable, "failing": failing.URL, "wrong": wrongSecret.URL, "good": good.URL} {
 			hooks[name] = hook(t, st, "prod", name, url, secret)
 		}
-		sender := notify.NewSender(st, notify.SenderConfig{Timeout: 300 * time.Millisecond, Poll: 50 * time.Millisecond, Workers: 2}, zerolog.Nop())
+		sender := notify.NewSender(st, notify.SenderConfig{Timeout: 300 * time.Millisecond, Poll: 50 * time.Millisecond, Workers: 2, Policy: loopback}, zerolog.Nop())
 		s := notify.NewStream(st, notify.StreamConfig{}, sender.Wake, zerolog.Nop())
 		run(t, s.Run)
 		run(t, sender.Run)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -40,8 +42,11 @@ type SenderConfig struct {
 	// Poll is how often the outbox is looked at without a wake (default
 	// 1s): deliveries queued by another replica, retries come due.
 	Poll time.Duration
-	// Client posts the deliveries (default: one that follows no redirect).
-	Client *http.Client
+	// Policy says which addresses deliveries may connect to (the zero
+	// Policy refuses DefaultDeny). Redirects are never followed: a
+	// receiver's 3xx is a failed attempt, so no answer leads a delivery
+	// anywhere the policy did not check.
+	Policy Policy
 }
 
 // DefaultSender returns the configuration zero fields take.
@@ -57,9 +62,6 @@ func (c SenderConfig) withDefaults() SenderConfig {
 	orDefault(&c.FirstRetry, d.FirstRetry)
 	orDefault(&c.MaxRetry, d.MaxRetry)
 	orDefault(&c.Poll, d.Poll)
-	if c.Client == nil {
-		c.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
 	return c
 }
 
@@ -75,13 +77,31 @@ func orDefault[T int | time.Duration](v *T, d T) {
 type Sender struct {
 	outbox Outbox
 	cfg    SenderConfig
+	client *http.Client
 	logger zerolog.Logger
 	wake   chan struct{}
 }
 
 // NewSender returns a sender over outbox.
 func NewSender(outbox Outbox, cfg SenderConfig, logger zerolog.Logger) *Sender {
-	return &Sender{outbox: outbox, cfg: cfg.withDefaults(), logger: logger.With().Str("component", "webhooks").Logger(), wake: make(chan struct{}, 1)}
+	return &Sender{outbox: outbox, cfg: cfg.withDefaults(), client: newClient(cfg.Policy), logger: logger.With().Str("component", "webhooks").Logger(), wake: make(chan struct{}, 1)}
+}
+
+// newClient returns the client deliveries are posted with: it connects
+// only where policy allows, follows no redirect, and ignores the proxy
+// variables (HTTPS_PROXY…): through a proxy, the address checked would
+// be the proxy's, and the receiver's would go unchecked.
+func newClient(policy Policy) *http.Client {
+	t := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           policy.Dial(net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}),
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // Wake tells the sender deliveries may be due. It never blocks.
@@ -207,8 +227,15 @@ func (s *Sender) attempt(ctx context.Context, c record.DeliveryClaim) record.Del
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	req.Header.Set(HeaderSignature, Sign(c.Secret, id, now, body))
 	req.Header.Set("Tether-Event", c.Kind)
-	resp, err := s.cfg.Client.Do(req)
+	resp, err := s.client.Do(req)
 	latency := time.Since(now)
+	// Refused by the policy: retried as any failure, so that deliveries
+	// queued before the operator allows a receiver's network still go
+	// once it is allowed; an attempt refused sends no packet.
+	var denied *DeniedError
+	if errors.As(err, &denied) {
+		return record.DeliveryOutcome{State: record.DeliveryPending, Error: "refused by the server's webhook policy: " + denied.Error(), Latency: latency}
+	}
 	if err != nil {
 		return record.DeliveryOutcome{State: record.DeliveryPending, Error: err.Error(), Latency: latency}
 	}
