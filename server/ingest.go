@@ -537,7 +537,16 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	paused := a.Paused || env.Settings.Halted
 	answer := bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
 		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy}
-	if err := s.sendDeclaring(ctx, a.Env, a.Name, func() error { return s.answerHello(ctx, a, answer) }); err != nil {
+	answerIt := func() error { return s.answerHello(ctx, a, answer) }
+	if hello != "" {
+		// The agent just said hello: it is there, and needs its inbox
+		// should the broker have lost it. (An agent accepted by an
+		// operator that never connected gets none: nothing waits for it.)
+		answerIt = func() error {
+			return s.sendDeclaring(ctx, a.Env, a.Name, func() error { return s.answerHello(ctx, a, answer) })
+		}
+	}
+	if err := answerIt(); err != nil {
 		return err
 	}
 	// Agents older than the pause in the answer learn it this way.
