@@ -115,33 +115,34 @@ func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEve
 		return 0, err
 	}
 	// The outbox, in the transaction of the events.
-	if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at)
-		SELECT w.id, e.id, e.kind, e.data, 'pending', now(), now() FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
-		WHERE e.id > $1 AND e.kind <> $2 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, prev, record.EventResults); err != nil {
-		return 0, err
-	}
 	if folded {
 		if err := queueUnfolded(ctx, tx, prev); err != nil {
 			return 0, err
 		}
+	} else if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at)
+		SELECT w.id, e.id, e.kind, e.data, 'pending', now(), now() FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
+		WHERE e.id > $1 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, prev); err != nil {
+		return 0, err
 	}
 	return last, run(ctx, tx, s.d.NotifyEvents)
 }
 
-// queueUnfolded queues a delivery of each element of the folded rows after
-// prev to every webhook that asks for its kind (record.Unfold): a webhook
-// gets the results one by one, as if each had been logged alone.
+// queueUnfolded queues the deliveries of the events after prev, some of
+// them folded, in the order of the events: a delivery of each element of
+// a folded row (record.Unfold) to every webhook that asks for its kind, a
+// webhook gets the results one by one as if each had been logged alone;
+// a delivery of each other event to every webhook that asks for it.
 func queueUnfolded(ctx context.Context, tx Tx, prev int64) error {
 	type target struct {
 		webhook, event int64
-		data           string
+		kind, data     string
 	}
 	targets, err := queryAll(ctx, tx, func(r Row) (target, error) {
 		var t target
-		return t, r.Scan(&t.webhook, &t.event, &t.data)
-	}, `SELECT w.id, e.id, e.data FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
-		WHERE e.id > $1 AND e.kind = $2 AND (w.kinds = ' * ' OR w.kinds LIKE $3) ORDER BY e.id, w.id`,
-		prev, record.EventResults, "% "+record.EventResult+" %")
+		return t, r.Scan(&t.webhook, &t.event, &t.kind, &t.data)
+	}, `SELECT w.id, e.id, e.kind, e.data FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
+		WHERE e.id > $1 AND (w.kinds = ' * ' OR e.kind <> $2 AND w.kinds LIKE '% ' || e.kind || ' %' OR e.kind = $2 AND w.kinds LIKE $3)
+		ORDER BY e.id, w.id`, prev, record.EventResults, "% "+record.EventResult+" %")
 	if err != nil || len(targets) == 0 {
 		return err
 	}
@@ -157,7 +158,7 @@ func queueUnfolded(ctx context.Context, tx Tx, prev int64) error {
 		return err
 	}
 	for _, t := range targets {
-		kinds, events, err := record.Unfold(record.EventResults, []byte(t.data))
+		kinds, events, err := record.Unfold(t.kind, []byte(t.data))
 		if err != nil {
 			return fmt.Errorf("%w: event %d: %w", ErrCorrupt, t.event, err)
 		}
