@@ -75,7 +75,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 //
 // A graceful stop (Run's ctx ending) appends what is pending before Run
 // returns; a crash loses the events not appended yet (those of the last
-// moments, never those of an earlier transaction).
+// moments, never those of an earlier transaction). Events that must not be
+// lost are appended by the transaction that records what they tell (the
+// store's RecordResults), which then calls Appended.
 type Stream struct {
 	log    Log
 	cfg    StreamConfig
