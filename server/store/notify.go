@@ -65,9 +65,10 @@ const appendChunk = 200
 func (s *SQL) AppendEvents(ctx context.Context, events []record.LoggedEvent) (int64, error) {
 	var last int64
 	err := s.db.Tx(ctx, func(tx Tx) error {
-		var err error
-		last, err = s.appendEvents(ctx, tx, events)
-		return err
+		if err := s.appendEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&last)
 	})
 	return last, wrap("append events", err)
 }
@@ -77,18 +78,18 @@ func (s *SQL) AppendEvents(ctx context.Context, events []record.LoggedEvent) (in
 // the events of its batches. The lock it takes is held until tx ends, so
 // that IDs are given in commit order: a transaction that also locks other
 // rows takes it last (after them), and never waits for them holding it.
-func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEvent) (int64, error) {
+func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEvent) error {
 	for _, e := range events {
 		if e.Kind == "" {
-			return 0, fmt.Errorf("%w: an event without a kind", model.ErrInvalid)
+			return fmt.Errorf("%w: an event without a kind", model.ErrInvalid)
 		}
 	}
 	if err := run(ctx, tx, s.d.LockEvents); err != nil {
-		return 0, err
+		return err
 	}
 	var prev int64
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&prev); err != nil {
-		return 0, err
+		return err
 	}
 	folded := false
 	for len(events) > 0 {
@@ -107,24 +108,20 @@ func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEve
 				env, env, a.add(e.Kind), a.add(string(e.Data)), a.add(at.UTC())))
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO event_log (org, env, kind, data, at) VALUES `+strings.Join(rows, ", "), a...); err != nil {
-			return 0, err
+			return err
 		}
-	}
-	var last int64
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&last); err != nil {
-		return 0, err
 	}
 	// The outbox, in the transaction of the events.
 	if folded {
 		if err := queueUnfolded(ctx, tx, prev); err != nil {
-			return 0, err
+			return err
 		}
 	} else if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at)
 		SELECT w.id, e.id, e.kind, e.data, 'pending', now(), now() FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
 		WHERE e.id > $1 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, prev); err != nil {
-		return 0, err
+		return err
 	}
-	return last, run(ctx, tx, s.d.NotifyEvents)
+	return run(ctx, tx, s.d.NotifyEvents)
 }
 
 // queueUnfolded queues the deliveries of the events after prev, some of

@@ -228,8 +228,7 @@ func (s *SQL) RecordResults(ctx context.Context, batches []ResultBatch) ([]bool,
 		}
 		// Last: the event log's lock is held for the rest of the
 		// transaction only.
-		_, err = s.appendEvents(ctx, tx, events)
-		return err
+		return s.appendEvents(ctx, tx, events)
 	})
 	if err != nil {
 		return nil, wrap("record results", err)
