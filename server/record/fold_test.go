@@ -2,7 +2,9 @@ package record_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tetherhq/tether/server/record"
@@ -65,5 +67,19 @@ func TestEventID(t *testing.T) {
 		if (err != nil) != tc.wantError || err == nil && (row != tc.row || elem != tc.elem) {
 			t.Errorf("ParseEventID(%q) = %d, %d, %v; want %d, %d, error %v", tc.id, row, elem, err, tc.row, tc.elem, tc.wantError)
 		}
+	}
+}
+
+// TestWebhookOfFoldedKind: a webhook asks for resource.result (one
+// delivery per result); the stored row's kind is refused, saying so.
+func TestWebhookOfFoldedKind(t *testing.T) {
+	w := record.Webhook{Name: "r", URL: "https://hooks.example/r", Secret: "0123456789abcdef", Kinds: []string{record.EventResult}}
+	if err := record.ValidateWebhook(w); err != nil {
+		t.Fatalf("a webhook of %s: %v, want it valid", record.EventResult, err)
+	}
+	w.Kinds = []string{"compliance.drift", record.EventResults}
+	err := record.ValidateWebhook(w)
+	if !errors.Is(err, record.ErrInvalidHook) || !strings.Contains(err.Error(), "ask for "+record.EventResult) {
+		t.Fatalf("a webhook of %s: %v, want ErrInvalidHook naming %s", record.EventResults, err, record.EventResult)
 	}
 }
