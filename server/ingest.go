@@ -580,12 +580,8 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 	if body.Done {
 		logged = append(logged, done)
 	}
-	events, err := loggedEvents(logged)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
-	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
-		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error, Events: events})
+		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error}, logged)
 	if err != nil || !fresh {
 		return err
 	}
@@ -607,18 +603,6 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 		s.feed.publishLogged(done)
 	}
 	return nil
-}
-
-// loggedEvents are events as the event log stores them.
-func loggedEvents(events []Event) ([]record.LoggedEvent, error) {
-	out := make([]record.LoggedEvent, len(events))
-	for i, e := range events {
-		var err error
-		if out[i], err = loggedEvent(e); err != nil {
-			return nil, fmt.Errorf("event %s is not JSON: %w", e.Kind, err)
-		}
-	}
-	return out, nil
 }
 
 // compliance records an agent's drift reports as alerts, which set the
@@ -645,11 +629,7 @@ func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope
 	for i := range alerts {
 		drifts[i] = Event{Kind: EventDrift, At: now, Env: a.Env, Agent: a.Name, Generation: body.Generation, Alert: &alerts[i]}
 	}
-	events, err := loggedEvents(drifts)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
-	}
-	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts, Events: events})
+	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts}, drifts)
 	if err != nil || !fresh {
 		return err
 	}
@@ -716,10 +696,18 @@ func driftMessage(r bus.DriftReport) string {
 }
 
 // commit writes one batch with whatever other batches are waiting (group
-// commit) and reports whether it was new.
-func (s *Server) commit(ctx context.Context, b store.ResultBatch) (bool, error) {
+// commit), and events to the event log in its transaction, and reports
+// whether it was new (if not, the events were logged when it was).
+func (s *Server) commit(ctx context.Context, b store.ResultBatch, events []Event) (bool, error) {
 	if err := store.CheckBatch(&b); err != nil {
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	for _, e := range events {
+		le, err := loggedEvent(e)
+		if err != nil {
+			return false, fmt.Errorf("%w: event %s is not JSON: %w", bus.ErrReject, e.Kind, err)
+		}
+		b.Events = append(b.Events, le)
 	}
 	fresh, err := s.committer.commit(ctx, b)
 	if errors.Is(err, model.ErrInvalid) {
