@@ -22,7 +22,12 @@ const (
 	// EventAgentOffline: an agent said goodbye (a clean stop).
 	EventAgentOffline EventKind = "agent.offline"
 	// EventResult: one resource result was recorded.
-	EventResult EventKind = "resource.result"
+	EventResult EventKind = record.EventResult
+	// EventResults: the results of one report of an agent, as the event
+	// log stores them (Results holds them): one row instead of one per
+	// result. Subscribers never get it; the event stream and webhooks
+	// unfold it into one EventResult per result (record.Unfold).
+	EventResults EventKind = record.EventResults
 	// EventDeployDone: an agent finished a deploy or dry run.
 	EventDeployDone EventKind = "deploy.done"
 	// EventSecurity: an event was dropped for its signer.
@@ -79,11 +84,16 @@ type Event struct {
 	Compile    *record.Compile  `json:"compile,omitempty"`
 	Release    *record.Release  `json:"release,omitempty"`
 	Error      string           `json:"error,omitempty"`
+	// Results are the results of an EventResults, in the log only. Last:
+	// an unfolded result event has its "result" where it stood.
+	Results []model.Result `json:"results,omitempty"`
 }
 
 // Feed fans events out to this process's subscribers (the embedded mode's
 // report, plans, tests), and hands each to sink: the stored event log,
-// which the event stream of every replica follows. Every subscriber sees
+// which the event stream of every replica follows. Events that were logged
+// already, in the transaction that recorded what they tell (ingest's), are
+// published with publishLogged: to the subscribers only. Every subscriber sees
 // every event published while it is subscribed, in order: a subscriber's
 // queue grows instead of dropping events, so a slow reader never misses a
 // result.
@@ -116,14 +126,21 @@ func (f *Feed) subscribe() *Subscription {
 	return s
 }
 
-func (f *Feed) publish(e Event) {
+func (f *Feed) publish(e Event) { f.deliver(e, true) }
+
+// publishLogged publishes an event the event log holds already.
+func (f *Feed) publishLogged(e Event) { f.deliver(e, false) }
+
+func (f *Feed) deliver(e Event, sink bool) {
 	if e.At.IsZero() {
 		e.At = time.Now().UTC()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// Under the lock: the log gets events in the order subscribers do.
-	f.sink(e)
+	if sink {
+		f.sink(e)
+	}
 	for s := range f.subs {
 		s.mu.Lock()
 		s.queue = append(s.queue, e)
@@ -164,10 +181,19 @@ func (s *Subscription) Close() {
 
 // logEvent hands an event to the stored event log.
 func (s *Server) logEvent(e Event) {
-	data, err := json.Marshal(e)
+	le, err := loggedEvent(e)
 	if err != nil {
 		s.log.Error().Err(err).Str("kind", string(e.Kind)).Msg("an event that is not JSON is not logged")
 		return
 	}
-	s.stream.Append(record.LoggedEvent{Env: e.Env, Kind: string(e.Kind), Data: data, At: e.At})
+	s.stream.Append(le)
+}
+
+// loggedEvent is e as the event log stores it.
+func loggedEvent(e Event) (record.LoggedEvent, error) {
+	if e.At.IsZero() {
+		e.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(e)
+	return record.LoggedEvent{Env: e.Env, Kind: string(e.Kind), Data: data, At: e.At}, err
 }

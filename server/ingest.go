@@ -574,8 +574,22 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 		}
 		body.Results[i].DryRun = e.Kind == bus.KindDryRunResult
 	}
+	// The events are logged with the results, in their transaction:
+	// one row for the report's results, and the deploy's end.
+	base := Event{At: time.Now().UTC(), Env: a.Env, Agent: a.Name, DeployID: body.DeployID, Generation: body.Generation}
+	var logged []Event
+	if len(body.Results) > 0 {
+		folded := base
+		folded.Kind, folded.Results = EventResults, body.Results
+		logged = append(logged, folded)
+	}
+	done := base
+	done.Kind, done.Error = EventDeployDone, body.Error
+	if body.Done {
+		logged = append(logged, done)
+	}
 	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
-		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error})
+		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error}, logged)
 	if err != nil || !fresh {
 		return err
 	}
@@ -589,12 +603,12 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 		s.log.Warn().Err(err).Msg("cannot tell waiting agents about results")
 	}
 	for i := range body.Results {
-		s.feed.publish(Event{Kind: EventResult, Env: a.Env, Agent: a.Name, DeployID: body.DeployID,
-			Generation: body.Generation, Result: &body.Results[i]})
+		r := base
+		r.Kind, r.Result = EventResult, &body.Results[i]
+		s.feed.publishLogged(r)
 	}
 	if body.Done {
-		s.feed.publish(Event{Kind: EventDeployDone, Env: a.Env, Agent: a.Name, DeployID: body.DeployID,
-			Generation: body.Generation, Error: body.Error})
+		s.feed.publishLogged(done)
 	}
 	return nil
 }
@@ -616,12 +630,19 @@ func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope
 			Message: driftMessage(r), Changes: r.Changes, Compliance: r.Compliance, Version: body.Generation,
 			Healed: r.Healed && r.Compliance == model.Compliant, HealFailed: r.HealFailed && r.Compliance == model.NonCompliant, Hash: r.Hash})
 	}
-	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts})
+	// The alerts' events are logged with them, in their transaction: a
+	// crash after it loses none (their webhooks are queued in it too).
+	now := time.Now().UTC()
+	drifts := make([]Event, len(alerts))
+	for i := range alerts {
+		drifts[i] = Event{Kind: EventDrift, At: now, Env: a.Env, Agent: a.Name, Generation: body.Generation, Alert: &alerts[i]}
+	}
+	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts}, drifts)
 	if err != nil || !fresh {
 		return err
 	}
-	for i := range alerts {
-		s.feed.publish(Event{Kind: EventDrift, Env: a.Env, Agent: a.Name, Generation: body.Generation, Alert: &alerts[i]})
+	for _, d := range drifts {
+		s.feed.publishLogged(d)
 	}
 	return nil
 }
@@ -683,10 +704,18 @@ func driftMessage(r bus.DriftReport) string {
 }
 
 // commit writes one batch with whatever other batches are waiting (group
-// commit) and reports whether it was new.
-func (s *Server) commit(ctx context.Context, b store.ResultBatch) (bool, error) {
+// commit), and events to the event log in its transaction, and reports
+// whether it was new (if not, the events were logged when it was).
+func (s *Server) commit(ctx context.Context, b store.ResultBatch, events []Event) (bool, error) {
 	if err := store.CheckBatch(&b); err != nil {
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	for _, e := range events {
+		le, err := loggedEvent(e)
+		if err != nil {
+			return false, fmt.Errorf("%w: event %s is not JSON: %w", bus.ErrReject, e.Kind, err)
+		}
+		b.Events = append(b.Events, le)
 	}
 	fresh, err := s.committer.commit(ctx, b)
 	if errors.Is(err, model.ErrInvalid) {
@@ -734,7 +763,10 @@ func (s *Server) storeAlert(ctx context.Context, alert record.Alert) {
 // batch waiting, up to max, into one RecordResults transaction, while the
 // next ones queue up behind it.
 type committer struct {
-	store   store.Store
+	store store.Store
+	// logged is called after a transaction that appended events to the
+	// event log (the stream's Appended: it wakes followers and webhooks).
+	logged  func()
 	max     int
 	in      chan *pendingBatch
 	metrics *Metrics
@@ -749,7 +781,7 @@ type pendingBatch struct {
 }
 
 func newCommitter(st store.Store, max int, metrics *Metrics) *committer {
-	return &committer{store: st, max: max, in: make(chan *pendingBatch, max), metrics: metrics}
+	return &committer{store: st, logged: func() {}, max: max, in: make(chan *pendingBatch, max), metrics: metrics}
 }
 
 // commit hands b to the running committer and waits until it is written.
@@ -814,6 +846,12 @@ func (c *committer) write(ctx context.Context, group []*pendingBatch) {
 		c.written.Add(uint64(len(group)))
 		c.metrics.batches.Observe(float64(len(group)))
 		c.metrics.commit.Observe(time.Since(start).Seconds())
+		for i := range group {
+			if fresh[i] && len(group[i].batch.Events) > 0 {
+				c.logged()
+				break
+			}
+		}
 	}
 	for i, p := range group {
 		if err == nil {

@@ -247,6 +247,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	}
 	s.sender = notify.NewSender(st, cfg.Webhooks, log)
 	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
+	s.committer.logged = s.stream.Appended
 	s.feed = newFeed(s.logEvent)
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil

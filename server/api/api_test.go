@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -623,4 +625,95 @@ func runNotify(t *testing.T, srv *server.Server) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.RunNotify(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestEventsStreamUnfoldsResults: a stored row of one report's results
+// streams as one resource.result event per result (what the console's
+// live update and tether watch listen for), IDs "row.element" in the
+// "id:" line and the data; Last-Event-ID after an element resumes with
+// the next one; a scoped token sees its environment's rows only.
+func TestEventsStreamUnfoldsResults(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "dev"}, nil, 201)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var results []model.Result
+	for _, p := range []string{"/a", "/b", "/c"} {
+		results = append(results, model.Result{ID: model.ID{Type: "file", Agent: "h", Key: "path", Value: p}, State: model.StateDeployed})
+	}
+	var rows []record.LoggedEvent
+	for _, env := range []string{"dev", "prod"} {
+		data, err := json.Marshal(server.Event{Kind: server.EventResults, Env: env, Agent: "h", DeployID: "d", Generation: 2, Results: results})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, record.LoggedEvent{Env: env, Kind: string(server.EventResults), Data: data})
+	}
+	last, err := r.st.AppendEvents(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prodViewer := r.token("watch", record.RoleViewer, "prod")
+	type sse struct{ id, event, data string }
+	// follow reads n events of the stream resumed after after.
+	follow := func(after string, n int) []sse {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", r.ts.URL+"/api/v1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+prodViewer)
+		req.Header.Set("Last-Event-ID", after)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		rd := bufio.NewReader(resp.Body)
+		var out []sse
+		var e sse
+		for len(out) < n {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("after %s: %v (got %+v)", after, err, out)
+			}
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "":
+				if e.event != "" {
+					out = append(out, e)
+				}
+				e = sse{}
+			case strings.HasPrefix(line, "id: "):
+				e.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				e.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				e.data = line[6:]
+			}
+		}
+		return out
+	}
+	row := strconv.FormatInt(last, 10) // prod's: dev's is the one before
+	got := follow("0", 3)
+	for i, g := range got {
+		var e server.Event
+		if err := json.Unmarshal([]byte(g.data), &e); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%s.%d", row, i)
+		if g.id != want || g.event != string(server.EventResult) || e.ID != want || e.Kind != server.EventResult || e.Env != "prod" ||
+			e.Agent != "h" || e.DeployID != "d" || e.Generation != 2 || e.Result == nil || e.Result.ID != results[i].ID || e.Results != nil {
+			t.Fatalf("event %d: %+v (%+v), want result %s of prod as %s", i, g, e, results[i].ID, want)
+		}
+	}
+	if got := follow(row+".1", 1); got[0].id != row+".2" {
+		t.Fatalf("resumed after %s.1: %s first, want %s.2", row, got[0].id, row)
+	}
+	// Past the row: the next event is the next one published.
+	if err := r.st.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/h/reject", nil, nil, 200)
+	if got := follow(row+".2", 1); got[0].event != string(server.EventAgentChanged) {
+		t.Fatalf("resumed after the row's last element: %+v first, want the agent.changed published after", got[0])
+	}
 }

@@ -451,3 +451,63 @@ func waitCount(t *testing.T, st store.Store, state record.DeliveryState, want in
 		}
 	}
 }
+
+// TestStreamUnfoldsResults: a stored row of results comes as one
+// resource.result event per result, IDs "row.element", each as it would
+// have been logged alone; a follower resuming after an element gets the
+// rest of its row, after the row's ID alone the rows after it.
+func TestStreamUnfoldsResults(t *testing.T) {
+	stores(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		st := open(t)
+		defer st.Close()
+		mustEnv(t, st, "prod")
+		s := notify.NewStream(st, notify.StreamConfig{}, nil, zerolog.Nop())
+		run(t, s.Run)
+		_, live := follow(t, s, "prod", "")
+		if _, err := st.AppendEvents(context.Background(), []record.LoggedEvent{
+			{Env: "prod", Kind: record.EventResults, Data: []byte(`{"kind":"resource.results","env":"prod","results":[{"n":0},{"n":1},{"n":2}]}`)},
+			event("prod", 3),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s.Appended() // appended by another transaction of this process
+		var all []got
+		for range 4 {
+			all = append(all, next(t, live))
+		}
+		row, err := strconv.ParseInt(all[3].id, 10, 64)
+		if err != nil {
+			t.Fatalf("the event after the row: ID %q, want a number", all[3].id)
+		}
+		for i, g := range all[:3] {
+			want := fmt.Sprintf(`{"kind":"resource.result","env":"prod","result":{"n":%d}}`, i)
+			if g.id != fmt.Sprintf("%d.%d", row-1, i) || g.kind != record.EventResult || string(g.data) != want {
+				t.Fatalf("element %d: %s %s %s, want %d.%d resource.result %s", i, g.id, g.kind, g.data, row-1, i, want)
+			}
+		}
+		for _, tc := range []struct {
+			after string
+			want  []string
+		}{
+			{all[0].id, []string{all[1].id, all[2].id, all[3].id}},
+			{all[2].id, []string{all[3].id}},
+			{strconv.FormatInt(row-1, 10), []string{all[3].id}},
+			{strconv.FormatInt(row-2, 10), []string{all[0].id, all[1].id, all[2].id, all[3].id}},
+		} {
+			resumed, ch := follow(t, s, "prod", tc.after)
+			if !resumed {
+				t.Fatalf("after %s: not resumed, want resumed", tc.after)
+			}
+			for _, want := range tc.want {
+				if g := next(t, ch); g.id != want {
+					t.Fatalf("after %s: got %s, want %s", tc.after, g.id, want)
+				}
+			}
+		}
+		for _, after := range []string{"1.x", "1.-1", ".2", fmt.Sprintf("%d.0", row+5)} {
+			if resumed, _ := follow(t, s, "prod", after); resumed {
+				t.Fatalf("after %q: resumed, want told some may be missed", after)
+			}
+		}
+	})
+}

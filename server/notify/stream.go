@@ -7,7 +7,6 @@ package notify
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
@@ -76,7 +75,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 //
 // A graceful stop (Run's ctx ending) appends what is pending before Run
 // returns; a crash loses the events not appended yet (those of the last
-// moments, never those of an earlier transaction).
+// moments, never those of an earlier transaction). Events that must not be
+// lost are appended by the transaction that records what they tell (the
+// store's RecordResults), which then calls Appended.
 type Stream struct {
 	log    Log
 	cfg    StreamConfig
@@ -122,6 +123,14 @@ func (s *Stream) Append(e record.LoggedEvent) {
 	case s.kick <- struct{}{}:
 	default:
 	}
+}
+
+// Appended tells the stream that a transaction of this process other
+// than its own appends added events to the log (recording results): it
+// wakes the followers and calls appended, as an append of its own does.
+func (s *Stream) Appended() {
+	s.wake()
+	s.appended()
 }
 
 // wake tells followers the log may have grown.
@@ -254,8 +263,10 @@ func (s *Stream) prune(ctx context.Context) {
 const followPage = 500
 
 // Follow streams the log's events of env ("" for all) until ctx ends or
-// send fails. After is the ID of the last event the follower saw ("" for
-// none: only events appended from now on come). opened is called once,
+// send fails. A folded row (record.Unfold) comes as its elements, with
+// IDs "row.element" (record.EventID). After is the ID of the last event
+// the follower saw ("" for none: only events appended from now on come;
+// a row's ID alone: the whole row was seen). opened is called once,
 // before any event, told whether every event after after is still kept
 // (false: too old and pruned, or not an ID of this log; the follower then
 // gets the events from now on).
@@ -265,14 +276,19 @@ func (s *Stream) Follow(ctx context.Context, env, after string, opened func(resu
 	if err != nil {
 		return err
 	}
+	// skip is how far into the folded row seen (its ID) the follower
+	// got: the row is read again, from the element after.
 	cursor, resumed := b.Last, true
+	seen, skip := int64(0), -1
 	if after != "" {
-		n, err := strconv.ParseInt(after, 10, 64)
+		n, elem, err := record.ParseEventID(after)
 		switch {
-		case err != nil || n < 0 || n > b.Last:
+		case err != nil || n > b.Last:
 			resumed = false
-		case b.First > 0 && n < b.First-1:
+		case b.First > 0 && n < b.First-1, elem >= 0 && n < b.First:
 			resumed = false
+		case elem >= 0:
+			cursor, seen, skip = n-1, n, elem
 		default:
 			cursor = n
 		}
@@ -286,8 +302,18 @@ func (s *Stream) Follow(ctx context.Context, env, after string, opened func(resu
 			return err
 		}
 		for _, e := range events {
-			if err := send(strconv.FormatInt(e.ID, 10), e.Kind, e.Data); err != nil {
-				return err
+			kinds, data, err := record.Unfold(e.Kind, e.Data)
+			if err != nil {
+				s.logger.Error().Err(err).Int64("event", e.ID).Msg("an event of the log cannot be streamed")
+			}
+			folded := e.Kind == record.EventResults
+			for i := range data {
+				if e.ID == seen && i <= skip {
+					continue
+				}
+				if err := send(record.EventID(e.ID, i, folded), kinds[i], data[i]); err != nil {
+					return err
+				}
 			}
 			cursor = e.ID
 		}

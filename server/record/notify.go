@@ -106,6 +106,9 @@ func ValidateWebhook(w Webhook) error {
 		if k == "" || len(k) > 64 || strings.ContainsAny(k, " \t\r\n") {
 			return fmt.Errorf("%w: kind %q: want an event kind such as compliance.drift, or %q", ErrInvalidHook, clipName(k), WebhookAllKinds)
 		}
+		if k == EventResults {
+			return fmt.Errorf("%w: kind %s is how the event log stores a report's results; ask for %s: one delivery per result", ErrInvalidHook, EventResults, EventResult)
+		}
 	}
 	return nil
 }

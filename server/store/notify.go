@@ -65,46 +65,111 @@ const appendChunk = 200
 func (s *SQL) AppendEvents(ctx context.Context, events []record.LoggedEvent) (int64, error) {
 	var last int64
 	err := s.db.Tx(ctx, func(tx Tx) error {
-		if err := run(ctx, tx, s.d.LockEvents); err != nil {
+		if err := s.appendEvents(ctx, tx, events); err != nil {
 			return err
 		}
-		var prev int64
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&prev); err != nil {
-			return err
-		}
-		for len(events) > 0 {
-			chunk := events[:min(len(events), appendChunk)]
-			events = events[len(chunk):]
-			var a args
-			var rows []string
-			for _, e := range chunk {
-				if e.Kind == "" {
-					return fmt.Errorf("%w: an event without a kind", model.ErrInvalid)
-				}
-				at := e.At
-				if at.IsZero() {
-					at = time.Now()
-				}
-				env := a.add(e.Env)
-				rows = append(rows, fmt.Sprintf(`(COALESCE((SELECT org FROM environments WHERE name = %s), ''), %s, %s, %s, %s)`,
-					env, env, a.add(e.Kind), a.add(string(e.Data)), a.add(at.UTC())))
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO event_log (org, env, kind, data, at) VALUES `+strings.Join(rows, ", "), a...); err != nil {
-				return err
-			}
-		}
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&last); err != nil {
-			return err
-		}
-		// The outbox, in the transaction of the events.
-		if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at)
-			SELECT w.id, e.id, e.kind, e.data, 'pending', now(), now() FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
-			WHERE e.id > $1 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, prev); err != nil {
-			return err
-		}
-		return run(ctx, tx, s.d.NotifyEvents)
+		return tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&last)
 	})
 	return last, wrap("append events", err)
+}
+
+// appendEvents appends events to the log in tx, and queues their webhook
+// deliveries: what AppendEvents does, and recording results does with
+// the events of its batches. The lock it takes is held until tx ends, so
+// that IDs are given in commit order: a transaction that also locks other
+// rows takes it last (after them), and never waits for them holding it.
+func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEvent) error {
+	for _, e := range events {
+		if e.Kind == "" {
+			return fmt.Errorf("%w: an event without a kind", model.ErrInvalid)
+		}
+	}
+	if err := run(ctx, tx, s.d.LockEvents); err != nil {
+		return err
+	}
+	var prev int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&prev); err != nil {
+		return err
+	}
+	folded := false
+	for len(events) > 0 {
+		chunk := events[:min(len(events), appendChunk)]
+		events = events[len(chunk):]
+		var a args
+		var rows []string
+		for _, e := range chunk {
+			at := e.At
+			if at.IsZero() {
+				at = time.Now()
+			}
+			folded = folded || e.Kind == record.EventResults
+			env := a.add(e.Env)
+			rows = append(rows, fmt.Sprintf(`(COALESCE((SELECT org FROM environments WHERE name = %s), ''), %s, %s, %s, %s)`,
+				env, env, a.add(e.Kind), a.add(string(e.Data)), a.add(at.UTC())))
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO event_log (org, env, kind, data, at) VALUES `+strings.Join(rows, ", "), a...); err != nil {
+			return err
+		}
+	}
+	// The outbox, in the transaction of the events.
+	if folded {
+		if err := queueUnfolded(ctx, tx, prev); err != nil {
+			return err
+		}
+	} else if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at)
+		SELECT w.id, e.id, e.kind, e.data, 'pending', now(), now() FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
+		WHERE e.id > $1 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, prev); err != nil {
+		return err
+	}
+	return run(ctx, tx, s.d.NotifyEvents)
+}
+
+// queueUnfolded queues the deliveries of the events after prev, some of
+// them folded, in the order of the events: a delivery of each element of
+// a folded row (record.Unfold) to every webhook that asks for its kind, a
+// webhook gets the results one by one as if each had been logged alone;
+// a delivery of each other event to every webhook that asks for it.
+func queueUnfolded(ctx context.Context, tx Tx, prev int64) error {
+	type target struct {
+		webhook, event int64
+		kind, data     string
+	}
+	targets, err := queryAll(ctx, tx, func(r Row) (target, error) {
+		var t target
+		return t, r.Scan(&t.webhook, &t.event, &t.kind, &t.data)
+	}, `SELECT w.id, e.id, e.kind, e.data FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
+		WHERE e.id > $1 AND (w.kinds = ' * ' OR e.kind <> $2 AND w.kinds LIKE '% ' || e.kind || ' %' OR e.kind = $2 AND w.kinds LIKE $3)
+		ORDER BY e.id, w.id`, prev, record.EventResults, "% "+record.EventResult+" %")
+	if err != nil || len(targets) == 0 {
+		return err
+	}
+	var a args
+	var rows []string
+	flush := func() error {
+		if len(rows) == 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at) VALUES `+
+			strings.Join(rows, ", "), a...)
+		a, rows = nil, nil
+		return err
+	}
+	for _, t := range targets {
+		kinds, events, err := record.Unfold(t.kind, []byte(t.data))
+		if err != nil {
+			return fmt.Errorf("%w: event %d: %w", ErrCorrupt, t.event, err)
+		}
+		for i := range events {
+			rows = append(rows, fmt.Sprintf(`(%s, %s, %s, %s, 'pending', now(), now())`,
+				a.add(t.webhook), a.add(t.event), a.add(kinds[i]), a.add(string(events[i]))))
+			if len(rows) == appendChunk {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush()
 }
 
 const eventColumns = `id, org, env, kind, data, at`

@@ -43,6 +43,12 @@ func CheckBatch(b *ResultBatch) error {
 			return err
 		}
 	}
+	for i := range b.Events {
+		if e := &b.Events[i]; e.Env != b.Env || e.Kind == "" {
+			return fmt.Errorf("%w: an event of batch of agent %s of %s: kind %q of environment %q: want a kind, of the batch's environment",
+				model.ErrInvalid, b.Agent, b.Env, e.Kind, e.Env)
+		}
+	}
 	return nil
 }
 
@@ -189,8 +195,8 @@ type Statement struct {
 }
 
 // RecordResults implements Store: it reads and locks the statuses the
-// batches are about, applies the batches to them in order, and writes what
-// changed.
+// batches are about, applies the batches to them in order, writes what
+// changed, and appends the events of the fresh batches to the event log.
 func (s *SQL) RecordResults(ctx context.Context, batches []ResultBatch) ([]bool, error) {
 	for i := range batches {
 		if err := CheckBatch(&batches[i]); err != nil {
@@ -208,7 +214,21 @@ func (s *SQL) RecordResults(ctx context.Context, batches []ResultBatch) ([]bool,
 		if err != nil {
 			return err
 		}
-		return tx.WriteIngest(ctx, in)
+		if err := tx.WriteIngest(ctx, in); err != nil {
+			return err
+		}
+		var events []record.LoggedEvent
+		for i := range batches {
+			if fresh[i] {
+				events = append(events, batches[i].Events...)
+			}
+		}
+		if len(events) == 0 {
+			return nil
+		}
+		// Last: the event log's lock is held for the rest of the
+		// transaction only.
+		return s.appendEvents(ctx, tx, events)
 	})
 	if err != nil {
 		return nil, wrap("record results", err)

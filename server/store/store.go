@@ -162,7 +162,10 @@ type Store interface {
 	// compliance they report the same way; a healed one (Alert.Healed) is
 	// also an action-log entry of kind heal. A batch whose (env, agent, seq)
 	// was recorded before changes nothing: fresh[i] says whether batch i
-	// was recorded now. An invalid batch fails them all with ErrInvalid.
+	// was recorded now. The events of the fresh batches are appended to the
+	// event log as AppendEvents does, in the same transaction (their
+	// followers of other processes are told; those of this one are the
+	// caller's to wake). An invalid batch fails them all with ErrInvalid.
 	RecordResults(ctx context.Context, batches []ResultBatch) (fresh []bool, err error)
 	// ForgetIngested drops the deduplication marks of batches recorded
 	// before t; redeliveries older than that are not expected.
@@ -339,6 +342,11 @@ type ResultBatch struct {
 	Error string
 	// Alerts are the batch's drift alerts (a compliance message).
 	Alerts []record.Alert
+	// Events are the events the batch causes, of its environment: they
+	// are appended to the event log (and their webhook deliveries queued)
+	// in the transaction that records the batch, so that they are logged
+	// once, if and only if it is recorded (not for a batch seen before).
+	Events []record.LoggedEvent
 }
 
 // Lease is a held leadership.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -221,5 +222,124 @@ func testFleetCounts(t *testing.T, s store.Store) {
 	}
 	if len(c.Deliveries) != 0 {
 		t.Fatalf("deliveries: %v, want none", c.Deliveries)
+	}
+}
+
+// testResultEvents: the events of a results batch are appended to the log
+// in the transaction that records it, with their webhook deliveries (a
+// folded row of results is delivered one result at a time to the
+// webhooks asking for resource.result); a batch seen before, or refused,
+// adds nothing.
+func testResultEvents(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	x, y := file("a", "/x", "1"), file("a", "/y", "1")
+	v := mustPut(t, s, "prod", x, y)
+	mustRelease(t, s, "prod", v.Number)
+	hooks := map[string]record.Webhook{}
+	for _, h := range []struct{ env, name, kind string }{
+		{"prod", "results", record.EventResult}, {"prod", "drift", "compliance.drift"}, {"prod", "all", "*"}, {"dev", "dev", "*"},
+	} {
+		w, err := s.CreateWebhook(ctx, record.Webhook{Env: h.env, Name: h.name, URL: "https://hooks.example/" + h.name,
+			Secret: "0123456789abcdef-" + h.name, Kinds: []string{h.kind}, Enabled: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooks[h.name] = w
+	}
+	folded := record.LoggedEvent{Env: "prod", Kind: record.EventResults,
+		Data: []byte(`{"kind":"resource.results","env":"prod","results":[{"n":1},{"n":2}],"agent":"a"}`)}
+	done := record.LoggedEvent{Env: "prod", Kind: "deploy.done", Data: []byte(`{"kind":"deploy.done","env":"prod"}`)}
+	drift := record.LoggedEvent{Env: "prod", Kind: "compliance.drift", Data: []byte(`{"kind":"compliance.drift","env":"prod"}`)}
+	b := store.ResultBatch{Env: "prod", Agent: "a", Seq: 5, Version: v.Number, DeployID: "d", Done: true,
+		Results: []model.Result{result(x, model.StateDeployed, nil), result(y, model.StateDeployed, nil)},
+		Events:  []record.LoggedEvent{folded, done, drift}}
+	fresh, err := s.RecordResults(ctx, []store.ResultBatch{b, b})
+	if err != nil || fmt.Sprint(fresh) != "[true false]" {
+		t.Fatalf("record: fresh %v (%v), want [true false]", fresh, err)
+	}
+	logged, err := s.EventsAfter(ctx, 0, "", 0)
+	if err != nil || len(logged) != 3 {
+		t.Fatalf("the log: %+v (%v), want the batch's 3 events once", logged, err)
+	}
+	for i, want := range []record.LoggedEvent{folded, done, drift} {
+		if e := logged[i]; e.Kind != want.Kind || string(e.Data) != string(want.Data) || e.Env != "prod" || e.Org != "default" || (i > 0 && e.ID <= logged[i-1].ID) {
+			t.Fatalf("logged event %d: %+v, want %s of prod, IDs growing", i, e, want.Data)
+		}
+	}
+	deliveries := func(name string) []record.Delivery {
+		t.Helper()
+		ds, err := s.Deliveries(ctx, hooks[name].Env, hooks[name].ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Reverse(ds) // oldest first
+		return ds
+	}
+	results := deliveries("results")
+	if len(results) != 2 {
+		t.Fatalf("deliveries to the webhook of %s: %+v, want one per result", record.EventResult, results)
+	}
+	for i, d := range results {
+		want := fmt.Sprintf(`{"kind":"resource.result","env":"prod","result":{"n":%d},"agent":"a"}`, i+1)
+		if d.Kind != record.EventResult || string(d.Payload) != want || d.EventID != logged[0].ID || d.State != record.DeliveryPending {
+			t.Fatalf("delivery %d of the results: %s %s of event %d (%s), want %s of event %d, pending", i, d.Kind, d.Payload, d.EventID, d.State, want, logged[0].ID)
+		}
+	}
+	if ds := deliveries("drift"); len(ds) != 1 || ds[0].EventID != logged[2].ID || string(ds[0].Payload) != string(drift.Data) {
+		t.Fatalf("deliveries to the drift webhook: %+v, want the drift", ds)
+	}
+	var kinds []string
+	for _, d := range deliveries("all") {
+		kinds = append(kinds, d.Kind)
+	}
+	if fmt.Sprint(kinds) != "[resource.result resource.result deploy.done compliance.drift]" {
+		t.Fatalf("deliveries to the webhook of every kind: %v, want each result, then deploy.done and the drift", kinds)
+	}
+	if ds := deliveries("dev"); len(ds) != 0 {
+		t.Fatalf("deliveries to another environment's webhook: %+v, want none", ds)
+	}
+	count := func() (events, pending int) {
+		t.Helper()
+		all, err := s.EventsAfter(ctx, 0, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.CountDeliveries(ctx, record.DeliveryPending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(all), n
+	}
+	// Redelivered: nothing more.
+	if fresh, err := s.RecordResults(ctx, []store.ResultBatch{b}); err != nil || fresh[0] {
+		t.Fatalf("the batch again: fresh %v (%v), want not fresh", fresh, err)
+	}
+	if events, pending := count(); events != 3 || pending != 7 {
+		t.Fatalf("after a duplicate: %d events, %d deliveries; want 3 and 7", events, pending)
+	}
+	// Refused (an event of another environment): nothing of the call.
+	bad := b
+	bad.Seq, bad.Events = 7, []record.LoggedEvent{{Env: "dev", Kind: "deploy.done", Data: []byte(`{}`)}}
+	good := b
+	good.Seq = 6
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{good, bad}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("an event of another environment: %v, want ErrInvalid", err)
+	}
+	if events, pending := count(); events != 3 || pending != 7 {
+		t.Fatalf("after a refused call: %d events, %d deliveries; want 3 and 7", events, pending)
+	}
+	// A batch without events appends nothing; a new one appends its own.
+	good.Events = nil
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{good}); err != nil {
+		t.Fatal(err)
+	}
+	next := b
+	next.Seq, next.Events = 8, []record.LoggedEvent{drift}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{next}); err != nil {
+		t.Fatal(err)
+	}
+	if events, pending := count(); events != 4 || pending != 9 {
+		t.Fatalf("after a batch without events and one with a drift: %d events, %d deliveries; want 4 and 9", events, pending)
 	}
 }

@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Users", testUsers},
 		{"EventLog", testEventLog},
 		{"Webhooks", testWebhooks},
+		{"ResultEvents", testResultEvents},
 		{"FleetCounts", testFleetCounts},
 	}
 	for _, tt := range tests {
