@@ -247,7 +247,10 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		defer r.stop()
 		servers = append(servers, r)
 	}
-	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: time.Minute}}
+	// Uploading the version of 10,000 agents (200,000 resources) while
+	// the machine is busy with the fleet takes more than a minute on two
+	// cores: a request's bound is generous, and --timeout bounds the run.
+	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: 10 * time.Minute}}
 	enrollment := "open"
 	if o.Token {
 		enrollment = "token"
