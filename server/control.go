@@ -102,7 +102,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		// the agent may not declare it: the server declares it again,
 		// as it did on the agent's hello (a pending agent's is there).
 		if wasRejected {
-			if err := s.declareInbox(ctx, env, name, true); err != nil {
+			if err := s.bus.DeclareInbox(ctx, env, name); err != nil {
 				s.log.Warn().Err(err).Str("agent", name).Msg("cannot declare the accepted agent's inbox; it is declared on its next hello")
 			}
 		}
@@ -159,7 +159,6 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 		return err
 	}
 	s.agents.forgetEnv(name)
-	s.inboxes.forgetEnv(name)
 	if d, ok := s.bus.(inboxDeleter); ok {
 		for i, a := range agents {
 			if err := d.DeleteInbox(ctx, name, a.Name); err != nil {
@@ -192,8 +191,10 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 	}
 	s.agents.forget(env, name)
 	unlock()
-	if err := s.deleteInbox(ctx, env, name); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
+	if d, ok := s.bus.(inboxDeleter); ok {
+		if err := d.DeleteInbox(ctx, env, name); err != nil {
+			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
+		}
 	}
 	if s.cfg.Broker != nil {
 		// Once: should it come back, it is a new agent, not one to keep

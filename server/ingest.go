@@ -413,7 +413,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 	// every command after it, needs one. Never for a rejected agent, which
 	// has no business on the broker.
 	if a.State != record.AgentRejected {
-		if err := s.declareInbox(ctx, a.Env, a.Name, rekeyed); err != nil {
+		if err := s.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
 			return fmt.Errorf("declare the inbox of %s/%s: %w", a.Env, a.Name, err)
 		}
 	}
@@ -483,9 +483,11 @@ func agentNote(state record.AgentState, enrollment record.Enrollment, token bool
 // says.
 func (s *Server) startOver(ctx context.Context, a record.Agent, held []byte) {
 	s.cutOff(ctx, revocation{env: a.Env, name: a.Name, key: held, why: "another key took the agent's name"})
-	if err := s.deleteInbox(ctx, a.Env, a.Name); err != nil {
-		s.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
-			Msg("cannot delete the inbox of an agent whose name took another key: what was queued for the old key stays there")
+	if d, ok := s.bus.(inboxDeleter); ok {
+		if err := d.DeleteInbox(ctx, a.Env, a.Name); err != nil {
+			s.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
+				Msg("cannot delete the inbox of an agent whose name took another key: what was queued for the old key stays there")
+		}
 	}
 }
 
@@ -535,18 +537,8 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	// The rollover of the server's key comes with it, when the agent
 	// lacks it (answerHello).
 	paused := a.Paused || env.Settings.Halted
-	answer := bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
-		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy}
-	answerIt := func() error { return s.answerHello(ctx, a, answer) }
-	if hello != "" {
-		// The agent just said hello: it is there, and needs its inbox
-		// should the broker have lost it. (An agent accepted by an
-		// operator that never connected gets none: nothing waits for it.)
-		answerIt = func() error {
-			return s.sendDeclaring(ctx, a.Env, a.Name, func() error { return s.answerHello(ctx, a, answer) })
-		}
-	}
-	if err := answerIt(); err != nil {
+	if err := s.answerHello(ctx, a, bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
+		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy}); err != nil {
 		return err
 	}
 	// Agents older than the pause in the answer learn it this way.

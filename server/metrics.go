@@ -30,9 +30,6 @@ type Metrics struct {
 	// brokerClosed counts agents' broker connections closed, by reason.
 	brokerClosed *prometheus.CounterVec
 	fanouts      prometheus.Histogram
-	// inboxDeclares counts the inboxes hellos and accepts asked for, by
-	// outcome (declared on the broker, or remembered as declared).
-	inboxDeclares *prometheus.CounterVec
 
 	// listeners are the HTTP listeners whose connections are reported, by
 	// name (observeListener).
@@ -65,16 +62,11 @@ func newMetrics() *Metrics {
 			Help: "Security alerts beyond those stored one by one per agent and window, summed up in one alert each window."}),
 		brokerClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_broker_connections_closed_total",
 			Help: "Agents' broker connections the server closed through the management API, by reason (over_limit: beyond the agent's connection limit; revoked: the agent was rejected or revoked)."}, []string{"reason"}),
-		inboxDeclares: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_inbox_declares_total",
-			Help: "Agents' inboxes a hello or an accept needed, by outcome (declared: declared and bound on the broker; remembered: this server had declared it already)."}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed, m.fanouts, m.inboxDeclares,
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed, m.fanouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, reason := range []string{"over_limit", "revoked"} {
 		m.brokerClosed.WithLabelValues(reason) // listed at 0 from the start
-	}
-	for _, outcome := range []string{"declared", "remembered"} {
-		m.inboxDeclares.WithLabelValues(outcome)
 	}
 	return m
 }

@@ -189,7 +189,6 @@ type Server struct {
 	dedup      *bus.Dedup
 	agents     *agentCache
 	agentLocks *agentLocks
-	inboxes    inboxSet
 	committer  *committer
 	sealers    sealers
 	log        zerolog.Logger
