@@ -816,12 +816,10 @@ func (c *Console) tokenAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = &apiError{Status: http.StatusBadRequest, Code: "bad_request", Message: "unknown action", Hint: "use a button of the page"}
 	}
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		c.fail(w, r, p, err)
+	ae := c.formError(w, r, p, err)
+	if ae == nil {
 		return
 	}
-	p.Error = ae
 	c.showTokens(w, r, p, ae.Status, "")
 }
 
@@ -890,12 +888,10 @@ func (c *Console) enrollTokenAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = &apiError{Status: http.StatusBadRequest, Code: "bad_request", Message: "unknown action", Hint: "use a button of the page"}
 	}
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		c.fail(w, r, p, err)
+	ae := c.formError(w, r, p, err)
+	if ae == nil {
 		return
 	}
-	p.Error = ae
 	c.showEnroll(w, r, p, ae.Status, "")
 }
 
@@ -984,11 +980,21 @@ func (c *Console) webhookAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = &apiError{Status: http.StatusBadRequest, Code: "bad_request", Message: "unknown action", Hint: "use a button of the page"}
 	}
+	ae := c.formError(w, r, p, err)
+	if ae == nil {
+		return
+	}
+	c.showWebhooks(w, r, p, ae.Status, "")
+}
+
+// formError puts the API's refusal err on the page's form and returns it;
+// any other error renders the error page, and it returns nil.
+func (c *Console) formError(w http.ResponseWriter, r *http.Request, p *page, err error) *apiError {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		c.fail(w, r, p, err)
-		return
+		return nil
 	}
 	p.Error = ae
-	c.showWebhooks(w, r, p, ae.Status, "")
+	return ae
 }
