@@ -268,7 +268,8 @@ type Agent struct {
 	// before it returns; planning holds a token while one runs.
 	plans    sync.WaitGroup
 	planning chan struct{}
-	// mu guards hashes, running, facts and mon; see the lock order above.
+	// mu guards hashes, running, facts, mon and asked; see the lock order
+	// above.
 	mu sync.Mutex
 	// hashes are the resource hashes of the journal's slice.
 	hashes map[model.ID]model.Hash
@@ -278,6 +279,9 @@ type Agent struct {
 	facts map[string]any
 	// mon is the compliance monitor while the worker runs.
 	mon *monitor
+	// asked is this process's request for the full desired state while
+	// it is under way.
+	asked stateAsk
 
 	// pin is the fingerprint of the server key to expect at enrollment.
 	pin string

@@ -330,6 +330,46 @@ func TestDiffFromAnotherGenerationAsksForState(t *testing.T) {
 	}
 }
 
+// While its request for the full state is under way, an agent that lags
+// behind a storm of releases does not ask again at each one: the server
+// would answer every request with a full state. Its answer ends the
+// request; a gap after it is asked about again, and so is an answer older
+// than a diff dropped while it was on its way.
+func TestStateAskedOnceWhileUnderWay(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	s.full("web", 1, file("web", "/a", "A"))
+	for to := int64(6); to <= 9; to++ {
+		s.send("web", bus.KindDesiredDiff, bus.DesiredDiff{Diff: model.Diff{From: to - 1, To: to}})
+	}
+	s.handled(&seen, "web")
+	if n := s.count("web", bus.KindStateRequest); n != 1 {
+		t.Fatalf("%d state requests for four diffs from other generations while one is under way, want 1", n)
+	}
+
+	// The answer is of generation 8, older than the diff to 9 dropped
+	// meanwhile: the agent asks again, saying it holds 8.
+	s.full("web", 8, file("web", "/a", "B"))
+	var req bus.StateRequest
+	if err := s.next(&seen, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != 8 {
+		t.Fatalf("state request after an answer older than a dropped diff: %+v (%v), want one saying 8", req, err)
+	}
+	// Answered with 9, nothing is under way: the next gap is asked about.
+	s.full("web", 9, file("web", "/a", "C"))
+	s.handled(&seen, "web")
+	before := s.count("web", bus.KindStateRequest)
+	s.send("web", bus.KindDesiredDiff, bus.DesiredDiff{Diff: model.Diff{From: 12, To: 13}})
+	if err := s.next(&seen, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != 9 {
+		t.Fatalf("state request after the answer: %+v (%v), want one saying 9", req, err)
+	}
+	if n := s.count("web", bus.KindStateRequest); n != before+1 {
+		t.Fatalf("%d state requests after the answer, want %d", n, before+1)
+	}
+}
+
 func TestUnsignedCommandsAreDropped(t *testing.T) {
 	s := newFakeServer(t)
 	var seen int

@@ -153,9 +153,18 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		}
 		s := model.Slice{Agent: a.cfg.Name, Generation: body.Generation, Resources: body.Resources}
 		if err := a.checkSlice(s, body.SliceHash); err != nil {
-			return a.requestState(ctx, tx, err)
+			return a.requestState(ctx, tx, err, body.Generation)
 		}
-		return a.commitSlice(tx.SetSlice(s), s)
+		if err := a.commitSlice(tx.SetSlice(s), s); err != nil {
+			return err
+		}
+		if want := a.stateAnswered(); want > s.Generation {
+			// A diff to a newer generation came while this answer was
+			// on its way, and was dropped: ask for the state again.
+			a.log.Info().Int64("held", s.Generation).Int64("seen", want).Msg("the full state sent is older than a diff dropped meanwhile; asking again")
+			return a.requestState(ctx, a.journal.Begin(), nil, want)
+		}
+		return nil
 	case bus.KindDesiredDiff:
 		var body bus.DesiredDiff
 		if err := e.DecodeBody(&body); err != nil {
@@ -425,25 +434,73 @@ func (a *Agent) applyDiff(ctx context.Context, tx *journal.Tx, e *bus.Envelope, 
 	}
 	next, err := cur.Apply(d.Diff)
 	if errors.Is(err, model.ErrGenerationMismatch) {
-		a.log.Info().Int64("held", cur.Generation).Int64("diff_from", d.From).Msg("diff from another generation; asking for the full state")
-		return a.requestState(ctx, tx, nil)
+		return a.requestState(ctx, tx, nil, d.To)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	if err := a.checkSlice(next, d.SliceHash); err != nil {
-		return a.requestState(ctx, tx, err)
+		return a.requestState(ctx, tx, err, d.To)
 	}
 	return a.commitSlice(tx.ApplyDiff(d.Diff), next)
 }
 
+// stateAsk is a request for the full desired state under way: when it was
+// made, the generation held then, and the newest generation a command
+// showed since (the answer must reach it).
+type stateAsk struct {
+	at         time.Time
+	held, want int64
+}
+
+// askAgainAfter is how long a request for the full state stays under way
+// without an answer; a command that shows a gap after that asks again (the
+// server may have dropped the request, or restarted before answering).
+const askAgainAfter = time.Minute
+
 // requestState asks the server for the full desired state, in the same
-// transaction as the command that showed the gap.
-func (a *Agent) requestState(ctx context.Context, tx *journal.Tx, why error) error {
+// transaction as the command that showed the gap (want is the generation
+// that command was for). One request is under way at a time: while the
+// server has not answered, a command that shows the gap again is taken
+// and dropped, not asked about again. In a storm of releases a lagging
+// agent would else ask once per release, and every answer is a full
+// state: the requests pile up in front of the server faster than it
+// answers them.
+func (a *Agent) requestState(ctx context.Context, tx *journal.Tx, why error, want int64) error {
+	held := a.journal.Slice().Generation
+	now := time.Now()
+	a.mu.Lock()
+	pending := !a.asked.at.IsZero() && a.asked.held == held && now.Sub(a.asked.at) < askAgainAfter
+	if pending {
+		a.asked.want = max(a.asked.want, want)
+	}
+	a.mu.Unlock()
+	if pending {
+		a.log.Debug().Int64("held", held).Int64("want", want).Msg("desired state from another generation; the full state is asked for already")
+		return tx.Commit()
+	}
 	if why != nil {
 		a.log.Error().Err(why).Msg("desired state refused; asking for the full state")
+	} else {
+		a.log.Info().Int64("held", held).Int64("want", want).Msg("desired state from another generation; asking for the full state")
 	}
-	return a.emit(tx, bus.KindStateRequest, bus.StateRequest{Generation: a.journal.Slice().Generation})
+	if err := a.emit(tx, bus.KindStateRequest, bus.StateRequest{Generation: held}); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.asked = stateAsk{at: now, held: held, want: want}
+	a.mu.Unlock()
+	return nil
+}
+
+// stateAnswered ends the request for the full state under way, if any, and
+// returns the newest generation a command showed while it was.
+func (a *Agent) stateAnswered() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	want := a.asked.want
+	a.asked = stateAsk{}
+	return want
 }
 
 // pauseOp adds to tx the pause (or resume) the server issued at ts, unless
