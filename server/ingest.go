@@ -142,6 +142,15 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
+		version, protocol := model.Clip(body.Version, maxVersionLen), model.Clip(body.Protocol, maxVersionLen)
+		if a.Connected && (body.Protocol == "" || version == a.AgentVersion && protocol == a.Protocol) {
+			// Nothing new but that it is there: written with the
+			// others' within a second.
+			now := time.Now().UTC()
+			s.seen.mark(a.Env, a.Name, int64(e.Seq), now)
+			s.agents.update(a.Env, a.Name, func(c *record.Agent) { c.LastSeen, c.LastSeq = now, max(c.LastSeq, int64(e.Seq)) })
+			return nil
+		}
 		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
 			if body.Protocol != "" {

@@ -190,6 +190,7 @@ type Server struct {
 	agents     *agentCache
 	agentLocks *agentLocks
 	committer  *committer
+	seen       *seenWriter
 	sealers    sealers
 	log        zerolog.Logger
 	metrics    *Metrics
@@ -238,6 +239,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		agents:     newAgentCache(st, cfg.AgentCacheTTL),
 		agentLocks: new(agentLocks),
 		committer:  newCommitter(st, cfg.MaxBatch, m),
+		seen:       newSeenWriter(st, log),
 		log:        log,
 		metrics:    m,
 		revoked:    make(chan revocation, 256),
@@ -300,9 +302,10 @@ func (s *Server) Run(parent context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(6)
+	wg.Add(7)
 	go func() { defer wg.Done(); s.watchSigningKeys(ctx) }()
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
+	go func() { defer wg.Done(); s.seen.run(ctx) }()
 	go func() { defer wg.Done(); s.runReleases(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()

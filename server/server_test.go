@@ -57,6 +57,13 @@ func startRig(t *testing.T, cfg server.Config, envs map[string]record.EnvSetting
 // store.
 func startRigWith(t *testing.T, configure func(*server.Config, store.Store), envs map[string]record.EnvSettings) *rig {
 	t.Helper()
+	return startRigOver(t, func(st store.Store) store.Store { return st }, configure, envs)
+}
+
+// startRigOver is startRigWith with the server's store wrapped by wrap
+// (the rig's store is the one below it).
+func startRigOver(t *testing.T, wrap func(store.Store) store.Store, configure func(*server.Config, store.Store), envs map[string]record.EnvSettings) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "tether.db"), sqlite.Config{})
 	if err != nil {
@@ -65,7 +72,7 @@ func startRigWith(t *testing.T, configure func(*server.Config, store.Store), env
 	var cfg server.Config
 	configure(&cfg, st)
 	b := bus.NewLocal(zerolog.Nop())
-	srv, err := server.New(cfg, st, b, zerolog.Nop())
+	srv, err := server.New(cfg, wrap(st), b, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

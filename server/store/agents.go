@@ -67,6 +67,23 @@ func (s *SQL) SetAgentGeneration(ctx context.Context, env, name string, generati
 	return n == 1, nil
 }
 
+// AgentSeen is an agent heard from at a time, in a message numbered Seq.
+type AgentSeen struct {
+	Env, Agent string
+	Seq        int64
+	At         time.Time
+}
+
+// MarkAgentsSeen implements Store.
+func (s *SQL) MarkAgentsSeen(ctx context.Context, seen []AgentSeen) error {
+	if len(seen) == 0 {
+		return nil
+	}
+	return wrap(fmt.Sprintf("mark %d agents seen", len(seen)), s.db.Tx(ctx, func(tx Tx) error {
+		return tx.MarkSeen(ctx, seen)
+	}))
+}
+
 // ResetSequence implements Store.
 func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	return wrap("reset the sequence of "+agent, s.db.Tx(ctx, func(tx Tx) error {

@@ -67,6 +67,8 @@ type Bulk interface {
 	BeginIngest(ctx context.Context, batches []ResultBatch, fresh []bool, keys []StatusKey) ([]Status, error)
 	// WriteIngest writes what recording results decided.
 	WriteIngest(ctx context.Context, in *Ingest) error
+	// MarkSeen writes agents' last-seen times, as MarkAgentsSeen says.
+	MarkSeen(ctx context.Context, seen []AgentSeen) error
 }
 
 // Dialect is the SQL the stores cannot share.

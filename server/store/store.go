@@ -116,6 +116,12 @@ type Store interface {
 	// no other field written. It reports whether the generation changed
 	// (false also for an unknown agent).
 	SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error)
+	// MarkAgentsSeen records that agents were heard from (a heartbeat),
+	// many in one transaction: each one's last-seen time and LastSeq
+	// only grow, and it is marked online when the time given is later
+	// than the one stored (a goodbye recorded since stays). Nothing else
+	// of the record is read or written; unknown agents are skipped.
+	MarkAgentsSeen(ctx context.Context, seen []AgentSeen) error
 	// ResetSequence starts an agent's sequence over, for a new key: its
 	// LastSeq, the sequence numbers its resources' states were set at,
 	// and its deduplication marks go, so nothing the old key said holds

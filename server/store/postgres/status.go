@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -127,4 +128,19 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 		return nil
 	}
 	return c.h.SendBatch(ctx, batch).Close()
+}
+
+// MarkSeen implements store.Bulk: one statement however many agents.
+func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
+	n := len(seen)
+	env, agent, seq, at := make([]string, n), make([]string, n), make([]int64, n), make([]time.Time, n)
+	for i, a := range seen {
+		env[i], agent[i], seq[i], at[i] = a.Env, a.Agent, a.Seq, a.At
+	}
+	_, err := c.h.Exec(ctx, `UPDATE agents a SET
+			online = CASE WHEN u.at > a.last_seen THEN true ELSE a.online END,
+			last_seen = GREATEST(a.last_seen, u.at), last_seq = GREATEST(a.last_seq, u.seq)
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(env, agent, seq, at)
+		WHERE a.env = u.env AND a.name = u.agent`, env, agent, seq, at)
+	return err
 }

@@ -106,3 +106,21 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 	}
 	return nil
 }
+
+// MarkSeen implements store.Bulk: a prepared statement, run once per agent.
+func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
+	stmt, err := c.h.PrepareContext(ctx, `UPDATE agents SET
+			online = CASE WHEN $4 > last_seen THEN 1 ELSE online END,
+			last_seen = MAX(last_seen, $4), last_seq = MAX(last_seq, $3)
+		WHERE env = $1 AND name = $2`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, a := range seen {
+		if _, err := stmt.ExecContext(ctx, a.Env, a.Agent, a.Seq, a.At); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentSlice", testAgentSlice},
 		{"Agents", testAgents},
 		{"AgentGeneration", testAgentGeneration},
+		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
 		{"RecordResultsAllOrNothing", testAllOrNothing},
 		{"StaleResults", testStaleResults},
@@ -334,6 +335,77 @@ func testAgentGeneration(t *testing.T, s store.Store) {
 	}
 	if changed, err := s.SetAgentGeneration(ctx, "prod", "ghost", 1); err != nil || changed {
 		t.Fatalf("generation of an unknown agent: %v, %v; want false, nil", changed, err)
+	}
+}
+
+// testAgentsSeen: heartbeats are written many at once; an agent's
+// last-seen time and sequence only grow, it is online when heard from
+// later than what is stored (a goodbye recorded since stays), and nothing
+// else of its record changes.
+func testAgentsSeen(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	const n = 300
+	for i := range n {
+		a := record.Agent{Env: "prod", Name: fmt.Sprintf("web-%03d", i), State: record.AgentAccepted, PublicKey: []byte{1, 2, 3},
+			Labels: map[string]string{"role": "web"}, Generation: 3, LastSeq: 40, FirstSeen: t0, LastSeen: t0}
+		if err := s.UpsertAgent(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(name string, seen time.Time, seq int64, online bool) {
+		t.Helper()
+		got, err := s.GetAgent(ctx, "prod", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.LastSeen.Equal(seen) || got.LastSeq != seq || got.Connected != online {
+			t.Fatalf("%s: last seen %v, seq %d, online %v; want %v, %d, %v", name, got.LastSeen, got.LastSeq, got.Connected, seen, seq, online)
+		}
+		if got.Generation != 3 || got.Labels["role"] != "web" || got.State != record.AgentAccepted || !got.FirstSeen.Equal(t0) {
+			t.Fatalf("%s: %+v; want the rest of the record unchanged", name, got)
+		}
+	}
+	var seen []store.AgentSeen
+	for i := range n {
+		seen = append(seen, store.AgentSeen{Env: "prod", Agent: fmt.Sprintf("web-%03d", i), Seq: 50 + int64(i), At: t0.Add(time.Minute)})
+	}
+	seen = append(seen, store.AgentSeen{Env: "prod", Agent: "ghost", Seq: 1, At: t0}, store.AgentSeen{Env: "nowhere", Agent: "web-000", Seq: 1, At: t0})
+	if err := s.MarkAgentsSeen(ctx, seen); err != nil {
+		t.Fatalf("mark %d agents seen, with unknown ones: %v", len(seen), err)
+	}
+	check("web-000", t0.Add(time.Minute), 50, true)
+	check("web-299", t0.Add(time.Minute), 349, true)
+	if _, err := s.GetAgent(ctx, "prod", "ghost"); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("an unknown agent marked seen: %v, want it still unknown", err)
+	}
+
+	// Older than what is stored: nothing moves back.
+	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-000", Seq: 45, At: t0.Add(30 * time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("web-000", t0.Add(time.Minute), 50, true)
+
+	// A goodbye recorded after a heartbeat written late: still offline.
+	a, err := s.GetAgent(ctx, "prod", "web-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Connected, a.LastSeen = false, t0.Add(2*time.Minute)
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 60, At: t0.Add(90 * time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("web-001", t0.Add(2*time.Minute), 60, false)
+	// Heard from after it: online again.
+	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 61, At: t0.Add(3 * time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("web-001", t0.Add(3*time.Minute), 61, true)
+	if err := s.MarkAgentsSeen(ctx, nil); err != nil {
+		t.Fatalf("mark no agents: %v", err)
 	}
 }
 

@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/agent"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/store"
+)
+
+// countingStore counts the writes of agents' records.
+type countingStore struct {
+	store.Store
+	upserts, marks, marked atomic.Int64
+}
+
+func (c *countingStore) UpsertAgent(ctx context.Context, a record.Agent) error {
+	c.upserts.Add(1)
+	return c.Store.UpsertAgent(ctx, a)
+}
+
+func (c *countingStore) MarkAgentsSeen(ctx context.Context, seen []store.AgentSeen) error {
+	c.marks.Add(1)
+	c.marked.Add(int64(len(seen)))
+	return c.Store.MarkAgentsSeen(ctx, seen)
+}
+
+// Heartbeats that say nothing new are written in groups, every second,
+// with no read and write of the agent's record each; its last-seen time
+// and sequence move, and a goodbye still takes it offline.
+func TestHeartbeatsWrittenInGroups(t *testing.T) {
+	var cs *countingStore
+	settings := record.DefaultEnvSettings()
+	settings.Enrollment = record.EnrollOpen
+	settings.AutoDeploy = false
+	r := startRigOver(t, func(st store.Store) store.Store { cs = &countingStore{Store: st}; return cs },
+		func(*server.Config, store.Store) {}, map[string]record.EnvSettings{"test": settings})
+	names := []string{"web-1", "web-2", "web-3"}
+	stops := map[string]func(){}
+	for _, n := range names {
+		_, stops[n] = r.startAgentWith(agent.Config{Env: "test", Name: n, StateDir: t.TempDir(), ServerKey: r.srv.PublicKey(),
+			Heartbeat: 5 * time.Millisecond, NoWatch: true})
+	}
+	r.waitOnline(names...)
+	get := func(name string) record.Agent {
+		t.Helper()
+		a, err := r.store.GetAgent(r.ctx, "test", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first := map[string]record.Agent{}
+	for _, n := range names {
+		first[n] = get(n)
+	}
+	upserts := cs.upserts.Load()
+	// Wait (a guard, not a timing) until each agent's stored sequence
+	// moved by 40 heartbeats' worth and its last-seen time by more than
+	// a flush.
+	deadline := time.Now().Add(patience)
+	for _, n := range names {
+		for a := get(n); a.LastSeq < first[n].LastSeq+40 || !a.LastSeen.After(first[n].LastSeen); a = get(n) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: sequence %d, last seen %v; want past %d and %v", n, a.LastSeq, a.LastSeen, first[n].LastSeq+40, first[n].LastSeen)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if a := get(n); !a.Connected {
+			t.Fatalf("%s offline while it beats", n)
+		}
+	}
+	if n := cs.upserts.Load() - upserts; n != 0 {
+		t.Fatalf("%d writes of agents' whole records for heartbeats that said nothing new, want 0", n)
+	}
+	if marks, marked := cs.marks.Load(), cs.marked.Load(); marks == 0 || marked < marks {
+		t.Fatalf("%d grouped writes of %d agents' heartbeats", marks, marked)
+	}
+
+	// A goodbye is recorded at once, and heartbeats written after it,
+	// heard before it, do not bring the agent back online.
+	stops["web-2"]()
+	deadline = time.Now().Add(patience)
+	for get("web-2").Connected {
+		if time.Now().After(deadline) {
+			t.Fatal("web-2 still online after its goodbye")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	marks := cs.marks.Load()
+	for cs.marks.Load() < marks+2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no more heartbeats written")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if get("web-2").Connected {
+		t.Fatal("web-2 online again after its goodbye, without a heartbeat since")
+	}
+}
