@@ -126,7 +126,14 @@ func TestHealIsInTheResourceLog(t *testing.T) {
 	res := file("web", "/motd", "one")
 	r.release(res)
 	r.waitContent("web", "motd", "one")
-	if err := os.WriteFile(filepath.Join(r.roots["web"], "motd"), []byte("tampered"), 0o644); err != nil {
+	// Replaced whole, as an editor saves: written in place, the agent
+	// could read the file truncated, heal it by renaming its own over
+	// it, and the rest of the write would go to the file replaced.
+	tmp := filepath.Join(r.roots["web"], ".motd.swp")
+	if err := os.WriteFile(tmp, []byte("tampered"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(r.roots["web"], "motd")); err != nil {
 		t.Fatal(err)
 	}
 	r.waitContent("web", "motd", "one")
