@@ -286,7 +286,10 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			"The server's and the broker's resident memory are read from /proc at the end (peak and\n" +
 			"current; the broker's when it runs on this machine), and the size of the run's PostgreSQL schema.\n" +
 			"The agents' journals share one lock: one open file per agent; the limit on open files is raised\n" +
-			"to the hard limit, and too low a hard limit is an error before anything starts.\n\n" +
+			"to the hard limit, and too low a hard limit is an error before anything starts. Each agent watches\n" +
+			"its files with an inotify instance of its own, as on a host: as root, the machine's limits on\n" +
+			"inotify instances and watches per user are raised for the run and put back after; else agents past\n" +
+			"the limit poll their files every 5 s instead (a warning says so).\n\n" +
 			"--token enrolls every agent with an enrollment token (enrollment policy token), as on real hosts.\n" +
 			"--restart-broker then restarts this machine's RabbitMQ (rabbitmqctl stop_app, start_app: every\n" +
 			"connection of every user is closed; never on a broker others are using), times until every\n" +
@@ -331,7 +334,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			}
 			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), CPUProfile: c.String("cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
-				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term)}
+				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term), Warn: term.stderr}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
 			}

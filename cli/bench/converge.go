@@ -93,6 +93,9 @@ type ConvergeOptions struct {
 	ServerLog io.Writer
 	Timeout   time.Duration
 	Progress  io.Writer // if not nil, shows how far it got (a terminal)
+	// Warn, if not nil, is told what makes the run unlike real hosts
+	// (standard error).
+	Warn io.Writer
 }
 
 // ConvergeResult is what the converge scenario measured.
@@ -121,6 +124,10 @@ type ConvergeResult struct {
 	// OpenFiles is how many files this process (the agents) held open
 	// once they all converged.
 	OpenFiles int `json:"open_files"`
+	// InotifyInstances is the machine's limit on inotify instances per
+	// user during the run: agents past it poll their files instead of
+	// watching them.
+	InotifyInstances int `json:"inotify_instances"`
 	// EnrollChannels and ConvergeChannels are the AMQP channels the
 	// agents opened while enrolling and while converging: each costs the
 	// broker a process, and its close a message to the broker's channel
@@ -169,6 +176,23 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		raiseHardFileLimit(privateBrokerFiles)
 	}
 	held := uint64(o.Agents + o.Agents/o.PerConnection + 1024)
+	// Each agent watches its files with an inotify instance (one more
+	// open file), as on a host, as far as the hard limit on open files
+	// leaves room (the instances of other processes counted in a margin).
+	watchers := o.Agents
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		watchers = max(0, min(watchers, int(lim.Max)-int(held)-256-inotifyMargin))
+	}
+	instances, warning, restoreInotify := raiseInotifyLimits(watchers)
+	defer restoreInotify()
+	if watchers < o.Agents {
+		warning = fmt.Sprintf("the hard limit on open files (%d) leaves room for %d of the %d agents' inotify instances: the rest poll their files every 5 s instead of watching them", lim.Max, watchers, o.Agents)
+	}
+	if warning != "" && o.Warn != nil {
+		fmt.Fprintln(o.Warn, "warning: "+warning)
+	}
+	held += uint64(min(o.Agents, instances))
 	limit, err := raiseFileLimit(held + 256)
 	if err != nil {
 		return nil, fmt.Errorf("bench converge: %w", err)
@@ -400,7 +424,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		peak, cur = max(peak, p), max(cur, c)
 	}
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
-		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles,
+		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles, InotifyInstances: instances,
 		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(),
 		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1), EnrollMessages: msgs1.since(msgs0), ConvergeMessages: msgs2.since(msgs1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
