@@ -25,7 +25,6 @@ var (
 // past the limit poll). instances is the limit the run has.
 func raiseInotifyLimits(agents int) (instances int, warning string, restore func()) {
 	need := agents + inotifyMargin
-	restore = func() {}
 	var undo []func()
 	raise := func(path string, need int) (int, error) {
 		cur, err := readLimit(path)
