@@ -368,6 +368,13 @@ func TestStateAskedOnceWhileUnderWay(t *testing.T) {
 	if n := s.count("web", bus.KindStateRequest); n != before+1 {
 		t.Fatalf("%d state requests after the answer, want %d", n, before+1)
 	}
+	// An answer that does not match its hash is refused, and asked
+	// about again at once.
+	sl := model.SliceOf("web", 13, []model.Resource{file("web", "/a", "D")})
+	s.send("web", bus.KindDesiredFull, bus.DesiredFull{Generation: 13, Resources: sl.Resources, SliceHash: model.Hash{1, 2, 3}})
+	if err := s.next(&seen, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != 9 {
+		t.Fatalf("state request after a refused answer: %+v (%v), want one saying 9", req, err)
+	}
 }
 
 func TestUnsignedCommandsAreDropped(t *testing.T) {

@@ -153,6 +153,9 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		}
 		s := model.Slice{Agent: a.cfg.Name, Generation: body.Generation, Resources: body.Resources}
 		if err := a.checkSlice(s, body.SliceHash); err != nil {
+			// Refused, it still answers the request under way, if
+			// any: ask again.
+			a.stateAnswered()
 			return a.requestState(ctx, tx, err, body.Generation)
 		}
 		if err := a.commitSlice(tx.SetSlice(s), s); err != nil {
