@@ -191,6 +191,8 @@ type Server struct {
 	agentLocks *agentLocks
 	committer  *committer
 	seen       *seenWriter
+	// notifyTurn holds the one RunNotify running.
+	notifyTurn chan struct{}
 	sealers    sealers
 	log        zerolog.Logger
 	metrics    *Metrics
@@ -240,6 +242,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		agentLocks: new(agentLocks),
 		committer:  newCommitter(st, cfg.MaxBatch, m),
 		seen:       newSeenWriter(st, log),
+		notifyTurn: make(chan struct{}, 1),
 		log:        log,
 		metrics:    m,
 		revoked:    make(chan revocation, 256),
@@ -341,7 +344,15 @@ func (s *Server) Run(parent context.Context) error {
 // the event stream follows, and sends webhook deliveries, until ctx ends;
 // then it appends what is pending and finishes the deliveries in flight.
 // Run runs it; a server that is not Run (a test of the API) runs it alone.
+// One runs at a time: a second call waits until the first returns (or its
+// own ctx ends), since two would append the same stream's events at once.
 func (s *Server) RunNotify(ctx context.Context) error {
+	select {
+	case s.notifyTurn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.notifyTurn }()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = s.stream.Run(ctx) }()
