@@ -191,10 +191,8 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 	}
 	s.agents.forget(env, name)
 	unlock()
-	if d, ok := s.bus.(inboxDeleter); ok {
-		if err := d.DeleteInbox(ctx, env, name); err != nil {
-			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
-		}
+	if err := s.deleteInbox(ctx, env, name); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
 	}
 	if s.cfg.Broker != nil {
 		// Once: should it come back, it is a new agent, not one to keep

@@ -492,11 +492,9 @@ func agentNote(state record.AgentState, enrollment record.Enrollment, token bool
 // says.
 func (s *Server) startOver(ctx context.Context, a record.Agent, held []byte) {
 	s.cutOff(ctx, revocation{env: a.Env, name: a.Name, key: held, why: "another key took the agent's name"})
-	if d, ok := s.bus.(inboxDeleter); ok {
-		if err := d.DeleteInbox(ctx, a.Env, a.Name); err != nil {
-			s.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
-				Msg("cannot delete the inbox of an agent whose name took another key: what was queued for the old key stays there")
-		}
+	if err := s.deleteInbox(ctx, a.Env, a.Name); err != nil {
+		s.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
+			Msg("cannot delete the inbox of an agent whose name took another key: what was queued for the old key stays there")
 	}
 }
 

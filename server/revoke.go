@@ -47,10 +47,8 @@ type revocation struct {
 // cannot log in again.
 func (s *Server) revoke(ctx context.Context, env, name string) {
 	s.cutOff(ctx, revocation{env: env, name: name, why: "the agent was rejected"})
-	if d, ok := s.bus.(inboxDeleter); ok {
-		if err := d.DeleteInbox(ctx, env, name); err != nil {
-			s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
-		}
+	if err := s.deleteInbox(ctx, env, name); err != nil {
+		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
 	}
 }
 

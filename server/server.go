@@ -122,6 +122,15 @@ type inboxDeleter interface {
 	DeleteInbox(ctx context.Context, env, agent string) error
 }
 
+// deleteInbox deletes env/name's inbox with what it holds, where the bus
+// can; a bus that cannot has nothing kept per agent.
+func (s *Server) deleteInbox(ctx context.Context, env, name string) error {
+	if d, ok := s.bus.(inboxDeleter); ok {
+		return d.DeleteInbox(ctx, env, name)
+	}
+	return nil
+}
+
 // Default returns the configuration New uses for zero (or negative)
 // fields; a nil Key is generated.
 func Default() Config {
