@@ -111,6 +111,16 @@ func (s *fakeServer) next(from *int, agent string, kind bus.Kind) *bus.Envelope 
 	}
 }
 
+// stateRequest returns the next state request of agent, decoded.
+func (s *fakeServer) stateRequest(from *int, agent string) bus.StateRequest {
+	s.t.Helper()
+	var req bus.StateRequest
+	if err := s.next(from, agent, bus.KindStateRequest).DecodeBody(&req); err != nil {
+		s.t.Fatalf("state request of %s: %v", agent, err)
+	}
+	return req
+}
+
 // count returns how many events of kind agent sent so far.
 func (s *fakeServer) count(agent string, kind bus.Kind) int {
 	s.mu.Lock()
@@ -320,12 +330,7 @@ func TestDiffFromAnotherGenerationAsksForState(t *testing.T) {
 	s.enroll("web")
 	s.full("web", 1, file("web", "/a", "A"))
 	s.send("web", bus.KindDesiredDiff, bus.DesiredDiff{Diff: model.Diff{From: 5, To: 6}})
-	e := s.next(&seen, "web", bus.KindStateRequest)
-	var req bus.StateRequest
-	if err := e.DecodeBody(&req); err != nil {
-		t.Fatal(err)
-	}
-	if req.Generation != 1 {
+	if req := s.stateRequest(&seen, "web"); req.Generation != 1 {
 		t.Fatalf("state request says generation %d, want 1", req.Generation)
 	}
 }
@@ -353,17 +358,16 @@ func TestStateAskedOnceWhileUnderWay(t *testing.T) {
 	// The answer is of generation 8, older than the diff to 9 dropped
 	// meanwhile: the agent asks again, saying it holds 8.
 	s.full("web", 8, file("web", "/a", "B"))
-	var req bus.StateRequest
-	if err := s.next(&seen, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != 8 {
-		t.Fatalf("state request after an answer older than a dropped diff: %+v (%v), want one saying 8", req, err)
+	if req := s.stateRequest(&seen, "web"); req.Generation != 8 {
+		t.Fatalf("state request after an answer older than a dropped diff: %+v, want one saying 8", req)
 	}
 	// Answered with 9, nothing is under way: the next gap is asked about.
 	s.full("web", 9, file("web", "/a", "C"))
 	s.handled(&seen, "web")
 	before := s.count("web", bus.KindStateRequest)
 	s.send("web", bus.KindDesiredDiff, bus.DesiredDiff{Diff: model.Diff{From: 12, To: 13}})
-	if err := s.next(&seen, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != 9 {
-		t.Fatalf("state request after the answer: %+v (%v), want one saying 9", req, err)
+	if req := s.stateRequest(&seen, "web"); req.Generation != 9 {
+		t.Fatalf("state request after the answer: %+v, want one saying 9", req)
 	}
 	if n := s.count("web", bus.KindStateRequest); n != before+1 {
 		t.Fatalf("%d state requests after the answer, want %d", n, before+1)
@@ -372,8 +376,8 @@ func TestStateAskedOnceWhileUnderWay(t *testing.T) {
 	// about again at once.
 	sl := model.SliceOf("web", 13, []model.Resource{file("web", "/a", "D")})
 	s.send("web", bus.KindDesiredFull, bus.DesiredFull{Generation: 13, Resources: sl.Resources, SliceHash: model.Hash{1, 2, 3}})
-	if err := s.next(&seen, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != 9 {
-		t.Fatalf("state request after a refused answer: %+v (%v), want one saying 9", req, err)
+	if req := s.stateRequest(&seen, "web"); req.Generation != 9 {
+		t.Fatalf("state request after a refused answer: %+v, want one saying 9", req)
 	}
 }
 

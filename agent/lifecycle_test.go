@@ -79,9 +79,8 @@ func TestRestartAfterEveryKindOfChange(t *testing.T) {
 			r = start(t, s, "web", dir, root, nil, tune)
 			helloOf(t, s, &seen, "web")
 			s.enroll("web")
-			var req bus.StateRequest
-			if err := s.next(&fromStart, "web", bus.KindStateRequest).DecodeBody(&req); err != nil || req.Generation != gen {
-				t.Fatalf("state request %+v %v, want one from generation %d", req, err, gen)
+			if req := s.stateRequest(&fromStart, "web"); req.Generation != gen {
+				t.Fatalf("state request %+v, want one from generation %d", req, gen)
 			}
 			gen += 2
 			s.deploy(&seen, "web", gen, "latest", "", last...)

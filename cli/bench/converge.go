@@ -187,7 +187,10 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	instances, warning, restoreInotify := raiseInotifyLimits(watchers)
 	defer restoreInotify()
 	if watchers < o.Agents {
-		warning = fmt.Sprintf("the hard limit on open files (%d) leaves room for %d of the %d agents' inotify instances: the rest poll their files every 5 s instead of watching them", lim.Max, watchers, o.Agents)
+		if warning != "" {
+			warning += "; "
+		}
+		warning += fmt.Sprintf("the hard limit on open files (%d) leaves room for %d of the %d agents' inotify instances: the rest poll their files every 5 s instead of watching them", lim.Max, watchers, o.Agents)
 	}
 	if warning != "" && o.Warn != nil {
 		fmt.Fprintln(o.Warn, "warning: "+warning)
