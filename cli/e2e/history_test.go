@@ -114,17 +114,28 @@ func TestDeployHistory(t *testing.T) {
 
 	// The directory of a managed file goes: the heal cannot write it, and
 	// the failed heal is in the file's log.
-	if err := os.RemoveAll(appDir); err != nil {
-		t.Fatal(err)
+	// A heal may write the file back while the directory is being
+	// removed ("directory not empty"): remove it again.
+	removeDir := func() {
+		t.Helper()
+		for i := 0; ; i++ {
+			err := os.RemoveAll(appDir)
+			if err == nil {
+				return
+			}
+			if i == 50 {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
+	removeDir()
 	id := fileID("web", "/opt/app/x")
 	waitFor(t, 60*time.Second, "the failed heal in the resource log", func() bool {
 		// Should a heal have run between the file's removal and its
 		// directory's, the directory goes again.
 		if _, err := os.Stat(appDir); err == nil {
-			if err := os.RemoveAll(appDir); err != nil {
-				t.Fatal(err)
-			}
+			removeDir()
 		}
 		code, out, _ := c.run("resource", "log", id)
 		return code == 0 && regexp.MustCompile(`(?m)\sheal\s+failed\s+1\s.*heal failed: `).MatchString(out)
