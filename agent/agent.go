@@ -641,20 +641,27 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 // firstInboxLook is about when an agent never enrolled first looks for
 // its inbox after saying hello (jittered), unless the server's nudge (the
 // inbox is there) comes first.
-const firstInboxLook = 15 * time.Second
+const firstInboxLook = 30 * time.Second
 
 // introduce says hello, again with back-off until enrolled (slowest after
 // a rejection), then heartbeats.
 func (a *Agent) introduce(ctx context.Context) {
 	pause := a.cfg.HelloRetry
+	// series is the sequence number of the first hello no answer came to
+	// yet: the hellos said again repeat it (bus.Hello.Repeats).
+	var series uint64
 	for first := true; ; first = false {
 		if !first {
 			// The last hello was handled by now: the server takes a
 			// report of this agent's.
 			a.reportRefusals(ctx)
 		}
-		if err := a.hello(ctx); err != nil && ctx.Err() == nil {
+		seq, err := a.sayHello(ctx, series)
+		if err != nil && ctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("cannot say hello")
+		}
+		if series == 0 {
+			series = seq
 		}
 		if a.isEnrolled() {
 			// A rollover under way (one a restart or a lost
@@ -666,7 +673,7 @@ func (a *Agent) introduce(ctx context.Context) {
 		case <-a.enrolled:
 			a.proposeKey(ctx)
 		case <-a.rejected:
-			pause = a.cfg.HelloRetryMax
+			pause, series = a.cfg.HelloRetryMax, 0
 			if !sleep(ctx, jitter(pause)) {
 				return
 			}
@@ -711,10 +718,17 @@ func (a *Agent) introduce(ctx context.Context) {
 }
 
 func (a *Agent) hello(ctx context.Context) error {
+	_, err := a.sayHello(ctx, 0)
+	return err
+}
+
+// sayHello says hello, repeating the series begun by hello number
+// repeats (0: a first hello), and returns its sequence number.
+func (a *Agent) sayHello(ctx context.Context, repeats uint64) (uint64, error) {
 	s := a.journal.Slice()
 	hash, err := s.Hash()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	h := bus.Hello{
 		PublicKey:       a.PublicKey(),
@@ -727,19 +741,20 @@ func (a *Agent) hello(ctx context.Context) error {
 		ServerKeys:      a.serverKeys(),
 		Version:         a.version(),
 		Protocol:        bus.Protocol,
+		Repeats:         repeats,
 	}
 	if !a.isEnrolled() {
 		h.Token = a.cfg.Token
 	}
 	e, err := a.signer.Seal(bus.KindHello, a.cfg.Env, a.cfg.Name, h)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	a.clock.sent(e.ID)
 	if err := a.bus.Publish(ctx, e); err != nil {
-		return fmt.Errorf("publish %s: %w", bus.KindHello, err)
+		return 0, fmt.Errorf("publish %s: %w", bus.KindHello, err)
 	}
-	return nil
+	return e.Seq, nil
 }
 
 // version is the version of this agent's build, as told to the server.

@@ -490,6 +490,32 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 }
 
+// Hellos said again while none is answered say which they repeat: the
+// first of the series, so a server that answered one since need not
+// answer again.
+func TestHelloSaysWhatItRepeats(t *testing.T) {
+	s := newFakeServer(t)
+	var seen int
+	start(t, s, "web", t.TempDir(), t.TempDir(), nil)
+	first := s.next(&seen, "web", bus.KindHello)
+	var h bus.Hello
+	if err := first.DecodeBody(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Repeats != 0 {
+		t.Fatalf("the first hello repeats %d, want 0", h.Repeats)
+	}
+	for range 2 {
+		e := s.next(&seen, "web", bus.KindHello)
+		if err := e.DecodeBody(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Repeats != first.Seq || e.Seq <= first.Seq {
+			t.Fatalf("hello %d repeats %d, want %d (the first's)", e.Seq, h.Repeats, first.Seq)
+		}
+	}
+}
+
 func TestRejectedSlowsHello(t *testing.T) {
 	s := newFakeServer(t)
 	var seen int

@@ -262,6 +262,13 @@ type Hello struct {
 	// not support. Empty from agents older than versions (protocol 1.0).
 	Version  string `json:"version,omitempty"`
 	Protocol string `json:"protocol,omitempty"`
+	// Repeats is set on a hello said again while no answer came to an
+	// earlier one: the sequence number of the first hello of the series.
+	// A server that answered a hello of the series since, its answer
+	// still waiting in the agent's inbox, only nudges the agent (the
+	// agent may not have looked yet). Zero on a first hello, and from
+	// agents older than it.
+	Repeats uint64 `json:"repeats,omitempty"`
 }
 
 // ResourceStatus carries a batch of results of one deploy (kind

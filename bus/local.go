@@ -240,6 +240,22 @@ func (b *Local) DeclareInbox(ctx context.Context, env, agent string) error {
 	return nil
 }
 
+// AnswerWaiting reports whether env/agent's inbox exists and holds
+// messages no consumer has taken yet, as the RabbitMQ transport does. Its
+// consumers need no nudge: a look costs nothing here.
+func (b *Local) AnswerWaiting(ctx context.Context, env, agent string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false, ErrClosed
+	}
+	q, ok := b.queues[InboxName(env, agent)]
+	return ok && len(q.msgs) > 0, nil
+}
+
 // notifyDeclared wakes the consumers waiting for an inbox; b.mu is held.
 func (b *Local) notifyDeclared() {
 	close(b.declared)

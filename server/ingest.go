@@ -62,7 +62,7 @@ func (s *Server) count(k bus.Kind, outcome string) {
 
 func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if e.Kind == bus.KindHello {
-		if s.helloOverRate(ctx, e) {
+		if s.helloOverRate(ctx, e) || s.helloRepeated(ctx, e) {
 			return nil
 		}
 		return s.hello(ctx, e)
@@ -460,6 +460,50 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
 		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, e.ID)
+}
+
+// answerWaiter is a bus that tells whether messages wait in an agent's
+// inbox (found by type assertion).
+type answerWaiter interface {
+	AnswerWaiting(ctx context.Context, env, agent string) (bool, error)
+}
+
+// helloRepeated reports whether a hello an agent said again while waiting
+// for the answer to an earlier one (bus.Hello.Repeats) is already
+// answered: the server handled a hello of the series since (its record
+// holds a later sequence number), nothing the hello tells has changed,
+// and messages still wait in the agent's inbox (the answer: the agent has
+// not looked yet). Then the agent is nudged, marked as heard, and the
+// hello is not handled again. A fleet installed at once says hello again
+// while its first hellos wait in the server's queue; handling each repeat
+// in full (the record written, the inbox declared and bound, another
+// answer sent) multiplied the server's and the broker's work when both
+// were busiest. An inbox emptied meanwhile (deleted and declared again,
+// or read) gets the hello handled in full: a repeat is never what stands
+// between an agent and its answer.
+func (s *Server) helloRepeated(ctx context.Context, e *bus.Envelope) bool {
+	w, ok := s.bus.(answerWaiter)
+	if !ok {
+		return false
+	}
+	var body bus.Hello
+	if e.DecodeBody(&body) != nil || body.Repeats == 0 {
+		return false
+	}
+	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
+	if err != nil || a.State != record.AgentAccepted || !a.Connected || a.LastSeq <= 0 || body.Repeats > uint64(a.LastSeq) ||
+		!bytes.Equal(a.PublicKey, body.PublicKey) || !bytes.Equal(a.KeyAgreementKey, body.KeyAgreementKey) ||
+		a.Generation != body.Generation || !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts) ||
+		checkSeq(a, e.Seq) != nil || bus.Verify(e, body.PublicKey) != nil {
+		return false
+	}
+	waiting, err := w.AnswerWaiting(ctx, e.Env, e.Agent)
+	if err != nil || !waiting {
+		return false
+	}
+	s.seen.mark(a.Env, a.Name, int64(e.Seq), time.Now().UTC())
+	s.count(e.Kind, "repeated")
+	return true
 }
 
 // agentNote says why an agent is not accepted, for `agent list`: the

@@ -45,7 +45,7 @@ func newMetrics() *Metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tether_api_request_seconds",
 			Help: "API request latency, by route.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"route"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_ingest_events_total",
-			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry; dropped: refused beyond what is dead-lettered in a window; over_rate: beyond the agent's event rate, or its hello rate)."}, []string{"kind", "outcome"}),
+			Help: "Agent events ingested, by kind and outcome (ok, duplicate, rejected, retry; dropped: refused beyond what is dead-lettered in a window; over_rate: beyond the agent's event rate, or its hello rate; repeated: a hello said again whose answer waits in the agent's inbox)."}, []string{"kind", "outcome"}),
 		results: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_ingest_results_total",
 			Help: "Resource results recorded."}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_ingest_batch_events",

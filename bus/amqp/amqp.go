@@ -269,25 +269,71 @@ func (b *Bus) DeclareInbox(ctx context.Context, env, agent string) error {
 		return err
 	}
 	defer b.giveSlot(sl)
-	if s, err := b.session(ctx); err == nil {
-		if sl.ch == nil || sl.s != s || sl.ch.IsClosed() {
-			sl.drop()
-			if ch, err := openChannel(s.conn); err == nil {
-				sl.s, sl.ch = s, ch
-				go b.watchNudges(ch.NotifyClose(make(chan *amqp.Error, 1)))
+	if ch := b.keptChannel(ctx, sl); ch != nil {
+		if q, err := b.declareInboxFast(ch, env, agent); err == nil {
+			if q.Consumers == 0 {
+				b.nudge(ch, env, agent)
 			}
+			return nil
 		}
-		if sl.ch != nil {
-			if q, err := b.declareInboxFast(sl.ch, env, agent); err == nil {
-				if q.Consumers == 0 {
-					b.nudge(sl.ch, env, agent)
-				}
-				return nil
-			}
-			sl.drop()
+		sl.drop()
+	}
+	return b.onChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error {
+		if err := b.declareInbox(conn, ch, env, agent); err != nil {
+			return err
+		}
+		b.nudge(ch, env, agent)
+		return nil
+	})
+}
+
+// keptChannel returns the slot's kept channel on the current session,
+// opened if need be; nil when none can be had.
+func (b *Bus) keptChannel(ctx context.Context, sl *opSlot) *amqp.Channel {
+	s, err := b.session(ctx)
+	if err != nil {
+		return nil
+	}
+	if sl.ch == nil || sl.s != s || sl.ch.IsClosed() {
+		sl.drop()
+		if ch, err := openChannel(s.conn); err == nil {
+			sl.s, sl.ch = s, ch
+			go b.watchNudges(ch.NotifyClose(make(chan *amqp.Error, 1)))
 		}
 	}
-	return b.onChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error { return b.declareInbox(conn, ch, env, agent) })
+	return sl.ch
+}
+
+// AnswerWaiting reports whether env/agent's inbox exists and holds
+// messages no consumer has taken yet: what the server sent the agent
+// still waits for it there. When nobody consumes the inbox, the agent is
+// nudged to look for it. A look at an inbox that exists costs the broker
+// a lookup on a kept channel, against a declaration, a binding and an
+// answer for a hello handled in full.
+func (b *Bus) AnswerWaiting(ctx context.Context, env, agent string) (bool, error) {
+	sl, err := b.takeSlot(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer b.giveSlot(sl)
+	ch := b.keptChannel(ctx, sl)
+	if ch == nil {
+		return false, fmt.Errorf("look at the inbox of %s/%s: %w", env, agent, amqp.ErrClosed)
+	}
+	q, err := ch.QueueDeclarePassive(b.InboxQueue(env, agent), true, false, false, false, nil)
+	if err != nil {
+		// The broker closed the channel (the inbox is missing), or it
+		// was lost: the next operation opens another.
+		sl.drop()
+		if isAMQPError(err, amqp.NotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("look at the inbox of %s/%s: %w", env, agent, err)
+	}
+	if q.Messages > 0 && q.Consumers == 0 {
+		b.nudge(ch, env, agent)
+	}
+	return q.Messages > 0, nil
 }
 
 // declareInboxFast declares env/agent's inbox with this bus's arguments

@@ -252,6 +252,7 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 		// Stops in a row (a queue deleted again and again, a declare
 		// that keeps failing) back off; the first after a steady
 		// subscription waits only for the cancel to settle.
+		prev := retry
 		if !subscribedAt.IsZero() && time.Since(subscribedAt) >= b.cfg.ReconnectMax {
 			retry = 0
 		} else {
@@ -262,13 +263,15 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 			// An agent looks for an inbox the server has not declared
 			// yet: each look costs the broker a channel, so looks are
 			// spread (a fleet started at once does not look in step)
-			// and never closer than missingInboxMin, or nudgedInboxMin
-			// while the server's nudges can reach it.
-			least := missingInboxMin
-			if nudged != nil && !b.nudges.failed.Load() {
-				least = nudgedInboxMin
+			// and never closer than missingInboxMin. While the agent
+			// listens for the server's nudges (it holds its claim), a
+			// look only makes up for a nudge lost: from nudgedInboxMin,
+			// doubling up to nudgedInboxMax.
+			if nudged != nil && b.nudges.listens(b.ClaimQueue(c.env, c.agent)) {
+				retry = min(max(2*prev, nudgedInboxMin), nudgedInboxMax)
+			} else {
+				retry = max(retry, missingInboxMin)
 			}
-			retry = max(retry, least)
 			wait = retry/2 + rand.N(retry/2+1)
 			if err := pauseFor(wait); err != nil {
 				return err

@@ -62,6 +62,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"SendBatch", testSendBatch},
 		{"SendBatchInboxFull", testSendBatchFull},
 		{"SendBatchCancelled", testSendBatchCancelled},
+		{"AnswerWaiting", testAnswerWaiting},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newSubject(t)) })
@@ -214,6 +215,45 @@ func testDeclared(t *testing.T, s Subject) {
 	if got := c.waitFor(t, 1); deployID(t, got[0]) != "1" {
 		t.Fatalf("got %s, want 1", deployID(t, got[0]))
 	}
+}
+
+// answerWaiter is what the server asks of a bus before it skips a hello an
+// agent said again while the answer to an earlier one waits in its inbox.
+type answerWaiter interface {
+	AnswerWaiting(ctx context.Context, env, agent string) (bool, error)
+}
+
+func testAnswerWaiting(t *testing.T, s Subject) {
+	w, ok := s.Bus.(answerWaiter)
+	if !ok {
+		t.Fatalf("%T does not tell whether messages wait in an inbox (AnswerWaiting)", s.Bus)
+	}
+	ctx := context.Background()
+	check := func(want bool, when string) {
+		t.Helper()
+		got, err := w.AnswerWaiting(ctx, env, "waiter")
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if got != want {
+			t.Fatalf("%s: AnswerWaiting = %t, want %t", when, got, want)
+		}
+	}
+	check(false, "before the inbox is declared")
+	if err := s.Bus.DeclareInbox(ctx, env, "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	check(false, "declared, empty")
+	if err := s.Bus.Send(ctx, command(t, signer(), "waiter", 1), bus.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check(true, "holding a command")
+	check(true, "holding a command, asked again")
+	c := newCollector()
+	stop := consume(t, s.Bus, "waiter", c.handle)
+	c.waitFor(t, 1)
+	stop()
+	check(false, "its command taken")
 }
 
 func testPerAgentOrder(t *testing.T, s Subject) {

@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"sync"
+	"testing"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// A hello an agent says again while the answer to its first waits in its
+// inbox is not handled again: the server only marks the agent as heard.
+// Once the inbox no longer holds the answer (the agent read it, or the
+// inbox was emptied), or when the hello tells something new, a repeat is
+// handled in full, answered again.
+func TestRepeatedHelloAnsweredOnce(t *testing.T) {
+	settings := quietSettings()
+	settings.Enrollment = record.EnrollOpen
+	r := startRig(t, server.Config{}, map[string]record.EnvSettings{"test": settings})
+	_, key, _ := bus.GenerateKey()
+	sg := bus.NewSigner(key, 0)
+	hello := bus.Hello{PublicKey: key.Public().(ed25519.PublicKey), Labels: map[string]string{"role": "web"}}
+	say := func(h bus.Hello) uint64 {
+		t.Helper()
+		e, err := sg.Seal(bus.KindHello, "test", "fresh", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := r.srv.IngestStats().Events
+		if err := r.bus.Publish(r.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the hello handled", func() bool { return r.srv.IngestStats().Events > before })
+		return e.Seq
+	}
+	repeated := func() float64 {
+		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="hello",outcome="repeated"}`)
+	}
+	// read takes what waits in the inbox and returns how many.
+	read := func() int {
+		t.Helper()
+		var mu sync.Mutex
+		n := 0
+		ctx, cancel := context.WithCancel(r.ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = r.bus.ConsumeInbox(ctx, "test", "fresh", func(context.Context, bus.Delivery) error {
+				mu.Lock()
+				n++
+				mu.Unlock()
+				return nil
+			})
+		}()
+		waitFor(t, "the inbox read", func() bool {
+			waiting, err := r.bus.AnswerWaiting(r.ctx, "test", "fresh")
+			return err == nil && !waiting
+		})
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+
+	first := say(hello)
+	if a := r.waitRecord("fresh", "its enrollment", func(a record.Agent) bool { return a.State == record.AgentAccepted }); a.LastSeq != int64(first) {
+		t.Fatalf("last sequence %d, want %d", a.LastSeq, first)
+	}
+	repeat := hello
+	repeat.Repeats = first
+	second := say(repeat)
+	if got := repeated(); got != 1 {
+		t.Fatalf("%g hellos counted as repeated, want 1", got)
+	}
+	r.waitRecord("fresh", "the repeat marked as heard", func(a record.Agent) bool { return a.LastSeq == int64(second) })
+	if n := read(); n != 1 {
+		t.Fatalf("the inbox held %d messages, want the one answer", n)
+	}
+
+	// The answer was read: a repeat said before it was is answered again.
+	say(repeat)
+	if got := repeated(); got != 1 {
+		t.Fatalf("%g hellos counted as repeated, want still 1", got)
+	}
+	waitFor(t, "a second answer", func() bool {
+		waiting, err := r.bus.AnswerWaiting(r.ctx, "test", "fresh")
+		return err == nil && waiting
+	})
+
+	// A repeat that tells something new is handled, answer waiting or not.
+	changed := repeat
+	changed.Labels = map[string]string{"role": "db"}
+	say(changed)
+	if got := repeated(); got != 1 {
+		t.Fatalf("%g hellos counted as repeated, want still 1", got)
+	}
+	r.waitRecord("fresh", "its new label", func(a record.Agent) bool { return a.Labels["role"] == "db" })
+	if n := read(); n != 2 {
+		t.Fatalf("the inbox held %d messages, want the two answers", n)
+	}
+}
