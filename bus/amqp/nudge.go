@@ -41,7 +41,7 @@ const (
 	// worked through the hellos were some 48,000 channels opened and
 	// closed on the broker (68,050 with the claims and consumers).
 	nudgedInboxMin = time.Minute
-	nudgedInboxMax = 5 * time.Minute
+	nudgedInboxMax = 2 * time.Minute
 )
 
 type nudges struct {
@@ -113,7 +113,7 @@ func (b *Bus) watchNudges(closed <-chan *amqp.Error) {
 	e, ok := <-closed
 	if ok && e != nil && e.Code == amqp.AccessRefused && strings.Contains(e.Reason, "amq.default") && !b.nudges.refused.Swap(true) {
 		b.log.Warn().Str("reason", e.Reason).Msg("the broker refuses this server's nudges to new agents (publishing to amq.default): " +
-			"they find their inboxes by looking, which costs the broker more the larger the fleet; give the server's broker user write on amq.default (operations.md)")
+			"they find their inboxes only by looking for them, which they do seldom (a new agent may wait minutes for its first desired state); give the server's broker user write on amq.default (operations.md)")
 	}
 }
 
