@@ -193,19 +193,18 @@ func (b *bucket) take(rate, burst float64, now time.Time) bool {
 
 // helloOverRate reports whether a hello is beyond its agent's hello rate:
 // then it is dropped, counted and alerted. Only hellos the server would
-// answer at a cost count: of an agent it knows, signed by the key it knows
+// answer at a cost count: of an agent it knows, signed (verified before)
+// by the key it knows
 // (its previous key too, while that holds), so nobody without the key can
 // spend an agent's hellos. The others are refused further on, or bounded
 // as discoveries.
-func (s *Server) helloOverRate(ctx context.Context, e *bus.Envelope) bool {
+func (s *Server) helloOverRate(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
 	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
 	if err != nil {
 		return false // unknown (bounded as a discovery), or the store away (hello fails on its own)
 	}
-	var body bus.Hello
 	now := time.Now()
-	if e.DecodeBody(&body) != nil || !(bytes.Equal(body.PublicKey, a.PublicKey) || a.PreviousHolds(body.PublicKey, now)) ||
-		bus.Verify(e, body.PublicKey) != nil || s.flood.hello(e.Env, e.Agent, now) {
+	if !(bytes.Equal(body.PublicKey, a.PublicKey) || a.PreviousHolds(body.PublicKey, now)) || s.flood.hello(e.Env, e.Agent, now) {
 		return false
 	}
 	s.count(e.Kind, "over_rate")

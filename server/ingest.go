@@ -62,10 +62,19 @@ func (s *Server) count(k bus.Kind, outcome string) {
 
 func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if e.Kind == bus.KindHello {
-		if s.helloOverRate(ctx, e) || s.helloRepeated(ctx, e) {
+		// Decoded and verified once, for the rate, the repeat and the
+		// hello itself.
+		var body bus.Hello
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if err := bus.Verify(e, body.PublicKey); err != nil {
+			return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
+		}
+		if s.helloOverRate(ctx, e, body) || s.helloRepeated(ctx, e, body) {
 			return nil
 		}
-		return s.hello(ctx, e)
+		return s.hello(ctx, e, body)
 	}
 	a, cached, err := s.agents.get(ctx, e.Env, e.Agent)
 	if errors.Is(err, model.ErrNotFound) {
@@ -233,14 +242,9 @@ func (s *Server) recordGeneration(ctx context.Context, a record.Agent, generatio
 
 // hello records a discovered agent and, when the environment's enrollment
 // policy accepts it, enrolls it and hands it to the scheduler.
-func (s *Server) hello(ctx context.Context, e *bus.Envelope) error {
-	var body bus.Hello
-	if err := e.DecodeBody(&body); err != nil {
-		return fmt.Errorf("%w: %w", bus.ErrReject, err)
-	}
-	if err := bus.Verify(e, body.PublicKey); err != nil {
-		return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
-	}
+// hello handles a hello, decoded and its signature verified by the key it
+// presents.
+func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) error {
 	if err := checkFacts(body.Labels, body.Facts); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
@@ -481,20 +485,16 @@ type answerWaiter interface {
 // were busiest. An inbox emptied meanwhile (deleted and declared again,
 // or read) gets the hello handled in full: a repeat is never what stands
 // between an agent and its answer.
-func (s *Server) helloRepeated(ctx context.Context, e *bus.Envelope) bool {
+func (s *Server) helloRepeated(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
 	w, ok := s.bus.(answerWaiter)
-	if !ok {
-		return false
-	}
-	var body bus.Hello
-	if e.DecodeBody(&body) != nil || body.Repeats == 0 {
+	if !ok || body.Repeats == 0 {
 		return false
 	}
 	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
 	if err != nil || a.State != record.AgentAccepted || !a.Connected || a.LastSeq <= 0 || body.Repeats > uint64(a.LastSeq) ||
 		!bytes.Equal(a.PublicKey, body.PublicKey) || !bytes.Equal(a.KeyAgreementKey, body.KeyAgreementKey) ||
 		a.Generation != body.Generation || !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts) ||
-		checkSeq(a, e.Seq) != nil || bus.Verify(e, body.PublicKey) != nil {
+		checkSeq(a, e.Seq) != nil {
 		return false
 	}
 	waiting, err := w.AnswerWaiting(ctx, e.Env, e.Agent)
