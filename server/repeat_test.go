@@ -103,3 +103,59 @@ func TestRepeatedHelloAnsweredOnce(t *testing.T) {
 		t.Fatalf("the inbox held %d messages, want the two answers", n)
 	}
 }
+
+// A restarted agent starts a new series: its first hello is handled in
+// full though an answer waits in its inbox. A repeat signed by another
+// key than the one it presents (someone without the agent's key) is
+// refused, neither skipped nor answered.
+func TestRepeatedHelloAfterRestartAndForged(t *testing.T) {
+	settings := quietSettings()
+	settings.Enrollment = record.EnrollOpen
+	r := startRig(t, server.Config{}, map[string]record.EnvSettings{"test": settings})
+	_, key, _ := bus.GenerateKey()
+	pub := key.Public().(ed25519.PublicKey)
+	sg := bus.NewSigner(key, 0)
+	say := func(sg *bus.Signer, h bus.Hello) {
+		t.Helper()
+		e, err := sg.Seal(bus.KindHello, "test", "web", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := r.srv.IngestStats().Events
+		if err := r.bus.Publish(r.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the hello handled", func() bool { return r.srv.IngestStats().Events > before })
+	}
+	count := func(outcome string) float64 {
+		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="hello",outcome="`+outcome+`"}`)
+	}
+	say(sg, bus.Hello{PublicKey: pub})
+	r.waitRecord("web", "its enrollment", func(a record.Agent) bool { return a.State == record.AgentAccepted })
+	a, err := r.store.GetAgent(r.ctx, "test", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Restarted: a first hello again (no series), an answer waiting.
+	ok := count("ok")
+	say(sg, bus.Hello{PublicKey: pub})
+	if got := count("repeated"); got != 0 {
+		t.Fatalf("a restarted agent's first hello counted as repeated (%g)", got)
+	}
+	if got := count("ok"); got != ok+1 {
+		t.Fatalf("hellos handled: %g, want %g", got, ok+1)
+	}
+
+	// Forged: the agent's key presented, another key's signature.
+	_, other, _ := bus.GenerateKey()
+	forger := bus.NewSigner(other, uint64(a.LastSeq)+10)
+	rejected := count("rejected")
+	say(forger, bus.Hello{PublicKey: pub, Repeats: uint64(a.LastSeq)})
+	if got := count("repeated"); got != 0 {
+		t.Fatalf("a forged repeat was skipped as repeated (%g)", got)
+	}
+	if got := count("rejected"); got != rejected+1 {
+		t.Fatalf("rejected hellos: %g, want %g", got, rejected+1)
+	}
+}
