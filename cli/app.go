@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	term := &terminal{stdout: stdout, stderr: stderr,
 		color: isTerminal(stdout) && colorAllowed(), progress: isTerminal(stderr), stderrColor: isTerminal(stderr) && colorAllowed(),
 		stdin: stdin, interactive: isTerminalIn(stdin)}
+	term.stdout, term.stderr = agentcli.Serialized(stdout), agentcli.Serialized(stderr)
 	app := newApp(term)
 	app.Reader = stdin
 	args, err := helpArgs(app, args)

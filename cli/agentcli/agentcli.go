@@ -119,7 +119,17 @@ func Logger(c *ucli.Context, stderr io.Writer, terminal, color bool) (zerolog.Lo
 	default:
 		return zerolog.Nop(), UsageError("--log-format %q: use auto, text or json", c.String("log-format"))
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+	return zerolog.New(Serialized(w)).Level(level).With().Timestamp().Logger(), nil
+}
+
+// Serialized returns w made safe for the goroutines that write to it at
+// once (the server, the agent and the progress of one process): a file
+// takes each write whole, any other writer (a buffer) gets a lock.
+func Serialized(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return zerolog.SyncWriter(w)
 }
 
 // BrokerFlags are the flags naming the broker, shared by the server and

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/bus"
 )
@@ -52,5 +57,42 @@ func TestMain(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The server, the agent and the progress of one process write to its
+// stderr at once: through Serialized, every write lands whole, even on a
+// writer that is not safe for goroutines (a buffer, as the tests give).
+func TestSerializedTakesWritesWhole(t *testing.T) {
+	var buf bytes.Buffer
+	w := Serialized(&buf)
+	log := zerolog.New(w)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				if g%2 == 0 {
+					log.Info().Int("g", g).Int("i", i).Msg("logged")
+				} else {
+					fmt.Fprintf(w, "printed %d %d\n", g, i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 8*200 {
+		t.Fatalf("%d lines, want %d", len(lines), 8*200)
+	}
+	for _, l := range lines {
+		var v map[string]any
+		if !strings.HasPrefix(l, "printed ") && json.Unmarshal([]byte(l), &v) != nil {
+			t.Fatalf("a write was torn: %q", l)
+		}
+	}
+	if f := Serialized(os.Stderr); f != os.Stderr {
+		t.Fatalf("Serialized(os.Stderr) = %T, want the file itself (it takes writes whole)", f)
 	}
 }
