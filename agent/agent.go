@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -65,7 +66,11 @@ type Config struct {
 	StatusBatch int
 	// StatusLinger is how long a partial batch waits for more results.
 	StatusLinger time.Duration
-	// Heartbeat is how often an enrolled agent says it is alive.
+	// Heartbeat is how often an enrolled agent says it is alive: by
+	// default a third of the 90 s after which the server shows an agent
+	// not heard from offline. A server that takes every event as a sign
+	// of life (bus.Enrolled.EventsAlive) is not sent a heartbeat when
+	// the agent sent anything else since the last.
 	Heartbeat time.Duration
 	// HelloRetry is the first pause before saying hello again while not
 	// enrolled (jittered: half of it to all of it); it doubles up to
@@ -127,7 +132,7 @@ func Default() Config {
 		MaxCommandAge:   time.Hour,
 		StatusBatch:     256,
 		StatusLinger:    20 * time.Millisecond,
-		Heartbeat:       10 * time.Second,
+		Heartbeat:       30 * time.Second,
 		HelloRetry:      time.Minute,
 		HelloRetryMax:   30 * time.Minute,
 		ClaimRetry:      time.Second,
@@ -289,6 +294,11 @@ type Agent struct {
 	clock *clock
 	// refused counts commands refused since the last report.
 	refused refusals
+	// eventsAlive is set when the server takes every event as a sign of
+	// life (bus.Enrolled.EventsAlive); told is when this process last
+	// published an event (unix ns).
+	eventsAlive atomic.Bool
+	told        atomic.Int64
 }
 
 type runningJob struct {
@@ -694,6 +704,7 @@ func (a *Agent) introduce(ctx context.Context) {
 		}
 		break
 	}
+	last := time.Now()
 	t := time.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
 	ft := time.NewTicker(a.cfg.FactsInterval)
@@ -708,11 +719,16 @@ func (a *Agent) introduce(ctx context.Context) {
 			}
 		case <-t.C:
 			a.reportRefusals(ctx)
-			body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen(),
-				Version: a.version(), Protocol: bus.Protocol}
-			if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
-				a.log.Debug().Err(err).Msg("heartbeat not sent")
+			if !a.eventsAlive.Load() || a.told.Load() < last.UnixNano() {
+				body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen(),
+					Version: a.version(), Protocol: bus.Protocol}
+				if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
+					a.log.Debug().Err(err).Msg("heartbeat not sent")
+				}
 			}
+			// Else the events sent since the last heartbeat said
+			// this agent lives.
+			last = time.Now()
 		}
 	}
 }
@@ -805,6 +821,7 @@ func (a *Agent) publishNow(ctx context.Context, kind bus.Kind, body any) error {
 	if err := a.bus.Publish(ctx, e); err != nil {
 		return fmt.Errorf("publish %s: %w", kind, err)
 	}
+	a.told.Store(time.Now().UnixNano())
 	return nil
 }
 

@@ -121,6 +121,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			a.log.Warn().Str("server_key", bus.Fingerprint(body.ServerKey)).Msg("enrolled; server key pinned")
 		}
 		a.signer.Advance(body.LastSeq)
+		a.eventsAlive.Store(body.EventsAlive)
 		if err := a.followEnvironment(body, answer); err != nil {
 			return err
 		}

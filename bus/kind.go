@@ -192,6 +192,11 @@ type Enrolled struct {
 	// from older servers: not said.
 	Paused      *bool             `json:"paused,omitempty"`
 	DriftPolicy model.DriftPolicy `json:"drift_policy,omitempty"`
+	// EventsAlive says that the server takes every event of the agent
+	// as a sign of life: an agent that sent anything since its last
+	// heartbeat skips the next. False from older servers, whose agents
+	// beat regardless.
+	EventsAlive bool `json:"events_alive,omitempty"`
 }
 
 // Security reports commands an agent refused, at most one report a minute:

@@ -296,12 +296,15 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			"agents' connection is back, and a second release until all recorded and every outbox drained.\n" +
 			"--private-broker runs on a RabbitMQ node of the run's own (its ports, data and configuration, the\n" +
 			"limit on open files raised), so that --restart-broker disturbs nobody and the machine's broker\n" +
-			"and its limits do not bound the run. --servers N starts N server replicas on the same store and broker.\n\n" +
+			"and its limits do not bound the run. --servers N starts N server replicas on the same store and broker.\n" +
+			"--idle D holds the fleet idle for D once converged and says what it costs meanwhile (CPU of each\n" +
+			"process, messages): what the agents' heartbeats (--heartbeat, 1m here; agents default to 30s) cost.\n\n" +
 			"   tether bench converge --agents 1000 --resources 20\n" +
 			"   tether bench converge --agents 1000 --resources 20 --dir /dev/shm/converge   # tmpfs\n" +
 			"   tether bench converge --agents 200 --resources 20 --forged 100000            # through a flood\n" +
 			"   tether bench converge --agents 10000 --dir /dev/shm/converge --private-broker --timeout 30m\n" +
-			"   tether bench converge --agents 1000 --resources 20 --token --restart-broker --private-broker",
+			"   tether bench converge --agents 1000 --resources 20 --token --restart-broker --private-broker\n" +
+			"   tether bench converge --agents 10000 --dir /dev/shm/converge --private-broker --timeout 30m --heartbeat 30s --idle 2m",
 		Flags: append(benchServiceFlags(),
 			benchAMQPFlag(),
 			&ucli.IntFlag{Name: "agents", Value: 1000, Usage: "how many agents"},
@@ -311,6 +314,8 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "dir", Usage: "the agents' journals and files go under `DIR` (default: a new temporary directory)"},
 			&ucli.BoolFlag{Name: "token", Usage: "enrollment policy token: every agent enrolls with an enrollment token (default: open enrollment)"},
 			&ucli.BoolFlag{Name: "restart-broker", Usage: "once converged, restart this machine's RabbitMQ (rabbitmqctl stop_app, start_app) and time the reconnect and a second release"},
+			&ucli.DurationFlag{Name: "heartbeat", Value: time.Minute, Usage: "the agents' heartbeat interval (agents run with 30s by default)"},
+			&ucli.DurationFlag{Name: "idle", Usage: "once converged, hold the fleet idle this long and measure what it costs meanwhile (CPU of each process, messages)"},
 			&ucli.IntFlag{Name: "servers", Value: 1, Usage: "how many `N` server processes (replicas) share the store and the broker: they take events from one queue, one leads"},
 			&ucli.BoolFlag{Name: "private-broker", Usage: "run on a RabbitMQ node of the run's own (its own ports, data and configuration, the limit on open files raised), not the machine's broker; --restart-broker then restarts that node alone"},
 			&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"},
@@ -334,9 +339,12 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			}
 			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), CPUProfile: c.String("cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
-				Token: c.Bool("token"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term), Warn: term.stderr}
+				Token: c.Bool("token"), Heartbeat: c.Duration("heartbeat"), Idle: c.Duration("idle"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term), Warn: term.stderr}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {
 				return usageError("--agents, --resources and --per-connection must be at least 1")
+			}
+			if o.Heartbeat <= 0 || o.Idle < 0 {
+				return usageError("--heartbeat must be above 0 and --idle not below 0 (e.g. --heartbeat 30s --idle 2m)")
 			}
 			res, err := bench.RunConverge(c.Context, o)
 			if err != nil {
@@ -363,11 +371,19 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "\nbroker restarted: every connection open again %.2f s after start_app; the next release converged in %.2f s, every outbox drained\n", res.ReconnectSeconds, res.ReconvergeSeconds)
 			}
 			fmt.Fprintf(term.stdout, "\n%d files open in the agents' process once converged\n", res.OpenFiles)
-			for _, ph := range []struct {
+			phases := []struct {
 				what string
 				cpu  bench.CPUSeconds
 				msgs bench.Messages
-			}{{"enrolling", res.EnrollCPU, res.EnrollMessages}, {"converging", res.ConvergeCPU, res.ConvergeMessages}} {
+			}{{"enrolling", res.EnrollCPU, res.EnrollMessages}, {"converging", res.ConvergeCPU, res.ConvergeMessages}}
+			if res.IdleSeconds > 0 {
+				phases = append(phases, struct {
+					what string
+					cpu  bench.CPUSeconds
+					msgs bench.Messages
+				}{fmt.Sprintf("idle (%.0f s)", res.IdleSeconds), res.IdleCPU, res.IdleMessages})
+			}
+			for _, ph := range phases {
 				fmt.Fprintf(term.stdout, "CPU seconds while %s: server %.1f, broker %.1f, agents %.1f, PostgreSQL %.1f; the agents published %d messages and got %d\n",
 					ph.what, ph.cpu.Server, ph.cpu.Broker, ph.cpu.Agents, ph.cpu.Postgres, ph.msgs.Published, ph.msgs.Delivered)
 			}

@@ -119,6 +119,27 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		s.security(ctx, e, fmt.Sprintf("agent %s sends more than %g events a second: the excess is dropped", a.Name, s.flood.rate))
 		return nil
 	}
+	if err := s.agentEvent(ctx, a, e, byPrevious); err != nil {
+		return err
+	}
+	if e.Kind != bus.KindGoodbye {
+		s.heard(a, e)
+	}
+	return nil
+}
+
+// heard marks an accepted agent as heard from by e, handled: every event
+// of an agent says it lives, so an agent that reports skips its next
+// heartbeat (bus.Enrolled.EventsAlive). Marks are written together, every
+// second (seenWriter).
+func (s *Server) heard(a record.Agent, e *bus.Envelope) {
+	now := time.Now().UTC()
+	s.seen.mark(a.Env, a.Name, int64(e.Seq), now)
+	s.agents.update(a.Env, a.Name, func(c *record.Agent) { c.LastSeen, c.LastSeq = now, max(c.LastSeq, int64(e.Seq)) })
+}
+
+// agentEvent handles an event of an accepted agent, verified.
+func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope, byPrevious bool) error {
 	switch e.Kind {
 	case bus.KindResourceStatus, bus.KindDryRunResult:
 		var body bus.ResourceStatus
@@ -153,11 +174,8 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		}
 		version, protocol := model.Clip(body.Version, maxVersionLen), model.Clip(body.Protocol, maxVersionLen)
 		if a.Connected && (body.Protocol == "" || version == a.AgentVersion && protocol == a.Protocol) {
-			// Nothing new but that it is there: written with the
-			// others' within a second.
-			now := time.Now().UTC()
-			s.seen.mark(a.Env, a.Name, int64(e.Seq), now)
-			s.agents.update(a.Env, a.Name, func(c *record.Agent) { c.LastSeen, c.LastSeq = now, max(c.LastSeq, int64(e.Seq)) })
+			// Nothing new but that it is there: marked heard, written
+			// with the others' within a second.
 			return nil
 		}
 		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
@@ -589,7 +607,7 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	// lacks it (answerHello).
 	paused := a.Paused || env.Settings.Halted
 	if err := s.answerHello(ctx, a, bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
-		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy}); err != nil {
+		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy, EventsAlive: true}); err != nil {
 		return err
 	}
 	// Agents older than the pause in the answer learn it this way.

@@ -9,6 +9,7 @@ import (
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store"
 )
 
@@ -100,5 +101,103 @@ func TestHeartbeatsWrittenInGroups(t *testing.T) {
 	}
 	if get("web-2").Connected {
 		t.Fatal("web-2 online again after its goodbye, without a heartbeat since")
+	}
+}
+
+// An agent that reports skips its heartbeats: the server takes every
+// event of an accepted agent as a sign of life, moves its last-seen time
+// and sequence, and says so in its answer to the hello. Once the agent
+// has nothing else to say, it beats again.
+func TestReportsStandForHeartbeats(t *testing.T) {
+	settings := record.DefaultEnvSettings()
+	settings.Enrollment = record.EnrollOpen
+	settings.AutoDeploy = false
+	r := startRigWith(t, func(*server.Config, store.Store) {}, map[string]record.EnvSettings{"test": settings})
+	var changing atomic.Bool
+	var n atomic.Int64
+	changing.Store(true)
+	facts := func(context.Context) map[string]any {
+		if changing.Load() {
+			return map[string]any{"n": n.Add(1)}
+		}
+		return map[string]any{"n": n.Load()}
+	}
+	r.startAgentWith(agent.Config{Env: "test", Name: "web-1", StateDir: t.TempDir(), ServerKey: r.srv.PublicKey(),
+		Heartbeat: 20 * time.Millisecond, Facts: facts, FactsInterval: 2 * time.Millisecond, NoWatch: true})
+	r.waitOnline("web-1")
+	beats := func() float64 {
+		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="heartbeat",outcome="ok"}`)
+	}
+	reports := func() float64 {
+		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="facts",outcome="ok"}`)
+	}
+	get := func() record.Agent {
+		t.Helper()
+		a, err := r.store.GetAgent(r.ctx, "test", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	// Reporting facts every few milliseconds, for as long as 25
+	// heartbeats: at most the first beats (said before the first facts).
+	before, beatsBefore := get(), beats()
+	deadline := time.Now().Add(patience)
+	for reports() < 100 || get().LastSeq < before.LastSeq+100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%g facts reported, sequence %d; want 100 reports and the sequence past %d", reports(), get().LastSeq, before.LastSeq+100)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // 25 heartbeats' time, reporting all along
+	if got := beats() - beatsBefore; got > 1 {
+		t.Fatalf("%g heartbeats while the agent reported all along, want at most 1", got)
+	}
+	if a := get(); !a.Connected || !a.LastSeen.After(before.LastSeen) {
+		t.Fatalf("connected %v, last seen %v (was %v): its reports did not keep it seen", a.Connected, a.LastSeen, before.LastSeen)
+	}
+
+	// Quiet: it beats again.
+	changing.Store(false)
+	beatsBefore = beats()
+	for beats() < beatsBefore+5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%g heartbeats once the agent fell quiet, want 5", beats()-beatsBefore)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Results are signs of life: an agent that only reports (its heartbeat an
+// hour away) has its last-seen time moved by each report, also of a
+// version it held already, so that the offline window does not trip over
+// an agent busy deploying.
+func TestResultsMoveLastSeen(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	r.startAgentWith(agent.Config{Env: "test", Name: "web-1", StateDir: t.TempDir(), ServerKey: r.srv.PublicKey(),
+		Heartbeat: time.Hour, NoWatch: true})
+	r.waitOnline("web-1")
+	r.release(file("web-1", "/a", "a"), file("web-1", "/b", "b"))
+	get := func() record.Agent {
+		t.Helper()
+		a, err := r.store.GetAgent(r.ctx, "test", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for range 2 {
+		before := get()
+		if res := r.deploy(scheduler.DeployRequest{Full: true}); len(res) != 2 {
+			t.Fatalf("%d results, want 2", len(res))
+		}
+		deadline := time.Now().Add(patience)
+		for a := get(); a.LastSeq <= before.LastSeq || !a.LastSeen.After(before.LastSeen); a = get() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after its results: sequence %d, last seen %v; want past %d and %v", a.LastSeq, a.LastSeen, before.LastSeq, before.LastSeen)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }

@@ -558,7 +558,7 @@ func (s *Server) firstSigned(a record.Agent) ([]*bus.Envelope, error) {
 		}
 		out = append(out, r)
 	}
-	e, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: pubOf(signing), LastSeq: uint64(max(a.LastSeq, 0))})
+	e, err := s.signer.Seal(bus.KindEnrolled, a.Env, a.Name, bus.Enrolled{ServerKey: pubOf(signing), LastSeq: uint64(max(a.LastSeq, 0)), EventsAlive: true})
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func runFlags() []ucli.Flag {
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "parallelism", Value: 0, EnvVars: []string{"TETHER_PARALLELISM"},
 			Usage: "how many resources a deploy runs at once (0: the default)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "heartbeat", Value: def.Heartbeat, EnvVars: []string{"TETHER_HEARTBEAT"},
-			Usage: "how often the agent tells the server it is alive"}),
+			Usage: "how often the agent tells the server it is alive (the server shows an agent it has not heard from for 90s offline; any other event the agent sends counts as well)"}),
 	)
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -73,6 +74,12 @@ type ConvergeOptions struct {
 	// agents' connection is back, then a second release until the server
 	// recorded every resource deployed and every agent's outbox drained.
 	RestartBroker bool
+	// Heartbeat is the agents' heartbeat interval (default: a minute).
+	Heartbeat time.Duration
+	// Idle, if set, holds the fleet idle this long once it converged (and
+	// before any broker restart), and measures what it costs meanwhile:
+	// CPU of each process, messages.
+	Idle time.Duration
 	// CPUProfile, if set, is where a CPU profile of this process (the
 	// agents) during the first release is written; the enrollment's goes
 	// to CPUProfile+".enroll".
@@ -145,6 +152,11 @@ type ConvergeResult struct {
 	// published and had delivered while enrolling and while converging.
 	EnrollMessages   Messages `json:"enroll_messages"`
 	ConvergeMessages Messages `json:"converge_messages"`
+	// IdleSeconds, IdleCPU and IdleMessages: the fleet held idle once
+	// converged (Idle), and what it cost meanwhile.
+	IdleSeconds  float64    `json:"idle_seconds,omitempty"`
+	IdleCPU      CPUSeconds `json:"idle_cpu_seconds,omitzero"`
+	IdleMessages Messages   `json:"idle_messages,omitzero"`
 	// ReconnectSeconds: from the broker's start_app to every agents'
 	// connection open again; ReconvergeSeconds: the release after it,
 	// until all recorded deployed and every outbox drained.
@@ -345,7 +357,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 			return nil, err
 		}
 		acfg := agent.Config{Env: "bench", Name: name, StateDir: filepath.Join(work, name, "state"),
-			Heartbeat: time.Minute, Facts: gather, ServerKey: srvInfo.PublicKey, Journal: journal.Config{Lock: lock}}
+			Heartbeat: cmp.Or(o.Heartbeat, time.Minute), Facts: gather, ServerKey: srvInfo.PublicKey, Journal: journal.Config{Lock: lock}}
 		if o.Token {
 			acfg.ServerKey, acfg.Token = nil, enrollToken.Token
 		}
@@ -449,6 +461,14 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		res.PostgresTables = res.PostgresTables[:6]
 	}
 
+	if o.Idle > 0 {
+		showProgress(o.Progress, "converged; the fleet idle for %v", o.Idle)
+		cpu0, msgs0 := cpuNow(servers, brokerProc), messagesNow()
+		if err := waitServer(ctx, srv, o.Idle); err != nil {
+			return nil, err
+		}
+		res.IdleSeconds, res.IdleCPU, res.IdleMessages = o.Idle.Seconds(), cpuNow(servers, brokerProc).since(cpu0), messagesNow().since(msgs0)
+	}
 	if o.RestartBroker {
 		d, err := fl.reconnect(ctx, buses, restart)
 		if err != nil {
@@ -472,6 +492,12 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	if o.Token {
 		cmd += " --token"
+	}
+	if o.Heartbeat > 0 {
+		cmd += " --heartbeat " + o.Heartbeat.String()
+	}
+	if o.Idle > 0 {
+		cmd += " --idle " + o.Idle.String()
 	}
 	if o.RestartBroker {
 		cmd += " --restart-broker"
