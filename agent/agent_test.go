@@ -942,3 +942,54 @@ func TestRepairedDriftIsNoNews(t *testing.T) {
 		return body.Reports[0].ID == other.ID
 	})
 }
+
+// A desired state may carry the deploy that follows it (protocol 1.2): it
+// is journaled with the desired state, in one transaction, and runs as a
+// deploy command would — after a restart too, when the agent was paused
+// in between.
+func TestDeployCarriedByDesiredState(t *testing.T) {
+	s := newFakeServer(t)
+	dir, root := t.TempDir(), t.TempDir()
+	var seen int
+	r := start(t, s, "web", dir, root, nil)
+	s.next(&seen, "web", bus.KindHello)
+	s.enroll("web")
+	a1, b1 := file("web", "/a", "A1"), file("web", "/b", "B1")
+	sl := model.SliceOf("web", 1, []model.Resource{a1, b1})
+	h, err := sl.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.send("web", bus.KindDesiredFull, bus.DesiredFull{Generation: 1, Resources: sl.Resources, SliceHash: h,
+		Deploy: &bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1}})
+	if got, last := s.results(&seen, "web", "d1"); len(got) != 2 || last.Error != "" || last.Generation != 1 {
+		t.Fatalf("full state carrying d1: results %v, last %+v; want both deployed at 1", got, last)
+	}
+
+	// Paused, the deploy a diff carries waits in the journal; the agent
+	// restarts, is resumed, and runs it.
+	s.send("web", bus.KindPause, bus.Empty{})
+	s.handled(&seen, "web")
+	a2 := file("web", "/a", "A2")
+	next := model.SliceOf("web", 2, []model.Resource{a2, b1})
+	h2, err := next.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.send("web", bus.KindDesiredDiff, bus.DesiredDiff{Diff: model.Diff{From: 1, To: 2, Upserts: []model.Resource{a2}}, SliceHash: h2,
+		Deploy: &bus.Deploy{DeployID: "d2", Mode: bus.DeployIncremental, Generation: 2}})
+	s.handled(&seen, "web")
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "A1" {
+		t.Fatalf("paused, /a holds %q; want A1 until resumed", b)
+	}
+	r.stop()
+	start(t, s, "web", dir, root, nil)
+	s.send("web", bus.KindResume, bus.Empty{})
+	got, last := s.results(&seen, "web", "d2")
+	if len(got) != 1 || got[a2.ID].State != model.StateDeployed || last.Error != "" || last.Generation != 2 {
+		t.Fatalf("d2 after the restart: results %v, last %+v; want /a deployed at 2", got, last)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "A2" {
+		t.Fatalf("/a holds %q, want A2", b)
+	}
+}

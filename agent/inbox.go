@@ -147,48 +147,31 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		if held := a.floor(); body.Generation < held {
-			err := fmt.Errorf("%w: desired state of generation %d, older than the %d held: refused (desired state only moves forward)", errReplay, body.Generation, held)
-			a.refuse(ctx, e, err)
-			return fmt.Errorf("%w: %w", bus.ErrReject, err)
-		}
-		s := model.Slice{Agent: a.cfg.Name, Generation: body.Generation, Resources: body.Resources}
-		if err := a.checkSlice(s, body.SliceHash); err != nil {
-			// Refused, it still answers the request under way, if
-			// any: ask again.
-			a.stateAnswered()
-			return a.requestState(ctx, tx, err, body.Generation)
-		}
-		if err := a.commitSlice(tx.SetSlice(s), s); err != nil {
+		started := a.carryDeploy(tx, e, body.Deploy)
+		if err := a.applyFull(ctx, tx, e, body); err != nil {
 			return err
 		}
-		if want := a.stateAnswered(); want > s.Generation {
-			// A diff to a newer generation came while this answer was
-			// on its way, and was dropped: ask for the state again.
-			a.log.Info().Int64("held", s.Generation).Int64("seen", want).Msg("the full state sent is older than a diff dropped meanwhile; asking again")
-			return a.requestState(ctx, a.journal.Begin(), nil, want)
-		}
-		return nil
+		started()
 	case bus.KindDesiredDiff:
 		var body bus.DesiredDiff
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return a.applyDiff(ctx, tx, e, body)
+		started := a.carryDeploy(tx, e, body.Deploy)
+		if err := a.applyDiff(ctx, tx, e, body); err != nil {
+			return err
+		}
+		started()
 	case bus.KindDeploy, bus.KindRepair:
 		var body bus.Deploy
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		job := journal.Job{ID: body.DeployID, Kind: string(e.Kind), Full: body.Mode == bus.DeployFull || e.Kind == bus.KindRepair,
-			Generation: body.Generation, DriftPolicy: body.DriftPolicy, IssuedAt: e.TS}
-		if err := tx.AddJob(job).Commit(); err != nil {
+		started := a.carryDeploy(tx, e, &body)
+		if err := tx.Commit(); err != nil {
 			return err
 		}
-		if e.Kind == bus.KindDeploy {
-			a.supersedeRepair(job.ID)
-		}
-		a.poke(a.wake)
+		started()
 	case bus.KindDryRun:
 		var body bus.DryRun
 		if err := e.DecodeBody(&body); err != nil {
@@ -419,6 +402,54 @@ func (a *Agent) rehash(s model.Slice) error {
 	a.hashes = hashes
 	a.mu.Unlock()
 	return nil
+}
+
+// applyFull replaces the desired slice with a full state sent.
+func (a *Agent) applyFull(ctx context.Context, tx *journal.Tx, e *bus.Envelope, body bus.DesiredFull) error {
+	if held := a.floor(); body.Generation < held {
+		err := fmt.Errorf("%w: desired state of generation %d, older than the %d held: refused (desired state only moves forward)", errReplay, body.Generation, held)
+		a.refuse(ctx, e, err)
+		return fmt.Errorf("%w: %w", bus.ErrReject, err)
+	}
+	s := model.Slice{Agent: a.cfg.Name, Generation: body.Generation, Resources: body.Resources}
+	if err := a.checkSlice(s, body.SliceHash); err != nil {
+		// Refused, it still answers the request under way, if
+		// any: ask again.
+		a.stateAnswered()
+		return a.requestState(ctx, tx, err, body.Generation)
+	}
+	if err := a.commitSlice(tx.SetSlice(s), s); err != nil {
+		return err
+	}
+	if want := a.stateAnswered(); want > s.Generation {
+		// A diff to a newer generation came while this answer was
+		// on its way, and was dropped: ask for the state again.
+		a.log.Info().Int64("held", s.Generation).Int64("seen", want).Msg("the full state sent is older than a diff dropped meanwhile; asking again")
+		return a.requestState(ctx, a.journal.Begin(), nil, want)
+	}
+	return nil
+}
+
+// carryDeploy adds to tx the deploy (or repair) dep asks for, when not
+// nil: a deploy command, or the one a desired state carries. The function
+// it returns, called once tx committed, starts it.
+func (a *Agent) carryDeploy(tx *journal.Tx, e *bus.Envelope, dep *bus.Deploy) (started func()) {
+	if dep == nil {
+		return func() {}
+	}
+	kind := e.Kind
+	if kind != bus.KindRepair {
+		kind = bus.KindDeploy
+	}
+	job := journal.Job{ID: dep.DeployID, Kind: string(kind), Full: dep.Mode == bus.DeployFull || kind == bus.KindRepair,
+		Generation: dep.Generation, DriftPolicy: dep.DriftPolicy, IssuedAt: e.TS}
+	tx.AddJob(job)
+	return func() {
+		if kind == bus.KindDeploy {
+			a.supersedeRepair(job.ID)
+		}
+		a.poke(a.wake)
+	}
 }
 
 // applyDiff moves the slice by a diff from the generation held; any other

@@ -116,6 +116,10 @@ type DesiredDiff struct {
 	// SliceHash is the set hash of the slice after applying the diff; the
 	// agent compares it with its own to detect divergence.
 	SliceHash model.Hash `json:"slice_hash"`
+	// Deploy, when set, is the deploy that follows: the agent journals it
+	// with the desired state, as if a deploy command had come next. Sent
+	// so to agents of protocol 1.2 and later only.
+	Deploy *Deploy `json:"deploy,omitempty"`
 }
 
 // DesiredFull replaces an agent's slice.
@@ -123,6 +127,8 @@ type DesiredFull struct {
 	Generation int64            `json:"generation"`
 	Resources  []model.Resource `json:"resources"`
 	SliceHash  model.Hash       `json:"slice_hash"`
+	// Deploy is as in DesiredDiff.
+	Deploy *Deploy `json:"deploy,omitempty"`
 }
 
 // Deploy asks the agent to deploy its slice at Generation.

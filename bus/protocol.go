@@ -13,8 +13,10 @@ import (
 // existing kind means, and a server refuses agents of another major.
 //
 // Minor versions: 1.0, agents before versions were reported (they say
-// none); 1.1, hello and heartbeats carry the agent's version and protocol.
-const Protocol = "1.1"
+// none); 1.1, hello and heartbeats carry the agent's version and protocol;
+// 1.2, desired state (a diff or the full state) may carry the deploy that
+// follows it.
+const Protocol = "1.2"
 
 // ProtocolMajor is the major version of Protocol.
 const ProtocolMajor = 1
@@ -32,6 +34,14 @@ func ParseProtocol(v string) (major, minor int, err error) {
 		return 0, 0, fmt.Errorf("protocol version %q is not major.minor", v)
 	}
 	return major, minor, nil
+}
+
+// ProtocolHas says whether an agent speaking v, of this major, speaks
+// minor version minor or a later one: whether it understands what minor
+// added.
+func ProtocolHas(v string, minor int) bool {
+	major, m, err := ParseProtocol(v)
+	return err == nil && major == ProtocolMajor && m >= minor
 }
 
 // CheckProtocol says whether a server speaking Protocol takes an agent

@@ -36,3 +36,18 @@ func TestCheckProtocol(t *testing.T) {
 		t.Fatalf("Protocol %s parses to major %d (%v), want ProtocolMajor %d", Protocol, major, err, ProtocolMajor)
 	}
 }
+
+func TestProtocolHas(t *testing.T) {
+	for _, tt := range []struct {
+		v     string
+		minor int
+		want  bool
+	}{
+		{"", 0, true}, {"", 2, false}, {"1.1", 2, false}, {"1.2", 2, true}, {"1.10", 2, true},
+		{"2.5", 2, false}, {"0.9", 2, false}, {"1.x", 0, false}, {Protocol, 2, true},
+	} {
+		if got := ProtocolHas(tt.v, tt.minor); got != tt.want {
+			t.Errorf("ProtocolHas(%q, %d) = %v, want %v", tt.v, tt.minor, got, tt.want)
+		}
+	}
+}

@@ -215,30 +215,57 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	if len(behind) == 0 {
 		return out, nil
 	}
-	msgs, owner, err := s.pageDesired(ctx, env.Name, n, later, behindNames(behind), fromOf(behind), &out)
+	// The deploy that follows the desired state rides with it to agents
+	// that speak protocol 1.2 (one message each, not two); older agents
+	// are sent it after their desired state was confirmed.
+	deploy := env.Settings.AutoDeploy && !env.Settings.Halted
+	var dep *bus.Deploy
+	carry := make([]bool, len(behind))
+	if deploy {
+		dep = &bus.Deploy{DeployID: deployID, Mode: bus.DeployIncremental, Generation: n, DriftPolicy: env.Settings.DriftPolicy}
+		for i, t := range behind {
+			carry[i] = !t.agent.Paused && bus.ProtocolHas(t.agent.Protocol, protocolDeployCarried)
+		}
+	}
+	msgs, owner, err := s.pageDesired(ctx, env.Name, n, later, behindNames(behind), fromOf(behind), carry, dep, &out)
 	if err != nil {
 		return out, err
+	}
+	// Recorded before it is sent: an agent may answer at once.
+	d := record.Deploy{ID: deployID, Env: env.Name, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n}
+	var carried []string
+	for _, o := range owner {
+		if carry[o] {
+			carried = append(carried, behind[o].agent.Name)
+		}
+	}
+	if len(carried) > 0 {
+		if err := s.store.RecordDeploy(ctx, d, carried); err != nil {
+			return out, err
+		}
 	}
 	errs := s.send.SendBatch(ctx, msgs)
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
-	deploy := env.Settings.AutoDeploy && !env.Settings.Halted
 	var deploys []bus.Outgoing
 	var deployOwner []int
+	var unsent []string
 	for k, err := range errs {
 		t := behind[owner[k]]
 		if err != nil {
 			out.pend(s, env.Name, n, t.agent.Name, later, fmt.Errorf("send %s to %s: %w", msgs[k].Envelope.Kind, t.agent.Name, err))
+			if carry[owner[k]] {
+				unsent = append(unsent, t.agent.Name)
+			}
 			continue
 		}
 		s.setSent(env.Name, t.agent.Name, n)
-		if !deploy || t.agent.Paused {
+		if carry[owner[k]] || !deploy || t.agent.Paused {
 			out.sent++
 			continue
 		}
-		e, err := s.signer.Seal(bus.KindDeploy, env.Name, t.agent.Name,
-			bus.Deploy{DeployID: deployID, Mode: bus.DeployIncremental, Generation: n, DriftPolicy: env.Settings.DriftPolicy})
+		e, err := s.signer.Seal(bus.KindDeploy, env.Name, t.agent.Name, *dep)
 		if err != nil {
 			out.pend(s, env.Name, n, t.agent.Name, later, err)
 			continue
@@ -246,30 +273,26 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 		deploys = append(deploys, bus.Outgoing{Envelope: e})
 		deployOwner = append(deployOwner, owner[k])
 	}
-	if len(deploys) == 0 {
-		return out, nil
-	}
-	asked := make([]string, len(deploys))
-	for k, o := range deployOwner {
-		asked[k] = behind[o].agent.Name
-	}
-	// Recorded before it is sent: an agent may answer at once.
-	d := record.Deploy{ID: deployID, Env: env.Name, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n}
-	if err := s.store.RecordDeploy(ctx, d, asked); err != nil {
-		return out, err
-	}
-	errs = s.send.SendBatch(ctx, deploys)
-	if ctx.Err() != nil {
-		return out, ctx.Err()
-	}
-	var unsent []string
-	for k, err := range errs {
-		if err != nil {
-			unsent = append(unsent, asked[k])
-			out.pend(s, env.Name, n, asked[k], later, fmt.Errorf("send %s to %s: %w", bus.KindDeploy, asked[k], err))
-			continue
+	if len(deploys) > 0 {
+		asked := make([]string, len(deploys))
+		for k, o := range deployOwner {
+			asked[k] = behind[o].agent.Name
 		}
-		out.sent++
+		if err := s.store.RecordDeploy(ctx, d, asked); err != nil {
+			return out, err
+		}
+		errs = s.send.SendBatch(ctx, deploys)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		for k, err := range errs {
+			if err != nil {
+				unsent = append(unsent, asked[k])
+				out.pend(s, env.Name, n, asked[k], later, fmt.Errorf("send %s to %s: %w", bus.KindDeploy, asked[k], err))
+				continue
+			}
+			out.sent++
+		}
 	}
 	if len(unsent) > 0 {
 		if err := s.store.EndDeployAgents(ctx, env.Name, deployID, unsent, "not reached: it gets the released version when it next says hello"); err != nil {
@@ -278,6 +301,10 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	}
 	return out, nil
 }
+
+// protocolDeployCarried is the minor protocol version from which agents
+// take the deploy that follows their desired state in the same message.
+const protocolDeployCarried = 2
 
 // target is an agent a page sends to, and the generation it holds.
 type target struct {
@@ -307,8 +334,8 @@ func fromOf(ts []target) []int64 {
 // computed from the resources' hashes (no body read), and only the bodies
 // of the resources that changed are read, one query for the page; an
 // agent that holds no version a diff can start from is sent its full
-// state.
-func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later string, names []string, from []int64, out *pageOutcome) ([]bus.Outgoing, []int, error) {
+// state. The desired state of the agents marked in carry carries dep.
+func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later string, names []string, from []int64, carry []bool, dep *bus.Deploy, out *pageOutcome) ([]bus.Outgoing, []int, error) {
 	next, err := s.store.SliceHashes(ctx, env, n, names)
 	if err != nil {
 		return nil, nil, err
@@ -399,8 +426,12 @@ func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later 
 	for i, agent := range names {
 		var e *bus.Envelope
 		var err error
+		var withDeploy *bus.Deploy
+		if carry[i] {
+			withDeploy = dep
+		}
 		if sl, ok := fullOf[i]; ok {
-			e, err = s.envelope(ctx, env, agent, n, plans[i].hash, nil, sl.Resources)
+			e, err = s.envelopeDeploying(ctx, env, agent, n, plans[i].hash, nil, sl.Resources, withDeploy)
 		} else {
 			d := plans[i].diff
 			for _, id := range plans[i].upserts {
@@ -412,7 +443,7 @@ func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later 
 				d.Upserts = append(d.Upserts, r)
 			}
 			if err == nil {
-				e, err = s.envelope(ctx, env, agent, n, plans[i].hash, &d, nil)
+				e, err = s.envelopeDeploying(ctx, env, agent, n, plans[i].hash, &d, nil, withDeploy)
 			}
 		}
 		if err != nil {
@@ -464,6 +495,12 @@ func (s *Scheduler) desired(ctx context.Context, env, agent string, to int64, ne
 // Sensitive values are sealed to the agent before anything enters the
 // bus; the hashes, over their digests, do not change.
 func (s *Scheduler) envelope(ctx context.Context, env, agent string, to int64, hash model.Hash, d *model.Diff, resources []model.Resource) (*bus.Envelope, error) {
+	return s.envelopeDeploying(ctx, env, agent, to, hash, d, resources, nil)
+}
+
+// envelopeDeploying is envelope carrying dep, the deploy that follows
+// (nil: none).
+func (s *Scheduler) envelopeDeploying(ctx context.Context, env, agent string, to int64, hash model.Hash, d *model.Diff, resources []model.Resource, dep *bus.Deploy) (*bus.Envelope, error) {
 	if d != nil {
 		upserts, err := s.seal.SealFor(ctx, env, agent, d.Upserts)
 		if err != nil {
@@ -471,11 +508,11 @@ func (s *Scheduler) envelope(ctx context.Context, env, agent string, to int64, h
 		}
 		diff := *d
 		diff.Upserts = upserts
-		return s.signer.Seal(bus.KindDesiredDiff, env, agent, bus.DesiredDiff{Diff: diff, SliceHash: hash})
+		return s.signer.Seal(bus.KindDesiredDiff, env, agent, bus.DesiredDiff{Diff: diff, SliceHash: hash, Deploy: dep})
 	}
 	sealed, err := s.seal.SealFor(ctx, env, agent, resources)
 	if err != nil {
 		return nil, err
 	}
-	return s.signer.Seal(bus.KindDesiredFull, env, agent, bus.DesiredFull{Generation: to, Resources: sealed, SliceHash: hash})
+	return s.signer.Seal(bus.KindDesiredFull, env, agent, bus.DesiredFull{Generation: to, Resources: sealed, SliceHash: hash, Deploy: dep})
 }

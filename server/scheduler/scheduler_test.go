@@ -685,3 +685,71 @@ func TestDeploysRecorded(t *testing.T) {
 		t.Fatalf("deploys of late after its hello: %+v, %v; want one, by hello, of version %d", ds, err, v2.Number)
 	}
 }
+
+// The deploy that follows a release rides with the desired state to agents
+// of protocol 1.2 and later (one message, not two) and is recorded before
+// it is sent; older agents get it as a command of its own; a paused agent
+// gets none; an agent not reached is ended as not reached.
+func TestDeployRidesWithDesiredState(t *testing.T) {
+	f := newFixture(t, record.EnvSettings{AutoDeploy: true})
+	agentOf := func(name, protocol string, paused bool) {
+		if err := f.store.UpsertAgent(f.ctx, record.Agent{Env: "prod", Name: name, State: record.AgentAccepted, Protocol: protocol, Paused: paused}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentOf("new", bus.Protocol, false)
+	agentOf("newer", "1.7", false)
+	agentOf("old", "1.1", false)
+	agentOf("paused", bus.Protocol, true)
+	agentOf("away", bus.Protocol, false)
+	f.rec.offline["away"] = true
+	v, err := f.store.PutVersion(f.ctx, "prod", model.VersionMeta{}, []model.Resource{
+		file("new", "/a", "1"), file("newer", "/a", "1"), file("old", "/a", "1"), file("paused", "/a", "1"), file("away", "/a", "1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Release(f.ctx, "prod", v.Number); err != nil {
+		t.Fatal(err)
+	}
+	const relID = "0b3c2a9e-5d1f-4c7e-8a2b-6f4e3d2c1b0a"
+	if _, err := f.s.Released(f.ctx, record.Release{ID: relID, Env: "prod", Version: v.Number}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := f.rec.take()
+	slices.Sort(got)
+	if want := []string{"new:desired.full", "newer:desired.full", "old:deploy", "old:desired.full", "paused:desired.full"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	f.rec.mu.Lock()
+	for _, e := range f.rec.sent {
+		if e.Kind != bus.KindDesiredFull {
+			continue
+		}
+		var body bus.DesiredFull
+		if err := e.DecodeBody(&body); err != nil {
+			t.Fatal(err)
+		}
+		carries := e.Agent == "new" || e.Agent == "newer"
+		if carries && (body.Deploy == nil || body.Deploy.DeployID != relID || body.Deploy.Generation != v.Number || body.Deploy.Mode != bus.DeployIncremental) {
+			t.Errorf("%s: the desired state carries deploy %+v, want %s of generation %d", e.Agent, body.Deploy, relID, v.Number)
+		}
+		if !carries && body.Deploy != nil {
+			t.Errorf("%s: the desired state carries a deploy (%+v), want none", e.Agent, body.Deploy)
+		}
+	}
+	f.rec.mu.Unlock()
+	d, err := f.store.GetDeploy(f.ctx, "prod", relID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcome := map[string]record.DeployAgent{}
+	for _, a := range d.Agents {
+		outcome[a.Agent] = a
+	}
+	if len(outcome) != 4 || outcome["away"].Outcome != record.AgentFailed || !strings.Contains(outcome["away"].Error, "not reached") {
+		t.Fatalf("deploy recorded for %+v; want away (not reached), new, newer, old", d.Agents)
+	}
+	if w := d.Waiting(); !slices.Equal(w, []string{"new", "newer", "old"}) {
+		t.Fatalf("waiting for %v, want new, newer, old", w)
+	}
+}
