@@ -70,7 +70,7 @@ type Config struct {
 	// default a third of the 90 s after which the server shows an agent
 	// not heard from offline. A server that takes every event as a sign
 	// of life (bus.Enrolled.EventsAlive) is not sent a heartbeat when
-	// the agent sent anything else since the last.
+	// the agent sent anything else within the last half interval.
 	Heartbeat time.Duration
 	// HelloRetry is the first pause before saying hello again while not
 	// enrolled (jittered: half of it to all of it); it doubles up to
@@ -296,9 +296,11 @@ type Agent struct {
 	refused refusals
 	// eventsAlive is set when the server takes every event as a sign of
 	// life (bus.Enrolled.EventsAlive); told is when this process last
-	// published an event (unix ns).
+	// published an event, on the monotonic clock since epoch (a step of
+	// the wall clock must not silence the heartbeats).
 	eventsAlive atomic.Bool
 	told        atomic.Int64
+	epoch       time.Time
 }
 
 type runningJob struct {
@@ -333,6 +335,7 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		log.Warn().Str("state_dir", j.Dir()).Msg("journal: " + r)
 	}
 	a := &Agent{
+		epoch:   time.Now(),
 		cfg:     cfg,
 		bus:     t,
 		reg:     reg,
@@ -704,7 +707,6 @@ func (a *Agent) introduce(ctx context.Context) {
 		}
 		break
 	}
-	last := time.Now()
 	t := time.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
 	ft := time.NewTicker(a.cfg.FactsInterval)
@@ -719,16 +721,18 @@ func (a *Agent) introduce(ctx context.Context) {
 			}
 		case <-t.C:
 			a.reportRefusals(ctx)
-			if !a.eventsAlive.Load() || a.told.Load() < last.UnixNano() {
+			// An agent that sent anything within half an interval
+			// said it lives: at most one and a half intervals pass
+			// between two signs of life, and one heartbeat lost on
+			// top still leaves it within the server's offline window
+			// (three intervals at the default).
+			if !a.eventsAlive.Load() || a.sinceTold() > a.cfg.Heartbeat/2 {
 				body := bus.Heartbeat{Generation: a.journal.Slice().Generation, Outbox: a.journal.OutboxLen(),
 					Version: a.version(), Protocol: bus.Protocol}
 				if err := a.publishNow(ctx, bus.KindHeartbeat, body); err != nil && ctx.Err() == nil {
 					a.log.Debug().Err(err).Msg("heartbeat not sent")
 				}
 			}
-			// Else the events sent since the last heartbeat said
-			// this agent lives.
-			last = time.Now()
 		}
 	}
 }
@@ -821,8 +825,16 @@ func (a *Agent) publishNow(ctx context.Context, kind bus.Kind, body any) error {
 	if err := a.bus.Publish(ctx, e); err != nil {
 		return fmt.Errorf("publish %s: %w", kind, err)
 	}
-	a.told.Store(time.Now().UnixNano())
+	a.toldNow()
 	return nil
+}
+
+// toldNow notes that an event was just published.
+func (a *Agent) toldNow() { a.told.Store(int64(time.Since(a.epoch))) }
+
+// sinceTold is how long ago this process last published an event.
+func (a *Agent) sinceTold() time.Duration {
+	return time.Since(a.epoch) - time.Duration(a.told.Load())
 }
 
 func (a *Agent) poke(ch chan struct{}) {

@@ -992,4 +992,16 @@ func TestDeployCarriedByDesiredState(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "A2" {
 		t.Fatalf("/a holds %q, want A2", b)
 	}
+
+	// A desired state older than the one held is refused; the deploy it
+	// carries runs all the same, on the state held, as the deploy
+	// command that would have followed it: the server hears how it ended.
+	s.send("web", bus.KindDesiredFull, bus.DesiredFull{Generation: 1, Resources: sl.Resources, SliceHash: h,
+		Deploy: &bus.Deploy{DeployID: "d3", Mode: bus.DeployIncremental, Generation: 1}})
+	if _, last := s.results(&seen, "web", "d3"); last.Error != "" || last.Generation != 2 {
+		t.Fatalf("d3, carried by an older desired state: last %+v; want it done on generation 2", last)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "A2" {
+		t.Fatalf("after the older desired state /a holds %q, want A2", b)
+	}
 }

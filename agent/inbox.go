@@ -149,7 +149,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		}
 		started := a.carryDeploy(tx, e, body.Deploy)
 		if err := a.applyFull(ctx, tx, e, body); err != nil {
-			return err
+			return a.keepCarried(e, body.Deploy, err)
 		}
 		started()
 	case bus.KindDesiredDiff:
@@ -159,7 +159,7 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 		}
 		started := a.carryDeploy(tx, e, body.Deploy)
 		if err := a.applyDiff(ctx, tx, e, body); err != nil {
-			return err
+			return a.keepCarried(e, body.Deploy, err)
 		}
 		started()
 	case bus.KindDeploy, bus.KindRepair:
@@ -428,6 +428,23 @@ func (a *Agent) applyFull(ctx context.Context, tx *journal.Tx, e *bus.Envelope, 
 		return a.requestState(ctx, a.journal.Begin(), nil, want)
 	}
 	return nil
+}
+
+// keepCarried returns err, the refusal of a desired state that carried
+// dep; refused as older than the one held, its deploy is journaled all
+// the same, as the deploy command that would have followed it is: it runs
+// on the desired state held, and the server hears how it ended.
+func (a *Agent) keepCarried(e *bus.Envelope, dep *bus.Deploy, err error) error {
+	if dep == nil || !errors.Is(err, errReplay) {
+		return err
+	}
+	tx := a.journal.Begin()
+	started := a.carryDeploy(tx, e, dep)
+	if cerr := tx.Commit(); cerr != nil {
+		return cerr
+	}
+	started()
+	return err
 }
 
 // carryDeploy adds to tx the deploy (or repair) dep asks for, when not

@@ -88,7 +88,7 @@ func (a *Agent) sendOutbox(ctx context.Context) error {
 				if err := a.bus.Publish(ctx, e); err != nil {
 					return err
 				}
-				a.told.Store(time.Now().UnixNano())
+				a.toldNow()
 			}
 			if err := a.journal.Sent(o.Seq); err != nil {
 				return err

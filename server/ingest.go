@@ -109,6 +109,9 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		}
 		s.security(ctx, e, fmt.Sprintf("agent %s refused %d command(s) not from this server or taking it back: %s",
 			a.Name, body.Count, strings.Join(told, "; ")))
+		if a.State == record.AgentAccepted {
+			s.heard(a, e)
+		}
 		return nil
 	}
 	if a.State != record.AgentAccepted {
@@ -117,6 +120,8 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	if !s.flood.allow(a.Env, a.Name, time.Now()) {
 		s.count(e.Kind, "over_rate")
 		s.security(ctx, e, fmt.Sprintf("agent %s sends more than %g events a second: the excess is dropped", a.Name, s.flood.rate))
+		// Dropped, yet signed by the agent: it lives.
+		s.heard(a, e)
 		return nil
 	}
 	if err := s.agentEvent(ctx, a, e, byPrevious); err != nil {

@@ -231,36 +231,26 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 	if err != nil {
 		return out, err
 	}
-	// Recorded before it is sent: an agent may answer at once.
-	d := record.Deploy{ID: deployID, Env: env.Name, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n}
-	var carried []string
-	for _, o := range owner {
-		if carry[o] {
-			carried = append(carried, behind[o].agent.Name)
-		}
-	}
-	if len(carried) > 0 {
-		if err := s.store.RecordDeploy(ctx, d, carried); err != nil {
-			return out, err
-		}
-	}
 	errs := s.send.SendBatch(ctx, msgs)
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
+	d := record.Deploy{ID: deployID, Env: env.Name, Kind: record.OpDeploy, Trigger: record.DeployByRelease, Who: record.WhoOf(ctx), Version: n}
+	var carried []string
 	var deploys []bus.Outgoing
 	var deployOwner []int
-	var unsent []string
 	for k, err := range errs {
 		t := behind[owner[k]]
 		if err != nil {
+			// Not reached, its deploy with it: the agent gets the
+			// released version when it next says hello.
 			out.pend(s, env.Name, n, t.agent.Name, later, fmt.Errorf("send %s to %s: %w", msgs[k].Envelope.Kind, t.agent.Name, err))
-			if carry[owner[k]] {
-				unsent = append(unsent, t.agent.Name)
-			}
 			continue
 		}
 		s.setSent(env.Name, t.agent.Name, n)
+		if carry[owner[k]] {
+			carried = append(carried, t.agent.Name)
+		}
 		if carry[owner[k]] || !deploy || t.agent.Paused {
 			out.sent++
 			continue
@@ -273,11 +263,22 @@ func (s *Scheduler) fanPage(ctx context.Context, env record.Environment, n int64
 		deploys = append(deploys, bus.Outgoing{Envelope: e})
 		deployOwner = append(deployOwner, owner[k])
 	}
+	// The deploys that rode with the desired states are recorded once the
+	// broker took them: an answer recorded before them is kept (results
+	// are upserted), and an agent not reached is not in the deploy, as
+	// when its deploy command is not sent.
+	if len(carried) > 0 {
+		if err := s.store.RecordDeploy(ctx, d, carried); err != nil {
+			return out, err
+		}
+	}
+	var unsent []string
 	if len(deploys) > 0 {
 		asked := make([]string, len(deploys))
 		for k, o := range deployOwner {
 			asked[k] = behind[o].agent.Name
 		}
+		// Recorded before it is sent: an agent may answer at once.
 		if err := s.store.RecordDeploy(ctx, d, asked); err != nil {
 			return out, err
 		}

@@ -118,8 +118,10 @@ type Store interface {
 	SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error)
 	// MarkAgentsSeen records that agents were heard from (a heartbeat),
 	// many in one transaction: each one's last-seen time and LastSeq
-	// only grow, and it is marked online when the time given is later
-	// than the one stored (a goodbye recorded since stays). Nothing else
+	// only grow, and it is marked online when both the time and the
+	// sequence number given are later than the ones stored (a goodbye
+	// recorded since stays, also against an event sent before it and
+	// handled after it). Nothing else
 	// of the record is read or written; unknown agents are skipped.
 	MarkAgentsSeen(ctx context.Context, seen []AgentSeen) error
 	// ResetSequence starts an agent's sequence over, for a new key: its

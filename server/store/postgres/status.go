@@ -138,7 +138,7 @@ func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
 		env[i], agent[i], seq[i], at[i] = a.Env, a.Agent, a.Seq, a.At
 	}
 	_, err := c.h.Exec(ctx, `UPDATE agents a SET
-			online = CASE WHEN u.at > a.last_seen THEN true ELSE a.online END,
+			online = CASE WHEN u.at > a.last_seen AND u.seq > a.last_seq THEN true ELSE a.online END,
 			last_seen = GREATEST(a.last_seen, u.at), last_seq = GREATEST(a.last_seq, u.seq)
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(env, agent, seq, at)
 		WHERE a.env = u.env AND a.name = u.agent`, env, agent, seq, at)

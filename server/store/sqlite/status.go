@@ -110,7 +110,7 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 // MarkSeen implements store.Bulk: a prepared statement, run once per agent.
 func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
 	stmt, err := c.h.PrepareContext(ctx, `UPDATE agents SET
-			online = CASE WHEN $4 > last_seen THEN 1 ELSE online END,
+			online = CASE WHEN $4 > last_seen AND $3 > last_seq THEN 1 ELSE online END,
 			last_seen = MAX(last_seen, $4), last_seq = MAX(last_seq, $3)
 		WHERE env = $1 AND name = $2`)
 	if err != nil {

@@ -404,6 +404,23 @@ func testAgentsSeen(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	check("web-001", t0.Add(3*time.Minute), 61, true)
+	// An event sent before the goodbye, handled after it (a later
+	// time, an earlier sequence): the goodbye stands.
+	if a, err = s.GetAgent(ctx, "prod", "web-001"); err != nil {
+		t.Fatal(err)
+	}
+	a.Connected, a.LastSeen, a.LastSeq = false, t0.Add(4*time.Minute), 70
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 65, At: t0.Add(5 * time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("web-001", t0.Add(5*time.Minute), 70, false)
+	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 71, At: t0.Add(6 * time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("web-001", t0.Add(6*time.Minute), 71, true)
 	if err := s.MarkAgentsSeen(ctx, nil); err != nil {
 		t.Fatalf("mark no agents: %v", err)
 	}
