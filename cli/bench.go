@@ -371,17 +371,14 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "\nbroker restarted: every connection open again %.2f s after start_app; the next release converged in %.2f s, every outbox drained\n", res.ReconnectSeconds, res.ReconvergeSeconds)
 			}
 			fmt.Fprintf(term.stdout, "\n%d files open in the agents' process once converged\n", res.OpenFiles)
-			phases := []struct {
+			type phase struct {
 				what string
 				cpu  bench.CPUSeconds
 				msgs bench.Messages
-			}{{"enrolling", res.EnrollCPU, res.EnrollMessages}, {"converging", res.ConvergeCPU, res.ConvergeMessages}}
+			}
+			phases := []phase{{"enrolling", res.EnrollCPU, res.EnrollMessages}, {"converging", res.ConvergeCPU, res.ConvergeMessages}}
 			if res.IdleSeconds > 0 {
-				phases = append(phases, struct {
-					what string
-					cpu  bench.CPUSeconds
-					msgs bench.Messages
-				}{fmt.Sprintf("idle (%.0f s)", res.IdleSeconds), res.IdleCPU, res.IdleMessages})
+				phases = append(phases, phase{fmt.Sprintf("idle (%.0f s)", res.IdleSeconds), res.IdleCPU, res.IdleMessages})
 			}
 			for _, ph := range phases {
 				fmt.Fprintf(term.stdout, "CPU seconds while %s: server %.1f, broker %.1f, agents %.1f, PostgreSQL %.1f; the agents published %d messages and got %d\n",

@@ -59,11 +59,33 @@ func (r *rig) status(id model.ID) record.ResourceStatus {
 
 func (r *rig) lastSeq(name string) int64 {
 	r.t.Helper()
+	return r.agentRecord(name).LastSeq
+}
+
+// agentRecord is the store's record of agent name of environment test.
+func (r *rig) agentRecord(name string) record.Agent {
+	r.t.Helper()
 	a, err := r.store.GetAgent(r.ctx, "test", name)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return a.LastSeq
+	return a
+}
+
+// sayHello publishes a hello of agent name signed by sg, waits until the
+// server handled an event more, and returns the hello's sequence number.
+func (r *rig) sayHello(sg *bus.Signer, name string, h bus.Hello) uint64 {
+	r.t.Helper()
+	e, err := sg.Seal(bus.KindHello, "test", name, h)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	before := r.srv.IngestStats().Events
+	if err := r.bus.Publish(r.ctx, e); err != nil {
+		r.t.Fatal(err)
+	}
+	waitFor(r.t, "the hello handled", func() bool { return r.srv.IngestStats().Events > before })
+	return e.Seq
 }
 
 // A report numbered past the protocol's limit, or jumping further than any

@@ -23,19 +23,7 @@ func TestRepeatedHelloAnsweredOnce(t *testing.T) {
 	_, key, _ := bus.GenerateKey()
 	sg := bus.NewSigner(key, 0)
 	hello := bus.Hello{PublicKey: key.Public().(ed25519.PublicKey), Labels: map[string]string{"role": "web"}}
-	say := func(h bus.Hello) uint64 {
-		t.Helper()
-		e, err := sg.Seal(bus.KindHello, "test", "fresh", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := r.srv.IngestStats().Events
-		if err := r.bus.Publish(r.ctx, e); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the hello handled", func() bool { return r.srv.IngestStats().Events > before })
-		return e.Seq
-	}
+	say := func(h bus.Hello) uint64 { return r.sayHello(sg, "fresh", h) }
 	repeated := func() float64 {
 		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="hello",outcome="repeated"}`)
 	}
@@ -115,27 +103,13 @@ func TestRepeatedHelloAfterRestartAndForged(t *testing.T) {
 	_, key, _ := bus.GenerateKey()
 	pub := key.Public().(ed25519.PublicKey)
 	sg := bus.NewSigner(key, 0)
-	say := func(sg *bus.Signer, h bus.Hello) {
-		t.Helper()
-		e, err := sg.Seal(bus.KindHello, "test", "web", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := r.srv.IngestStats().Events
-		if err := r.bus.Publish(r.ctx, e); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the hello handled", func() bool { return r.srv.IngestStats().Events > before })
-	}
+	say := func(sg *bus.Signer, h bus.Hello) { r.sayHello(sg, "web", h) }
 	count := func(outcome string) float64 {
 		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="hello",outcome="`+outcome+`"}`)
 	}
 	say(sg, bus.Hello{PublicKey: pub})
 	r.waitRecord("web", "its enrollment", func(a record.Agent) bool { return a.State == record.AgentAccepted })
-	a, err := r.store.GetAgent(r.ctx, "test", "web")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := r.agentRecord("web")
 
 	// Restarted: a first hello again (no series), an answer waiting.
 	ok := count("ok")

@@ -47,14 +47,7 @@ func TestHeartbeatsWrittenInGroups(t *testing.T) {
 			Heartbeat: 5 * time.Millisecond, NoWatch: true})
 	}
 	r.waitOnline(names...)
-	get := func(name string) record.Agent {
-		t.Helper()
-		a, err := r.store.GetAgent(r.ctx, "test", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	get := r.agentRecord
 	first := map[string]record.Agent{}
 	for _, n := range names {
 		first[n] = get(n)
@@ -131,14 +124,7 @@ func TestReportsStandForHeartbeats(t *testing.T) {
 	reports := func() float64 {
 		return metricWith(t, r.srv, "tether_ingest_events_total", `{kind="facts",outcome="ok"}`)
 	}
-	get := func() record.Agent {
-		t.Helper()
-		a, err := r.store.GetAgent(r.ctx, "test", "web-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	get := func() record.Agent { return r.agentRecord("web-1") }
 
 	// Reporting facts every 50 ms (a load a server under the race
 	// detector keeps up with), for as long as 10 heartbeats: the agent
@@ -185,14 +171,7 @@ func TestResultsMoveLastSeen(t *testing.T) {
 		Heartbeat: time.Hour, NoWatch: true})
 	r.waitOnline("web-1")
 	r.release(file("web-1", "/a", "a"), file("web-1", "/b", "b"))
-	get := func() record.Agent {
-		t.Helper()
-		a, err := r.store.GetAgent(r.ctx, "test", "web-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	get := func() record.Agent { return r.agentRecord("web-1") }
 	for range 2 {
 		before := get()
 		if res := r.deploy(scheduler.DeployRequest{Full: true}); len(res) != 2 {

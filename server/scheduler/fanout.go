@@ -432,7 +432,7 @@ func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later 
 			withDeploy = dep
 		}
 		if sl, ok := fullOf[i]; ok {
-			e, err = s.envelopeDeploying(ctx, env, agent, n, plans[i].hash, nil, sl.Resources, withDeploy)
+			e, err = s.envelope(ctx, env, agent, n, plans[i].hash, nil, sl.Resources, withDeploy)
 		} else {
 			d := plans[i].diff
 			for _, id := range plans[i].upserts {
@@ -444,7 +444,7 @@ func (s *Scheduler) pageDesired(ctx context.Context, env string, n int64, later 
 				d.Upserts = append(d.Upserts, r)
 			}
 			if err == nil {
-				e, err = s.envelopeDeploying(ctx, env, agent, n, plans[i].hash, &d, nil, withDeploy)
+				e, err = s.envelope(ctx, env, agent, n, plans[i].hash, &d, nil, withDeploy)
 			}
 		}
 		if err != nil {
@@ -482,26 +482,21 @@ func (s *Scheduler) desired(ctx context.Context, env, agent string, to int64, ne
 		return nil, err
 	}
 	if prev == nil {
-		return s.envelope(ctx, env, agent, to, hash, nil, next.Resources)
+		return s.envelope(ctx, env, agent, to, hash, nil, next.Resources, nil)
 	}
 	d, err := model.DiffSlices(*prev, next)
 	if err != nil {
 		return nil, err
 	}
-	return s.envelope(ctx, env, agent, to, hash, &d, nil)
+	return s.envelope(ctx, env, agent, to, hash, &d, nil, nil)
 }
 
 // envelope signs the command that brings agent to generation to, whose
 // slice hashes to hash: the diff d, or (d nil) the full state resources.
 // Sensitive values are sealed to the agent before anything enters the
-// bus; the hashes, over their digests, do not change.
-func (s *Scheduler) envelope(ctx context.Context, env, agent string, to int64, hash model.Hash, d *model.Diff, resources []model.Resource) (*bus.Envelope, error) {
-	return s.envelopeDeploying(ctx, env, agent, to, hash, d, resources, nil)
-}
-
-// envelopeDeploying is envelope carrying dep, the deploy that follows
-// (nil: none).
-func (s *Scheduler) envelopeDeploying(ctx context.Context, env, agent string, to int64, hash model.Hash, d *model.Diff, resources []model.Resource, dep *bus.Deploy) (*bus.Envelope, error) {
+// bus; the hashes, over their digests, do not change. dep, when not nil,
+// is the deploy that rides with it.
+func (s *Scheduler) envelope(ctx context.Context, env, agent string, to int64, hash model.Hash, d *model.Diff, resources []model.Resource, dep *bus.Deploy) (*bus.Envelope, error) {
 	if d != nil {
 		upserts, err := s.seal.SealFor(ctx, env, agent, d.Upserts)
 		if err != nil {
