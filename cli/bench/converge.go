@@ -142,6 +142,10 @@ type ConvergeResult struct {
 	// FanoutSeconds is how long the release's fan-out took, by the
 	// server's record of it: within ConvergeSeconds.
 	FanoutSeconds float64 `json:"fanout_seconds"`
+	// ReportedSeconds is how long until every agent had applied the
+	// release and the broker had taken every result (within
+	// ConvergeSeconds: the rest is the server recording them).
+	ReportedSeconds float64 `json:"reported_seconds"`
 	// EnrollCPU and ConvergeCPU are the CPU seconds each process used
 	// while the agents enrolled and while they converged.
 	EnrollCPU        CPUSeconds `json:"enroll_cpu_seconds"`
@@ -440,7 +444,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	}
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
 		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles, InotifyInstances: instances,
-		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(),
+		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(), ReportedSeconds: fl.reported.Seconds(),
 		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1), EnrollMessages: msgs1.since(msgs0), ConvergeMessages: msgs2.since(msgs1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
@@ -524,7 +528,10 @@ type fleet struct {
 	releases  int
 	// fanout is how long the last release's fan-out took (from its
 	// start to its end, as the server recorded them).
-	fanout   time.Duration
+	fanout time.Duration
+	// reported is how long until the agents had applied the last release
+	// and the broker had taken their results.
+	reported time.Duration
 	progress io.Writer
 }
 
@@ -549,12 +556,16 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 	}
 	// First the agents' side: every resource applied and every result
 	// confirmed by the broker; then the server's record. An agent found
-	// done is not looked at again, and the looks are 100 ms apart: the
-	// agents share the machine's cores with the server and the broker,
-	// and looking at 10,000 journals costs.
+	// done is not looked at again. The looks share the machine's cores
+	// with what is measured (looking at 10,000 journals, or counting
+	// 200,000 statuses in PostgreSQL, takes tens of milliseconds of CPU):
+	// each waits ten times as long as the one before it took, at least
+	// 100 ms (agents) or 50 ms (the store) and at most a second, so they
+	// take a tenth of a core unless a look takes more than 100 ms.
 	done := make([]bool, len(f.agents))
 	n := 0
 	for {
+		looked := time.Now()
 		for i, a := range f.agents {
 			if done[i] {
 				continue
@@ -576,13 +587,15 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		}
 		showProgress(f.progress, "reported by the agents%s: %d/%d", what, n, len(rs))
 		if n == len(rs) {
+			f.reported = time.Since(start)
 			break
 		}
-		if err := waitServer(ctx, f.srv, 100*time.Millisecond); err != nil {
+		if err := waitServer(ctx, f.srv, lookPause(looked, 100*time.Millisecond)); err != nil {
 			return 0, err
 		}
 	}
 	for {
+		looked := time.Now()
 		n, err := f.st.CountStatuses(ctx, "bench", record.StatusFilter{State: model.StateDeployed}, out.Version.Number)
 		if err != nil {
 			return 0, err
@@ -591,7 +604,7 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		if n == len(rs) {
 			break
 		}
-		if err := waitServer(ctx, f.srv, 50*time.Millisecond); err != nil {
+		if err := waitServer(ctx, f.srv, lookPause(looked, 50*time.Millisecond)); err != nil {
 			return 0, err
 		}
 	}
@@ -806,6 +819,13 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id s
 }
 
 // waitServer waits d, or fails when the server stopped or ctx ended.
+// lookPause is the pause after a look begun at looked: ten times as long
+// as it took, at least least and at most a second (the resolution of the
+// times measured).
+func lookPause(looked time.Time, least time.Duration) time.Duration {
+	return min(time.Second, max(least, 10*time.Since(looked)))
+}
+
 func waitServer(ctx context.Context, s *serverProcess, d time.Duration) error {
 	select {
 	case err := <-s.done:
