@@ -64,6 +64,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	}
 	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
 	defer unlock()
+	since := s.agents.since()
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err
@@ -93,7 +94,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return a, err
 	}
-	s.agents.put(a)
+	s.agents.putRead(a, since)
 	unlock()
 	switch action {
 	case record.AgentAccept:

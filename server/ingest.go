@@ -233,6 +233,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 // written back.
 func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) error {
 	defer s.agentLocks.lock(env, name)()
+	since := s.agents.since()
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return err
@@ -245,7 +246,7 @@ func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn fun
 	if err := s.store.UpsertAgent(ctx, a); err != nil {
 		return err
 	}
-	s.agents.put(a)
+	s.agents.putRead(a, since)
 	return nil
 }
 
@@ -300,6 +301,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	now := time.Now().UTC()
 	unlock := s.agentLocks.lock(e.Env, e.Agent)
 	defer unlock()
+	since := s.agents.since()
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
 	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched, stale := false, "", a.Generation, false, false, false, false
 	heldKey := a.PublicKey
@@ -435,7 +437,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 			return fmt.Errorf("hello of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
 		}
 	}
-	s.agents.put(a)
+	s.agents.putRead(a, since)
 	if switched {
 		if err := s.markSwitched(ctx, &a, now); err != nil {
 			return err
@@ -928,14 +930,21 @@ func (c *committer) write(ctx context.Context, group []*pendingBatch) {
 }
 
 // agentCache holds agents' keys and states for the ingest path, so an
-// event costs no read of its agent. Entries live for ttl: an agent rejected
-// or re-keyed through another replica is seen here within ttl; changes made
-// through this server are seen at once.
+// event costs no read of its agent. Changes made through this server are
+// seen at once. Changes made through another replica are told by the store
+// where it can (ListenAgents: PostgreSQL tells every server of a change of
+// an agent's record at its commit): while it listens, a copy is trusted
+// for listenTTL (a bound, should a notice be lost); else for ttl.
 type agentCache struct {
-	store store.Store
-	ttl   time.Duration
-	mu    sync.Mutex
-	m     map[agentKey]cachedAgent
+	store     store.Store
+	ttl       time.Duration
+	listenTTL time.Duration
+	listening atomic.Bool
+	mu        sync.Mutex
+	m         map[agentKey]cachedAgent
+	// forgets counts what was forgotten (one agent, an environment, all):
+	// a copy read before a forget is not kept after it (putRead).
+	forgets uint64
 }
 
 type agentKey struct{ env, name string }
@@ -962,31 +971,50 @@ func (l *agentLocks) lock(env, name string) func() {
 	return m.Unlock
 }
 
-func newAgentCache(st store.Store, ttl time.Duration) *agentCache {
-	return &agentCache{store: st, ttl: ttl, m: map[agentKey]cachedAgent{}}
+func newAgentCache(st store.Store, ttl, listenTTL time.Duration) *agentCache {
+	return &agentCache{store: st, ttl: ttl, listenTTL: listenTTL, m: map[agentKey]cachedAgent{}}
 }
 
 // get returns the agent, and whether it is the cache's copy (not read
 // from the store just now).
 func (c *agentCache) get(ctx context.Context, env, name string) (a record.Agent, cached bool, err error) {
 	k := agentKey{env, name}
+	ttl := c.ttl
+	if c.listening.Load() {
+		ttl = c.listenTTL
+	}
 	c.mu.Lock()
 	e, ok := c.m[k]
+	since := c.forgets
 	c.mu.Unlock()
-	if ok && time.Since(e.at) < c.ttl {
+	if ok && time.Since(e.at) < ttl {
 		return e.agent, true, nil
 	}
 	a, err = c.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, false, err
 	}
-	c.put(a)
+	c.putRead(a, since)
 	return a, false, nil
 }
 
-func (c *agentCache) put(a record.Agent) {
+// since returns the count of forgets, taken before reading or writing an
+// agent's record whose copy is then kept (putRead).
+func (c *agentCache) since() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.forgets
+}
+
+// putRead keeps a, read or written after since was taken, unless
+// something was forgotten since: a change told meanwhile may be newer than
+// a.
+func (c *agentCache) putRead(a record.Agent, since uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forgets != since {
+		return
+	}
 	if len(c.m) > 1<<16 { // bounded: start over rather than grow without end
 		clear(c.m)
 	}
@@ -1008,12 +1036,24 @@ func (c *agentCache) update(env, name string, fn func(*record.Agent)) {
 func (c *agentCache) forget(env, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgets++
 	delete(c.m, agentKey{env, name})
+}
+
+// setListening says whether changes made elsewhere are told (ListenAgents):
+// every copy is dropped either way, as changes may have gone untold.
+func (c *agentCache) setListening(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgets++
+	clear(c.m)
+	c.listening.Store(on)
 }
 
 func (c *agentCache) forgetEnv(env string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgets++
 	for k := range c.m {
 		if k.env == env {
 			delete(c.m, k)

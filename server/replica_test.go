@@ -382,3 +382,64 @@ func tryLeaseHolder(t *testing.T, url string) (uint32, bool) {
 	}
 	return pid, ok
 }
+
+// An agent rejected through one replica is refused by another that holds
+// it in its cache as soon as PostgreSQL tells of the change, not when the
+// copy expires (an hour here).
+func TestRejectSeenByAnotherReplicaAtOnce(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Open(t)
+	busA, busB := bus.NewLocal(zerolog.Nop()), bus.NewLocal(zerolog.Nop())
+	t.Cleanup(busA.Close)
+	t.Cleanup(busB.Close)
+	cfg := server.Config{AgentCacheTTL: time.Hour, AgentCacheListenTTL: time.Hour}
+	srvA, err := server.New(cfg, st, busA, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvB, err := server.New(cfg, st, busB, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srvA.EnsureEnv(ctx, "prod", quietSettings()); err != nil {
+		t.Fatal(err)
+	}
+	web := newFakeAgent(t, st, "prod", "web")
+	runServer(t, srvA)
+	runServer(t, srvB)
+	publish(t, busB, []*bus.Envelope{web.seal(t, "prod", bus.KindHeartbeat, bus.Heartbeat{})})
+	waitFor(t, "replica B to take the heartbeat (and cache the agent)", func() bool {
+		a, err := st.GetAgent(ctx, "prod", "web")
+		return err == nil && a.LastSeq == 1
+	})
+	if _, err := srvA.AgentAction(ctx, "prod", "web", record.AgentReject); err != nil {
+		t.Fatal(err)
+	}
+	// A heartbeat or two in flight before the notice reached B may be
+	// taken; then B refuses them.
+	waitFor(t, "replica B to refuse the rejected agent's heartbeats", func() bool {
+		publish(t, busB, []*bus.Envelope{web.seal(t, "prod", bus.KindHeartbeat, bus.Heartbeat{})})
+		return eventsCounted(t, srvB, "heartbeat", "rejected", "dropped") > 0
+	})
+}
+
+// eventsCounted reads tether_ingest_events_total off the server's /metrics:
+// the events of kind handled with one of outcomes.
+func eventsCounted(t *testing.T, srv *server.Server, kind string, outcomes ...string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	srv.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var n float64
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		for _, o := range outcomes {
+			if rest, ok := strings.CutPrefix(line, fmt.Sprintf(`tether_ingest_events_total{kind=%q,outcome=%q} `, kind, o)); ok {
+				var v float64
+				if _, err := fmt.Sscan(rest, &v); err != nil {
+					t.Fatalf("metric line %q: %v", line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n
+}

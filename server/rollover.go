@@ -52,11 +52,12 @@ func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, 
 		if fresh {
 			return false, bus.Verify(e, a.PublicKey)
 		}
+		since := s.agents.since()
 		got, err := s.store.GetAgent(ctx, a.Env, a.Name)
 		if err != nil {
 			return false, err
 		}
-		s.agents.put(got)
+		s.agents.putRead(got, since)
 		*a = got
 	}
 }
@@ -76,7 +77,9 @@ func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Tim
 		return err
 	}
 	*a = next
-	s.agents.put(next)
+	// next is the copy the event came with, which may be older than the
+	// record: read again at the next event.
+	s.agents.forget(a.Env, a.Name)
 	s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 		Dur("previous_key_holds", PreviousKeyGrace).Msg("agent switched to its new key")
 	if len(next.PreviousKey) > 0 {
@@ -125,11 +128,12 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	case !ok:
 		return fmt.Errorf("key rollover of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
 	}
+	since := s.agents.since()
 	cur, err := s.store.GetAgent(ctx, a.Env, a.Name)
 	if err != nil {
 		return err
 	}
-	s.agents.put(cur)
+	s.agents.putRead(cur, since)
 	detail := fmt.Sprintf("key %s rolled over to %s", bus.Fingerprint(signer), bus.Fingerprint(body.NewKey))
 	if err := s.store.RecordAudit(ctx, record.AuditEntry{Actor: "agent " + a.Name, Action: "agent.key-rollover", Env: a.Env,
 		Target: a.Name, Detail: model.Clip(detail, model.MaxAuditLen)}); err != nil {

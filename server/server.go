@@ -43,8 +43,10 @@ type Config struct {
 	LeadEvery time.Duration
 	// AgentCacheTTL is how long the ingest path trusts its copy of an
 	// agent's key and state (default 5s); changes through this server are
-	// seen at once, through another replica within this time.
-	AgentCacheTTL time.Duration
+	// seen at once, through another replica within this time, unless the
+	// store tells of them (PostgreSQL: at once), which AgentCacheListenTTL
+	// then bounds (default 10m), should a notice be lost.
+	AgentCacheTTL, AgentCacheListenTTL time.Duration
 	// KeepIngested is how long (agent, seq) marks are kept to drop
 	// redeliveries (default 24h).
 	KeepIngested time.Duration
@@ -116,6 +118,13 @@ type BrokerAdmin interface {
 	CloseConnection(ctx context.Context, name, reason string) error
 }
 
+// agentListener is a store that tells of changes of agents' records made
+// by any process (found by type assertion; PostgreSQL's does): the ingest
+// path's copies of agents are then trusted longer (AgentCacheListenTTL).
+type agentListener interface {
+	ListenAgents(ctx context.Context, listening func(bool), changed func(env, name string)) error
+}
+
 // inboxDeleter is a bus that can delete an agent's inbox (found by type
 // assertion).
 type inboxDeleter interface {
@@ -134,7 +143,7 @@ func (s *Server) deleteInbox(ctx context.Context, env, name string) error {
 // Default returns the configuration New uses for zero (or negative)
 // fields; a nil Key is generated.
 func Default() Config {
-	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
+	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, AgentCacheListenTTL: 10 * time.Minute, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
 		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
 		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second}
 }
@@ -146,6 +155,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MaxBatch, def.MaxBatch)
 	orDefault(&c.LeadEvery, def.LeadEvery)
 	orDefault(&c.AgentCacheTTL, def.AgentCacheTTL)
+	orDefault(&c.AgentCacheListenTTL, def.AgentCacheListenTTL)
 	orDefault(&c.KeepIngested, def.KeepIngested)
 	orDefault(&c.KeepActions, def.KeepActions)
 	orDefault(&c.CompileSettle, def.CompileSettle)
@@ -247,7 +257,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		signer:     signer,
 		keys:       keySet{current: cfg.Key},
 		dedup:      bus.NewDedup(1 << 16),
-		agents:     newAgentCache(st, cfg.AgentCacheTTL),
+		agents:     newAgentCache(st, cfg.AgentCacheTTL, cfg.AgentCacheListenTTL),
 		agentLocks: new(agentLocks),
 		committer:  newCommitter(st, cfg.MaxBatch, m),
 		seen:       newSeenWriter(st, log),
@@ -322,6 +332,10 @@ func (s *Server) Run(parent context.Context) error {
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
 	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()
+	if l, ok := s.store.(agentListener); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = l.ListenAgents(ctx, s.agents.setListening, s.agents.forget) }()
+	}
 	if s.cfg.Broker != nil && s.cfg.MaxAgentConnections > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.boundConnections(ctx) }()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/schema"
@@ -110,4 +111,96 @@ func TestUpgradeFromEveryStep(t *testing.T) {
 			return postgres.OpenWith(context.Background(), cfg, ms)
 		}
 	})
+}
+
+// A change of an agent's record by any process is told to every store
+// listening on the schema; the marks its events leave are not.
+func TestListenAgents(t *testing.T) {
+	u := pgtest.Fresh(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	writer, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	listener, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	if err := writer.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, name := range []string{"quiet", "web"} {
+		if err := writer.UpsertAgent(ctx, record.Agent{Env: "prod", Name: name, State: record.AgentAccepted,
+			PublicKey: []byte("0123456789abcdef0123456789abcdef"), FirstSeen: now, LastSeen: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listening := make(chan bool, 4)
+	changed := make(chan string, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- listener.ListenAgents(ctx, func(on bool) { listening <- on }, func(env, name string) { changed <- env + "/" + name })
+	}()
+	select {
+	case on := <-listening:
+		if !on {
+			t.Fatal("told it stopped listening before it listened")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("not listening after 30 s")
+	}
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case who := <-changed:
+			return who
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no change told in 30 s", what)
+			return ""
+		}
+	}
+	// Marks of activity first, on "quiet": not told. Then a change of
+	// "web": the first told must be it.
+	if err := writer.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "quiet", Seq: 9, At: now.Add(time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.SetAgentGeneration(ctx, "prod", "quiet", 3); err != nil {
+		t.Fatal(err)
+	}
+	web, err := writer.GetAgent(ctx, "prod", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.State = record.AgentRejected
+	if err := writer.UpsertAgent(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	if who := next("reject"); who != "prod/web" {
+		t.Fatalf("first change told: %q, want prod/web (marks of activity are not told)", who)
+	}
+	quiet, err := writer.GetAgent(ctx, "prod", "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet.Labels = map[string]string{"role": "db"}
+	if err := writer.UpsertAgent(ctx, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if who := next("labels"); who != "prod/quiet" {
+		t.Fatalf("told %q, want prod/quiet (its labels changed)", who)
+	}
+	if err := writer.DeleteAgent(ctx, "prod", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if who := next("delete"); who != "prod/web" {
+		t.Fatalf("told %q, want prod/web (deleted)", who)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("ListenAgents returned %v, want context.Canceled", err)
+	}
 }
