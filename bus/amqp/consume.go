@@ -335,6 +335,7 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 	check := time.NewTicker(b.cfg.SubscriptionCheck)
 	defer check.Stop()
 	heard, silent := false, 0
+	waiting := false                    // messages seen waiting at the last silent look
 	probe := ""                         // the probe out, "" for none
 	probed := make(chan probeResult, 1) // the probe publisher's answer
 	// Stopped before wg is waited for: a probe waiting for a connection
@@ -363,7 +364,7 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 		case <-check.C:
 			switch {
 			case heard:
-				heard, probe = false, ""
+				heard, probe, waiting = false, "", false
 			case c.inspect:
 				// On the consuming channel, not a new one: with
 				// thousands of agents per broker, a channel opened
@@ -372,21 +373,8 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 				// closes this channel, which is then done anyway.
 				q, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil)
 				silent++
-				switch {
-				case isAMQPError(err, amqp.NotFound):
-					return fmt.Errorf("%w: the queue is gone", errDropped)
-				case err != nil:
+				if err := inspected(q, err, &waiting, silent); err != nil {
 					return err
-				case q.Messages > 0:
-					return fmt.Errorf("%w: %d messages wait in the queue and none came", errDropped, q.Messages)
-				case q.Consumers == 0:
-					return fmt.Errorf("%w: the queue has no consumer", errDropped)
-				case silent%resubscribeEvery == 0:
-					// A subscription the broker dropped unseen, while
-					// another process stands by on the queue, may hold
-					// what was sent as unacknowledged: now and then a
-					// new channel gets it back.
-					return errSilent
 				}
 			case c.probe == "":
 				return errSilent
@@ -449,6 +437,36 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 			}()
 		}
 	}
+}
+
+// inspected judges what a silent consumer's look at its queue found (q,
+// err: a passive declare), at its silent-th silent check in a row: nil to
+// go on consuming, else why the subscription ends. Messages waiting while
+// none came mean a subscription lost only when the look before found them
+// too (waiting, kept across looks): a broker busy with thousands of agents
+// may take seconds to deliver what was just put in the queue, and an
+// agent taking that for a lost subscription subscribes again and says
+// hello, which has the server send it everything again: more work for the
+// busy broker.
+func inspected(q amqp.Queue, err error, waiting *bool, silent int) error {
+	switch {
+	case isAMQPError(err, amqp.NotFound):
+		return fmt.Errorf("%w: the queue is gone", errDropped)
+	case err != nil:
+		return err
+	case q.Messages > 0 && *waiting:
+		return fmt.Errorf("%w: %d messages wait in the queue and none came since the last look", errDropped, q.Messages)
+	case q.Consumers == 0:
+		return fmt.Errorf("%w: the queue has no consumer", errDropped)
+	}
+	*waiting = q.Messages > 0
+	if !*waiting && silent%resubscribeEvery == 0 {
+		// A subscription the broker dropped unseen, while another
+		// process stands by on the queue, may hold what was sent as
+		// unacknowledged: now and then a new channel gets it back.
+		return errSilent
+	}
+	return nil
 }
 
 // probeResult is how publishing a probe went.
