@@ -64,7 +64,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	}
 	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
 	defer unlock()
-	since := s.agents.since()
+	since := s.agents.since(env, name)
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err

@@ -233,7 +233,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 // written back.
 func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) error {
 	defer s.agentLocks.lock(env, name)()
-	since := s.agents.since()
+	since := s.agents.since(env, name)
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return err
@@ -301,7 +301,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	now := time.Now().UTC()
 	unlock := s.agentLocks.lock(e.Env, e.Agent)
 	defer unlock()
-	since := s.agents.since()
+	since := s.agents.since(e.Env, e.Agent)
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
 	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched, stale := false, "", a.Generation, false, false, false, false
 	heldKey := a.PublicKey
@@ -942,9 +942,24 @@ type agentCache struct {
 	listening atomic.Bool
 	mu        sync.Mutex
 	m         map[agentKey]cachedAgent
-	// forgets counts what was forgotten (one agent, an environment, all):
-	// a copy read before a forget is not kept after it (putRead).
-	forgets uint64
+	// forgets count what was forgotten, by stripe of agents (forget), and
+	// epoch the times an environment or everything was: a copy read
+	// before a forget of its stripe or a new epoch is not kept after it
+	// (putRead).
+	forgets [64]uint64
+	epoch   uint64
+}
+
+// cacheMark is what was forgotten by some instant (agentCache.since).
+type cacheMark struct{ epoch, forgets uint64 }
+
+// stripe is the forgets stripe of env/name.
+func (k agentKey) stripe() int {
+	h := fnv.New32a()
+	h.Write([]byte(k.env))
+	h.Write([]byte{0})
+	h.Write([]byte(k.name))
+	return int(h.Sum32() % 64)
 }
 
 type agentKey struct{ env, name string }
@@ -985,7 +1000,7 @@ func (c *agentCache) get(ctx context.Context, env, name string) (a record.Agent,
 	}
 	c.mu.Lock()
 	e, ok := c.m[k]
-	since := c.forgets
+	since := cacheMark{c.epoch, c.forgets[k.stripe()]}
 	c.mu.Unlock()
 	if ok && time.Since(e.at) < ttl {
 		return e.agent, true, nil
@@ -998,27 +1013,28 @@ func (c *agentCache) get(ctx context.Context, env, name string) (a record.Agent,
 	return a, false, nil
 }
 
-// since returns the count of forgets, taken before reading or writing an
-// agent's record whose copy is then kept (putRead).
-func (c *agentCache) since() uint64 {
+// since marks what was forgotten of env/name by now, taken before reading
+// or writing its record whose copy is then kept (putRead).
+func (c *agentCache) since(env, name string) cacheMark {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.forgets
+	return cacheMark{c.epoch, c.forgets[agentKey{env, name}.stripe()]}
 }
 
-// putRead keeps a, read or written after since was taken, unless
-// something was forgotten since: a change told meanwhile may be newer than
-// a.
-func (c *agentCache) putRead(a record.Agent, since uint64) {
+// putRead keeps a, read or written after since was taken, unless a was
+// forgotten since (or another agent of its stripe, or everything): a
+// change told meanwhile may be newer than a.
+func (c *agentCache) putRead(a record.Agent, since cacheMark) {
+	k := agentKey{a.Env, a.Name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.forgets != since {
+	if c.epoch != since.epoch || c.forgets[k.stripe()] != since.forgets {
 		return
 	}
 	if len(c.m) > 1<<16 { // bounded: start over rather than grow without end
 		clear(c.m)
 	}
-	c.m[agentKey{a.Env, a.Name}] = cachedAgent{agent: a, at: time.Now()}
+	c.m[k] = cachedAgent{agent: a, at: time.Now()}
 }
 
 // update changes the cached copy of env/name, if there is one, with fn;
@@ -1034,10 +1050,11 @@ func (c *agentCache) update(env, name string, fn func(*record.Agent)) {
 }
 
 func (c *agentCache) forget(env, name string) {
+	k := agentKey{env, name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.forgets++
-	delete(c.m, agentKey{env, name})
+	c.forgets[k.stripe()]++
+	delete(c.m, k)
 }
 
 // setListening says whether changes made elsewhere are told (ListenAgents):
@@ -1045,7 +1062,7 @@ func (c *agentCache) forget(env, name string) {
 func (c *agentCache) setListening(on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.forgets++
+	c.epoch++
 	clear(c.m)
 	c.listening.Store(on)
 }
@@ -1053,7 +1070,7 @@ func (c *agentCache) setListening(on bool) {
 func (c *agentCache) forgetEnv(env string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.forgets++
+	c.epoch++
 	for k := range c.m {
 		if k.env == env {
 			delete(c.m, k)

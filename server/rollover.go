@@ -52,7 +52,7 @@ func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, 
 		if fresh {
 			return false, bus.Verify(e, a.PublicKey)
 		}
-		since := s.agents.since()
+		since := s.agents.since(a.Env, a.Name)
 		got, err := s.store.GetAgent(ctx, a.Env, a.Name)
 		if err != nil {
 			return false, err
@@ -128,7 +128,7 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	case !ok:
 		return fmt.Errorf("key rollover of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
 	}
-	since := s.agents.since()
+	since := s.agents.since(a.Env, a.Name)
 	cur, err := s.store.GetAgent(ctx, a.Env, a.Name)
 	if err != nil {
 		return err

@@ -4,15 +4,17 @@
 -- generation held), and its deletion, are told to every server listening
 -- on the schema's channel (NOTIFY, at commit), which forgets its copy: an
 -- agent rejected or re-keyed through one replica is refused by the others
--- at once. The payload is ["env","name"].
+-- at once. The channel is tether_agents_ and the MD5 of the schema's name
+-- (within PostgreSQL's 63 bytes whatever the name); the payload is
+-- ["env","name"].
 
 CREATE FUNCTION tether_agent_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM pg_notify(left('tether_agents_' || TG_TABLE_SCHEMA, 63), json_build_array(OLD.env, OLD.name)::text);
+        PERFORM pg_notify('tether_agents_' || md5(TG_TABLE_SCHEMA), json_build_array(OLD.env, OLD.name)::text);
         RETURN OLD;
     END IF;
-    PERFORM pg_notify(left('tether_agents_' || TG_TABLE_SCHEMA, 63), json_build_array(NEW.env, NEW.name)::text);
+    PERFORM pg_notify('tether_agents_' || md5(TG_TABLE_SCHEMA), json_build_array(NEW.env, NEW.name)::text);
     RETURN NEW;
 END
 $$;

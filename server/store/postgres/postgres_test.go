@@ -2,10 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/schema"
@@ -198,6 +203,48 @@ func TestListenAgents(t *testing.T) {
 	}
 	if who := next("delete"); who != "prod/web" {
 		t.Fatalf("told %q, want prod/web (deleted)", who)
+	}
+	// Its connection cut: it says it no longer listens, reconnects, and
+	// says it listens again once a notice to itself came back.
+	// Its backend is the one whose checks (notices to itself, every
+	// postgres.ListenCheck) come on the schema's channel.
+	admin, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var schema string
+	if err := admin.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	sum := md5.Sum([]byte(schema))
+	if _, err := admin.Exec(ctx, `LISTEN `+pgx.Identifier{"tether_agents_" + hex.EncodeToString(sum[:])}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithTimeout(ctx, 3*postgres.ListenCheck)
+	defer stop()
+	var pid uint32
+	for pid == 0 {
+		n, err := admin.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("no check of the listener's on the channel: %v", err)
+		}
+		if strings.HasPrefix(n.Payload, "ping ") {
+			pid = n.PID
+		}
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, int64(pid)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []bool{false, true} {
+		select {
+		case on := <-listening:
+			if on != want {
+				t.Fatalf("after its connection was cut: listening %v, want %v", on, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("after its connection was cut: not told listening %v in 30 s", want)
+		}
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
