@@ -251,3 +251,40 @@ func TestListenAgents(t *testing.T) {
 		t.Fatalf("ListenAgents returned %v, want context.Canceled", err)
 	}
 }
+
+// The trigger that tells servers of changed agents compares every column
+// of the agents table but the marks of activity: a column added later
+// must be added to it (a new migration replacing the trigger).
+func TestAgentsTriggerCoversEveryColumn(t *testing.T) {
+	u := pgtest.Fresh(t)
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var def string
+	if err := conn.QueryRow(ctx, `SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND t.tgname = 'agents_changed'`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'agents'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	columns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := map[string]bool{"env": true, "name": true, "last_seen": true, "online": true, "last_seq": true, "generation": true}
+	for _, c := range columns {
+		if in := strings.Contains(def, "old."+c+" IS DISTINCT FROM new."+c+")"); in == marks[c] {
+			t.Errorf("column %s: compared by the trigger %v, want %v:\n%s", c, in, !marks[c], def)
+		}
+	}
+}
