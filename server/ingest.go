@@ -227,10 +227,13 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 	}
 }
 
-// touch updates an agent's record, read fresh from the store, with fn (when
-// it returns true), its last-seen time and the sequence number of the event
-// that says so: several replicas write agents, so a cached copy is never
-// written back.
+// touch updates what an agent says of itself (labels, facts, version,
+// whether it is connected: SetAgentReport) in its record, read fresh from
+// the store, with fn (when it returns true), with its last-seen time and
+// the sequence number of the event that says so. Several replicas write
+// agents: a cached copy is never written back, and nothing fn does not
+// own is written (a rejection through another replica between the read
+// and the write stays).
 func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) error {
 	defer s.agentLocks.lock(env, name)()
 	since := s.agents.since(env, name)
@@ -243,8 +246,8 @@ func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn fun
 	}
 	a.LastSeen = time.Now().UTC()
 	a.LastSeq = max(a.LastSeq, int64(seq))
-	if err := s.store.UpsertAgent(ctx, a); err != nil {
-		return err
+	if known, err := s.store.SetAgentReport(ctx, a); err != nil || !known {
+		return err // not known: deleted meanwhile, and not brought back
 	}
 	s.agents.putRead(a, since)
 	return nil

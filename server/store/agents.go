@@ -57,6 +57,24 @@ func (s *SQL) SetAgentKey(ctx context.Context, a record.Agent, from []byte) (boo
 	return n == 1, nil
 }
 
+// SetAgentReport implements Store.
+func (s *SQL) SetAgentReport(ctx context.Context, a record.Agent) (bool, error) {
+	labels, facts, _, err := encodeAgent(&a)
+	if err != nil {
+		return false, fmt.Errorf("record the report of agent %s: %w", a.Name, err)
+	}
+	n, err := s.db.Exec(ctx, `UPDATE agents SET labels = $3, facts = $4, online = $5, agent_version = $6, protocol = $7, last_seen = $8,
+			last_seq = CASE WHEN last_seq > $9 THEN last_seq ELSE $9 END,
+			server_keys = CASE WHEN server_keys_seq > $10 THEN server_keys ELSE $11 END,
+			server_keys_seq = CASE WHEN server_keys_seq > $10 THEN server_keys_seq ELSE $10 END
+		WHERE env = $1 AND name = $2`, a.Env, a.Name, labels, facts, a.Connected, a.AgentVersion, a.Protocol, a.LastSeen, a.LastSeq,
+		a.ServerKeysSeq, encodeList(a.ServerKeys))
+	if err != nil {
+		return false, wrap("record the report of agent "+a.Name, err)
+	}
+	return n == 1, nil
+}
+
 // SetAgentGeneration implements Store.
 func (s *SQL) SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error) {
 	n, err := s.db.Exec(ctx, `UPDATE agents SET generation = $3, last_seen = $4

@@ -111,6 +111,14 @@ type Store interface {
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)
+	// SetAgentReport records what an agent says of itself — its labels,
+	// facts, version and protocol, whether it is connected, the server keys
+	// it took (ServerKeys, unless those stored have a later ServerKeysSeq)
+	// — and that it was seen (LastSeen; LastSeq only grows), and no other
+	// field: a state,
+	// a pause or a key written meanwhile (an operator's rejection through
+	// another replica) stays. It reports whether the agent is known.
+	SetAgentReport(ctx context.Context, a record.Agent) (bool, error)
 	// SetAgentGeneration records the generation an agent reports it holds,
 	// and that it was seen now, in one statement: no read of the record,
 	// no other field written. It reports whether the generation changed

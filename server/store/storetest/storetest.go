@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentSlice", testAgentSlice},
 		{"Agents", testAgents},
 		{"AgentGeneration", testAgentGeneration},
+		{"AgentReport", testAgentReport},
 		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
 		{"RecordResultsAllOrNothing", testAllOrNothing},
@@ -305,6 +306,58 @@ func testAgentSlice(t *testing.T, s store.Store) {
 // testAgentGeneration: the generation an agent reports is written alone,
 // once per change, and moves its last-seen time; nothing else of the
 // record changes.
+// testAgentReport: what an agent says of itself is written from a copy
+// read before an operator rejected and paused it; the rejection, the pause
+// and the key stay.
+func testAgentReport(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
+		LastSeq: 40, FirstSeen: seen, LastSeen: seen}
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := read
+	rejected.State, rejected.Paused, rejected.Note = record.AgentRejected, true, "rejected by an operator"
+	if err := s.UpsertAgent(ctx, rejected); err != nil {
+		t.Fatal(err)
+	}
+	read.Labels, read.Facts = map[string]string{"role": "db"}, map[string]any{"os": "debian"}
+	read.Connected, read.AgentVersion, read.Protocol = true, "1.4.0", "1.2"
+	read.LastSeen, read.LastSeq = seen.Add(time.Minute), 30
+	read.ServerKeys, read.ServerKeysSeq = []string{"SHA256:next"}, 7
+	if ok, err := s.SetAgentReport(ctx, read); err != nil || !ok {
+		t.Fatalf("record a report: %v, %v; want true, nil", ok, err)
+	}
+	got, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != record.AgentRejected || !got.Paused || got.Note != "rejected by an operator" || string(got.PublicKey) != string([]byte{1, 2, 3}) {
+		t.Fatalf("after a report from an older copy: state %s, paused %v, note %q, key %x; want the rejection, the pause and the key kept",
+			got.State, got.Paused, got.Note, got.PublicKey)
+	}
+	if got.Labels["role"] != "db" || got.Facts["os"] != "debian" || !got.Connected || got.AgentVersion != "1.4.0" || got.Protocol != "1.2" ||
+		!got.LastSeen.Equal(seen.Add(time.Minute)) || got.LastSeq != 40 || len(got.ServerKeys) != 1 || got.ServerKeysSeq != 7 {
+		t.Fatalf("after a report: %+v; want its labels, facts, connection, version, server keys and last seen, LastSeq kept at 40", got)
+	}
+	// Server keys of an older report do not replace newer ones.
+	read.ServerKeys, read.ServerKeysSeq = []string{"SHA256:old"}, 5
+	if _, err := s.SetAgentReport(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetAgent(ctx, "prod", "web-1"); err != nil || len(got.ServerKeys) != 1 || got.ServerKeys[0] != "SHA256:next" || got.ServerKeysSeq != 7 {
+		t.Fatalf("after an older report of server keys: %+v, %v; want SHA256:next of 7 kept", got.ServerKeys, err)
+	}
+	if ok, err := s.SetAgentReport(ctx, record.Agent{Env: "prod", Name: "ghost"}); err != nil || ok {
+		t.Fatalf("report of an unknown agent: %v, %v; want false, nil", ok, err)
+	}
+}
+
 func testAgentGeneration(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
