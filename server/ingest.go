@@ -306,6 +306,12 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	defer unlock()
 	since := s.agents.since(e.Env, e.Agent)
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
+	// The record as read: written back only while its state and pause are
+	// still so (an operator's rejection through another replica stays).
+	was := a
+	if err != nil {
+		was = record.Agent{}
+	}
 	rekeyed, wentBack, heldBefore, discovered, notSwitched, switched, stale := false, "", a.Generation, false, false, false, false
 	heldKey := a.PublicKey
 	switch {
@@ -430,8 +436,11 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 			return err
 		}
 	}
-	if err := s.store.UpsertAgent(ctx, a); err != nil {
+	if wrote, err := s.store.UpsertAgentIf(ctx, a, was); err != nil {
 		return err
+	} else if !wrote {
+		// Handled again, from the record as it is now.
+		return fmt.Errorf("hello of %s/%s: its record changed meanwhile (an operator's action?); trying again", a.Env, a.Name)
 	}
 	if rekeyed {
 		if ok, err := s.store.SetAgentKey(ctx, a, heldKey); err != nil {

@@ -12,8 +12,20 @@ import (
 
 // UpsertAgent implements Store.
 func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
+	_, err := s.upsertAgent(ctx, a, nil)
+	return err
+}
+
+// UpsertAgentIf implements Store.
+func (s *SQL) UpsertAgentIf(ctx context.Context, a record.Agent, was record.Agent) (bool, error) {
+	return s.upsertAgent(ctx, a, &was)
+}
+
+// upsertAgent writes a; when was is given, over a stored record only if
+// its state and pause are still was's.
+func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent) (bool, error) {
 	if err := model.ValidateAgentName(a.Name); err != nil {
-		return fmt.Errorf("upsert agent: %w: %w", model.ErrInvalid, err)
+		return false, fmt.Errorf("upsert agent: %w: %w", model.ErrInvalid, err)
 	}
 	if a.State == "" {
 		a.State = record.AgentPending
@@ -27,11 +39,18 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 	}
 	labels, facts, kinds, err := encodeAgent(&a)
 	if err != nil {
-		return fmt.Errorf("upsert agent: %w", err)
+		return false, fmt.Errorf("upsert agent: %w", err)
 	}
 	serverKeys := encodeList(a.ServerKeys)
+	args := []any{a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
+		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note, a.AgentVersion, a.Protocol}
+	guard := ""
+	if was != nil {
+		guard = ` WHERE agents.state = $22 AND agents.paused = $23`
+		args = append(args, was.State, was.Paused)
+	}
 	// An unknown environment fails the foreign key: model.ErrNotFound.
-	_, err = s.db.Exec(ctx, `
+	n, err := s.db.Exec(ctx, `
 		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 		ON CONFLICT (env, name) DO UPDATE SET
@@ -41,10 +60,12 @@ func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
 			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
 			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END,
 			server_keys = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys ELSE excluded.server_keys END,
-			server_keys_seq = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys_seq ELSE excluded.server_keys_seq END`,
-		a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
-		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note, a.AgentVersion, a.Protocol)
-	return wrap("upsert agent "+a.Name, err)
+			server_keys_seq = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys_seq ELSE excluded.server_keys_seq END`+guard,
+		args...)
+	if err != nil {
+		return false, wrap("upsert agent "+a.Name, err)
+	}
+	return n == 1, nil
 }
 
 // SetAgentKey implements Store.

@@ -108,6 +108,12 @@ type Store interface {
 	// SetAgentKey: a write of other fields from a copy read before a key
 	// changed never puts the old key back.
 	UpsertAgent(ctx context.Context, a record.Agent) error
+	// UpsertAgentIf is UpsertAgent over a stored record only while its
+	// state and pause are still was's (a record read before: an agent
+	// not found, the zero record), and reports whether it wrote: a
+	// decision taken from a copy read before an operator's rejection or
+	// pause through another replica never undoes it.
+	UpsertAgentIf(ctx context.Context, a record.Agent, was record.Agent) (bool, error)
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)

@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Agents", testAgents},
 		{"AgentGeneration", testAgentGeneration},
 		{"AgentReport", testAgentReport},
+		{"AgentUpsertIf", testAgentUpsertIf},
 		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
 		{"RecordResultsAllOrNothing", testAllOrNothing},
@@ -355,6 +356,55 @@ func testAgentReport(t *testing.T, s store.Store) {
 	}
 	if ok, err := s.SetAgentReport(ctx, record.Agent{Env: "prod", Name: "ghost"}); err != nil || ok {
 		t.Fatalf("report of an unknown agent: %v, %v; want false, nil", ok, err)
+	}
+}
+
+// testAgentUpsertIf: a record written from a copy read before an operator
+// rejected or paused the agent is not written; one read after is; an agent
+// not found when read is written only if nobody wrote it meanwhile.
+func testAgentUpsertIf(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: []byte{1, 2, 3}, FirstSeen: seen, LastSeen: seen}
+	if ok, err := s.UpsertAgentIf(ctx, a, record.Agent{}); err != nil || !ok {
+		t.Fatalf("first write of an agent not found: %v, %v; want true, nil", ok, err)
+	}
+	if ok, err := s.UpsertAgentIf(ctx, a, record.Agent{}); err != nil || ok {
+		t.Fatalf("write of an agent not found when read, written since: %v, %v; want false, nil", ok, err)
+	}
+	read, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, operator := range []func(*record.Agent){
+		func(r *record.Agent) { r.State = record.AgentRejected },
+		func(r *record.Agent) { r.Paused = true },
+	} {
+		changed := read
+		operator(&changed)
+		if err := s.UpsertAgent(ctx, changed); err != nil {
+			t.Fatal(err)
+		}
+		hello := read
+		hello.Labels = map[string]string{"role": "web"}
+		if ok, err := s.UpsertAgentIf(ctx, hello, read); err != nil || ok {
+			t.Fatalf("write from a copy read before the operator's change: %v, %v; want false, nil", ok, err)
+		}
+		got, err := s.GetAgent(ctx, "prod", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != changed.State || got.Paused != changed.Paused || got.Labels["role"] != "" {
+			t.Fatalf("after a refused write: %+v; want the operator's change alone", got)
+		}
+		hello = got
+		hello.Labels = map[string]string{"role": "web"}
+		if ok, err := s.UpsertAgentIf(ctx, hello, got); err != nil || !ok {
+			t.Fatalf("write from a copy read after: %v, %v; want true, nil", ok, err)
+		}
+		if err := s.UpsertAgent(ctx, read); err != nil { // back as read, for the next case
+			t.Fatal(err)
+		}
 	}
 }
 
