@@ -965,14 +965,17 @@ type agentCache struct {
 // cacheMark is what was forgotten by some instant (agentCache.since).
 type cacheMark struct{ epoch, forgets uint64 }
 
-// stripe is the forgets stripe of env/name.
-func (k agentKey) stripe() int {
+// hash spreads agents over stripes (agentLocks, agentCache.forgets).
+func (k agentKey) hash() uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(k.env))
 	h.Write([]byte{0})
 	h.Write([]byte(k.name))
-	return int(h.Sum32() % 64)
+	return h.Sum32()
 }
+
+// stripe is the forgets stripe of env/name.
+func (k agentKey) stripe() int { return int(k.hash() % 64) }
 
 type agentKey struct{ env, name string }
 
@@ -989,11 +992,7 @@ type agentLocks [64]sync.Mutex
 
 // lock locks env/name's stripe and returns its unlock.
 func (l *agentLocks) lock(env, name string) func() {
-	h := fnv.New32a()
-	h.Write([]byte(env))
-	h.Write([]byte{0})
-	h.Write([]byte(name))
-	m := &l[h.Sum32()%uint32(len(l))]
+	m := &l[agentKey{env, name}.hash()%uint32(len(l))]
 	m.Lock()
 	return m.Unlock
 }

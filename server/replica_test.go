@@ -389,21 +389,7 @@ func tryLeaseHolder(t *testing.T, url string) (uint32, bool) {
 func TestRejectSeenByAnotherReplicaAtOnce(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Open(t)
-	busA, busB := bus.NewLocal(zerolog.Nop()), bus.NewLocal(zerolog.Nop())
-	t.Cleanup(busA.Close)
-	t.Cleanup(busB.Close)
-	cfg := server.Config{AgentCacheTTL: time.Hour, AgentCacheListenTTL: time.Hour}
-	srvA, err := server.New(cfg, st, busA, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvB, err := server.New(cfg, st, busB, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srvA.EnsureEnv(ctx, "prod", quietSettings()); err != nil {
-		t.Fatal(err)
-	}
+	srvA, srvB, _, busB := twoReplicas(t, st, server.Config{AgentCacheTTL: time.Hour, AgentCacheListenTTL: time.Hour})
 	web := newFakeAgent(t, st, "prod", "web")
 	runServer(t, srvA)
 	runServer(t, srvB)
@@ -421,6 +407,27 @@ func TestRejectSeenByAnotherReplicaAtOnce(t *testing.T) {
 		publish(t, busB, []*bus.Envelope{web.seal(t, "prod", bus.KindHeartbeat, bus.Heartbeat{})})
 		return eventsCounted(t, srvB, "heartbeat", "rejected", "dropped") > 0
 	})
+}
+
+// twoReplicas makes two servers with cfg on one store, each with an
+// in-process bus of its own (events published to one bus reach that server
+// alone), and environment "prod"; the test runs them.
+func twoReplicas(t *testing.T, st store.Store, cfg server.Config) (srvA, srvB *server.Server, busA, busB *bus.Local) {
+	t.Helper()
+	busA, busB = bus.NewLocal(zerolog.Nop()), bus.NewLocal(zerolog.Nop())
+	t.Cleanup(busA.Close)
+	t.Cleanup(busB.Close)
+	var err error
+	if srvA, err = server.New(cfg, st, busA, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if srvB, err = server.New(cfg, st, busB, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srvA.EnsureEnv(context.Background(), "prod", quietSettings()); err != nil {
+		t.Fatal(err)
+	}
+	return srvA, srvB, busA, busB
 }
 
 // eventsCounted reads tether_ingest_events_total off the server's /metrics:

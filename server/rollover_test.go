@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
@@ -232,23 +230,9 @@ func TestRolloverSeenByAnotherReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	busA, busB := bus.NewLocal(zerolog.Nop()), bus.NewLocal(zerolog.Nop())
-	t.Cleanup(busA.Close)
-	t.Cleanup(busB.Close)
 	// Caches that never expire within the test: only the re-read can
 	// show replica B the new key.
-	cfg := server.Config{AgentCacheTTL: time.Hour}
-	srvA, err := server.New(cfg, st, busA, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvB, err := server.New(cfg, st, busB, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srvA.EnsureEnv(ctx, "prod", quietSettings()); err != nil {
-		t.Fatal(err)
-	}
+	srvA, srvB, busA, busB := twoReplicas(t, st, server.Config{AgentCacheTTL: time.Hour})
 	web := newFakeAgent(t, st, "prod", "web")
 	if err := busA.DeclareInbox(ctx, "prod", "web"); err != nil {
 		t.Fatal(err)

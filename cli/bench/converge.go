@@ -558,7 +558,7 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 	// confirmed by the broker; then the server's record. An agent found
 	// done is not looked at again. The looks share the machine's cores
 	// with what is measured (looking at 10,000 journals, or counting
-	// 200,000 statuses in PostgreSQL, takes tens of milliseconds of CPU):
+	// 200,000 statuses in PostgreSQL, takes tens of milliseconds):
 	// each waits ten times as long as the one before it took, at least
 	// 100 ms (agents) or 50 ms (the store) and at most a second, so they
 	// take a tenth of a core unless a look takes more than 100 ms.

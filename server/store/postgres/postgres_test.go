@@ -57,11 +57,7 @@ func TestConcurrentMigrations(t *testing.T) {
 	if err := stores[0].CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
 		t.Fatal(err)
 	}
-	again, err := postgres.Open(ctx, postgres.Config{URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
+	again := openOn(t, u)
 	if _, err := again.GetEnv(ctx, "prod"); err != nil {
 		t.Fatalf("environment lost across reopen: %v", err)
 	}
@@ -71,16 +67,8 @@ func TestConcurrentMigrations(t *testing.T) {
 func TestLeaseAcrossProcesses(t *testing.T) {
 	u := pgtest.Fresh(t)
 	ctx := context.Background()
-	a, err := postgres.Open(ctx, postgres.Config{URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := postgres.Open(ctx, postgres.Config{URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := openOn(t, u)
+	b := openOn(t, u)
 	la, ok, err := a.Lead(ctx, "scheduler/prod")
 	if err != nil || !ok {
 		t.Fatalf("a leads: %v %v", ok, err)
@@ -94,6 +82,18 @@ func TestLeaseAcrossProcesses(t *testing.T) {
 		t.Fatalf("b after a released: %v %v", ok, err)
 	}
 	lb.Release()
+}
+
+// openOn opens a store on the database and schema of u, closed when the
+// test ends.
+func openOn(t *testing.T, u string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 func TestBadURL(t *testing.T) {
@@ -124,16 +124,8 @@ func TestListenAgents(t *testing.T) {
 	u := pgtest.Fresh(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	writer, err := postgres.Open(ctx, postgres.Config{URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	listener, err := postgres.Open(ctx, postgres.Config{URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
+	writer := openOn(t, u)
+	listener := openOn(t, u)
 	if err := writer.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,11 +250,7 @@ func TestListenAgents(t *testing.T) {
 func TestAgentsTriggerCoversEveryColumn(t *testing.T) {
 	u := pgtest.Fresh(t)
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, postgres.Config{URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	openOn(t, u) // migrates the schema
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
 		t.Fatal(err)

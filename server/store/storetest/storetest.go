@@ -489,15 +489,24 @@ func testAgentsSeen(t *testing.T, s store.Store) {
 	}
 	check("web-000", t0.Add(time.Minute), 50, true)
 
+	// goodbye records web-001's goodbye at at, with sequence number seq
+	// (0: the one stored).
+	goodbye := func(at time.Time, seq int64) {
+		t.Helper()
+		a, err := s.GetAgent(ctx, "prod", "web-001")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Connected, a.LastSeen = false, at
+		if seq != 0 {
+			a.LastSeq = seq
+		}
+		if err := s.UpsertAgent(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A goodbye recorded after a heartbeat written late: still offline.
-	a, err := s.GetAgent(ctx, "prod", "web-001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Connected, a.LastSeen = false, t0.Add(2*time.Minute)
-	if err := s.UpsertAgent(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	goodbye(t0.Add(2*time.Minute), 0)
 	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 60, At: t0.Add(90 * time.Second)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -509,13 +518,7 @@ func testAgentsSeen(t *testing.T, s store.Store) {
 	check("web-001", t0.Add(3*time.Minute), 61, true)
 	// An event sent before the goodbye, handled after it (a later
 	// time, an earlier sequence): the goodbye stands.
-	if a, err = s.GetAgent(ctx, "prod", "web-001"); err != nil {
-		t.Fatal(err)
-	}
-	a.Connected, a.LastSeen, a.LastSeq = false, t0.Add(4*time.Minute), 70
-	if err := s.UpsertAgent(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	goodbye(t0.Add(4*time.Minute), 70)
 	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 65, At: t0.Add(5 * time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
