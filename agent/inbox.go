@@ -120,7 +120,15 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			// fingerprint with `tether server key`, once per agent.
 			a.log.Warn().Str("server_key", bus.Fingerprint(body.ServerKey)).Msg("enrolled; server key pinned")
 		}
-		a.signer.Advance(body.LastSeq)
+		if a.signer.Advance(body.LastSeq) && answer {
+			// The server held later numbers than this agent's hello
+			// (its journal restored from an older copy): it took the
+			// hello's labels and facts for older news. They are
+			// reported again, numbered past, on the next facts check.
+			a.mu.Lock()
+			a.facts = nil
+			a.mu.Unlock()
+		}
 		a.eventsAlive.Store(body.EventsAlive)
 		if err := a.followEnvironment(body, answer); err != nil {
 			return err

@@ -118,11 +118,16 @@ func NewReservingSigner(key ed25519.PrivateKey, floor uint64, r SeqReserver) *Si
 
 // Advance moves the sequence past n: the receiver holds numbers up to n
 // (from a restored backup of this sender, say), so later ones must follow.
-func (s *Signer) Advance(n uint64) {
+// It reports whether it moved: what was numbered before was at or below
+// numbers the receiver held, older news to it.
+func (s *Signer) Advance(n uint64) bool {
 	for {
 		cur := s.seq.Load()
-		if cur >= n || s.seq.CompareAndSwap(cur, n) {
-			return
+		if cur >= n {
+			return false
+		}
+		if s.seq.CompareAndSwap(cur, n) {
+			return true
 		}
 	}
 }

@@ -91,7 +91,9 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	} else if a.State == record.AgentRejected {
 		a.Note = "rejected by an operator"
 	}
-	if err := s.store.UpsertAgent(ctx, a); err != nil {
+	// The decision alone is written: what the agent reported meanwhile
+	// (through another replica) stays.
+	if err := s.store.SetAgentState(ctx, a); err != nil {
 		return a, err
 	}
 	s.agents.putRead(a, since)

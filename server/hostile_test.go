@@ -4,6 +4,9 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -375,4 +378,130 @@ func TestDiscoveryFloodIsBounded(t *testing.T) {
 	_, k, _ := bus.GenerateKey()
 	r.forge(k, 1, bus.KindHello, "real", bus.Hello{PublicKey: k.Public().(ed25519.PublicKey), Token: secret})
 	r.waitOnline("real")
+}
+
+// Events an agent signed, captured on their way and sent again, say
+// nothing of now: a host that went silent does not look alive, a replayed
+// goodbye disconnects nothing, older labels do not come back. (A replica
+// drops an envelope id it handled among its last 65,536; another replica,
+// or the same one later, does not: such a replay is an event the server
+// has not handled, numbered at or below one it has, as forged here.)
+func TestReplayedEventsSayNothingOfNow(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	keys := map[string]ed25519.PrivateKey{}
+	for _, name := range []string{"web", "db"} {
+		pub, key, err := bus.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[name] = key
+		r.sayHello(bus.NewSigner(key, 0), name, bus.Hello{PublicKey: pub, Labels: map[string]string{"role": name}, Version: "1.0", Protocol: bus.Protocol})
+		r.waitRecord(name, "accepted and connected", func(a record.Agent) bool { return a.State == record.AgentAccepted && a.Connected })
+	}
+	// send has the server handle an event of agent name numbered seq.
+	send := func(name string, seq uint64, kind bus.Kind, body any) {
+		t.Helper()
+		before := r.srv.IngestStats().Events
+		r.forge(keys[name], seq, kind, name, body)
+		waitFor(t, fmt.Sprintf("%s %d of %s handled", kind, seq, name), func() bool { return r.srv.IngestStats().Events > before })
+	}
+	send("web", 10, bus.KindFacts, bus.Facts{Labels: map[string]string{"role": "cache"}})
+	send("web", 11, bus.KindGoodbye, bus.Empty{})
+	gone := r.agentRecord("web")
+	if gone.Connected || gone.Labels["role"] != "cache" || gone.LastSeq != 11 {
+		t.Fatalf("after facts and a goodbye: %+v; want role cache, not connected, last number 11", gone)
+	}
+
+	// Replayed: a heartbeat, older facts, a hello, all numbered below
+	// the goodbye.
+	send("web", 5, bus.KindHeartbeat, bus.Heartbeat{Version: "0.9", Protocol: bus.Protocol})
+	send("web", 6, bus.KindFacts, bus.Facts{Labels: map[string]string{"role": "old"}})
+	pub := keys["web"].Public().(ed25519.PublicKey)
+	send("web", 7, bus.KindHello, bus.Hello{PublicKey: pub, Labels: map[string]string{"role": "old"}, Version: "0.9", Protocol: bus.Protocol})
+	// Heartbeats are written every second, together: one of db's,
+	// written, comes after anything the replays marked.
+	send("db", 2, bus.KindHeartbeat, bus.Heartbeat{Version: "1.0", Protocol: bus.Protocol})
+	r.waitRecord("db", "its heartbeat written", func(a record.Agent) bool { return a.LastSeq == 2 })
+	got := r.agentRecord("web")
+	if got.Connected || !got.LastSeen.Equal(gone.LastSeen) || got.LastSeq != 11 || got.Labels["role"] != "cache" || got.AgentVersion != "1.0" {
+		t.Fatalf("after replays: connected %v, last seen %v, last number %d, role %s, version %s; want as the goodbye left it: false, %v, 11, cache, 1.0",
+			got.Connected, got.LastSeen, got.LastSeq, got.Labels["role"], got.AgentVersion, gone.LastSeen)
+	}
+	// A replayed goodbye while it lives disconnects nothing.
+	send("web", 12, bus.KindHeartbeat, bus.Heartbeat{Version: "1.1", Protocol: bus.Protocol})
+	back := r.waitRecord("web", "connected again", func(a record.Agent) bool { return a.Connected })
+	if !back.LastSeen.After(gone.LastSeen) || back.AgentVersion != "1.1" {
+		t.Fatalf("after a new heartbeat: last seen %v, version %s; want after %v, 1.1", back.LastSeen, back.AgentVersion, gone.LastSeen)
+	}
+	send("web", 11, bus.KindGoodbye, bus.Empty{})
+	if got := r.agentRecord("web"); !got.Connected {
+		t.Fatal("a replayed goodbye disconnected the agent")
+	}
+}
+
+// An agent restored from an older copy of its state directory numbers its
+// hello at or below what the server recorded of it: the server answers,
+// and takes what the hello says for older news (a replay is no
+// different). The answer tells the agent the numbers it must move past,
+// and it reports its labels and facts again, numbered past them.
+func TestRestoredAgentReportsItsFactsAgain(t *testing.T) {
+	r := newRig(t, record.EnrollOpen)
+	dir := t.TempDir()
+	state, backup := filepath.Join(dir, "state"), filepath.Join(dir, "backup")
+	cfg := agent.Config{Env: "test", Name: "web", StateDir: state, ServerKey: r.srv.PublicKey(),
+		Labels: map[string]string{"role": "web"}, FactsInterval: 50 * time.Millisecond}
+	gone := func(a record.Agent) bool { return !a.Connected }
+	_, stop := r.startAgentWith(cfg)
+	r.waitOnline("web")
+	stop()
+	r.waitRecord("web", "its goodbye", gone)
+	copyState(t, state, backup)
+	// Run on: its numbers move on past the copy's, and its facts are
+	// reported later than its hello.
+	_, stop = r.startAgentWith(cfg)
+	hello := r.waitRecord("web", "its second run's hello", func(a record.Agent) bool { return a.Connected })
+	if _, err := r.srv.RefreshFacts(r.ctx, "test", "web"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitRecord("web", "its facts reported again", func(a record.Agent) bool { return a.FactsSeq > hello.FactsSeq })
+	stop()
+	held := r.waitRecord("web", "its second goodbye", gone).LastSeq
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	copyState(t, backup, state)
+	cfg.Labels = map[string]string{"role": "db"}
+	r.startAgentWith(cfg)
+	got := r.waitRecord("web", "the restored agent's labels, and it connected", func(a record.Agent) bool { return a.Labels["role"] == "db" && a.Connected })
+	if got.FactsSeq <= held {
+		t.Fatalf("restored agent: facts numbered %d; want past %d", got.FactsSeq, held)
+	}
+}
+
+// copyState copies an agent's state directory from to to, modes kept (an
+// agent refuses a key file others can read).
+func copyState(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, info.Mode().Perm())
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

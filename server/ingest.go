@@ -136,11 +136,21 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 // heard marks an accepted agent as heard from by e, handled: every event
 // of an agent says it lives, so an agent that reports skips its next
 // heartbeat (bus.Enrolled.EventsAlive). Marks are written together, every
-// second (seenWriter).
+// second (seenWriter). Only an event numbered past every one recorded of
+// the agent counts: a captured event replayed (it verifies: the agent
+// signed it once) must not keep a host that went silent looking alive.
 func (s *Server) heard(a record.Agent, e *bus.Envelope) {
+	seq := int64(e.Seq)
+	if seq <= a.LastSeq {
+		return
+	}
 	now := time.Now().UTC()
-	s.seen.mark(a.Env, a.Name, int64(e.Seq), now)
-	s.agents.update(a.Env, a.Name, func(c *record.Agent) { c.LastSeen, c.LastSeq = now, max(c.LastSeq, int64(e.Seq)) })
+	s.seen.mark(a.Env, a.Name, seq, now)
+	s.agents.update(a.Env, a.Name, func(c *record.Agent) {
+		if seq > c.LastSeq {
+			c.LastSeen, c.LastSeq = now, seq
+		}
+	})
 }
 
 // agentEvent handles an event of an accepted agent, verified.
@@ -183,7 +193,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 			// with the others' within a second.
 			return nil
 		}
-		return s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+		_, err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
 			if body.Protocol != "" {
 				// Older agents say neither: what their hello said stands.
@@ -191,11 +201,16 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 			}
 			return true
 		})
+		return err
 	case bus.KindGoodbye:
-		if err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+		latest, err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = false
 			return true
-		}); err != nil {
+		})
+		if err != nil || !latest {
+			// A goodbye older than an event recorded since (a restart
+			// said hello meanwhile, or a captured goodbye replayed)
+			// disconnects nothing.
 			return err
 		}
 		s.feed.publish(Event{Kind: EventAgentOffline, Env: a.Env, Agent: a.Name})
@@ -208,12 +223,18 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 		if err := checkFacts(body.Labels, body.Facts); err != nil {
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
-		changed := false
-		if err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+		newer, changed := false, false
+		if _, err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+			if int64(e.Seq) <= a.FactsSeq {
+				// Older than the facts recorded (delivered late, or a
+				// captured report replayed): they stay.
+				return false
+			}
+			newer = true
 			changed = a.State == record.AgentAccepted && !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
-			a.Facts, a.Labels, a.Connected = body.Facts, body.Labels, true
+			a.Facts, a.Labels, a.FactsSeq, a.Connected = body.Facts, body.Labels, int64(e.Seq), true
 			return true
-		}); err != nil {
+		}); err != nil || !newer {
 			return err
 		}
 		s.feed.publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
@@ -234,23 +255,37 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 // agents: a cached copy is never written back, and nothing fn does not
 // own is written (a rejection through another replica between the read
 // and the write stays).
-func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) error {
+//
+// An event numbered at or below one already recorded of the agent —
+// delivered late (several consumers take events at once), or captured
+// and replayed — is not news of now: whether the agent is connected, its
+// version and when it was seen stay as they are. It reports whether the
+// event was the latest (and fn wrote).
+func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) (bool, error) {
 	defer s.agentLocks.lock(env, name)()
 	since := s.agents.since(env, name)
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
-		return err
+		return false, err
 	}
+	read := a
 	if !fn(&a) {
-		return nil
+		return false, nil
 	}
-	a.LastSeen = time.Now().UTC()
-	a.LastSeq = max(a.LastSeq, int64(seq))
+	latest := int64(seq) > read.LastSeq
+	if latest {
+		a.LastSeen, a.LastSeq = time.Now().UTC(), int64(seq)
+	} else {
+		a.Connected, a.AgentVersion, a.Protocol = read.Connected, read.AgentVersion, read.Protocol
+	}
+	if a.ServerKeysSeq < read.ServerKeysSeq {
+		a.ServerKeys, a.ServerKeysSeq = read.ServerKeys, read.ServerKeysSeq
+	}
 	if known, err := s.store.SetAgentReport(ctx, a); err != nil || !known {
-		return err // not known: deleted meanwhile, and not brought back
+		return false, err // not known: deleted meanwhile, and not brought back
 	}
 	s.agents.putRead(a, since)
-	return nil
+	return latest, nil
 }
 
 // recordGeneration records the generation an agent reports it holds once
@@ -355,7 +390,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 		// A new key starts a new sequence (once it is accepted): nothing
 		// the old key said holds the new one back. A key it rolled over
 		// from is no more its.
-		a.LastSeq, rekeyed = 0, true
+		a.LastSeq, a.FactsSeq, a.ServerKeysSeq, rekeyed = 0, 0, 0, true
 		a.PreviousKey, a.PreviousUntil = nil, nil
 	default:
 		if err := checkSeq(a, e.Seq); err != nil {
@@ -374,22 +409,37 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 				a.Name, body.Generation, a.Generation)
 		}
 	}
-	wasAccepted, factsChanged := a.State == record.AgentAccepted, !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
+	// A hello numbered at or below an event recorded since (a late
+	// repeat; an agent restored from an older copy of its journal, which
+	// the answer moves past; a captured hello replayed) is answered, but
+	// what it says is older news: the labels and facts a later report
+	// gave, whether the agent is connected, its version and when it was
+	// last seen stay. A new key starts the sequence over (rekeyed).
+	seq := int64(e.Seq)
+	latest, factsNewer := seq > a.LastSeq, seq > a.FactsSeq
+	wasAccepted := a.State == record.AgentAccepted
+	factsChanged := factsNewer && !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
 	if len(a.KeyAgreementKey) == 0 && len(body.KeyAgreementKey) > 0 && wasAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(body.KeyAgreementKey)).
 			Msg("agent presents a key-agreement key (upgraded): sensitive values are sealed to it from now on")
 	}
-	a.KeyAgreementKey, a.Labels, a.Facts, a.Kinds = body.KeyAgreementKey, body.Labels, body.Facts, body.Kinds
-	a.ServerKeys, a.ServerKeysSeq = body.ServerKeys, int64(e.Seq)
-	a.AgentVersion, a.Protocol = model.Clip(body.Version, maxVersionLen), body.Protocol
+	a.KeyAgreementKey = body.KeyAgreementKey
+	if factsNewer {
+		a.Labels, a.Facts, a.Kinds, a.FactsSeq = body.Labels, body.Facts, body.Kinds, seq
+	}
+	if seq > a.ServerKeysSeq {
+		a.ServerKeys, a.ServerKeysSeq = body.ServerKeys, seq
+	}
 	if !notSwitched {
 		a.PublicKey = body.PublicKey
 	}
 	if !stale {
 		a.Generation = body.Generation
 	}
-	a.LastSeen, a.Connected = now, true
-	a.LastSeq = max(a.LastSeq, int64(e.Seq))
+	if latest {
+		a.AgentVersion, a.Protocol = model.Clip(body.Version, maxVersionLen), body.Protocol
+		a.LastSeen, a.Connected, a.LastSeq = now, true, seq
+	}
 	refusal := ""
 	switch {
 	case protocolRefused != nil:

@@ -45,14 +45,12 @@ func (w *seenWriter) mark(env, name string, seq int64, at time.Time) {
 	w.add(store.AgentSeen{Env: env, Agent: name, Seq: seq, At: at})
 }
 
-// add merges m into the marks; w.mu is held.
+// add merges m into the marks: the later event's stands (an older one,
+// handled after it, says nothing more); w.mu is held.
 func (w *seenWriter) add(m store.AgentSeen) {
 	k := agentKey{m.Env, m.Agent}
-	if old, ok := w.marks[k]; ok {
-		m.Seq = max(m.Seq, old.Seq)
-		if old.At.After(m.At) {
-			m.At = old.At
-		}
+	if old, ok := w.marks[k]; ok && (old.Seq > m.Seq || old.Seq == m.Seq && old.At.After(m.At)) {
+		return
 	}
 	w.marks[k] = m
 }

@@ -273,7 +273,7 @@ func (s *Server) rolloverAck(ctx context.Context, a record.Agent, e *bus.Envelop
 	if err := checkServerKeys(body.ServerKeys); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
-	if err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+	if _, err := s.touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 		a.ServerKeys, a.ServerKeysSeq, a.Connected = body.ServerKeys, int64(e.Seq), true
 		return true
 	}); err != nil {

@@ -291,6 +291,11 @@ type Agent struct {
 	// ServerKeysSeq is the sequence number of the event that said them:
 	// a store keeps the word of the latest.
 	ServerKeysSeq int64 `json:"-"`
+	// FactsSeq is the sequence number of the event that said Labels,
+	// Facts and Kinds (a hello, a facts report): a store keeps the word of
+	// the latest, so a report delivered late or replayed moves nothing
+	// back.
+	FactsSeq int64 `json:"-"`
 }
 
 // PreviousHolds reports whether key is the agent's previous key and still

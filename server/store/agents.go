@@ -43,21 +43,30 @@ func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent
 	}
 	serverKeys := encodeList(a.ServerKeys)
 	args := []any{a.Env, a.Name, a.State, a.PublicKey, labels, facts, kinds, a.Generation, a.Paused, a.FirstSeen, a.LastSeen, a.Connected, a.LastSeq, a.KeyAgreementKey,
-		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note, a.AgentVersion, a.Protocol}
+		a.PreviousKey, a.PreviousUntil, serverKeys, a.ServerKeysSeq, a.Note, a.AgentVersion, a.Protocol, a.FactsSeq}
 	guard := ""
 	if was != nil {
-		guard = ` WHERE agents.state = $22 AND agents.paused = $23`
+		guard = ` WHERE agents.state = $23 AND agents.paused = $24`
 		args = append(args, was.State, was.Paused)
 	}
 	// An unknown environment fails the foreign key: model.ErrNotFound.
 	n, err := s.db.Exec(ctx, `
-		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol, facts_seq)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 		ON CONFLICT (env, name) DO UPDATE SET
-			state = excluded.state, note = excluded.note, agent_version = excluded.agent_version, protocol = excluded.protocol,
-			key_agreement_key = excluded.key_agreement_key, labels = excluded.labels,
-			facts = excluded.facts, kinds = excluded.kinds, generation = excluded.generation,
-			paused = excluded.paused, last_seen = excluded.last_seen, online = excluded.online,
+			state = excluded.state, note = excluded.note, key_agreement_key = excluded.key_agreement_key,
+			generation = excluded.generation, paused = excluded.paused,
+			-- What the agent said of itself stays as the latest event
+			-- said it: a write from a record read before a later event
+			-- was recorded puts nothing older back.
+			labels = CASE WHEN agents.facts_seq > excluded.facts_seq THEN agents.labels ELSE excluded.labels END,
+			facts = CASE WHEN agents.facts_seq > excluded.facts_seq THEN agents.facts ELSE excluded.facts END,
+			kinds = CASE WHEN agents.facts_seq > excluded.facts_seq THEN agents.kinds ELSE excluded.kinds END,
+			facts_seq = CASE WHEN agents.facts_seq > excluded.facts_seq THEN agents.facts_seq ELSE excluded.facts_seq END,
+			agent_version = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.agent_version ELSE excluded.agent_version END,
+			protocol = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.protocol ELSE excluded.protocol END,
+			last_seen = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seen ELSE excluded.last_seen END,
+			online = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.online ELSE excluded.online END,
 			last_seq = CASE WHEN agents.last_seq > excluded.last_seq THEN agents.last_seq ELSE excluded.last_seq END,
 			server_keys = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys ELSE excluded.server_keys END,
 			server_keys_seq = CASE WHEN agents.server_keys_seq > excluded.server_keys_seq THEN agents.server_keys_seq ELSE excluded.server_keys_seq END`+guard,
@@ -66,6 +75,19 @@ func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent
 		return false, wrap("upsert agent "+a.Name, err)
 	}
 	return n == 1, nil
+}
+
+// SetAgentState implements Store.
+func (s *SQL) SetAgentState(ctx context.Context, a record.Agent) error {
+	n, err := s.db.Exec(ctx, `UPDATE agents SET state = $3, paused = $4, note = $5 WHERE env = $1 AND name = $2`,
+		a.Env, a.Name, a.State, a.Paused, a.Note)
+	if err != nil {
+		return wrap("set the state of agent "+a.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("agent %q of %s: %w", a.Name, a.Env, model.ErrNotFound)
+	}
+	return nil
 }
 
 // SetAgentKey implements Store.
@@ -84,12 +106,23 @@ func (s *SQL) SetAgentReport(ctx context.Context, a record.Agent) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("record the report of agent %s: %w", a.Name, err)
 	}
-	n, err := s.db.Exec(ctx, `UPDATE agents SET labels = $3, facts = $4, online = $5, agent_version = $6, protocol = $7, last_seen = $8,
+	// Each part is written only if the event that says it is later than
+	// the one that said what is stored: the latest event for whether it is
+	// connected, its version and when it was seen (LastSeq), the latest
+	// word on labels and facts (FactsSeq), on server keys (ServerKeysSeq).
+	n, err := s.db.Exec(ctx, `UPDATE agents SET
+			labels = CASE WHEN $12 > facts_seq THEN $3 ELSE labels END,
+			facts = CASE WHEN $12 > facts_seq THEN $4 ELSE facts END,
+			facts_seq = CASE WHEN $12 > facts_seq THEN $12 ELSE facts_seq END,
+			online = CASE WHEN $9 > last_seq THEN $5 ELSE online END,
+			agent_version = CASE WHEN $9 > last_seq THEN $6 ELSE agent_version END,
+			protocol = CASE WHEN $9 > last_seq THEN $7 ELSE protocol END,
+			last_seen = CASE WHEN $9 > last_seq THEN $8 ELSE last_seen END,
 			last_seq = CASE WHEN last_seq > $9 THEN last_seq ELSE $9 END,
 			server_keys = CASE WHEN server_keys_seq > $10 THEN server_keys ELSE $11 END,
 			server_keys_seq = CASE WHEN server_keys_seq > $10 THEN server_keys_seq ELSE $10 END
 		WHERE env = $1 AND name = $2`, a.Env, a.Name, labels, facts, a.Connected, a.AgentVersion, a.Protocol, a.LastSeen, a.LastSeq,
-		a.ServerKeysSeq, encodeList(a.ServerKeys))
+		a.ServerKeysSeq, encodeList(a.ServerKeys), a.FactsSeq)
 	if err != nil {
 		return false, wrap("record the report of agent "+a.Name, err)
 	}
@@ -98,8 +131,8 @@ func (s *SQL) SetAgentReport(ctx context.Context, a record.Agent) (bool, error) 
 
 // SetAgentGeneration implements Store.
 func (s *SQL) SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error) {
-	n, err := s.db.Exec(ctx, `UPDATE agents SET generation = $3, last_seen = $4
-		WHERE env = $1 AND name = $2 AND generation <> $3`, env, name, generation, time.Now().UTC())
+	n, err := s.db.Exec(ctx, `UPDATE agents SET generation = $3
+		WHERE env = $1 AND name = $2 AND generation <> $3`, env, name, generation)
 	if err != nil {
 		return false, wrap("set the generation of agent "+name, err)
 	}
@@ -127,7 +160,7 @@ func (s *SQL) MarkAgentsSeen(ctx context.Context, seen []AgentSeen) error {
 func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	return wrap("reset the sequence of "+agent, s.db.Tx(ctx, func(tx Tx) error {
 		for _, q := range []string{
-			`UPDATE agents SET last_seq = 0, server_keys_seq = 0 WHERE env = $1 AND name = $2`,
+			`UPDATE agents SET last_seq = 0, server_keys_seq = 0, facts_seq = 0 WHERE env = $1 AND name = $2`,
 			`UPDATE resource_status SET seq = 0, compliance_seq = 0 WHERE env = $1 AND agent = $2`,
 			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
 		} {
@@ -166,14 +199,14 @@ func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
 	}))
 }
 
-const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol`
+const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol, facts_seq`
 
 func scanAgent(r Row) (record.Agent, error) {
 	var a record.Agent
 	var labels, facts, kinds, serverKeys []byte
 	if err := r.Scan(&a.Env, &a.Name, &a.State, &a.PublicKey, &labels, &facts, &kinds, &a.Generation, &a.Paused,
 		timeCol{&a.FirstSeen}, timeCol{&a.LastSeen}, &a.Connected, &a.LastSeq, &a.KeyAgreementKey,
-		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq, &a.Note, &a.AgentVersion, &a.Protocol); err != nil {
+		&a.PreviousKey, nullTimeCol{&a.PreviousUntil}, &serverKeys, &a.ServerKeysSeq, &a.Note, &a.AgentVersion, &a.Protocol, &a.FactsSeq); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(serverKeys, &a.ServerKeys); err != nil {

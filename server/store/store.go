@@ -104,9 +104,13 @@ type Store interface {
 
 	// UpsertAgent records an agent: first sight, or what it says of itself.
 	// Its LastSeq only grows (the greater of the stored and the given).
-	// An agent's keys are written on first sight only, then by
-	// SetAgentKey: a write of other fields from a copy read before a key
-	// changed never puts the old key back.
+	// What an agent says of itself is written only as far as the event
+	// that said it is later than the one that said what is stored: its
+	// labels, facts and kinds by FactsSeq; whether it is connected, its
+	// version and when it was seen by LastSeq; its server keys by
+	// ServerKeysSeq. An agent's keys are written on first sight only, then
+	// by SetAgentKey: a write of other fields from a copy read before a
+	// key changed never puts the old key back.
 	UpsertAgent(ctx context.Context, a record.Agent) error
 	// UpsertAgentIf is UpsertAgent over a stored record only while its
 	// state and pause are still was's (a record read before: an agent
@@ -114,29 +118,37 @@ type Store interface {
 	// decision taken from a copy read before an operator's rejection or
 	// pause through another replica never undoes it.
 	UpsertAgentIf(ctx context.Context, a record.Agent, was record.Agent) (bool, error)
+	// SetAgentState writes an operator's decision — a's State, Paused and
+	// Note — and no other field: what the agent reported meanwhile through
+	// another replica stays. ErrNotFound if the agent is unknown.
+	SetAgentState(ctx context.Context, a record.Agent) error
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)
-	// SetAgentReport records what an agent says of itself — its labels,
-	// facts, version and protocol, whether it is connected, the server keys
-	// it took (ServerKeys, unless those stored have a later ServerKeysSeq)
-	// — and that it was seen (LastSeen; LastSeq only grows), and no other
-	// field: a state,
-	// a pause or a key written meanwhile (an operator's rejection through
-	// another replica) stays. It reports whether the agent is known.
+	// SetAgentReport records what an agent says of itself, as far as the
+	// event that says it is later than the one that said what is stored
+	// (a report delivered late, or a captured one replayed, moves nothing
+	// back): its labels and facts if FactsSeq is; whether it is connected,
+	// its version and protocol, and that it was seen (LastSeen) if LastSeq
+	// is (LastSeq only grows); the server keys it took if ServerKeysSeq
+	// is. No other field is written: a state, a pause or a key written
+	// meanwhile (an operator's rejection through another replica) stays.
+	// It reports whether the agent is known.
 	SetAgentReport(ctx context.Context, a record.Agent) (bool, error)
-	// SetAgentGeneration records the generation an agent reports it holds,
-	// and that it was seen now, in one statement: no read of the record,
-	// no other field written. It reports whether the generation changed
-	// (false also for an unknown agent).
+	// SetAgentGeneration records the generation an agent reports it holds
+	// in one statement: no read of the record, no other field written
+	// (the results that report it say the agent was seen). It reports
+	// whether the generation changed (false also for an unknown agent).
 	SetAgentGeneration(ctx context.Context, env, name string, generation int64) (bool, error)
 	// MarkAgentsSeen records that agents were heard from (a heartbeat),
-	// many in one transaction: each one's last-seen time and LastSeq
-	// only grow, and it is marked online when both the time and the
-	// sequence number given are later than the ones stored (a goodbye
-	// recorded since stays, also against an event sent before it and
-	// handled after it). Nothing else
-	// of the record is read or written; unknown agents are skipped.
+	// many in one transaction. Only an event numbered past every one
+	// recorded of its agent says it lives: its last-seen time then moves
+	// (it only grows), and it is marked online when the time is later than
+	// the one stored too (a goodbye recorded since stays, also against an
+	// event sent before it and handled after it); an older one (delivered
+	// late, or a captured one replayed) moves nothing. LastSeq only grows.
+	// Nothing else of the record is read or written; unknown agents are
+	// skipped.
 	MarkAgentsSeen(ctx context.Context, seen []AgentSeen) error
 	// ResetSequence starts an agent's sequence over, for a new key: its
 	// LastSeq, the sequence numbers its resources' states were set at,

@@ -98,7 +98,11 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 		for i, a := range in.LastSeqs {
 			env[i], agent[i], seq[i] = a.Env, a.Agent, a.Seq
 		}
-		batch.Queue(`UPDATE agents a SET last_seq = GREATEST(a.last_seq, u.seq)
+		// A batch numbered past every event recorded of its agent says
+		// the agent lives now; an older one (delivered late, or replayed)
+		// does not.
+		batch.Queue(`UPDATE agents a SET last_seq = GREATEST(a.last_seq, u.seq),
+				last_seen = CASE WHEN u.seq > a.last_seq THEN GREATEST(a.last_seen, now()) ELSE a.last_seen END
 			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(env, agent, seq)
 			WHERE a.env = u.env AND a.name = u.agent`, env, agent, seq)
 	}
@@ -137,9 +141,12 @@ func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
 	for i, a := range seen {
 		env[i], agent[i], seq[i], at[i] = a.Env, a.Agent, a.Seq, a.At
 	}
+	// Only an event numbered past every one recorded of its agent says
+	// it lives: a captured event replayed moves nothing.
 	_, err := c.h.Exec(ctx, `UPDATE agents a SET
 			online = CASE WHEN u.at > a.last_seen AND u.seq > a.last_seq THEN true ELSE a.online END,
-			last_seen = GREATEST(a.last_seen, u.at), last_seq = GREATEST(a.last_seq, u.seq)
+			last_seen = CASE WHEN u.seq > a.last_seq THEN GREATEST(a.last_seen, u.at) ELSE a.last_seen END,
+			last_seq = GREATEST(a.last_seq, u.seq)
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(env, agent, seq, at)
 		WHERE a.env = u.env AND a.name = u.agent`, env, agent, seq, at)
 	return err

@@ -80,7 +80,12 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 		}
 	}
 	for _, a := range in.LastSeqs {
-		if _, err := c.Exec(ctx, `UPDATE agents SET last_seq = MAX(last_seq, $1) WHERE env = $2 AND name = $3`, a.Seq, a.Env, a.Agent); err != nil {
+		// A batch numbered past every event recorded of its agent says
+		// the agent lives now; an older one (delivered late, or replayed)
+		// does not.
+		if _, err := c.Exec(ctx, `UPDATE agents SET last_seq = MAX(last_seq, $1),
+				last_seen = CASE WHEN $1 > last_seq THEN MAX(last_seen, $4) ELSE last_seen END
+			WHERE env = $2 AND name = $3`, a.Seq, a.Env, a.Agent, c.now.UTC()); err != nil {
 			return err
 		}
 	}
@@ -111,7 +116,7 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
 	stmt, err := c.h.PrepareContext(ctx, `UPDATE agents SET
 			online = CASE WHEN $4 > last_seen AND $3 > last_seq THEN 1 ELSE online END,
-			last_seen = MAX(last_seen, $4), last_seq = MAX(last_seq, $3)
+			last_seen = CASE WHEN $3 > last_seq THEN MAX(last_seen, $4) ELSE last_seen END, last_seq = MAX(last_seq, $3)
 		WHERE env = $1 AND name = $2`)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentGeneration", testAgentGeneration},
 		{"AgentReport", testAgentReport},
 		{"AgentUpsertIf", testAgentUpsertIf},
+		{"AgentState", testAgentState},
 		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
 		{"RecordResultsAllOrNothing", testAllOrNothing},
@@ -304,12 +305,10 @@ func testAgentSlice(t *testing.T, s store.Store) {
 	}
 }
 
-// testAgentGeneration: the generation an agent reports is written alone,
-// once per change, and moves its last-seen time; nothing else of the
-// record changes.
 // testAgentReport: what an agent says of itself is written from a copy
 // read before an operator rejected and paused it; the rejection, the pause
-// and the key stay.
+// and the key stay. A report older than the one stored (delivered late, or
+// replayed) moves nothing back.
 func testAgentReport(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
@@ -329,7 +328,7 @@ func testAgentReport(t *testing.T, s store.Store) {
 	}
 	read.Labels, read.Facts = map[string]string{"role": "db"}, map[string]any{"os": "debian"}
 	read.Connected, read.AgentVersion, read.Protocol = true, "1.4.0", "1.2"
-	read.LastSeen, read.LastSeq = seen.Add(time.Minute), 30
+	read.LastSeen, read.LastSeq, read.FactsSeq = seen.Add(time.Minute), 41, 41
 	read.ServerKeys, read.ServerKeysSeq = []string{"SHA256:next"}, 7
 	if ok, err := s.SetAgentReport(ctx, read); err != nil || !ok {
 		t.Fatalf("record a report: %v, %v; want true, nil", ok, err)
@@ -342,10 +341,46 @@ func testAgentReport(t *testing.T, s store.Store) {
 		t.Fatalf("after a report from an older copy: state %s, paused %v, note %q, key %x; want the rejection, the pause and the key kept",
 			got.State, got.Paused, got.Note, got.PublicKey)
 	}
-	if got.Labels["role"] != "db" || got.Facts["os"] != "debian" || !got.Connected || got.AgentVersion != "1.4.0" || got.Protocol != "1.2" ||
-		!got.LastSeen.Equal(seen.Add(time.Minute)) || got.LastSeq != 40 || len(got.ServerKeys) != 1 || got.ServerKeysSeq != 7 {
-		t.Fatalf("after a report: %+v; want its labels, facts, connection, version, server keys and last seen, LastSeq kept at 40", got)
+	// want checks what the agent said of itself, as the report of that
+	// number said it.
+	want := func(what string, role, os string, connected bool, version string, lastSeen time.Time, seq, factsSeq int64) {
+		t.Helper()
+		got, err := s.GetAgent(ctx, "prod", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Labels["role"] != role || got.Facts["os"] != os || got.Connected != connected || got.AgentVersion != version ||
+			!got.LastSeen.Equal(lastSeen) || got.LastSeq != seq || got.FactsSeq != factsSeq {
+			t.Fatalf("%s: role %s, os %v, connected %v, version %s, last seen %v, seq %d, facts of %d; want %s, %s, %v, %s, %v, %d, %d", what,
+				got.Labels["role"], got.Facts["os"], got.Connected, got.AgentVersion, got.LastSeen, got.LastSeq, got.FactsSeq,
+				role, os, connected, version, lastSeen, seq, factsSeq)
+		}
+		if got.State != record.AgentRejected || !got.Paused {
+			t.Fatalf("%s: state %s, paused %v; want the rejection and the pause kept", what, got.State, got.Paused)
+		}
 	}
+	want("after a report", "db", "debian", true, "1.4.0", seen.Add(time.Minute), 41, 41)
+	if got.Protocol != "1.2" || len(got.ServerKeys) != 1 || got.ServerKeysSeq != 7 {
+		t.Fatalf("after a report: protocol %s, server keys %v of %d; want 1.2, [SHA256:next] of 7", got.Protocol, got.ServerKeys, got.ServerKeysSeq)
+	}
+	// Older news — a report numbered below the last event recorded
+	// (delivered late, or a captured one replayed): nothing it says
+	// moves back, and the agent is not seen by it.
+	old := read
+	old.Labels, old.Facts = map[string]string{"role": "web"}, map[string]any{"os": "wheezy"}
+	old.Connected, old.AgentVersion = false, "1.0.0"
+	old.LastSeen, old.LastSeq, old.FactsSeq = seen.Add(2*time.Minute), 35, 35
+	if ok, err := s.SetAgentReport(ctx, old); err != nil || !ok {
+		t.Fatalf("record an older report: %v, %v; want true, nil", ok, err)
+	}
+	want("after an older report", "db", "debian", true, "1.4.0", seen.Add(time.Minute), 41, 41)
+	// The latest event, with no word on facts (a goodbye): it
+	// disconnects, and the facts of the report numbered 41 stay.
+	old.LastSeq = 45
+	if _, err := s.SetAgentReport(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	want("after a goodbye", "db", "debian", false, "1.0.0", seen.Add(2*time.Minute), 45, 41)
 	// Server keys of an older report do not replace newer ones.
 	read.ServerKeys, read.ServerKeysSeq = []string{"SHA256:old"}, 5
 	if _, err := s.SetAgentReport(ctx, read); err != nil {
@@ -356,6 +391,54 @@ func testAgentReport(t *testing.T, s store.Store) {
 	}
 	if ok, err := s.SetAgentReport(ctx, record.Agent{Env: "prod", Name: "ghost"}); err != nil || ok {
 		t.Fatalf("report of an unknown agent: %v, %v; want false, nil", ok, err)
+	}
+}
+
+// testAgentState: an operator's decision is written alone, from a copy
+// read before the agent reported; what it reported meanwhile stays.
+func testAgentState(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentPending, PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
+		Note: "no enrollment token: waiting for an operator to accept it", LastSeq: 40, FactsSeq: 40, FirstSeen: seen, LastSeen: seen}
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := read
+	report.Labels, report.Connected, report.LastSeen, report.LastSeq, report.FactsSeq = map[string]string{"role": "db"}, true, seen.Add(time.Minute), 41, 41
+	if _, err := s.SetAgentReport(ctx, report); err != nil {
+		t.Fatal(err)
+	}
+	read.State, read.Paused, read.Note = record.AgentAccepted, true, ""
+	if err := s.SetAgentState(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetAgent(ctx, "prod", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != record.AgentAccepted || !got.Paused || got.Note != "" {
+		t.Fatalf("after an operator's decision: state %s, paused %v, note %q; want accepted, paused, no note", got.State, got.Paused, got.Note)
+	}
+	if got.Labels["role"] != "db" || !got.Connected || !got.LastSeen.Equal(seen.Add(time.Minute)) || got.LastSeq != 41 {
+		t.Fatalf("after an operator's decision from an older copy: %+v; want the report's labels, connection, last seen and number kept", got)
+	}
+	// A whole record written from that older copy (a hello's) puts back
+	// none of what the later report said either.
+	read.LastSeq, read.FactsSeq = 40, 40
+	if err := s.UpsertAgent(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetAgent(ctx, "prod", "web-1"); err != nil || got.Labels["role"] != "db" || !got.Connected ||
+		!got.LastSeen.Equal(seen.Add(time.Minute)) || got.LastSeq != 41 || got.FactsSeq != 41 {
+		t.Fatalf("after a record written from an older copy: %+v, %v; want the report's labels, connection, last seen and numbers kept", got, err)
+	}
+	if err := s.SetAgentState(ctx, record.Agent{Env: "prod", Name: "ghost", State: record.AgentAccepted}); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("decision on an unknown agent: %v; want ErrNotFound", err)
 	}
 }
 
@@ -408,6 +491,8 @@ func testAgentUpsertIf(t *testing.T, s store.Store) {
 	}
 }
 
+// testAgentGeneration: the generation an agent reports is written alone,
+// once per change; nothing else of the record changes.
 func testAgentGeneration(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
@@ -432,8 +517,8 @@ func testAgentGeneration(t *testing.T, s store.Store) {
 			string(got.PublicKey) != string([]byte{1, 2, 3}) {
 			t.Fatalf("after setting generation %d: %+v; want it with the rest unchanged", tt.generation, got)
 		}
-		if !got.LastSeen.After(seen) {
-			t.Fatalf("last seen %v after a report; want later than %v", got.LastSeen, seen)
+		if !got.LastSeen.Equal(seen) {
+			t.Fatalf("last seen %v after the generation was set; want %v (the results that report it say it was seen)", got.LastSeen, seen)
 		}
 	}
 	if changed, err := s.SetAgentGeneration(ctx, "prod", "ghost", 1); err != nil || changed {
@@ -517,12 +602,13 @@ func testAgentsSeen(t *testing.T, s store.Store) {
 	}
 	check("web-001", t0.Add(3*time.Minute), 61, true)
 	// An event sent before the goodbye, handled after it (a later
-	// time, an earlier sequence): the goodbye stands.
+	// time, an earlier sequence), or replayed: the goodbye stands, and
+	// the agent was not seen by it.
 	goodbye(t0.Add(4*time.Minute), 70)
 	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 65, At: t0.Add(5 * time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
-	check("web-001", t0.Add(5*time.Minute), 70, false)
+	check("web-001", t0.Add(4*time.Minute), 70, false)
 	if err := s.MarkAgentsSeen(ctx, []store.AgentSeen{{Env: "prod", Agent: "web-001", Seq: 71, At: t0.Add(6 * time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
