@@ -470,7 +470,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer stopWork()
 
-	standingBy, unknown := false, false
+	standingBy, unknown, lost := false, false, false
 	waitingSince := time.Now()
 	retry := a.cfg.ClaimRetry
 	for ctx.Err() == nil {
@@ -493,10 +493,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				a.log.Warn().Msg("lost the bus; claiming the agent name again (work goes on meanwhile)")
 			}
-			waitingSince = time.Now()
+			waitingSince, lost = time.Now(), true
 			continue
 		case errors.Is(err, bus.ErrClaimed):
-			if !standingBy {
+			switch {
+			case standingBy:
+			case lost && time.Since(waitingSince) < 2*time.Minute:
+				// The broker drops the claim of a connection it has
+				// not seen close yet only once it does.
+				a.log.Warn().Msg("the agent name is still claimed on the broker: by this process's lost connection, until the broker sees it closed, or by another process; standing by")
+			default:
 				a.log.Warn().Msg("another process is primary for this agent name; standing by")
 			}
 			standingBy, retry = true, a.cfg.ClaimRetry

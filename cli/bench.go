@@ -322,6 +322,7 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			&ucli.StringFlag{Name: "server-cpuprofile", Usage: "have the server write a CPU profile of its whole run to `FILE` (go tool pprof)"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of this process (the agents) during the first release to `FILE`, and during enrollment to FILE.enroll"},
 			&ucli.StringFlag{Name: "server-log", Usage: "copy the server's whole log to `FILE` (with a goroutine dump, should you send the server SIGQUIT)"},
+			&ucli.StringFlag{Name: "agents-log", Usage: "write the agents' warnings and errors, and their broker connections', to `FILE` (JSON lines, each naming its agent or connection)"},
 		),
 		Action: func(c *ucli.Context) error {
 			format, err := outputFormat(c)
@@ -337,7 +338,16 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				defer f.Close()
 				serverLog = f
 			}
-			o := bench.ConvergeOptions{ServerLog: serverLog, ServerCPUProfile: c.String("server-cpuprofile"), CPUProfile: c.String("cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
+			var agentsLog io.Writer
+			if p := c.String("agents-log"); p != "" {
+				f, err := os.Create(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				agentsLog = f
+			}
+			o := bench.ConvergeOptions{ServerLog: serverLog, AgentsLog: agentsLog, ServerCPUProfile: c.String("server-cpuprofile"), CPUProfile: c.String("cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
 				Token: c.Bool("token"), Heartbeat: c.Duration("heartbeat"), Idle: c.Duration("idle"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term), Warn: term.stderr}
 			if o.Agents < 1 || o.Resources < 1 || o.PerConnection < 1 {

@@ -131,7 +131,7 @@ func (c Config) connect(timeout time.Duration, properties amqp.Table) (*amqp.Con
 		Heartbeat:  c.Heartbeat,
 		Locale:     "en_US",
 		Properties: properties,
-		Dial:       w.dial(tlsConf, timeout),
+		Dial:       w.dial(tlsConf, timeout, c.Heartbeat),
 	}
 	if c.Login != nil {
 		user, password, err := c.Login()

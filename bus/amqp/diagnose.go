@@ -117,7 +117,7 @@ func (c *watched) Read(p []byte) (int, error) {
 // dial connects to addr (amqp091-go's Config.Dial) and, with tlsConf,
 // makes the TLS handshake; the handshake's error is returned as it is,
 // for explain.
-func (w *wire) dial(tlsConf *tls.Config, timeout time.Duration) func(network, addr string) (net.Conn, error) {
+func (w *wire) dial(tlsConf *tls.Config, timeout, heartbeat time.Duration) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
 		// DefaultDial sets the deadline of the handshakes (TLS and AMQP),
 		// which amqp091-go clears once connected.
@@ -126,14 +126,14 @@ func (w *wire) dial(tlsConf *tls.Config, timeout time.Duration) func(network, ad
 			return nil, err
 		}
 		if tlsConf == nil {
-			return &watched{Conn: conn, w: w, raw: true, top: true}, nil
+			return &watched{Conn: newLiveConn(conn, heartbeat), w: w, raw: true, top: true}, nil
 		}
 		tc := tls.Client(&watched{Conn: conn, w: w, raw: true}, tlsConf)
 		if err := tc.Handshake(); err != nil {
 			conn.Close()
 			return nil, err
 		}
-		return &watched{Conn: tc, w: w, top: true}, nil
+		return &watched{Conn: newLiveConn(tc, heartbeat), w: w, top: true}, nil
 	}
 }
 

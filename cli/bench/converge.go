@@ -98,6 +98,9 @@ type ConvergeOptions struct {
 	// ServerLog, if set, receives the server's whole log (stderr): a
 	// goroutine dump (SIGQUIT) of a stalled run included.
 	ServerLog io.Writer
+	// AgentsLog, if set, receives the agents' warnings and errors, and
+	// their buses' (JSON lines, each naming its agent or connection).
+	AgentsLog io.Writer
 	Timeout   time.Duration
 	Progress  io.Writer // if not nil, shows how far it got (a terminal)
 	// Warn, if not nil, is told what makes the run unlike real hosts
@@ -152,6 +155,11 @@ type ConvergeResult struct {
 	ConvergeCPU      CPUSeconds `json:"converge_cpu_seconds"`
 	EnrollChannels   int64      `json:"enroll_channels_opened"`
 	ConvergeChannels int64      `json:"converge_channels_opened"`
+	// ReadsHeld is how many times the agents' connections read on past
+	// a deadline gone stale or while the broker held their writes (flow
+	// control), over the whole run: each would have dropped a
+	// connection before (amqp.ReadsHeld).
+	ReadsHeld int64 `json:"reads_held"`
 	// EnrollMessages and ConvergeMessages are the messages the agents
 	// published and had delivered while enrolling and while converging.
 	EnrollMessages   Messages `json:"enroll_messages"`
@@ -330,6 +338,10 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 			b.Close()
 		}
 	}()
+	agentsLog := zerolog.Nop()
+	if o.AgentsLog != nil {
+		agentsLog = zerolog.New(zerolog.SyncWriter(o.AgentsLog)).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+	}
 	syncs := handler.NewSyncGroup()                   // shared, as in `tether agent run --name a --name b`
 	files := handler.NewFileLimit(writing)            // shared: within the limit on open files
 	gather := facts.Cached(time.Minute, facts.Gather) // one gathering for the thousand agents of one host
@@ -344,7 +356,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		if i%o.PerConnection == 0 {
 			cfg := bcfg
 			cfg.ConnectionName = fmt.Sprintf("tether bench agents %d", i/o.PerConnection)
-			b, err := amqp.New(cfg, zerolog.Nop())
+			b, err := amqp.New(cfg, agentsLog.With().Str("connection", cfg.ConnectionName).Logger())
 			if err != nil {
 				return nil, err
 			}
@@ -365,7 +377,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		if o.Token {
 			acfg.ServerKey, acfg.Token = nil, enrollToken.Token
 		}
-		a, err := agent.New(acfg, b, reg, zerolog.Nop())
+		a, err := agent.New(acfg, b, reg, agentsLog)
 		if err != nil {
 			return nil, err
 		}
@@ -513,6 +525,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		cmd += fmt.Sprintf(" --servers %d", o.Servers)
 	}
 	res.Servers = max(o.Servers, 1)
+	res.ReadsHeld = amqp.ReadsHeld()
 	res.Command = cmd
 	return res, nil
 }
