@@ -253,6 +253,9 @@ type Agent struct {
 	// rejected): the inbox is FIFO, so every command queued before the
 	// hello has been journaled by then.
 	answered chan struct{}
+	// factsAgain is poked when the server took the hello's labels and
+	// facts for older news: they are reported again, numbered past.
+	factsAgain chan struct{}
 
 	// The agent has two locks. Lock order: enforce, then mu. enforce is
 	// held for a whole job or verification, across handler calls; mu only
@@ -343,17 +346,18 @@ func New(cfg Config, t Transport, reg *handler.Registry, log zerolog.Logger) (*A
 		journal: j,
 		// Sequence numbers only grow, across restarts and a journal
 		// started over: each is reserved in the identity before use.
-		signer:   bus.NewReservingSigner(j.Key(), j.SeqFloor(), j),
-		deps:     newDependencies(),
-		log:      log,
-		wake:     make(chan struct{}, 1),
-		planning: make(chan struct{}, 1),
-		flush:    make(chan struct{}, 1),
-		enrolled: make(chan struct{}),
-		rejected: make(chan struct{}, 1),
-		answered: make(chan struct{}, 1),
-		pin:      pin,
-		clock:    newClock(),
+		signer:     bus.NewReservingSigner(j.Key(), j.SeqFloor(), j),
+		deps:       newDependencies(),
+		log:        log,
+		wake:       make(chan struct{}, 1),
+		planning:   make(chan struct{}, 1),
+		flush:      make(chan struct{}, 1),
+		enrolled:   make(chan struct{}),
+		rejected:   make(chan struct{}, 1),
+		answered:   make(chan struct{}, 1),
+		factsAgain: make(chan struct{}, 1),
+		pin:        pin,
+		clock:      newClock(),
 	}
 	held := j.ServerKey()
 	switch {
@@ -724,6 +728,13 @@ func (a *Agent) introduce(ctx context.Context) {
 		case <-ft.C:
 			if err := a.reportFacts(ctx, false); err != nil && ctx.Err() == nil {
 				a.log.Warn().Err(err).Msg("changed facts not sent; trying again on the next check")
+			}
+		case <-a.factsAgain:
+			if err := a.reportFacts(ctx, true); err != nil && ctx.Err() == nil {
+				a.log.Warn().Err(err).Msg("facts not sent again; they are on the next check")
+				a.mu.Lock()
+				a.facts = nil
+				a.mu.Unlock()
 			}
 		case <-t.C:
 			a.reportRefusals(ctx)

@@ -124,10 +124,8 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			// The server held later numbers than this agent's hello
 			// (its journal restored from an older copy): it took the
 			// hello's labels and facts for older news. They are
-			// reported again, numbered past, on the next facts check.
-			a.mu.Lock()
-			a.facts = nil
-			a.mu.Unlock()
+			// reported again, numbered past, once the answer is in.
+			a.poke(a.factsAgain)
 		}
 		a.eventsAlive.Store(body.EventsAlive)
 		if err := a.followEnvironment(body, answer); err != nil {

@@ -69,6 +69,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	if err != nil {
 		return a, err
 	}
+	was := a
 	wasAccepted := false // a rejected agent leaves the inventory
 	wasRejected := a.State == record.AgentRejected
 	switch action {
@@ -93,7 +94,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	}
 	// The decision alone is written: what the agent reported meanwhile
 	// (through another replica) stays.
-	if err := s.store.SetAgentState(ctx, a); err != nil {
+	if err := s.store.SetAgentState(ctx, a, was); err != nil {
 		return a, err
 	}
 	s.agents.putRead(a, since)

@@ -437,6 +437,12 @@ func TestReplayedEventsSayNothingOfNow(t *testing.T) {
 	if got := r.agentRecord("web"); !got.Connected {
 		t.Fatal("a replayed goodbye disconnected the agent")
 	}
+	// Nor does an older hello in a protocol this server does not speak
+	// (captured before an upgrade).
+	send("web", 8, bus.KindHello, bus.Hello{PublicKey: pub, Protocol: "2.0"})
+	if got := r.agentRecord("web"); !got.Connected || got.Note != "" || got.State != record.AgentAccepted {
+		t.Fatalf("after an older hello of another protocol: connected %v, note %q, state %s; want connected, no note, accepted", got.Connected, got.Note, got.State)
+	}
 }
 
 // An agent restored from an older copy of its state directory numbers its

@@ -417,6 +417,12 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	// last seen stay. A new key starts the sequence over (rekeyed).
 	seq := int64(e.Seq)
 	latest, factsNewer := seq > a.LastSeq, seq > a.FactsSeq
+	if protocolRefused != nil && !latest {
+		// An older hello in a protocol this server does not speak (one
+		// captured before an upgrade, replayed): it neither disconnects
+		// the agent nor has it refused.
+		return nil
+	}
 	wasAccepted := a.State == record.AgentAccepted
 	factsChanged := factsNewer && !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts)
 	if len(a.KeyAgreementKey) == 0 && len(body.KeyAgreementKey) > 0 && wasAccepted {
@@ -485,6 +491,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 		if err := s.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
 			return err
 		}
+		// A mark of the old key not written yet would put its number
+		// back, and the new key's events would be older news.
+		s.seen.forget(a.Env, a.Name)
 	}
 	if wrote, err := s.store.UpsertAgentIf(ctx, a, was); err != nil {
 		return err
@@ -724,7 +733,10 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 		return err
 	}
 	s.metrics.results.Add(float64(len(body.Results)))
-	if body.Generation != a.Generation && e.Kind == bus.KindResourceStatus {
+	// The generation held is the latest batch's word: an older one,
+	// handled late, or replayed once its number was forgotten (after
+	// KeepIngested), says nothing of now.
+	if body.Generation != a.Generation && e.Kind == bus.KindResourceStatus && int64(e.Seq) > a.LastSeq {
 		if err := s.recordGeneration(ctx, a, body.Generation); err != nil {
 			s.log.Warn().Err(err).Str("agent", a.Name).Msg("cannot record the generation the agent holds; its next hello will")
 		}

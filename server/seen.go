@@ -55,6 +55,14 @@ func (w *seenWriter) add(m store.AgentSeen) {
 	w.marks[k] = m
 }
 
+// forget drops the mark of env/name not written yet (its sequence starts
+// over with a new key).
+func (w *seenWriter) forget(env, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.marks, agentKey{env, name})
+}
+
 // run writes the marks every second until ctx ends, then once more.
 func (w *seenWriter) run(ctx context.Context) {
 	t := time.NewTicker(seenEvery)

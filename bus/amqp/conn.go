@@ -149,6 +149,10 @@ func (c Config) connect(timeout time.Duration, properties amqp.Table) (*amqp.Con
 		}
 		return nil, fmt.Errorf("connect to %s: %w", redactURL(c.URL), c.explain(err, w))
 	}
+	if w.live != nil {
+		// The broker may have asked for heartbeats more often.
+		w.live.setHeartbeat(conn.Config.Heartbeat)
+	}
 	return conn, nil
 }
 

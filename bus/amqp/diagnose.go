@@ -86,6 +86,8 @@ type wire struct {
 	mu      sync.Mutex
 	head    []byte
 	readErr error
+	// live is the connection dialled, judged alive by what it reads.
+	live *liveConn
 }
 
 // headSize is enough of the first bytes to tell a TLS record header and
@@ -126,14 +128,16 @@ func (w *wire) dial(tlsConf *tls.Config, timeout, heartbeat time.Duration) func(
 			return nil, err
 		}
 		if tlsConf == nil {
-			return &watched{Conn: newLiveConn(conn, heartbeat), w: w, raw: true, top: true}, nil
+			w.live = newLiveConn(conn, heartbeat)
+			return &watched{Conn: w.live, w: w, raw: true, top: true}, nil
 		}
 		tc := tls.Client(&watched{Conn: conn, w: w, raw: true}, tlsConf)
 		if err := tc.Handshake(); err != nil {
 			conn.Close()
 			return nil, err
 		}
-		return &watched{Conn: newLiveConn(tc, heartbeat), w: w, top: true}, nil
+		w.live = newLiveConn(tc, heartbeat)
+		return &watched{Conn: w.live, w: w, top: true}, nil
 	}
 }
 

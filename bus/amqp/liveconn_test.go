@@ -14,13 +14,15 @@ import (
 // stale: amqp091-go's heartbeat goroutine, which extends it, was held up),
 // not while a write is blocked (the broker reads nothing: flow control).
 // With the broker silent for the window and no write blocked, or a write
-// blocked past the bound, it ends the read as before; and before the
-// handshake is done, its deadline stands.
+// blocked past the bound, it ends the read as before; before the
+// handshake is done, its deadline stands; and the window is amqp091-go's,
+// one and a half heartbeat intervals.
 func TestLiveConnReadsOnWhileTheBrokerIsNotSilent(t *testing.T) {
 	client, broker := net.Pipe()
 	defer client.Close()
 	defer broker.Close()
-	c := &liveConn{Conn: client, window: 500 * time.Millisecond, hold: time.Minute, read: time.Now().UnixNano()}
+	c := &liveConn{Conn: client, hold: time.Minute, read: time.Now()}
+	c.window.Store(int64(time.Second))
 	buf := make([]byte, 16)
 	expired := func(what string) {
 		t.Helper()
@@ -79,7 +81,7 @@ func TestLiveConnReadsOnWhileTheBrokerIsNotSilent(t *testing.T) {
 	if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	sendLater("heartbeat", 1200*time.Millisecond) // more than twice the window
+	sendLater("heartbeat", 2500*time.Millisecond) // more than twice the window
 	got("read while a write was blocked", "heartbeat")
 	if _, err := io.ReadFull(broker, make([]byte, len("publish"))); err != nil {
 		t.Fatal(err)
@@ -89,7 +91,7 @@ func TestLiveConnReadsOnWhileTheBrokerIsNotSilent(t *testing.T) {
 	}
 
 	// Blocked past the bound, silent for the window: the read ends.
-	c.hold = 600 * time.Millisecond
+	c.hold = 1200 * time.Millisecond
 	go func() { _, _ = c.Write([]byte("publish")) }()
 	waitWriting(t, c)
 	if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
@@ -98,6 +100,17 @@ func TestLiveConnReadsOnWhileTheBrokerIsNotSilent(t *testing.T) {
 	expired("read with a write blocked past the bound")
 	if ReadsHeld() == 0 {
 		t.Fatal("no read held counted")
+	}
+}
+
+func TestLiveConnWindowIsTheLibrarys(t *testing.T) {
+	c := newLiveConn(nil, 20*time.Second)
+	if got := time.Duration(c.window.Load()); got != 30*time.Second {
+		t.Fatalf("window for a heartbeat of 20s: %v; want 30s, as amqp091-go's deadline", got)
+	}
+	c.setHeartbeat(0)
+	if got := c.window.Load(); got != 0 {
+		t.Fatalf("window without heartbeats: %v; want none", got)
 	}
 }
 

@@ -78,16 +78,20 @@ func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent
 }
 
 // SetAgentState implements Store.
-func (s *SQL) SetAgentState(ctx context.Context, a record.Agent) error {
-	n, err := s.db.Exec(ctx, `UPDATE agents SET state = $3, paused = $4, note = $5 WHERE env = $1 AND name = $2`,
-		a.Env, a.Name, a.State, a.Paused, a.Note)
+func (s *SQL) SetAgentState(ctx context.Context, a, was record.Agent) error {
+	n, err := s.db.Exec(ctx, `UPDATE agents SET state = $3, paused = $4, note = $5
+		WHERE env = $1 AND name = $2 AND state = $6 AND paused = $7`,
+		a.Env, a.Name, a.State, a.Paused, a.Note, was.State, was.Paused)
 	if err != nil {
 		return wrap("set the state of agent "+a.Name, err)
 	}
-	if n == 0 {
-		return fmt.Errorf("agent %q of %s: %w", a.Name, a.Env, model.ErrNotFound)
+	if n == 1 {
+		return nil
 	}
-	return nil
+	if _, err := s.GetAgent(ctx, a.Env, a.Name); err != nil {
+		return err // ErrNotFound: deleted
+	}
+	return fmt.Errorf("agent %s of %s: %w: another decision changed it meanwhile; look at it again (tether agent show) and retry", a.Name, a.Env, model.ErrConflict)
 }
 
 // SetAgentKey implements Store.

@@ -119,9 +119,12 @@ type Store interface {
 	// pause through another replica never undoes it.
 	UpsertAgentIf(ctx context.Context, a record.Agent, was record.Agent) (bool, error)
 	// SetAgentState writes an operator's decision — a's State, Paused and
-	// Note — and no other field: what the agent reported meanwhile through
-	// another replica stays. ErrNotFound if the agent is unknown.
-	SetAgentState(ctx context.Context, a record.Agent) error
+	// Note — and no other field, if the state and pause are still was's
+	// (the record the decision was taken from): what the agent reported
+	// meanwhile stays, and a decision taken meanwhile through another
+	// replica is not undone (ErrConflict). ErrNotFound if the agent is
+	// unknown.
+	SetAgentState(ctx context.Context, a, was record.Agent) error
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)

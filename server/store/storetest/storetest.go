@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentReport", testAgentReport},
 		{"AgentUpsertIf", testAgentUpsertIf},
 		{"AgentState", testAgentState},
+		{"ResultsSeeAgent", testResultsSeeAgent},
 		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
 		{"RecordResultsAllOrNothing", testAllOrNothing},
@@ -395,7 +396,8 @@ func testAgentReport(t *testing.T, s store.Store) {
 }
 
 // testAgentState: an operator's decision is written alone, from a copy
-// read before the agent reported; what it reported meanwhile stays.
+// read before the agent reported; what it reported meanwhile stays. A
+// decision taken from a copy read before another decision is refused.
 func testAgentState(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
@@ -413,8 +415,9 @@ func testAgentState(t *testing.T, s store.Store) {
 	if _, err := s.SetAgentReport(ctx, report); err != nil {
 		t.Fatal(err)
 	}
+	was := read
 	read.State, read.Paused, read.Note = record.AgentAccepted, true, ""
-	if err := s.SetAgentState(ctx, read); err != nil {
+	if err := s.SetAgentState(ctx, read, was); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetAgent(ctx, "prod", "web-1")
@@ -437,7 +440,17 @@ func testAgentState(t *testing.T, s store.Store) {
 		!got.LastSeen.Equal(seen.Add(time.Minute)) || got.LastSeq != 41 || got.FactsSeq != 41 {
 		t.Fatalf("after a record written from an older copy: %+v, %v; want the report's labels, connection, last seen and numbers kept", got, err)
 	}
-	if err := s.SetAgentState(ctx, record.Agent{Env: "prod", Name: "ghost", State: record.AgentAccepted}); !errors.Is(err, model.ErrNotFound) {
+	// Another operator rejects the agent from the copy read before the
+	// pause: refused, the pause stands.
+	rejected := was
+	rejected.State, rejected.Note = record.AgentRejected, "rejected by an operator"
+	if err := s.SetAgentState(ctx, rejected, was); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("decision from a copy read before another: %v; want ErrConflict", err)
+	}
+	if got, err := s.GetAgent(ctx, "prod", "web-1"); err != nil || got.State != record.AgentAccepted || !got.Paused {
+		t.Fatalf("after a refused decision: %+v, %v; want accepted and paused", got, err)
+	}
+	if err := s.SetAgentState(ctx, record.Agent{Env: "prod", Name: "ghost", State: record.AgentAccepted}, record.Agent{}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("decision on an unknown agent: %v; want ErrNotFound", err)
 	}
 }
@@ -523,6 +536,37 @@ func testAgentGeneration(t *testing.T, s store.Store) {
 	}
 	if changed, err := s.SetAgentGeneration(ctx, "prod", "ghost", 1); err != nil || changed {
 		t.Fatalf("generation of an unknown agent: %v, %v; want false, nil", changed, err)
+	}
+}
+
+// testResultsSeeAgent: a batch of results numbered past every event
+// recorded of its agent says it was seen; an older one (handled late, or
+// replayed once its number was forgotten) is recorded, and does not.
+func testResultsSeeAgent(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x := file("a", "/x", "1")
+	v := mustPut(t, s, "prod", x)
+	mustRelease(t, s, "prod", v.Number)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "a", State: record.AgentAccepted, PublicKey: []byte{1},
+		LastSeq: 40, FirstSeen: t0, LastSeen: t0}); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(seq uint64) store.ResultBatch {
+		return store.ResultBatch{Env: "prod", Agent: "a", Seq: seq, Version: v.Number, DeployID: fmt.Sprint("d", seq),
+			Results: []model.Result{result(x, model.StateDeployed, nil)}}
+	}
+	if fresh, err := s.RecordResults(ctx, []store.ResultBatch{batch(35)}); err != nil || !fresh[0] {
+		t.Fatalf("an older batch never recorded: fresh %v, %v; want recorded", fresh, err)
+	}
+	if got, err := s.GetAgent(ctx, "prod", "a"); err != nil || !got.LastSeen.Equal(t0) || got.LastSeq != 40 {
+		t.Fatalf("after an older batch: %+v, %v; want last seen %v, number 40 (not seen by it)", got, err, t0)
+	}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{batch(41)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetAgent(ctx, "prod", "a"); err != nil || !got.LastSeen.After(t0) || got.LastSeq != 41 {
+		t.Fatalf("after a later batch: %+v, %v; want seen now, number 41", got, err)
 	}
 }
 
