@@ -329,24 +329,16 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			var serverLog io.Writer
-			if p := c.String("server-log"); p != "" {
-				f, err := os.Create(p)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				serverLog = f
+			serverLog, closeServerLog, err := logFile(c.String("server-log"))
+			if err != nil {
+				return err
 			}
-			var agentsLog io.Writer
-			if p := c.String("agents-log"); p != "" {
-				f, err := os.Create(p)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				agentsLog = f
+			defer closeServerLog()
+			agentsLog, closeAgentsLog, err := logFile(c.String("agents-log"))
+			if err != nil {
+				return err
 			}
+			defer closeAgentsLog()
 			o := bench.ConvergeOptions{ServerLog: serverLog, AgentsLog: agentsLog, ServerCPUProfile: c.String("server-cpuprofile"), CPUProfile: c.String("cpuprofile"), Postgres: c.String("postgres"), AMQP: c.String("amqp"), Agents: c.Int("agents"), Resources: c.Int("resources"),
 				PerConnection: c.Int("per-connection"), Forged: c.Int("forged"), Dir: c.String("dir"),
 				Token: c.Bool("token"), Heartbeat: c.Duration("heartbeat"), Idle: c.Duration("idle"), RestartBroker: c.Bool("restart-broker"), PrivateBroker: c.Bool("private-broker"), Servers: c.Int("servers"), Timeout: c.Duration("timeout"), Progress: benchProgress(term), Warn: term.stderr}
@@ -398,10 +390,26 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				res.ConvergeSeconds, res.FanoutSeconds, res.ReportedSeconds)
 			fmt.Fprintf(term.stdout, "AMQP channels the agents opened: %d while enrolling (%.1f per agent), %d while converging\n",
 				res.EnrollChannels, float64(res.EnrollChannels)/float64(res.Agents), res.ConvergeChannels)
+			if res.ReadsHeld > 0 {
+				fmt.Fprintf(term.stdout, "the agents' connections read on past a stale deadline or a blocked write %d times (each would have dropped a connection)\n", res.ReadsHeld)
+			}
 			fmt.Fprintf(term.stdout, "\ncommand: %s\n", res.Command)
 			return nil
 		},
 	}
+}
+
+// logFile creates the file a log goes to, named by a flag: nil (and a
+// close that does nothing) when the flag was not given.
+func logFile(path string) (io.Writer, func(), error) {
+	if path == "" {
+		return nil, func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { _ = f.Close() }, nil
 }
 
 func benchBrokerAuthCommand(term *terminal) *ucli.Command {
