@@ -109,6 +109,19 @@ func mustPut(t *testing.T, s store.Store, env string, rs ...model.Resource) mode
 	return v
 }
 
+// mustAgent records a and returns its record as stored.
+func mustAgent(t *testing.T, s store.Store, a record.Agent) record.Agent {
+	t.Helper()
+	if err := s.UpsertAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetAgent(ctx, a.Env, a.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func mustRelease(t *testing.T, s store.Store, env string, n int64) {
 	t.Helper()
 	if _, err := s.Release(ctx, env, n); err != nil {
@@ -313,15 +326,8 @@ func testAgentSlice(t *testing.T, s store.Store) {
 func testAgentReport(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
-		LastSeq: 40, FirstSeen: seen, LastSeen: seen}
-	if err := s.UpsertAgent(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	read, err := s.GetAgent(ctx, "prod", "web-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	read := mustAgent(t, s, record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, PublicKey: []byte{1, 2, 3},
+		Labels: map[string]string{"role": "web"}, LastSeq: 40, FirstSeen: seen, LastSeen: seen})
 	rejected := read
 	rejected.State, rejected.Paused, rejected.Note = record.AgentRejected, true, "rejected by an operator"
 	if err := s.UpsertAgent(ctx, rejected); err != nil {
@@ -401,15 +407,9 @@ func testAgentReport(t *testing.T, s store.Store) {
 func testAgentState(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	a := record.Agent{Env: "prod", Name: "web-1", State: record.AgentPending, PublicKey: []byte{1, 2, 3}, Labels: map[string]string{"role": "web"},
-		Note: "no enrollment token: waiting for an operator to accept it", LastSeq: 40, FactsSeq: 40, FirstSeen: seen, LastSeen: seen}
-	if err := s.UpsertAgent(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	read, err := s.GetAgent(ctx, "prod", "web-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	read := mustAgent(t, s, record.Agent{Env: "prod", Name: "web-1", State: record.AgentPending, PublicKey: []byte{1, 2, 3},
+		Labels: map[string]string{"role": "web"}, Note: "no enrollment token: waiting for an operator to accept it",
+		LastSeq: 40, FactsSeq: 40, FirstSeen: seen, LastSeen: seen})
 	report := read
 	report.Labels, report.Connected, report.LastSeen, report.LastSeq, report.FactsSeq = map[string]string{"role": "db"}, true, seen.Add(time.Minute), 41, 41
 	if _, err := s.SetAgentReport(ctx, report); err != nil {
