@@ -386,8 +386,11 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 				fmt.Fprintf(term.stdout, "CPU seconds while %s: server %.1f, broker %.1f, agents %.1f, PostgreSQL %.1f; the agents published %d messages and got %d\n",
 					ph.what, ph.cpu.Server, ph.cpu.Broker, ph.cpu.Agents, ph.cpu.Postgres, ph.msgs.Published, ph.msgs.Delivered)
 			}
-			fmt.Fprintf(term.stdout, "of the %.1f s to converge, the release's fan-out took %.1f s; every agent had applied it and its results were on the broker after %.1f s\n",
-				res.ConvergeSeconds, res.FanoutSeconds, res.ReportedSeconds)
+			fmt.Fprintf(term.stdout, "of the %.1f s to converge, the release's request took %.1f s (the version uploaded and stored) and its fan-out %.1f s; every agent had applied it and its results were on the broker after %.1f s\n",
+				res.ConvergeSeconds, res.RequestSeconds, res.FanoutSeconds, res.ReportedSeconds)
+			if res.RecordedPerSecond > 0 {
+				fmt.Fprintf(term.stdout, "the server recorded %.0f results a second from the first recorded to the last\n", res.RecordedPerSecond)
+			}
 			fmt.Fprintf(term.stdout, "AMQP channels the agents opened: %d while enrolling (%.1f per agent), %d while converging\n",
 				res.EnrollChannels, float64(res.EnrollChannels)/float64(res.Agents), res.ConvergeChannels)
 			if res.ReadsHeld > 0 {

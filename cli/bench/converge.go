@@ -149,6 +149,16 @@ type ConvergeResult struct {
 	// release and the broker had taken every result (within
 	// ConvergeSeconds: the rest is the server recording them).
 	ReportedSeconds float64 `json:"reported_seconds"`
+	// RequestSeconds is how long the release's request took to be
+	// answered (the version uploaded and stored, its release started):
+	// within ConvergeSeconds, before the fan-out.
+	RequestSeconds float64 `json:"release_request_seconds"`
+	// RecordedPerSecond is the release's results over the time from the
+	// first recorded to the last (each at its transaction's time): the
+	// rate the server recorded them at once they came, where
+	// ResultsPerSecond spreads them over the whole converge (the upload
+	// and the fan-out's start included).
+	RecordedPerSecond float64 `json:"recorded_per_second"`
 	// EnrollCPU and ConvergeCPU are the CPU seconds each process used
 	// while the agents enrolled and while they converged.
 	EnrollCPU        CPUSeconds `json:"enroll_cpu_seconds"`
@@ -414,7 +424,8 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	if stopProfile, err = startCPUProfile(o.CPUProfile, ""); err != nil {
 		return nil, err
 	}
-	fl := &fleet{cl: cl, srv: srv, st: st, names: names, agents: agents, resources: o.Resources, progress: o.Progress}
+	fl := &fleet{cl: cl, srv: srv, st: st, names: names, agents: agents, resources: o.Resources, progress: o.Progress,
+		postgres: o.Postgres, schema: schema}
 	// A flood runs through the release: it starts once half of it is
 	// on the broker.
 	var forged time.Duration
@@ -457,6 +468,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	res := &ConvergeResult{Agents: o.Agents, Resources: o.Resources, EnrollSeconds: enroll.Seconds(),
 		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles, InotifyInstances: instances,
 		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(), ReportedSeconds: fl.reported.Seconds(),
+		RequestSeconds: fl.requested.Seconds(), RecordedPerSecond: fl.recorded,
 		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1), EnrollMessages: msgs1.since(msgs0), ConvergeMessages: msgs2.since(msgs1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
@@ -545,7 +557,16 @@ type fleet struct {
 	// reported is how long until the agents had applied the last release
 	// and the broker had taken their results.
 	reported time.Duration
-	progress io.Writer
+	// requested is how long the last release's request took to be
+	// answered: the version uploaded, stored and its release started.
+	requested time.Duration
+	// recorded is the last release's deploy results over the time from
+	// the first recorded to the last (the rate the server recorded them
+	// at once they came), 0 when fewer than two transactions recorded them.
+	recorded float64
+	// postgres and schema name the run's store, read directly.
+	postgres, schema string
+	progress         io.Writer
 }
 
 // release releases a version of every agent's files, with contents of
@@ -567,6 +588,7 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 	if err := f.cl.call(ctx, "POST", "/envs/bench/versions?release=true", api.ExportRequest{Resources: rs, Meta: model.VersionMeta{Compiler: "tether bench"}}, &out); err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
+	f.requested = time.Since(start)
 	// First the agents' side: every resource applied and every result
 	// confirmed by the broker; then the server's record. An agent found
 	// done is not looked at again. The looks share the machine's cores
@@ -622,6 +644,9 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		}
 	}
 	took := time.Since(start)
+	if n, first, last, err := postgres.ActionSpan(ctx, f.postgres, f.schema, "bench", out.Version.Number); err == nil && last.After(first) {
+		f.recorded = float64(n) / last.Sub(first).Seconds()
+	}
 	if r, err := f.st.GetRelease(ctx, "bench", out.ReleaseID); err == nil && r.FinishedAt != nil {
 		f.fanout = r.FinishedAt.Sub(r.StartedAt)
 	}

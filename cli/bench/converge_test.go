@@ -37,6 +37,10 @@ func TestConvergeScenarioToken(t *testing.T) {
 	if res.Agents != 6 || res.ConvergeSeconds <= 0 || res.ResultsPerSecond <= 0 {
 		t.Errorf("got %+v: want 6 agents converged", res)
 	}
+	if res.RequestSeconds <= 0 || res.RequestSeconds > res.ConvergeSeconds || res.RecordedPerSecond < 0 {
+		t.Errorf("release request %.3f s, recorded %.1f/s, converge %.3f s: want the request within the converge, a rate not negative",
+			res.RequestSeconds, res.RecordedPerSecond, res.ConvergeSeconds)
+	}
 	if res.PostgresMiB <= 0 {
 		t.Errorf("PostgreSQL schema size %.3f MiB: want more than 0", res.PostgresMiB)
 	}

@@ -357,6 +357,27 @@ func TableSizes(ctx context.Context, u, schema string) ([]TableSize, error) {
 	return out, nil
 }
 
+// ActionSpan returns how many actions of kind deploy the version of env
+// has in a schema's action log, and the times the first and the last were
+// recorded (each the time of its transaction): how fast results of a
+// release were recorded once they came.
+func ActionSpan(ctx context.Context, u, schema, env string, version int64) (n int64, first, last time.Time, err error) {
+	if !schemaName.MatchString(schema) {
+		return 0, first, last, fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return 0, first, last, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	q := `SELECT count(*), coalesce(min(at), now()), coalesce(max(at), now()) FROM ` + pgx.Identifier{schema, "actions"}.Sanitize() +
+		` WHERE env = $1 AND version = $2 AND kind = 'deploy'`
+	if err := conn.QueryRow(ctx, q, env, version).Scan(&n, &first, &last); err != nil {
+		return 0, first, last, fmt.Errorf("schema %s: actions of version %d: %w", schema, version, err)
+	}
+	return n, first, last, nil
+}
+
 func onSchema(ctx context.Context, u, schema string, sql ...string) error {
 	if !schemaName.MatchString(schema) {
 		return fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
