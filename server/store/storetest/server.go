@@ -152,6 +152,9 @@ func testDeleteEnv(t *testing.T, s store.Store) {
 	if vs, _ := s.ListVersions(ctx, "prod"); len(vs) != 0 {
 		t.Fatalf("a re-created env starts empty, has %d versions", len(vs))
 	}
+	if hist, err := s.ResourceHistory(ctx, "prod", shared.ID); err != nil || len(hist) != 0 {
+		t.Fatalf("history of a resource of a deleted env, the env re-created: %+v, %v; want none (the versions' rows went with them)", hist, err)
+	}
 	if cs, err := s.ListCompiles(ctx, "prod", 0); err != nil || len(cs) != 0 {
 		t.Fatalf("a re-created env starts without compiles, has %d (%v)", len(cs), err)
 	}
@@ -209,6 +212,14 @@ func testPruneVersions(t *testing.T, s store.Store) {
 	if fmt.Sprint(nums) != "[5 4 1]" {
 		t.Fatalf("versions after prune: %v, want [5 4 1]", nums)
 	}
+	hist, err := s.ResourceHistory(ctx, "prod", file("a", "/x", "").ID)
+	var in []int64
+	for _, h := range hist {
+		in = append(in, h.Version)
+	}
+	if err != nil || fmt.Sprint(in) != "[5 4 1]" {
+		t.Fatalf("history of /x after prune: versions %v, %v; want [5 4 1] (a pruned version's rows go with it)", in, err)
+	}
 	for _, n := range nums {
 		if v, err := s.GetVersion(ctx, "prod", n, true); err != nil || len(v.Resources) != 2 {
 			t.Fatalf("version %d after prune: %+v, %v (a shared body must survive)", n, v, err)
@@ -220,6 +231,56 @@ func testPruneVersions(t *testing.T, s store.Store) {
 	// Numbers are never reused after a prune.
 	if v := mustPut(t, s, "prod", file("a", "/x", "new")); v.Number != 6 {
 		t.Fatalf("next version %d, want 6", v.Number)
+	}
+}
+
+// testPruneWhilePutting: a body a version being stored refers to is never
+// deleted by a clean-up running meanwhile (another environment's prune),
+// though no stored version refers to it yet: every version reads whole
+// right after it is stored.
+func testPruneWhilePutting(t *testing.T, s store.Store) {
+	mustEnv(t, s, "dev")
+	mustEnv(t, s, "ops")
+	shared := file("a", "/shared", "s")
+	const rounds = 100
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // ops: the shared body, then a version without it, a prune and a clean-up, over and over
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, rs := range [][]model.Resource{{shared, file("o", "/x", fmt.Sprint(i))}, {file("o", "/x", fmt.Sprint(i))}} {
+				if _, err := s.PutVersion(ctx, "ops", model.VersionMeta{Compiler: "test"}, rs); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if _, err := s.PruneVersions(ctx, "ops", 1); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer close(stop)
+	for i := range rounds {
+		// The shared body is stored by the first version, or found stored
+		// (ops's), and referred to by no version once ops's and dev's
+		// versions with it are pruned.
+		v := mustPut(t, s, "dev", shared, file("a", "/x", fmt.Sprint(i)))
+		got, err := s.GetVersion(ctx, "dev", v.Number, true)
+		if err != nil || len(got.Resources) != 2 {
+			t.Fatalf("round %d: version %d right after it was stored: %d resources, %v; want 2 (a body deleted under it)", i, v.Number, len(got.Resources), err)
+		}
+		mustPut(t, s, "dev", file("a", "/x", fmt.Sprint(i)))
+		if _, err := s.PruneVersions(ctx, "dev", 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeleteEnv", testDeleteEnv},
 		{"HashesAndHistory", testHashesAndHistory},
 		{"PruneVersions", testPruneVersions},
+		{"PruneWhilePutting", testPruneWhilePutting},
 		{"Alerts", testAlerts},
 		{"Tokens", testTokens},
 		{"EnrollmentTokens", testEnrollmentTokens},
