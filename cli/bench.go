@@ -391,6 +391,10 @@ func benchConvergeCommand(term *terminal) *ucli.Command {
 			if res.RecordedPerSecond > 0 {
 				fmt.Fprintf(term.stdout, "the server recorded %.0f results a second from the first recorded to the last\n", res.RecordedPerSecond)
 			}
+			if res.IngestTransactions > 0 {
+				fmt.Fprintf(term.stdout, "ingest: %d transactions, %.1f reports each, %.1f s spent in them\n",
+					res.IngestTransactions, res.IngestEventsPerTransaction, res.IngestBusySeconds)
+			}
 			fmt.Fprintf(term.stdout, "AMQP channels the agents opened: %d while enrolling (%.1f per agent), %d while converging\n",
 				res.EnrollChannels, float64(res.EnrollChannels)/float64(res.Agents), res.ConvergeChannels)
 			if res.ReadsHeld > 0 {

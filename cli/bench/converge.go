@@ -159,6 +159,14 @@ type ConvergeResult struct {
 	// ResultsPerSecond spreads them over the whole converge (the upload
 	// and the fan-out's start included).
 	RecordedPerSecond float64 `json:"recorded_per_second"`
+	// IngestTransactions, IngestEventsPerTransaction and IngestBusySeconds
+	// are the servers' ingest transactions while converging (from their
+	// metrics), the agents' reports each wrote on average, and the time
+	// spent in them: a server writes one at a time, so busy seconds near
+	// ConvergeSeconds say its writer bounds the converge.
+	IngestTransactions         int64   `json:"ingest_transactions"`
+	IngestEventsPerTransaction float64 `json:"ingest_events_per_transaction"`
+	IngestBusySeconds          float64 `json:"ingest_busy_seconds"`
 	// EnrollCPU and ConvergeCPU are the CPU seconds each process used
 	// while the agents enrolled and while they converged.
 	EnrollCPU        CPUSeconds `json:"enroll_cpu_seconds"`
@@ -420,6 +428,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		}
 	}
 	enroll, channels1, cpu1, msgs1 := time.Since(enrollStart), amqp.ChannelsOpened(), cpuNow(servers, brokerProc), messagesNow()
+	ingest1 := ingestNow(ctx, servers)
 	stopProfile()
 	if stopProfile, err = startCPUProfile(o.CPUProfile, ""); err != nil {
 		return nil, err
@@ -450,6 +459,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		return nil, err
 	}
 	nfiles, channels2, cpu2, msgs2 := openFiles(), amqp.ChannelsOpened(), cpuNow(servers, brokerProc), messagesNow()
+	ingest2 := ingestNow(ctx, servers)
 	stopProfile()
 	showProgress(o.Progress, "forging the rest of the events")
 	if err := <-forgeDone; err != nil {
@@ -469,9 +479,13 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		Forged: o.Forged, ForgedSeconds: forged.Seconds(), Enrollment: enrollment, OpenFiles: nfiles, InotifyInstances: instances,
 		EnrollChannels: channels1 - channels0, ConvergeChannels: channels2 - channels1, FanoutSeconds: fl.fanout.Seconds(), ReportedSeconds: fl.reported.Seconds(),
 		RequestSeconds: fl.requested.Seconds(), RecordedPerSecond: fl.recorded,
+		IngestTransactions: int64(ingest2.transactions - ingest1.transactions), IngestBusySeconds: ingest2.seconds - ingest1.seconds,
 		EnrollCPU: cpu1.since(cpu0), ConvergeCPU: cpu2.since(cpu1), EnrollMessages: msgs1.since(msgs0), ConvergeMessages: msgs2.since(msgs1),
 		ConvergeSeconds: converge.Seconds(), ResultsPerSecond: float64(o.Agents*o.Resources) / converge.Seconds(),
 		ServerPeakMiB: float64(peak) / 1024, ServerRSSMiB: float64(cur) / 1024, Dir: work}
+	if res.IngestTransactions > 0 {
+		res.IngestEventsPerTransaction = (ingest2.events - ingest1.events) / float64(res.IngestTransactions)
+	}
 	if pid := brokerProc; pid != 0 {
 		if peak, cur, err := procMemory(pid); err == nil {
 			res.BrokerPeakMiB, res.BrokerRSSMiB = float64(peak)/1024, float64(cur)/1024
@@ -740,8 +754,59 @@ func forge(ctx context.Context, bcfg amqp.Config, names []string, n int, half ch
 }
 
 // serverProcess is a `tether server` child process.
+// ingestShares is what the servers' ingest did so far, by their metrics:
+// transactions, the events they wrote, the seconds spent in them.
+type ingestShares struct{ transactions, events, seconds float64 }
+
+// ingestNow reads every server's metrics (a server whose metrics cannot
+// be read counts for nothing: the figures are for people, not checks).
+func ingestNow(ctx context.Context, servers []*serverProcess) ingestShares {
+	var in ingestShares
+	for _, s := range servers {
+		m, err := readMetrics(ctx, s.base)
+		if err != nil {
+			continue
+		}
+		in.transactions += m["tether_ingest_batch_events_count"]
+		in.events += m["tether_ingest_batch_events_sum"]
+		in.seconds += m["tether_ingest_commit_seconds_sum"]
+	}
+	return in
+}
+
+// readMetrics reads the unlabelled samples of a server's /metrics.
+func readMetrics(ctx context.Context, base string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
+
 type serverProcess struct {
 	cmd  *exec.Cmd
+	base string // its API's URL
 	done chan error
 	mu   sync.Mutex
 	log  strings.Builder // its stderr, for the error when it stops
@@ -825,7 +890,7 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id s
 	if err := cmd.Start(); err != nil {
 		return nil, "", fmt.Errorf("start tether server: %w", err)
 	}
-	s := &serverProcess{cmd: cmd, done: make(chan error, 1)}
+	s := &serverProcess{cmd: cmd, base: "http://" + addr, done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
