@@ -100,10 +100,11 @@ func (c conn) WriteIngest(ctx context.Context, in *store.Ingest) error {
 		}
 		// A batch numbered past every event recorded of its agent says
 		// the agent lives now; an older one (delivered late, or replayed)
-		// does not.
-		batch.Queue(`UPDATE agents a SET last_seq = GREATEST(a.last_seq, u.seq),
+		// does not. The rows are locked in order first (lockAgents).
+		batch.Queue(`WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(env, agent, seq)), `+lockAgents+`
+			UPDATE agents a SET last_seq = GREATEST(a.last_seq, u.seq),
 				last_seen = CASE WHEN u.seq > a.last_seq THEN GREATEST(a.last_seen, now()) ELSE a.last_seen END
-			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(env, agent, seq)
+			FROM u JOIN locked l ON l.env = u.env AND l.name = u.agent
 			WHERE a.env = u.env AND a.name = u.agent`, env, agent, seq)
 	}
 	if n := len(in.Actions); n > 0 {
@@ -142,12 +143,25 @@ func (c conn) MarkSeen(ctx context.Context, seen []store.AgentSeen) error {
 		env[i], agent[i], seq[i], at[i] = a.Env, a.Agent, a.Seq, a.At
 	}
 	// Only an event numbered past every one recorded of its agent says
-	// it lives: a captured event replayed moves nothing.
-	_, err := c.h.Exec(ctx, `UPDATE agents a SET
+	// it lives: a captured event replayed moves nothing. The rows are
+	// locked in order first (lockAgents).
+	_, err := c.h.Exec(ctx, `WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(env, agent, seq, at)), `+lockAgents+`
+		UPDATE agents a SET
 			online = CASE WHEN u.at > a.last_seen AND u.seq > a.last_seq THEN true ELSE a.online END,
 			last_seen = CASE WHEN u.seq > a.last_seq THEN GREATEST(a.last_seen, u.at) ELSE a.last_seen END,
 			last_seq = GREATEST(a.last_seq, u.seq)
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(env, agent, seq, at)
+		FROM u JOIN locked l ON l.env = u.env AND l.name = u.agent
 		WHERE a.env = u.env AND a.name = u.agent`, env, agent, seq, at)
 	return err
 }
+
+// lockAgents is a common table expression, locked, that locks the rows of
+// the agents named by u (env, agent) in the order of their keys, before a
+// statement updates them: an UPDATE locks rows in the order its plan
+// meets them, so two statements updating many agents at once (an ingest
+// transaction's sequence numbers and the heartbeats' seen-marks, or two
+// replicas' ingests) could each hold a row the other waits for — a
+// deadlock, found by PostgreSQL after a second and ended by failing one.
+// Materialized: a row-locking query is run once, whole, before the update.
+const lockAgents = `locked AS MATERIALIZED (SELECT a.env, a.name FROM agents a JOIN u ON a.env = u.env AND a.name = u.agent
+	ORDER BY a.env, a.name FOR NO KEY UPDATE OF a)`

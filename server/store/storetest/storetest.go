@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StaleResults", testStaleResults},
 		{"StatusFilters", testStatusFilters},
 		{"ConcurrentIngest", testConcurrentIngest},
+		{"IngestBesideSeenMarks", testIngestBesideSeenMarks},
 		{"DuplicateBatches", testDuplicateBatches},
 		{"OutOfOrderBatches", testOutOfOrderBatches},
 		{"ResetSequence", testResetSequence},
@@ -944,6 +945,59 @@ func testStatusFilters(t *testing.T, s store.Store) {
 	}
 	if sts, _ := s.Statuses(ctx, "other", record.StatusFilter{}); len(sts) != 0 {
 		t.Fatalf("another environment sees %d statuses", len(sts))
+	}
+}
+
+// testIngestBesideSeenMarks: results recorded for many agents and their
+// heartbeats' seen-marks, written at once in opposite orders of agents,
+// both go through: each locks the agents' rows in one order (a deadlock
+// would fail one of them).
+func testIngestBesideSeenMarks(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	const agents, rounds = 40, 25
+	var rs []model.Resource
+	for a := range agents {
+		name := fmt.Sprintf("agent-%02d", a)
+		if err := s.UpsertAgent(ctx, record.Agent{Env: "prod", Name: name, State: record.AgentAccepted, FirstSeen: time.Now(), LastSeen: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, file(name, "/f", "x"))
+	}
+	mustPut(t, s, "prod", rs...)
+	mustRelease(t, s, "prod", 1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range rounds {
+			var batches []store.ResultBatch
+			for a := range agents {
+				batches = append(batches, store.ResultBatch{Env: "prod", Agent: rs[a].ID.Agent, Seq: uint64(2*i + 1), Version: 1, DeployID: "d",
+					Results: []model.Result{result(rs[a], model.StateDeployed, nil)}})
+			}
+			if _, err := s.RecordResults(ctx, batches); err != nil {
+				t.Errorf("results, round %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range rounds {
+			var seen []store.AgentSeen
+			for a := agents - 1; a >= 0; a-- {
+				seen = append(seen, store.AgentSeen{Env: "prod", Agent: rs[a].ID.Agent, Seq: int64(2*i + 2), At: time.Now()})
+			}
+			if err := s.MarkAgentsSeen(ctx, seen); err != nil {
+				t.Errorf("seen-marks, round %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	a, err := s.GetAgent(ctx, "prod", rs[0].ID.Agent)
+	if err != nil || a.LastSeq != 2*rounds {
+		t.Fatalf("agent after both: last seq %d, %v; want %d", a.LastSeq, err, 2*rounds)
 	}
 }
 
