@@ -153,17 +153,20 @@ type ConvergeResult struct {
 	// answered (the version uploaded and stored, its release started):
 	// within ConvergeSeconds, before the fan-out.
 	RequestSeconds float64 `json:"release_request_seconds"`
-	// RecordedPerSecond is the release's results over the time from the
-	// first recorded to the last (each at its transaction's time): the
-	// rate the server recorded them at once they came, where
+	// RecordedPerSecond is the rate the server recorded the release's
+	// results at once they came: the results in the action log written
+	// by the transactions after the first, over the time from the first
+	// one's start to the last one's (postgres.ActionSpan), where
 	// ResultsPerSecond spreads them over the whole converge (the upload
 	// and the fan-out's start included).
 	RecordedPerSecond float64 `json:"recorded_per_second"`
 	// IngestTransactions, IngestEventsPerTransaction and IngestBusySeconds
-	// are the servers' ingest transactions while converging (from their
-	// metrics), the agents' reports each wrote on average, and the time
-	// spent in them: a server writes one at a time, so busy seconds near
-	// ConvergeSeconds say its writer bounds the converge.
+	// are the servers' ingest transactions committed while converging
+	// (from their metrics, summed over the replicas), the agents' reports
+	// each wrote on average, and the time spent in them: a server writes
+	// one at a time, so with one server, busy seconds near
+	// ConvergeSeconds say its writer bounds the converge (a transaction
+	// that failed, and was written again, counts only once it committed).
 	IngestTransactions         int64   `json:"ingest_transactions"`
 	IngestEventsPerTransaction float64 `json:"ingest_events_per_transaction"`
 	IngestBusySeconds          float64 `json:"ingest_busy_seconds"`
@@ -574,9 +577,10 @@ type fleet struct {
 	// requested is how long the last release's request took to be
 	// answered: the version uploaded, stored and its release started.
 	requested time.Duration
-	// recorded is the last release's deploy results over the time from
-	// the first recorded to the last (the rate the server recorded them
-	// at once they came), 0 when fewer than two transactions recorded them.
+	// recorded is the rate the server recorded the last release's deploy
+	// results at once they came: those of the transactions after the
+	// first over the time from its start to the last's (ActionSpan); 0
+	// when one transaction recorded them all.
 	recorded float64
 	// postgres and schema name the run's store, read directly.
 	postgres, schema string
@@ -658,8 +662,8 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		}
 	}
 	took := time.Since(start)
-	if n, first, last, err := postgres.ActionSpan(ctx, f.postgres, f.schema, "bench", out.Version.Number); err == nil && last.After(first) {
-		f.recorded = float64(n) / last.Sub(first).Seconds()
+	if _, after, first, last, err := postgres.ActionSpan(ctx, f.postgres, f.schema, "bench", out.Version.Number); err == nil && last.After(first) {
+		f.recorded = float64(after) / last.Sub(first).Seconds()
 	}
 	if r, err := f.st.GetRelease(ctx, "bench", out.ReleaseID); err == nil && r.FinishedAt != nil {
 		f.fanout = r.FinishedAt.Sub(r.StartedAt)
@@ -753,7 +757,6 @@ func forge(ctx context.Context, bcfg amqp.Config, names []string, n int, half ch
 	return time.Since(start), err
 }
 
-// serverProcess is a `tether server` child process.
 // ingestShares is what the servers' ingest did so far, by their metrics:
 // transactions, the events they wrote, the seconds spent in them.
 type ingestShares struct{ transactions, events, seconds float64 }
@@ -804,6 +807,7 @@ func readMetrics(ctx context.Context, base string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// serverProcess is a `tether server` child process.
 type serverProcess struct {
 	cmd  *exec.Cmd
 	base string // its API's URL

@@ -163,9 +163,12 @@ func (s *SQL) MarkAgentsSeen(ctx context.Context, seen []AgentSeen) error {
 // ResetSequence implements Store.
 func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 	return wrap("reset the sequence of "+agent, s.db.Tx(ctx, func(tx Tx) error {
+		if err := s.lockStatuses(ctx, tx, env, agent); err != nil {
+			return err
+		}
 		for _, q := range []string{
-			`UPDATE agents SET last_seq = 0, server_keys_seq = 0, facts_seq = 0 WHERE env = $1 AND name = $2`,
 			`UPDATE resource_status SET seq = 0, compliance_seq = 0 WHERE env = $1 AND agent = $2`,
+			`UPDATE agents SET last_seq = 0, server_keys_seq = 0, facts_seq = 0 WHERE env = $1 AND name = $2`,
 			`DELETE FROM ingested WHERE env = $1 AND agent = $2`,
 		} {
 			if _, err := tx.Exec(ctx, q, env, agent); err != nil {
@@ -179,6 +182,9 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 // DeleteAgent implements Store.
 func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
 	return wrap("delete agent "+name, s.db.Tx(ctx, func(tx Tx) error {
+		if err := s.lockStatuses(ctx, tx, env, name); err != nil {
+			return err
+		}
 		n, err := tx.Exec(ctx, `DELETE FROM agents WHERE env = $1 AND name = $2`, env, name)
 		if err != nil {
 			return err

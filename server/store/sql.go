@@ -74,8 +74,9 @@ type Bulk interface {
 // Dialect is the SQL the stores cannot share.
 type Dialect struct {
 	// ForUpdate ends a SELECT that locks the rows it reads until the
-	// transaction ends: empty where a transaction holds the whole
-	// database.
+	// transaction ends, against other writers of them (not against rows
+	// being written that refer to them: no key of the row changes): empty
+	// where a transaction holds the whole database.
 	ForUpdate string
 	// ShareBodies runs before a transaction refers to resource bodies, and
 	// LockBodies before it deletes the unused ones, so that a body about to
@@ -176,6 +177,22 @@ func (s *SQL) SchemaVersion(ctx context.Context) (int, error) {
 }
 
 // run runs a statement of the dialect, if it has one.
+// lockStatuses locks the statuses of env (of agent only, if not empty) in
+// the order of their keys, as recording results does (BeginIngest): a
+// statement that updates many of them locks them in the order its plan
+// meets them, and two such transactions could each wait on a row the
+// other holds. Run before a transaction changes many statuses, and
+// before it locks an agent's row (ingest locks statuses, then agents).
+func (s *SQL) lockStatuses(ctx context.Context, c Conn, env, agent string) error {
+	if s.d.ForUpdate == "" {
+		return nil
+	}
+	q := `SELECT count(*) FROM (SELECT 1 FROM resource_status WHERE env = $1 AND ($2 = '' OR agent = $2)
+		ORDER BY env, resource_id` + s.d.ForUpdate + `) l`
+	var n int64
+	return c.QueryRow(ctx, q, env, agent).Scan(&n)
+}
+
 func run(ctx context.Context, c Conn, stmt string) error {
 	if stmt == "" {
 		return nil

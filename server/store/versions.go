@@ -171,8 +171,9 @@ func (s *SQL) Release(ctx context.Context, env string, n int64) (model.Version, 
 		if err := s.lockEnv(ctx, tx, env); err != nil {
 			return err
 		}
+		// Locked: a prune meanwhile waits, and then keeps it released.
 		var state model.VersionState
-		if err := tx.QueryRow(ctx, `SELECT state FROM versions WHERE env = $1 AND number = $2`, env, n).Scan(&state); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT state FROM versions WHERE env = $1 AND number = $2`+s.d.ForUpdate, env, n).Scan(&state); err != nil {
 			return err
 		}
 		switch state {
@@ -182,6 +183,11 @@ func (s *SQL) Release(ctx context.Context, env string, n int64) (model.Version, 
 			return fmt.Errorf("%w: version %d is retired; export it again to roll back", model.ErrConflict, n)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE versions SET state = 'retired' WHERE env = $1 AND state = 'released'`, env); err != nil {
+			return err
+		}
+		// Every status of env changes (its version, or orphaned): locked
+		// in order first, not as the statements below meet them.
+		if err := s.lockStatuses(ctx, tx, env, ""); err != nil {
 			return err
 		}
 		for _, q := range []string{

@@ -34,8 +34,11 @@ func (c conn) BeginIngest(ctx context.Context, batches []store.ResultBatch, fres
 	}
 	batch := &pgx.Batch{}
 	if len(seq) > 0 {
+		// In key order: two replicas handed the same redelivered batches
+		// wait on each other's marks in one order.
 		batch.Queue(`INSERT INTO ingested (env, agent, seq, at)
 			SELECT env, agent, seq, now() FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(env, agent, seq)
+			ORDER BY env, agent, seq
 			ON CONFLICT DO NOTHING RETURNING env, agent, seq`, env, agent, seq).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var m mark

@@ -84,7 +84,7 @@ const eventsChannel = "tether_events_"
 // dialect: rows and bodies are locked, since several servers share the
 // database.
 var dialect = store.Dialect{
-	ForUpdate:      ` FOR UPDATE`,
+	ForUpdate:      ` FOR NO KEY UPDATE`,
 	ShareBodies:    fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, %d)`, lockClass, lockBodies),
 	LockBodies:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockBodies),
 	LockMigrations: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockMigrations),
@@ -357,25 +357,33 @@ func TableSizes(ctx context.Context, u, schema string) ([]TableSize, error) {
 	return out, nil
 }
 
-// ActionSpan returns how many actions of kind deploy the version of env
-// has in a schema's action log, and the times the first and the last were
-// recorded (each the time of its transaction): how fast results of a
-// release were recorded once they came.
-func ActionSpan(ctx context.Context, u, schema, env string, version int64) (n int64, first, last time.Time, err error) {
+// ActionSpan returns the deploy actions of the version of env in a
+// schema's action log (a result logged: one that changed, failed or
+// skipped something), those recorded after the first transaction that
+// recorded any, and the start times of that first transaction and of the
+// last: after / (last - first) is about the rate they were recorded at
+// once they came.
+func ActionSpan(ctx context.Context, u, schema, env string, version int64) (n, after int64, first, last time.Time, err error) {
 	if !schemaName.MatchString(schema) {
-		return 0, first, last, fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
+		return 0, 0, first, last, fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
 	}
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
-		return 0, first, last, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
+		return 0, 0, first, last, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	q := `SELECT count(*), coalesce(min(at), now()), coalesce(max(at), now()) FROM ` + pgx.Identifier{schema, "actions"}.Sanitize() +
-		` WHERE env = $1 AND version = $2 AND kind = 'deploy'`
-	if err := conn.QueryRow(ctx, q, env, version).Scan(&n, &first, &last); err != nil {
-		return 0, first, last, fmt.Errorf("schema %s: actions of version %d: %w", schema, version, err)
+	q := `SELECT count(*), count(*) FILTER (WHERE at > first), coalesce(first, now()), coalesce(max(at), now())
+		FROM ` + pgx.Identifier{schema, "actions"}.Sanitize() + `,
+			(SELECT min(at) AS first FROM ` + pgx.Identifier{schema, "actions"}.Sanitize() + ` WHERE env = $1 AND version = $2 AND kind = 'deploy') f
+		WHERE env = $1 AND version = $2 AND kind = 'deploy' GROUP BY first`
+	err = conn.QueryRow(ctx, q, env, version).Scan(&n, &after, &first, &last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, first, last, nil
 	}
-	return n, first, last, nil
+	if err != nil {
+		return 0, 0, first, last, fmt.Errorf("schema %s: actions of version %d: %w", schema, version, err)
+	}
+	return n, after, first, last, nil
 }
 
 func onSchema(ctx context.Context, u, schema string, sql ...string) error {

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StatusFilters", testStatusFilters},
 		{"ConcurrentIngest", testConcurrentIngest},
 		{"IngestBesideSeenMarks", testIngestBesideSeenMarks},
+		{"IngestBesideReleases", testIngestBesideReleases},
 		{"DuplicateBatches", testDuplicateBatches},
 		{"OutOfOrderBatches", testOutOfOrderBatches},
 		{"ResetSequence", testResetSequence},
@@ -999,6 +1000,59 @@ func testIngestBesideSeenMarks(t *testing.T, s store.Store) {
 	if err != nil || a.LastSeq != 2*rounds {
 		t.Fatalf("agent after both: last seq %d, %v; want %d", a.LastSeq, err, 2*rounds)
 	}
+}
+
+// testIngestBesideReleases: results recorded while versions are stored
+// and released, over and over, both go through: a release locks the
+// statuses in the order ingest does, and neither waits on the other's
+// lock of the environment (a deadlock would fail one of them).
+func testIngestBesideReleases(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	const agents = 30
+	version := func(content string) []model.Resource {
+		var rs []model.Resource
+		for a := range agents {
+			rs = append(rs, file(fmt.Sprintf("agent-%02d", a), "/f", content))
+		}
+		return rs
+	}
+	rs := version("0")
+	mustRelease(t, s, "prod", mustPut(t, s, "prod", rs...).Number)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			v, err := s.PutVersion(ctx, "prod", model.VersionMeta{Compiler: "test"}, version(fmt.Sprint(i)))
+			if err == nil {
+				_, err = s.Release(ctx, "prod", v.Number)
+			}
+			if err != nil {
+				t.Errorf("release, round %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	for i := range 40 {
+		var batches []store.ResultBatch
+		for a := range agents {
+			// Changes: each result is an entry of the action log too.
+			batches = append(batches, store.ResultBatch{Env: "prod", Agent: rs[a].ID.Agent, Seq: uint64(i + 1), Version: 1, DeployID: "d",
+				Results: []model.Result{result(rs[a], model.StateDeployed, model.Changes{"content": {Desired: "0"}})}})
+		}
+		if _, err := s.RecordResults(ctx, batches); err != nil {
+			t.Errorf("results, round %d: %v", i, err)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
 
 func testConcurrentIngest(t *testing.T, s store.Store) {
