@@ -372,15 +372,14 @@ func ActionSpan(ctx context.Context, u, schema, env string, version int64) (n, a
 		return 0, 0, first, last, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	q := `SELECT count(*), count(*) FILTER (WHERE at > first), coalesce(first, now()), coalesce(max(at), now())
-		FROM ` + pgx.Identifier{schema, "actions"}.Sanitize() + `,
-			(SELECT min(at) AS first FROM ` + pgx.Identifier{schema, "actions"}.Sanitize() + ` WHERE env = $1 AND version = $2 AND kind = 'deploy') f
-		WHERE env = $1 AND version = $2 AND kind = 'deploy' GROUP BY first`
-	err = conn.QueryRow(ctx, q, env, version).Scan(&n, &after, &first, &last)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, first, last, nil
-	}
-	if err != nil {
+	// The first transaction's start is a scalar subquery, run once (a
+	// join with it, on a table whose statistics are not in yet, was
+	// planned as a nested loop: the whole log read again per row).
+	actions := pgx.Identifier{schema, "actions"}.Sanitize()
+	q := `SELECT count(*), count(*) FILTER (WHERE at > (SELECT min(at) FROM ` + actions + ` WHERE env = $1 AND version = $2 AND kind = 'deploy')),
+			coalesce(min(at), now()), coalesce(max(at), now())
+		FROM ` + actions + ` WHERE env = $1 AND version = $2 AND kind = 'deploy'`
+	if err := conn.QueryRow(ctx, q, env, version).Scan(&n, &after, &first, &last); err != nil {
 		return 0, 0, first, last, fmt.Errorf("schema %s: actions of version %d: %w", schema, version, err)
 	}
 	return n, after, first, last, nil
