@@ -76,6 +76,8 @@ func serverFlags() []ucli.Flag {
 
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-consumers", Value: server.Default().Consumers, EnvVars: []string{"TETHER_INGEST_CONSUMERS"},
 			Usage: "how many consumers take agents' events off the broker (each handles 64 at once); events in hand are written together, in one transaction"}),
+		altsrc.NewIntFlag(&ucli.IntFlag{Name: "ingest-writers", Value: server.Default().Writers, EnvVars: []string{"TETHER_INGEST_WRITERS"},
+			Usage: "how many ingest transactions are in flight at once (each holds a PostgreSQL connection of the pool while it runs)"}),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "no-compile", EnvVars: []string{"TETHER_NO_COMPILE"},
 			Usage: "compile no models here: versions come only from tether export (sources cannot be set)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "compile-timeout", Value: server.Default().CompileTimeout, EnvVars: []string{"TETHER_COMPILE_TIMEOUT"},
@@ -534,7 +536,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return err
 	}
 	defer b.Close()
-	cfg := server.Config{Key: key, Keyring: ring, Consumers: c.Int("ingest-consumers"), CompileTimeout: c.Duration("compile-timeout"),
+	cfg := server.Config{Key: key, Keyring: ring, Consumers: c.Int("ingest-consumers"), Writers: c.Int("ingest-writers"), CompileTimeout: c.Duration("compile-timeout"),
 		AgentEventRate: c.Float64("agent-event-rate")}
 	if !c.Bool("no-compile") {
 		limits := source.Limits{MaxFiles: c.Int("source-max-files")}

@@ -901,15 +901,19 @@ func (s *Server) storeAlert(ctx context.Context, alert record.Alert) {
 	s.feed.publish(Event{Kind: EventSecurity, Env: alert.Env, Agent: alert.Agent, Error: alert.Message, Alert: &alert})
 }
 
-// committer writes result batches in groups: one goroutine takes every
-// batch waiting, up to max, into one RecordResults transaction, while the
-// next ones queue up behind it.
+// committer writes result batches in groups: each of its writers takes
+// every batch waiting, up to max, into one RecordResults transaction,
+// while the next ones queue up behind it. Several writers keep several
+// transactions in flight: one is sent and prepared while PostgreSQL runs
+// another (the store locks rows in one order, as it does for replicas;
+// SQLite's one connection runs them one after the other).
 type committer struct {
 	store store.Store
 	// logged is called after a transaction that appended events to the
 	// event log (the stream's Appended: it wakes followers and webhooks).
 	logged  func()
 	max     int
+	writers int
 	in      chan *pendingBatch
 	metrics *Metrics
 	// commits and written count transactions and the batches they wrote.
@@ -922,8 +926,8 @@ type pendingBatch struct {
 	done  chan error
 }
 
-func newCommitter(st store.Store, max int, metrics *Metrics) *committer {
-	return &committer{store: st, logged: func() {}, max: max, in: make(chan *pendingBatch, max), metrics: metrics}
+func newCommitter(st store.Store, max, writers int, metrics *Metrics) *committer {
+	return &committer{store: st, logged: func() {}, max: max, writers: writers, in: make(chan *pendingBatch, max), metrics: metrics}
 }
 
 // commit hands b to the running committer and waits until it is written.
@@ -944,8 +948,23 @@ func (c *committer) commit(ctx context.Context, b store.ResultBatch) (bool, erro
 	}
 }
 
-// run writes groups until ctx ends.
+// run writes groups until ctx ends, with c.writers transactions in
+// flight at most.
 func (c *committer) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range max(c.writers, 1) - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.writer(ctx)
+		}()
+	}
+	c.writer(ctx)
+	wg.Wait()
+}
+
+// writer writes groups, one transaction at a time, until ctx ends.
+func (c *committer) writer(ctx context.Context) {
 	group := make([]*pendingBatch, 0, c.max)
 	for {
 		group = group[:0]

@@ -37,6 +37,10 @@ type Config struct {
 	Consumers int
 	// MaxBatch bounds the events written per ingest transaction (default 256).
 	MaxBatch int
+	// Writers is how many ingest transactions the server has in flight
+	// at once (default 2): one is prepared and sent while the database
+	// runs another, and a backlog on the broker drains faster.
+	Writers int
 	// LeadEvery is how often the server tries to take the lead of
 	// environments whose scheduler nobody leads (default 5s): a standby
 	// replica takes over within this time after a leader dies.
@@ -143,7 +147,7 @@ func (s *Server) deleteInbox(ctx context.Context, env, name string) error {
 // Default returns the configuration New uses for zero (or negative)
 // fields; a nil Key is generated.
 func Default() Config {
-	return Config{Consumers: 8, MaxBatch: 256, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, AgentCacheListenTTL: 10 * time.Minute, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
+	return Config{Consumers: 8, MaxBatch: 256, Writers: 2, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, AgentCacheListenTTL: 10 * time.Minute, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
 		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
 		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second}
 }
@@ -153,6 +157,7 @@ func (c Config) withDefaults() Config {
 	def := Default()
 	orDefault(&c.Consumers, def.Consumers)
 	orDefault(&c.MaxBatch, def.MaxBatch)
+	orDefault(&c.Writers, def.Writers)
 	orDefault(&c.LeadEvery, def.LeadEvery)
 	orDefault(&c.AgentCacheTTL, def.AgentCacheTTL)
 	orDefault(&c.AgentCacheListenTTL, def.AgentCacheListenTTL)
@@ -259,7 +264,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		dedup:      bus.NewDedup(1 << 16),
 		agents:     newAgentCache(st, cfg.AgentCacheTTL, cfg.AgentCacheListenTTL),
 		agentLocks: new(agentLocks),
-		committer:  newCommitter(st, cfg.MaxBatch, m),
+		committer:  newCommitter(st, cfg.MaxBatch, cfg.Writers, m),
 		seen:       newSeenWriter(st, log),
 		notifyTurn: make(chan struct{}, 1),
 		log:        log,
