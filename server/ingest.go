@@ -902,19 +902,22 @@ func (s *Server) storeAlert(ctx context.Context, alert record.Alert) {
 }
 
 // committer writes result batches in groups: each of its writers takes
-// every batch waiting, up to max, into one RecordResults transaction,
-// while the next ones queue up behind it. Several writers keep several
-// transactions in flight: one is sent and prepared while PostgreSQL runs
-// another (the store locks rows in one order, as it does for replicas;
-// SQLite's one connection runs them one after the other).
+// every batch waiting for it, up to max, into one RecordResults
+// transaction, while the next ones queue up behind it. Several writers
+// keep several transactions in flight: one is sent and prepared while
+// PostgreSQL runs another (the store locks rows in one order, as it does
+// for replicas; SQLite's one connection runs them one after the other).
+// An agent's batches all go to one writer (by a hash of its name), so
+// they are written in the order they were handed over, as with one
+// writer: a deploy's last batch (Done) never lands before the ones
+// sent before it.
 type committer struct {
 	store store.Store
 	// logged is called after a transaction that appended events to the
 	// event log (the stream's Appended: it wakes followers and webhooks).
 	logged  func()
 	max     int
-	writers int
-	in      chan *pendingBatch
+	in      []chan *pendingBatch // a writer's each
 	metrics *Metrics
 	// commits and written count transactions and the batches they wrote.
 	commits, written atomic.Uint64
@@ -926,15 +929,24 @@ type pendingBatch struct {
 	done  chan error
 }
 
-func newCommitter(st store.Store, max, writers int, metrics *Metrics) *committer {
-	return &committer{store: st, logged: func() {}, max: max, writers: writers, in: make(chan *pendingBatch, max), metrics: metrics}
+func newCommitter(st store.Store, maxBatch, writers int, metrics *Metrics) *committer {
+	c := &committer{store: st, logged: func() {}, max: maxBatch, metrics: metrics}
+	for range max(writers, 1) {
+		c.in = append(c.in, make(chan *pendingBatch, maxBatch))
+	}
+	return c
+}
+
+// writerOf is the writer that writes env/agent's batches.
+func (c *committer) writerOf(env, agent string) int {
+	return int(agentKey{env, agent}.hash() % uint32(len(c.in)))
 }
 
 // commit hands b to the running committer and waits until it is written.
 func (c *committer) commit(ctx context.Context, b store.ResultBatch) (bool, error) {
 	p := &pendingBatch{batch: b, done: make(chan error, 1)}
 	select {
-	case c.in <- p:
+	case c.in[c.writerOf(b.Env, b.Agent)] <- p:
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
@@ -948,28 +960,29 @@ func (c *committer) commit(ctx context.Context, b store.ResultBatch) (bool, erro
 	}
 }
 
-// run writes groups until ctx ends, with c.writers transactions in
-// flight at most.
+// run writes groups until ctx ends, a transaction in flight per writer
+// at most.
 func (c *committer) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for range max(c.writers, 1) - 1 {
+	for _, in := range c.in[1:] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.writer(ctx)
+			c.writer(ctx, in)
 		}()
 	}
-	c.writer(ctx)
+	c.writer(ctx, c.in[0])
 	wg.Wait()
 }
 
-// writer writes groups, one transaction at a time, until ctx ends.
-func (c *committer) writer(ctx context.Context) {
+// writer writes the groups handed to it on in, one transaction at a
+// time, until ctx ends.
+func (c *committer) writer(ctx context.Context, in chan *pendingBatch) {
 	group := make([]*pendingBatch, 0, c.max)
 	for {
 		group = group[:0]
 		select {
-		case p := <-c.in:
+		case p := <-in:
 			group = append(group, p)
 		case <-ctx.Done():
 			return
@@ -977,7 +990,7 @@ func (c *committer) writer(ctx context.Context) {
 	fill:
 		for len(group) < c.max {
 			select {
-			case p := <-c.in:
+			case p := <-in:
 				group = append(group, p)
 			default:
 				break fill

@@ -163,10 +163,11 @@ type ConvergeResult struct {
 	// IngestTransactions, IngestEventsPerTransaction and IngestBusySeconds
 	// are the servers' ingest transactions committed while converging
 	// (from their metrics, summed over the replicas), the agents' reports
-	// each wrote on average, and the time spent in them: a server writes
-	// one at a time, so with one server, busy seconds near
-	// ConvergeSeconds say its writer bounds the converge (a transaction
-	// that failed, and was written again, counts only once it committed).
+	// each wrote on average, and the time spent in them, added up over
+	// the writers (two a server by default, --ingest-writers): busy
+	// seconds near the writers' count times ConvergeSeconds say they
+	// bound the converge (a transaction that failed, and was written
+	// again, counts only once it committed).
 	IngestTransactions         int64   `json:"ingest_transactions"`
 	IngestEventsPerTransaction float64 `json:"ingest_events_per_transaction"`
 	IngestBusySeconds          float64 `json:"ingest_busy_seconds"`

@@ -98,6 +98,19 @@ func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*recor
 // organization, must not stream them to a follower resuming.
 func (s *SQL) DeleteEnv(ctx context.Context, name string) error {
 	return wrap(fmt.Sprintf("delete environment %q", name), s.db.Tx(ctx, func(tx Tx) error {
+		// In the order ingest takes them (its statuses, its agents, then
+		// the environment's row for its action log's key): the cascade
+		// below would take them in any order, and an ingest running
+		// meanwhile would wait on it while it waits on the ingest.
+		if err := s.lockEnv(ctx, tx, name); err != nil {
+			return err
+		}
+		if err := s.lockStatuses(ctx, tx, name, ""); err != nil {
+			return err
+		}
+		if err := s.lockEnvAgents(ctx, tx, name); err != nil {
+			return err
+		}
 		n, err := tx.Exec(ctx, `DELETE FROM environments WHERE name = $1`, name)
 		if err != nil {
 			return err

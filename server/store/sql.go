@@ -176,7 +176,6 @@ func (s *SQL) SchemaVersion(ctx context.Context) (int, error) {
 	return v, wrap("schema version", err)
 }
 
-// run runs a statement of the dialect, if it has one.
 // lockStatuses locks the statuses of env (of agent only, if not empty) in
 // the order of their keys, as recording results does (BeginIngest): a
 // statement that updates many of them locks them in the order its plan
@@ -193,6 +192,18 @@ func (s *SQL) lockStatuses(ctx context.Context, c Conn, env, agent string) error
 	return c.QueryRow(ctx, q, env, agent).Scan(&n)
 }
 
+// lockEnvAgents locks the agents of env in the order of their keys, as
+// recording results does (after the statuses): before a transaction
+// changes many of them.
+func (s *SQL) lockEnvAgents(ctx context.Context, c Conn, env string) error {
+	if s.d.ForUpdate == "" {
+		return nil
+	}
+	var n int64
+	return c.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM agents WHERE env = $1 ORDER BY env, name`+s.d.ForUpdate+`) l`, env).Scan(&n)
+}
+
+// run runs a statement of the dialect, if it has one.
 func run(ctx context.Context, c Conn, stmt string) error {
 	if stmt == "" {
 		return nil
