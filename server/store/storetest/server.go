@@ -243,31 +243,18 @@ func testPruneWhilePutting(t *testing.T, s store.Store) {
 	mustEnv(t, s, "ops")
 	shared := file("a", "/shared", "s")
 	const rounds = 100
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // ops: the shared body, then a version without it, a prune and a clean-up, over and over
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, rs := range [][]model.Resource{{shared, file("o", "/x", fmt.Sprint(i))}, {file("o", "/x", fmt.Sprint(i))}} {
-				if _, err := s.PutVersion(ctx, "ops", model.VersionMeta{Compiler: "test"}, rs); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-			if _, err := s.PruneVersions(ctx, "ops", 1); err != nil {
-				t.Error(err)
-				return
+	// ops: the shared body, then a version without it, a prune and a
+	// clean-up, over and over.
+	stop := meanwhile(t, func(i int) error {
+		for _, rs := range [][]model.Resource{{shared, file("o", "/x", fmt.Sprint(i))}, {file("o", "/x", fmt.Sprint(i))}} {
+			if _, err := s.PutVersion(ctx, "ops", model.VersionMeta{Compiler: "test"}, rs); err != nil {
+				return err
 			}
 		}
-	}()
-	defer wg.Wait()
-	defer close(stop)
+		_, err := s.PruneVersions(ctx, "ops", 1)
+		return err
+	})
+	defer stop()
 	for i := range rounds {
 		// The shared body is stored by the first version, or found stored
 		// (ops's), and referred to by no version once ops's and dev's

@@ -146,6 +146,33 @@ func statusOf(t *testing.T, s store.Store, env string) map[string]record.Resourc
 }
 
 // recordBatch records one batch without a sequence number.
+// meanwhile runs step(0), step(1), … in a goroutine until the stop it
+// returns is called (stop waits for it), or until a step fails (t.Error).
+func meanwhile(t *testing.T, step func(i int) error) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := step(i); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 func recordBatch(s store.Store, env, agent string, version int64, deployID string, results []model.Result) error {
 	_, err := s.RecordResults(ctx, []store.ResultBatch{{Env: env, Agent: agent, Version: version, DeployID: deployID, Results: results}})
 	return err
@@ -1018,27 +1045,16 @@ func testIngestBesideReleases(t *testing.T, s store.Store) {
 	}
 	rs := version("0")
 	mustRelease(t, s, "prod", mustPut(t, s, "prod", rs...).Number)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 1; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			v, err := s.PutVersion(ctx, "prod", model.VersionMeta{Compiler: "test"}, version(fmt.Sprint(i)))
-			if err == nil {
-				_, err = s.Release(ctx, "prod", v.Number)
-			}
-			if err != nil {
-				t.Errorf("release, round %d: %v", i, err)
-				return
-			}
+	stop := meanwhile(t, func(i int) error {
+		v, err := s.PutVersion(ctx, "prod", model.VersionMeta{Compiler: "test"}, version(fmt.Sprint(i+1)))
+		if err == nil {
+			_, err = s.Release(ctx, "prod", v.Number)
 		}
-	}()
+		if err != nil {
+			return fmt.Errorf("release, round %d: %w", i, err)
+		}
+		return nil
+	})
 	for i := range 40 {
 		var batches []store.ResultBatch
 		for a := range agents {
@@ -1051,8 +1067,7 @@ func testIngestBesideReleases(t *testing.T, s store.Store) {
 			break
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }
 
 func testConcurrentIngest(t *testing.T, s store.Store) {
