@@ -151,13 +151,13 @@ func RunCompile(ctx context.Context, o CompileOptions) (*CompileResult, error) {
 	bcfg.Namespace = "tetherbench." + uuid.NewString()[:8]
 	defer func() { _ = amqp.DeleteTopology(context.WithoutCancel(ctx), bcfg, nil) }()
 	id := newServerIdentity()
-	srv, base, err := startServer(ctx, o.Tether, pgURL, bcfg, id, nil)
+	srv, err := startServer(ctx, o.Tether, pgURL, bcfg, id, nil)
 	token := id.token
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
-	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
+	cl := &apiClient{base: srv.base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
 	settings := map[string]string{"enrollment": "manual", "auto_deploy": "false", "auto_release": "true", "deploy_interval": "0s", "repair_interval": "0s"}
 	if err := cl.call(ctx, "POST", "/envs", map[string]any{"name": "bench", "settings": settings}, nil); err != nil {
 		return nil, fmt.Errorf("create the environment: %w", err)

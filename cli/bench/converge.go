@@ -303,7 +303,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 		global = []string{"--cpu-profile", o.ServerCPUProfile}
 	}
 	id := newServerIdentity()
-	srv, base, err := startServer(ctx, o.Tether, pgURL, bcfg, id, o.ServerLog, global...)
+	srv, err := startServer(ctx, o.Tether, pgURL, bcfg, id, o.ServerLog, global...)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +313,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	// the events queue, and one of them leads (fan-out, schedules).
 	servers := []*serverProcess{srv}
 	for range max(o.Servers, 1) - 1 {
-		r, _, err := startServer(ctx, o.Tether, pgURL, bcfg, id, nil)
+		r, err := startServer(ctx, o.Tether, pgURL, bcfg, id, nil)
 		if err != nil {
 			return nil, fmt.Errorf("a server replica: %w", err)
 		}
@@ -323,7 +323,7 @@ func RunConverge(ctx context.Context, o ConvergeOptions) (*ConvergeResult, error
 	// Uploading the version of 10,000 agents (200,000 resources) while
 	// the machine is busy with the fleet takes more than a minute on two
 	// cores: a request's bound is generous, and --timeout bounds the run.
-	cl := &apiClient{base: base, token: token, http: &http.Client{Timeout: 10 * time.Minute}}
+	cl := &apiClient{base: srv.base, token: token, http: &http.Client{Timeout: 10 * time.Minute}}
 	enrollment := "open"
 	if o.Token {
 		enrollment = "token"
@@ -663,7 +663,7 @@ func (f *fleet) release(ctx context.Context, what string) (time.Duration, error)
 		}
 	}
 	took := time.Since(start)
-	if _, after, first, last, err := postgres.ActionSpan(ctx, f.postgres, f.schema, "bench", out.Version.Number); err == nil && last.After(first) {
+	if after, first, last, err := postgres.ActionSpan(ctx, f.postgres, f.schema, "bench", out.Version.Number); err == nil && last.After(first) {
 		f.recorded = float64(after) / last.Sub(first).Seconds()
 	}
 	if r, err := f.st.GetRelease(ctx, "bench", out.ReleaseID); err == nil && r.FinishedAt != nil {
@@ -869,16 +869,16 @@ func newServerIdentity() serverIdentity {
 // base URL and admin token once it is ready. The global flags go before
 // the command (--cpu-profile FILE). logTo, if not nil, gets the server's
 // whole stderr; the error of a server that stopped holds its first 64 KiB.
-func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id serverIdentity, logTo io.Writer, global ...string) (*serverProcess, string, error) {
+func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id serverIdentity, logTo io.Writer, global ...string) (*serverProcess, error) {
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
-			return nil, "", err
+			return nil, err
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
@@ -890,10 +890,10 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id s
 	cmd.Env = append(cmd.Env, "TETHER_SERVER_CONFIG=/dev/null", "TETHER_KEY="+id.key)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start tether server: %w", err)
+		return nil, fmt.Errorf("start tether server: %w", err)
 	}
 	s := &serverProcess{cmd: cmd, base: "http://" + addr, done: make(chan error, 1)}
 	go func() {
@@ -910,18 +910,17 @@ func startServer(ctx context.Context, self, pgURL string, bcfg amqp.Config, id s
 		}
 		s.done <- cmd.Wait()
 	}()
-	base := "http://" + addr
 	for {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get(s.base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s, base, nil
+				return s, nil
 			}
 		}
 		if err := waitServer(ctx, s, 50*time.Millisecond); err != nil {
 			s.stop()
-			return nil, "", err
+			return nil, err
 		}
 	}
 }

@@ -183,24 +183,25 @@ func (s *SQL) SchemaVersion(ctx context.Context) (int, error) {
 // other holds. Run before a transaction changes many statuses, and
 // before it locks an agent's row (ingest locks statuses, then agents).
 func (s *SQL) lockStatuses(ctx context.Context, c Conn, env, agent string) error {
-	if s.d.ForUpdate == "" {
-		return nil
-	}
-	q := `SELECT count(*) FROM (SELECT 1 FROM resource_status WHERE env = $1 AND ($2 = '' OR agent = $2)
-		ORDER BY env, resource_id` + s.d.ForUpdate + `) l`
-	var n int64
-	return c.QueryRow(ctx, q, env, agent).Scan(&n)
+	return s.lockInOrder(ctx, c, `resource_status WHERE env = $1 AND ($2 = '' OR agent = $2) ORDER BY env, resource_id`, env, agent)
 }
 
 // lockEnvAgents locks the agents of env in the order of their keys, as
 // recording results does (after the statuses): before a transaction
 // changes many of them.
 func (s *SQL) lockEnvAgents(ctx context.Context, c Conn, env string) error {
+	return s.lockInOrder(ctx, c, `agents WHERE env = $1 ORDER BY env, name`, env)
+}
+
+// lockInOrder locks the rows of rows (a table, its WHERE and its ORDER
+// BY), in that order, until the transaction ends: nothing where the
+// dialect does not lock rows.
+func (s *SQL) lockInOrder(ctx context.Context, c Conn, rows string, args ...any) error {
 	if s.d.ForUpdate == "" {
 		return nil
 	}
 	var n int64
-	return c.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM agents WHERE env = $1 ORDER BY env, name`+s.d.ForUpdate+`) l`, env).Scan(&n)
+	return c.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+rows+s.d.ForUpdate+`) l`, args...).Scan(&n)
 }
 
 // run runs a statement of the dialect, if it has one.

@@ -357,32 +357,31 @@ func TableSizes(ctx context.Context, u, schema string) ([]TableSize, error) {
 	return out, nil
 }
 
-// ActionSpan returns the deploy actions of the version of env in a
-// schema's action log (a result logged: one that changed, failed or
-// skipped something), those recorded after the first transaction that
-// recorded any, and the start times of that first transaction and of the
-// last: after / (last - first) is about the rate they were recorded at
-// once they came.
-func ActionSpan(ctx context.Context, u, schema, env string, version int64) (n, after int64, first, last time.Time, err error) {
+// ActionSpan returns how many deploy actions of the version of env a
+// schema's action log has (a result logged: one that changed, failed or
+// skipped something) past the first transaction that recorded any, and
+// the start times of that first transaction and of the last: after /
+// (last - first) is about the rate they were recorded at once they came.
+func ActionSpan(ctx context.Context, u, schema, env string, version int64) (after int64, first, last time.Time, err error) {
 	if !schemaName.MatchString(schema) {
-		return 0, 0, first, last, fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
+		return 0, first, last, fmt.Errorf("schema %q: %w: want lower-case letters, digits and _", schema, model.ErrInvalid)
 	}
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
-		return 0, 0, first, last, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
+		return 0, first, last, fmt.Errorf("schema %s: %w: %v", schema, model.ErrUnavailable, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// The first transaction's start is a scalar subquery, run once (a
 	// join with it, on a table whose statistics are not in yet, was
 	// planned as a nested loop: the whole log read again per row).
 	actions := pgx.Identifier{schema, "actions"}.Sanitize()
-	q := `SELECT count(*), count(*) FILTER (WHERE at > (SELECT min(at) FROM ` + actions + ` WHERE env = $1 AND version = $2 AND kind = 'deploy')),
+	q := `SELECT count(*) FILTER (WHERE at > (SELECT min(at) FROM ` + actions + ` WHERE env = $1 AND version = $2 AND kind = 'deploy')),
 			coalesce(min(at), now()), coalesce(max(at), now())
 		FROM ` + actions + ` WHERE env = $1 AND version = $2 AND kind = 'deploy'`
-	if err := conn.QueryRow(ctx, q, env, version).Scan(&n, &after, &first, &last); err != nil {
-		return 0, 0, first, last, fmt.Errorf("schema %s: actions of version %d: %w", schema, version, err)
+	if err := conn.QueryRow(ctx, q, env, version).Scan(&after, &first, &last); err != nil {
+		return 0, first, last, fmt.Errorf("schema %s: actions of version %d: %w", schema, version, err)
 	}
-	return n, after, first, last, nil
+	return after, first, last, nil
 }
 
 func onSchema(ctx context.Context, u, schema string, sql ...string) error {

@@ -145,7 +145,6 @@ func statusOf(t *testing.T, s store.Store, env string) map[string]record.Resourc
 	return out
 }
 
-// recordBatch records one batch without a sequence number.
 // meanwhile runs step(0), step(1), … in a goroutine until the stop it
 // returns is called (stop waits for it), or until a step fails (t.Error).
 func meanwhile(t *testing.T, step func(i int) error) (stop func()) {
@@ -173,6 +172,7 @@ func meanwhile(t *testing.T, step func(i int) error) (stop func()) {
 	}
 }
 
+// recordBatch records one batch without a sequence number.
 func recordBatch(s store.Store, env, agent string, version int64, deployID string, results []model.Result) error {
 	_, err := s.RecordResults(ctx, []store.ResultBatch{{Env: env, Agent: agent, Version: version, DeployID: deployID, Results: results}})
 	return err
