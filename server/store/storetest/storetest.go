@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentIngest", testConcurrentIngest},
 		{"IngestBesideSeenMarks", testIngestBesideSeenMarks},
 		{"IngestBesideReleases", testIngestBesideReleases},
+		{"DeleteEnvBesideIngest", testDeleteEnvBesideIngest},
 		{"DuplicateBatches", testDuplicateBatches},
 		{"OutOfOrderBatches", testOutOfOrderBatches},
 		{"ResetSequence", testResetSequence},
@@ -1068,6 +1069,44 @@ func testIngestBesideReleases(t *testing.T, s store.Store) {
 		}
 	}
 	stop()
+}
+
+// testDeleteEnvBesideIngest: an environment deleted while results of its
+// agents are recorded: the deletion goes through, and the ingest fails
+// only for want of the environment, never on a conflict (a deadlock: the
+// deletion's cascade taking statuses and agents in another order than
+// ingest does).
+func testDeleteEnvBesideIngest(t *testing.T, s store.Store) {
+	const agents = 30
+	for round := range 15 {
+		mustEnv(t, s, "doomed")
+		var rs []model.Resource
+		for a := range agents {
+			name := fmt.Sprintf("agent-%02d", a)
+			if err := s.UpsertAgent(ctx, record.Agent{Env: "doomed", Name: name, State: record.AgentAccepted, FirstSeen: time.Now(), LastSeen: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, file(name, "/f", "x"))
+		}
+		mustRelease(t, s, "doomed", mustPut(t, s, "doomed", rs...).Number)
+		stop := meanwhile(t, func(i int) error {
+			var batches []store.ResultBatch
+			for a := range agents {
+				batches = append(batches, store.ResultBatch{Env: "doomed", Agent: rs[a].ID.Agent, Seq: uint64(i + 1), Version: 1, DeployID: "d",
+					Results: []model.Result{result(rs[a], model.StateDeployed, model.Changes{"content": {Desired: "x"}})}})
+			}
+			if _, err := s.RecordResults(ctx, batches); errors.Is(err, model.ErrConflict) {
+				return fmt.Errorf("round %d: results beside the deletion: %w", round, err)
+			}
+			return nil
+		})
+		time.Sleep(time.Duration(round) * time.Millisecond) // let ingest run a little, more each round
+		err := s.DeleteEnv(ctx, "doomed")
+		stop()
+		if err != nil {
+			t.Fatalf("round %d: delete beside an ingest: %v", round, err)
+		}
+	}
 }
 
 func testConcurrentIngest(t *testing.T, s store.Store) {
