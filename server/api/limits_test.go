@@ -653,7 +653,7 @@ func TestHandlerTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := api.New(api.Config{HandlerTimeout: 50 * time.Millisecond}, api.Services{Envs: slowEnvs{}, Tokens: oneToken{tok: tok}}, zerolog.Nop())
-	ts := httptest.NewServer(a.Handler())
+	ts := httptest.NewServer(conform(t, a.Handler()))
 	defer ts.Close()
 	r := &rig{t: t, ts: ts, admin: secret}
 	if got := r.send(r.admin, "GET", "/api/v1/envs", nil); got.code() != "timeout" || got.err.Ref == "" {

@@ -63,7 +63,7 @@ func newPeopleRig(t *testing.T, st store.Store, cfg api.Config) *peopleRig {
 	a := api.New(cfg, server.APIServices(srv, nil), zerolog.Nop())
 	c := &clock{t: time.Now()}
 	a.SetClock(c.now)
-	ts := httptest.NewServer(a.Handler())
+	ts := httptest.NewServer(conform(t, a.Handler()))
 	t.Cleanup(ts.Close)
 	tok, secret, err := api.IssueToken("root", record.RoleAdmin, "", "test", time.Now())
 	if err != nil {
