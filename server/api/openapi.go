@@ -165,8 +165,12 @@ func operation(s *schemas, rt route) obj {
 	switch {
 	case rt.in != nil:
 		op["requestBody"] = obj{"required": !rt.inOptional, "content": obj{"application/json": obj{"schema": s.schema(rt.in)}}}
-	case rt.raw != "":
-		op["requestBody"] = obj{"required": true, "content": obj{rt.raw: obj{"schema": obj{"type": "string", "format": "binary"}}}}
+	case len(rt.raw) > 0:
+		content := obj{}
+		for _, mt := range rt.raw {
+			content[mt] = obj{"schema": rawSchema(mt)}
+		}
+		op["requestBody"] = obj{"required": true, "content": content}
 	}
 	op["responses"] = responses(s, rt)
 	switch {
@@ -176,6 +180,18 @@ func operation(s *schemas, rt route) obj {
 		op["security"] = changeSecurity
 	}
 	return op
+}
+
+// rawSchema is the schema of a body read as bytes: a push webhook's
+// payload (JSON, or a form with it in payload), or an archive.
+func rawSchema(mediaType string) obj {
+	switch mediaType {
+	case "application/json":
+		return obj{"type": "object", "description": "the git host's push payload"}
+	case "application/x-www-form-urlencoded":
+		return obj{"type": "object", "properties": obj{"payload": obj{"type": "string", "description": "the git host's push payload, JSON"}}}
+	}
+	return obj{"type": "string", "format": "binary"}
 }
 
 // parameter describes a parameter.
@@ -242,7 +258,7 @@ const eventStreamFormat = "Server-sent events: \"id: <id>\", \"event: <kind>\" a
 // default answer.
 func errorStatuses(rt route) []int {
 	set := map[int]bool{}
-	hasBody := rt.in != nil || rt.raw != ""
+	hasBody := rt.in != nil || len(rt.raw) > 0
 	if hasBody || len(rt.query) > 0 || strings.Contains(rt.path, ":") {
 		set[http.StatusBadRequest] = true
 	}

@@ -42,12 +42,12 @@ type route struct {
 	// otherwise (an :id that is a number).
 	pathParams []param
 	// in is the type of the JSON body it reads, if it reads one
-	// (inOptional: it may be left out); raw, the media type of a body it
-	// reads as bytes. A route with neither reads no body. Bodies are
+	// (inOptional: it may be left out); raw, the media types of a body
+	// it reads as bytes. A route with neither reads no body. Bodies are
 	// bounded by MaxBody, an upload's by MaxUpload.
 	in         reflect.Type
 	inOptional bool
-	raw        string
+	raw        []string
 	// upload marks the version upload: its own body limit, deadlines
 	// that fit its size, a bounded number at once.
 	upload bool
@@ -152,9 +152,9 @@ func (a *API) routes() []route {
 		{method: "POST", path: "/envs/:env/dryrun", role: record.RoleViewer, action: "env.dryrun", summary: "Ask agents what a deploy would change", in: of[OperationRequest](), inOptional: true, out: of[record.Deployment](), ok: []int{accepted}, serve: a.operation(record.OpDryRun)},
 		{method: "GET", path: "/envs/:env/source", role: record.RoleViewer, summary: "Where the server reads the environment's model: a git repository or an uploaded archive (credentials are never shown)", out: of[record.SourceView](), serve: a.getSource},
 		{method: "PUT", path: "/envs/:env/source", role: record.RoleOperator, action: "env.source.set", summary: "Make a git repository the environment's source, and compile it (the answer shows a new webhook secret once)", in: of[record.SourceRequest](), out: of[record.SourceView](), serve: a.setSource},
-		{method: "PUT", path: "/envs/:env/source/archive", role: record.RoleOperator, action: "env.source.upload", summary: "Make an uploaded tar or tar.gz archive the environment's source, and compile it", query: []param{{name: "subdir", typ: of[string](), desc: "the model's directory in the archive"}}, raw: "application/octet-stream", upload: true, out: of[record.SourceView](), serve: a.uploadSource},
+		{method: "PUT", path: "/envs/:env/source/archive", role: record.RoleOperator, action: "env.source.upload", summary: "Make an uploaded tar or tar.gz archive the environment's source, and compile it", query: []param{{name: "subdir", typ: of[string](), desc: "the model's directory in the archive"}}, raw: []string{"application/gzip", "application/x-tar"}, upload: true, out: of[record.SourceView](), serve: a.uploadSource},
 		{method: "DELETE", path: "/envs/:env/source", role: record.RoleOperator, action: "env.source.delete", summary: "Remove the environment's source: the server compiles it no more; what it released stays", serve: a.deleteSource},
-		{method: "POST", path: "/envs/:env/compile/hook", summary: "A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)", raw: "application/json", maxBody: webhookMaxBody, out: of[record.WebhookResult](), ok: []int{http.StatusOK, accepted}, serve: a.webhook},
+		{method: "POST", path: "/envs/:env/compile/hook", summary: "A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)", raw: []string{"application/json", "application/x-www-form-urlencoded"}, maxBody: webhookMaxBody, out: of[record.WebhookResult](), ok: []int{http.StatusOK, accepted}, serve: a.webhook},
 		{method: "POST", path: "/envs/:env/compile", role: record.RoleOperator, action: "env.compile", summary: "Ask the server to compile the environment's model from its source (202 with the compile queue's state; 409 when the environment has no source)", out: of[record.CompileRequest](), ok: []int{accepted}, serve: a.requestCompile},
 		{method: "GET", path: "/envs/:env/compiles", role: record.RoleViewer, summary: "The server's compiles of the environment's model, newest first", query: []param{pLimit}, out: of[[]record.Compile](), serve: a.listCompiles},
 		{method: "GET", path: "/envs/:env/compiles/:id", role: record.RoleViewer, summary: "One compile's report: triggers, revision, outcome, diagnostics, resources per agent, version", out: of[record.Compile](), serve: a.getCompile},
@@ -279,7 +279,7 @@ func (a *API) call(rt route, r *request) (int, any, error) {
 	if a.svc.People == nil && (strings.HasPrefix(rt.path, "/users") || strings.HasPrefix(rt.path, "/orgs") || rt.path == "/session") {
 		return 0, nil, newError("conflict", "use a bearer token", "this server keeps no users")
 	}
-	if rt.in != nil || rt.raw != "" {
+	if rt.in != nil || len(rt.raw) > 0 {
 		if err := a.bodyLimit(r, rt); err != nil {
 			return 0, nil, err
 		}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/oapi-codegen/runtime"
-	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for ActionKind.
@@ -1701,7 +1700,13 @@ type GetEnvsEnvAlertsParams struct {
 }
 
 // PostEnvsEnvCompileHookJSONBody defines parameters for PostEnvsEnvCompileHook.
-type PostEnvsEnvCompileHookJSONBody = openapi_types.File
+type PostEnvsEnvCompileHookJSONBody = map[string]interface{}
+
+// PostEnvsEnvCompileHookFormdataBody defines parameters for PostEnvsEnvCompileHook.
+type PostEnvsEnvCompileHookFormdataBody struct {
+	// Payload the git host's push payload, JSON
+	Payload *string `form:"payload,omitempty" json:"payload,omitempty"`
+}
 
 // GetEnvsEnvCompilesParams defines parameters for GetEnvsEnvCompiles.
 type GetEnvsEnvCompilesParams struct {
@@ -1831,6 +1836,9 @@ type PostEnvsJSONRequestBody = EnvRequest
 
 // PostEnvsEnvCompileHookJSONRequestBody defines body for PostEnvsEnvCompileHook for application/json ContentType.
 type PostEnvsEnvCompileHookJSONRequestBody = PostEnvsEnvCompileHookJSONBody
+
+// PostEnvsEnvCompileHookFormdataRequestBody defines body for PostEnvsEnvCompileHook for application/x-www-form-urlencoded ContentType.
+type PostEnvsEnvCompileHookFormdataRequestBody PostEnvsEnvCompileHookFormdataBody
 
 // PostEnvsEnvDeployJSONRequestBody defines body for PostEnvsEnvDeploy for application/json ContentType.
 type PostEnvsEnvDeployJSONRequestBody = OperationRequest
@@ -2093,6 +2101,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
 	PostEnvsEnvCompileHook(ctx context.Context, env string, body PostEnvsEnvCompileHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvCompileHookWithFormdataBody A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)
+	//
+	// Takes a body of the `application/x-www-form-urlencoded` content type.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
+	PostEnvsEnvCompileHookWithFormdataBody(ctx context.Context, env string, body PostEnvsEnvCompileHookFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetEnvsEnvCompiles The server's compiles of the environment's model, newest first
 	//
@@ -3036,6 +3051,23 @@ func (c *Client) PostEnvsEnvCompileHookWithBody(ctx context.Context, env string,
 // Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
 func (c *Client) PostEnvsEnvCompileHook(ctx context.Context, env string, body PostEnvsEnvCompileHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostEnvsEnvCompileHookRequest(c.Server, env, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvCompileHookWithFormdataBody A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)
+//
+// Takes a body of the `application/x-www-form-urlencoded` content type.
+//
+// Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
+func (c *Client) PostEnvsEnvCompileHookWithFormdataBody(ctx context.Context, env string, body PostEnvsEnvCompileHookFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvCompileHookRequestWithFormdataBody(c.Server, env, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5248,6 +5280,17 @@ func NewPostEnvsEnvCompileHookRequest(server string, env string, body PostEnvsEn
 	}
 	bodyReader = bytes.NewReader(buf)
 	return NewPostEnvsEnvCompileHookRequestWithBody(server, env, "application/json", bodyReader)
+}
+
+// NewPostEnvsEnvCompileHookRequestWithFormdataBody calls the generic PostEnvsEnvCompileHook builder with application/x-www-form-urlencoded body
+func NewPostEnvsEnvCompileHookRequestWithFormdataBody(server string, env string, body PostEnvsEnvCompileHookFormdataRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	bodyStr, err := runtime.MarshalForm(body, nil)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = strings.NewReader(bodyStr.Encode())
+	return NewPostEnvsEnvCompileHookRequestWithBody(server, env, "application/x-www-form-urlencoded", bodyReader)
 }
 
 // NewPostEnvsEnvCompileHookRequestWithBody constructs an http.Request for the PostEnvsEnvCompileHook method, with any body, and a specified content type
@@ -8396,6 +8439,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
 	PostEnvsEnvCompileHookWithResponse(ctx context.Context, env string, body PostEnvsEnvCompileHookJSONRequestBody, reqEditors ...RequestEditorFn) (*PostEnvsEnvCompileHookResponse, error)
+
+	// PostEnvsEnvCompileHookWithFormdataBodyWithResponse A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)
+	//
+	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
+	PostEnvsEnvCompileHookWithFormdataBodyWithResponse(ctx context.Context, env string, body PostEnvsEnvCompileHookFormdataRequestBody, reqEditors ...RequestEditorFn) (*PostEnvsEnvCompileHookResponse, error)
 
 	// GetEnvsEnvCompilesWithResponse The server's compiles of the environment's model, newest first
 	//
@@ -16349,6 +16399,19 @@ func (c *ClientWithResponses) PostEnvsEnvCompileHookWithBodyWithResponse(ctx con
 // Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
 func (c *ClientWithResponses) PostEnvsEnvCompileHookWithResponse(ctx context.Context, env string, body PostEnvsEnvCompileHookJSONRequestBody, reqEditors ...RequestEditorFn) (*PostEnvsEnvCompileHookResponse, error) {
 	rsp, err := c.PostEnvsEnvCompileHook(ctx, env, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvCompileHookResponse(rsp)
+}
+
+// PostEnvsEnvCompileHookWithFormdataBodyWithResponse A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)
+//
+// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/compile/hook (the `PostEnvsEnvCompileHook` operationId).
+func (c *ClientWithResponses) PostEnvsEnvCompileHookWithFormdataBodyWithResponse(ctx context.Context, env string, body PostEnvsEnvCompileHookFormdataRequestBody, reqEditors ...RequestEditorFn) (*PostEnvsEnvCompileHookResponse, error) {
+	rsp, err := c.PostEnvsEnvCompileHookWithFormdataBody(ctx, env, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
