@@ -156,7 +156,7 @@ func httpFlags() []ucli.Flag {
 		num("max-header-bytes", "TETHER_MAX_HEADER_BYTES", d.MaxHeaderBytes, "largest request headers, in bytes"),
 		rate("anonymous-rate", "TETHER_ANONYMOUS_RATE", d.AnonymousRate, "requests a second one client address may send without a token (health checks excepted)"),
 		num("anonymous-burst", "TETHER_ANONYMOUS_BURST", d.AnonymousBurst, "requests without a token one client address may send at once"),
-		rate("auth-failure-rate", "TETHER_AUTH_FAILURE_RATE", d.AuthFailureRate, "failed authentications a second one client address may make; beyond, its requests with a token are refused"),
+		rate("auth-failure-rate", "TETHER_AUTH_FAILURE_RATE", d.AuthFailureRate, "failed authentications a second one client address may make; beyond, its bad tokens are answered 429 (a valid token always gets in)"),
 		num("auth-failure-burst", "TETHER_AUTH_FAILURE_BURST", d.AuthFailureBurst, "failed authentications one client address may make at once"),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"TETHER_TRUSTED_PROXIES"},
 			Usage: "`NETWORK` (e.g. 10.0.0.0/8) of a reverse proxy whose X-Forwarded-For names the client for rate limits (repeat for several)"}),
@@ -164,8 +164,8 @@ func httpFlags() []ucli.Flag {
 		dur("session-max-age", "TETHER_SESSION_MAX_AGE", d.SessionMaxAge, "a login session ends this long after the login, used or not"),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "secure-cookies", EnvVars: []string{"TETHER_SECURE_COOKIES"},
 			Usage: "mark the session cookie Secure on plain HTTP too: the server is behind a proxy that serves TLS (with --tls-cert it always is)"}),
-		num("login-free-failures", "TETHER_LOGIN_FREE_FAILURES", d.LoginFreeFailures, "failed logins of a user name before each further one doubles a wait (a client address gets four times as many)"),
-		dur("login-max-delay", "TETHER_LOGIN_MAX_DELAY", d.LoginMaxDelay, "longest wait a run of failed logins imposes on a user name or address"),
+		num("login-free-failures", "TETHER_LOGIN_FREE_FAILURES", d.LoginFreeFailures, "failed logins of a user name from one address before each further one doubles that address's wait (an address across names, and a name across addresses, get four times as many; past those, the addresses that failed a name take turns while others are not held back)"),
+		dur("login-max-delay", "TETHER_LOGIN_MAX_DELAY", d.LoginMaxDelay, "longest wait a run of failed logins imposes on an address"),
 	}
 }
 

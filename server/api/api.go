@@ -82,9 +82,10 @@ type Config struct {
 	AnonymousBurst int
 	// AuthFailureRate and AuthFailureBurst (auth-failure-rate,
 	// auth-failure-burst): the bucket of each client address for failed
-	// authentications. While it is empty, every request of that address
-	// that carries a token is refused without looking the token up, so
-	// guessing tokens gains nothing.
+	// authentications (unknown, revoked or expired tokens, ended
+	// sessions). While it is empty, a bad credential from that address
+	// is answered 429 with Retry-After instead of 401; a valid one
+	// always authenticates.
 	AuthFailureRate  float64
 	AuthFailureBurst int
 	// TrustedProxies (trusted-proxy): requests from these networks are
@@ -105,11 +106,17 @@ type Config struct {
 	// TLS. On TLS it always is.
 	SecureCookies bool
 	// LoginFreeFailures (login-free-failures) failed logins of a user
-	// name cost nothing; each further one doubles a wait before the next
-	// try, from a second up to LoginMaxDelay (login-max-delay). A client
-	// address gets four times as many free failures (people share
-	// addresses behind NAT). LoginAlertAfter failures in a row raise a
-	// security entry in the audit log and a warning in the server's log.
+	// name from one address cost nothing; each further one doubles a
+	// wait before that address's next try of that name, from a second up
+	// to LoginMaxDelay (login-max-delay). An address gets four times as
+	// many free failures across names (people share addresses behind
+	// NAT), and so does a name across addresses: past those, the
+	// addresses that failed the name take turns, one try at a time with
+	// the same doubling wait, while an address that has not failed it is
+	// not held back. LoginAlertAfter failures in a row from an address,
+	// or a name failed from LoginAlertAfter addresses, raise a security
+	// entry in the audit log and a warning in the server's log; the
+	// second also a security alert on the event stream.
 	LoginFreeFailures int
 	LoginMaxDelay     time.Duration
 	LoginAlertAfter   int
@@ -327,6 +334,13 @@ type Events interface {
 	Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error
 }
 
+// SecurityAlerts raises a security alert about an organization's users
+// (a password guessed from many addresses): on the event stream, for
+// the server's admins, and in the server's log.
+type SecurityAlerts interface {
+	SecurityNotice(ctx context.Context, org, what string)
+}
+
 // Observer is told of every request served (for metrics).
 type Observer interface {
 	ObserveRequest(route, method string, status int, d time.Duration)
@@ -354,6 +368,9 @@ type Services struct {
 	Events     Events
 	// Webhooks keeps the environments' webhooks (nil: none).
 	Webhooks Webhooks
+	// Alerts raises security alerts that concern no environment (nil:
+	// the audit log and the server's log only).
+	Alerts SecurityAlerts
 	// Compiles are the server's own compiles (nil: answered as none).
 	Compiles Compiles
 	// Sources are the models' sources (nil: the server compiles none).
@@ -394,12 +411,11 @@ type API struct {
 	// without a token and of failed authentications.
 	anonymous    *clientlimit.Rates
 	authFailures *clientlimit.Rates
-	// loginNames and loginAddrs hold back logins after failures, per
-	// user name and per client address; hashing bounds the password
+	// logins holds back logins after failures (per user name and
+	// address, per address, per name); hashing bounds the password
 	// hashes computed at once (each takes Password.Memory).
-	loginNames *throttle
-	loginAddrs *throttle
-	hashing    chan struct{}
+	logins  *loginGuard
+	hashing chan struct{}
 	// uploads holds a token per version upload in progress.
 	uploads chan struct{}
 	// ready remembers what each readiness check said last, so that a
@@ -423,8 +439,7 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 		anonymous:    clientlimit.NewRates(cfg.AnonymousRate, cfg.AnonymousBurst),
 		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
 		uploads:      make(chan struct{}, cfg.MaxUploads),
-		loginNames:   newThrottle(cfg.LoginFreeFailures, cfg.LoginMaxDelay),
-		loginAddrs:   newThrottle(4*cfg.LoginFreeFailures, cfg.LoginMaxDelay),
+		logins:       newLoginGuard(cfg.LoginFreeFailures, cfg.LoginMaxDelay, cfg.LoginAlertAfter),
 		hashing:      make(chan struct{}, 4),
 		ready:        map[string]string{},
 	}
