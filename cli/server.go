@@ -142,14 +142,15 @@ func httpFlags() []ucli.Flag {
 	return []ucli.Flag{
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "ops-listen", EnvVars: []string{"TETHER_OPS_LISTEN"},
 			Usage: "also serve /healthz, /readyz and /metrics on this `ADDRESS` (a private network): they keep answering when the API listener is full, and /metrics leaves the API listener"}),
-		num("max-conns", "TETHER_MAX_CONNS", def.MaxConns, "connections the API listener holds open; more wait in the kernel's accept queue"),
+		num("max-conns", "TETHER_MAX_CONNS", def.MaxConns, "connections the API listener holds open; more wait in the kernel's accept queue (or, see max-anonymous-conns, take an unauthenticated one's place)"),
 		num("max-conns-per-client", "TETHER_MAX_CONNS_PER_CLIENT", def.MaxConnsPerClient, "connections one client address (an IPv6 /64) may hold; more are closed at once"),
+		num("max-anonymous-conns", "TETHER_MAX_ANONYMOUS_CONNS", def.MaxAnonymousConns, "connections of the API listener on which no request authenticated yet (new, slow or without a token; 0: a quarter of max-conns); when these or the listener are full, one is closed for each new connection, of the address holding the most, so slow clients cannot keep authenticated ones out"),
 		bytes("max-body", "TETHER_MAX_BODY", d.MaxBody, "largest request `SIZE` but for version uploads (e.g. 1MiB)"),
 		bytes("max-upload", "TETHER_MAX_UPLOAD", d.MaxUpload, "largest version upload `SIZE` (e.g. 64MiB); each upload in progress holds its resource set in memory"),
-		bytes("min-upload-rate", "TETHER_MIN_UPLOAD_RATE", d.MinUploadRate, "slowest upload the server waits for, `SIZE` a second: an upload may take read-timeout plus its size at this rate"),
+		bytes("min-upload-rate", "TETHER_MIN_UPLOAD_RATE", d.MinUploadRate, "slowest pace a request body (an upload or any other) may keep, `SIZE` a second on average, with read-timeout to spare"),
 		num("max-uploads", "TETHER_MAX_UPLOADS", d.MaxUploads, fmt.Sprintf("version uploads handled at once; another waits up to %s, then is answered busy", d.UploadWait)),
 		dur("read-header-timeout", "TETHER_READ_HEADER_TIMEOUT", d.ReadHeaderTimeout, "time a client has to send a request's headers"),
-		dur("read-timeout", "TETHER_READ_TIMEOUT", d.ReadTimeout, "time a client has to send a whole request (uploads: see min-upload-rate)"),
+		dur("read-timeout", "TETHER_READ_TIMEOUT", d.ReadTimeout, "time a request's body has beyond its pace at min-upload-rate (its read deadline moves on as its bytes come); a request without a body has none after its headers"),
 		dur("write-timeout", "TETHER_WRITE_TIMEOUT", d.WriteTimeout, "time an answer may take to be written (event streams: per write)"),
 		dur("idle-timeout", "TETHER_IDLE_TIMEOUT", d.IdleTimeout, "an idle kept-alive connection is closed after this"),
 		dur("handler-timeout", "TETHER_HANDLER_TIMEOUT", d.HandlerTimeout, "time the work behind a request may take (not uploads nor event streams); then: error timeout"),
@@ -173,7 +174,7 @@ func httpFlags() []ucli.Flag {
 func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
 	cfg := server.DefaultHTTP()
 	cfg.TLSCert, cfg.TLSKey = c.String("tls-cert"), c.String("tls-key")
-	cfg.MaxConns, cfg.MaxConnsPerClient = c.Int("max-conns"), c.Int("max-conns-per-client")
+	cfg.MaxConns, cfg.MaxConnsPerClient, cfg.MaxAnonymousConns = c.Int("max-conns"), c.Int("max-conns-per-client"), c.Int("max-anonymous-conns")
 	a := &cfg.API
 	for _, f := range []struct {
 		name string

@@ -15,6 +15,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/netip"
@@ -47,9 +48,11 @@ type Config struct {
 	MaxBody int64
 	// MaxUpload (max-upload) bounds the body of a version upload.
 	MaxUpload int64
-	// MinUploadRate (min-upload-rate) is the slowest upload, in bytes a
-	// second, the server waits for: an upload may take ReadTimeout plus
-	// its size at this rate to arrive, and as long again to be stored.
+	// MinUploadRate (min-upload-rate) is the slowest a request body may
+	// arrive on average, in bytes a second: by any moment, what arrived
+	// at this rate plus ReadTimeout must cover the time since its
+	// headers. An upload gets as long again as its size at this rate to
+	// be stored.
 	MinUploadRate int64
 	// MaxUploads (max-uploads) bounds the version uploads handled at once,
 	// since each holds its resource set in memory; another waits up to
@@ -58,8 +61,11 @@ type Config struct {
 	UploadWait time.Duration
 
 	// ReadHeaderTimeout (read-header-timeout) bounds the reading of a
-	// request's headers; ReadTimeout (read-timeout) of the whole request,
-	// body included, but for uploads (see MinUploadRate).
+	// request's headers. ReadTimeout (read-timeout) is the time a body
+	// gets beyond its pace at MinUploadRate, so that its deadline grows
+	// with the bytes it brings rather than one long timeout holding
+	// every connection; a request without a body has none once its
+	// headers are read (an event stream lasts as long as its client).
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	// WriteTimeout (write-timeout) bounds the answer, from the end of the
@@ -136,8 +142,8 @@ func Default() Config {
 		MinUploadRate:     256 << 10,
 		MaxUploads:        2,
 		UploadWait:        30 * time.Second,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      2 * time.Minute,
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -171,8 +177,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: min-upload-rate %d: want at least 1024 bytes a second", ErrConfig, c.MinUploadRate)
 	case c.MaxUploads < 1 || c.UploadWait < 0:
 		return fmt.Errorf("%w: max-uploads %d (want at least 1), upload wait %v (want 0 or more)", ErrConfig, c.MaxUploads, c.UploadWait)
-	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout < c.ReadHeaderTimeout:
-		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want 0 < read-header-timeout <= read-timeout", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
+	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout <= 0:
+		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want both above 0", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
 	case c.HandlerTimeout <= 0 || c.WriteTimeout <= c.HandlerTimeout:
 		return fmt.Errorf("%w: handler-timeout %v, write-timeout %v: want 0 < handler-timeout < write-timeout, so that a timeout can still be answered", ErrConfig, c.HandlerTimeout, c.WriteTimeout)
 	case c.IdleTimeout <= 0:
@@ -514,16 +520,64 @@ func (a *API) OpsHandler() http.Handler { return a.ops }
 // HTTPServer returns an http.Server for h with the configured timeouts and
 // header limit; its own complaints (TLS handshakes, bad requests) go to
 // the debug log, since hostile clients could otherwise fill the log.
+// Headers must arrive within ReadHeaderTimeout; a body gets a deadline
+// of its own (bodyDeadline) instead of one ReadTimeout for every request.
 func (a *API) HTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           a.bodyDeadline(h),
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
-		ReadTimeout:       a.cfg.ReadTimeout,
 		WriteTimeout:      a.cfg.WriteTimeout,
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
 		ErrorLog:          log.New(debugWriter{a.log}, "", 0),
 	}
+}
+
+// bodyDeadline paces a request's body: it must arrive at MinUploadRate
+// on average, with ReadTimeout to spare, its read deadline moving on as
+// its bytes come (ReadTimeout plus what arrived at that rate, from when
+// its headers were read). A client dribbling a body so holds its
+// connection a few seconds, not the minutes one timeout long enough for
+// the largest upload would give it, and a body of any size that keeps
+// the pace is read whole. A request without a body has no read deadline
+// once its headers are read: nothing more is read but the next request,
+// or the client going away (which ends an event stream).
+func (a *API) bodyDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rc := http.NewResponseController(w)
+		if req.ContentLength == 0 || req.Body == nil || req.Body == http.NoBody {
+			_ = rc.SetReadDeadline(time.Time{})
+			h.ServeHTTP(w, req)
+			return
+		}
+		start := time.Now()
+		_ = rc.SetReadDeadline(start.Add(a.cfg.ReadTimeout))
+		// A shallow copy: the server still sees the body it made, to
+		// read what the handler leaves of it.
+		paced := req.WithContext(req.Context())
+		paced.Body = &pacedBody{ReadCloser: req.Body, rc: rc, start: start, grace: a.cfg.ReadTimeout, rate: float64(a.cfg.MinUploadRate)}
+		h.ServeHTTP(w, paced)
+	})
+}
+
+// pacedBody moves its connection's read deadline on as its bytes come.
+type pacedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  float64 // bytes a second
+	n     int64
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.n += int64(n)
+		// Writers that cannot (a test recorder) have no deadline to move.
+		_ = b.rc.SetReadDeadline(b.start.Add(b.grace + time.Duration(float64(b.n)/b.rate*float64(time.Second))))
+	}
+	return n, err
 }
 
 // debugWriter writes net/http's log lines to the debug log.

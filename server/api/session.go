@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/clientlimit"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -103,6 +104,7 @@ func (a *API) authenticate(r *request) (record.Principal, error) {
 		owner = &u
 	}
 	r.token = tok
+	clientlimit.Vouch(r.ctx())
 	return record.TokenPrincipal(tok, owner), nil
 }
 
@@ -142,6 +144,7 @@ func (a *API) authenticateSession(r *request, secret string, failed func(*Error)
 		se.LastSeen = now.UTC()
 	}
 	r.session = &session{Session: se, secret: secret}
+	clientlimit.Vouch(r.ctx())
 	r.token = record.Token{ID: u.ID, Name: u.Name, Role: u.Role, Org: u.Org, CreatedBy: u.CreatedBy, CreatedAt: u.CreatedAt}
 	return record.UserPrincipal(u), nil
 }
@@ -241,6 +244,7 @@ func (a *API) login(r *request) (int, any, error) {
 		return 0, nil, newError("unauthorized", "check the organization, user name and password", "wrong user name or password")
 	}
 	a.logins.succeeded(userKey, client)
+	clientlimit.Vouch(r.ctx())
 	secret, err := record.NewSessionSecret()
 	if err != nil {
 		return 0, nil, err
