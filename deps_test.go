@@ -63,7 +63,7 @@ var rules = map[string]rule{
 	"server/notify":                     {internal: []string{"model", "server/record"}},
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/brokerauth":                 {internal: []string{"bus", "model", "server/record"}},
-	"server/source":                     {internal: []string{"model/gitfetch"}},
+	"server/source":                     {internal: []string{"model/gitfetch", "model/durable"}},
 	"server/console":                    {internal: []string{"model", "server/record"}},
 	"server/api":                        {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server/api/internal/openapiclient": {external: []string{"github.com/oapi-codegen/runtime"}}, // the client generated from the OpenAPI document, for the API's tests

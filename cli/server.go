@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +87,10 @@ func serverFlags() []ucli.Flag {
 			Usage: "largest model source `SIZE` the server checks out (the files, not the history)"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "source-max-files", Value: source.DefaultLimits().MaxFiles, EnvVars: []string{"TETHER_SOURCE_MAX_FILES"},
 			Usage: "most files a model source may hold"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "state-dir", Value: defaultServerStateDir(), EnvVars: []string{"TETHER_SERVER_STATE_DIR"},
+			Usage: "`DIR` where this server keeps what it can fetch again: a clone of each environment's git source and the work tree of its last compile " +
+				"(DIR/sources), so that a compile fetches only what is new. Each server of a database has its own. Empty: none (every compile fetches its source afresh). " +
+				"Default: $STATE_DIRECTORY (systemd's StateDirectory), else the user's cache directory"}),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "allow-file-sources", EnvVars: []string{"TETHER_ALLOW_FILE_SOURCES"},
 			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
@@ -483,6 +488,22 @@ func keyFileHint(path string) string {
 	return " with --key-file " + path
 }
 
+// defaultServerStateDir is where the server keeps its state by default:
+// the directory systemd gives the service (StateDirectory=), else the
+// user's cache directory; "" when neither is known.
+func defaultServerStateDir() string {
+	if dir := os.Getenv("STATE_DIRECTORY"); dir != "" {
+		// systemd lists several, separated by colons, when the unit
+		// names several: the first is the server's.
+		first, _, _ := strings.Cut(dir, ":")
+		return first
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "tether", "server")
+	}
+	return ""
+}
+
 func runServer(c *ucli.Context, term *terminal) error {
 	log, err := logger(c, term.stderr)
 	if err != nil {
@@ -507,6 +528,13 @@ func runServer(c *ucli.Context, term *terminal) error {
 	policy, err := parseWebhookPolicy(c.StringSlice("webhook-allow"), c.StringSlice("webhook-deny"))
 	if err != nil {
 		return err
+	}
+	sourceCache := ""
+	if dir := c.String("state-dir"); dir != "" && !c.Bool("no-compile") {
+		sourceCache = filepath.Join(dir, "sources")
+		if err := os.MkdirAll(sourceCache, 0o700); err != nil {
+			return usageError("--state-dir %s: %v: give the server a directory it can write (or --state-dir \"\" to fetch every compile's source afresh)", dir, err)
+		}
 	}
 	ring, err := loadKeyring(c, log)
 	if err != nil {
@@ -547,7 +575,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		if err := limits.Validate(); err != nil {
 			return usageError("%v", err)
 		}
-		cfg.Sources = server.StoredSources(st, server.SourceOptions{Limits: limits, AllowFile: c.Bool("allow-file-sources")})
+		cfg.Sources = server.StoredSources(st, server.SourceOptions{Limits: limits, AllowFile: c.Bool("allow-file-sources"), CacheDir: sourceCache})
 	}
 	if u := c.String("broker-admin-url"); u != "" {
 		if cfg.Broker, err = amqp.NewAdmin(u); err != nil {

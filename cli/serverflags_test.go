@@ -60,6 +60,8 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 		{"bad webhook allow, second of a list in the config file", "webhook-allow = [\"10.0.0.0/8\", \"hooks.internal/x\"]\n", nil, `--webhook-allow "hooks.internal/x"`},
 		{"bad webhook wildcard", "webhook-allow = \"*\"\n", nil, `--webhook-allow "*"`},
 		{"webhook deny takes no name", "", []string{"--webhook-deny", "evil.example.com"}, `--webhook-deny "evil.example.com"`},
+		{"state directory not a directory", "", []string{"--state-dir", "/dev/null"}, "--state-dir /dev/null"},
+		{"state directory not a directory, from the config file", "state-dir = \"/dev/null\"\n", nil, "--state-dir /dev/null"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
