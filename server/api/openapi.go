@@ -44,6 +44,10 @@ type param struct {
 	min, max int64
 	// def is the value taken when it is left out.
 	def any
+	// enum, when set, lists the values a string parameter takes (one
+	// that reads more than its type's constants: a filter of families);
+	// it may also be empty, meaning no filter.
+	enum []string
 }
 
 // Parameters routes share.
@@ -197,6 +201,9 @@ func rawSchema(mediaType string) obj {
 // parameter describes a parameter.
 func parameter(s *schemas, p param, in string) obj {
 	sc := s.schema(p.typ)
+	if p.enum != nil {
+		sc = obj{"type": "string", "enum": p.enum}
+	}
 	if sc["type"] == "integer" {
 		sc["minimum"] = p.min
 		if p.max > 0 {
@@ -207,6 +214,9 @@ func parameter(s *schemas, p param, in string) obj {
 		sc["default"] = p.def
 	}
 	out := obj{"name": p.name, "in": in, "schema": sc}
+	if p.enum != nil && in == "query" {
+		out["allowEmptyValue"] = true
+	}
 	if in == "path" {
 		out["required"] = true
 	}
@@ -354,7 +364,7 @@ var enumValues = sync.OnceValue(func() map[reflect.Type][]string {
 	add(enum(model.VersionCandidate, model.VersionReleased, model.VersionRetired))
 	add(enum(model.DriftAlert, model.DriftHeal))
 	add(enum(record.RoleAdmin, record.RoleOperator, record.RoleViewer))
-	add(enum(record.AlertDrift, record.AlertSecurity, record.AlertCompileFailed))
+	add(enum(record.AlertKinds...))
 	add(enum(record.EnrollManual, record.EnrollToken, record.EnrollOpen))
 	add(enum(record.AgentPending, record.AgentAccepted, record.AgentRejected))
 	add(enum(record.ActionDeploy, record.ActionDryRun, record.ActionHeal))
@@ -366,7 +376,7 @@ var enumValues = sync.OnceValue(func() map[reflect.Type][]string {
 	add(enum(record.PendingNotConnected, record.PendingInboxFull, record.PendingSendFailed, record.PendingNoKeyAgreement))
 	add(enum(record.StageDeploying, record.StageWaiting, record.StageHalted, record.StageAborted, record.StageDone))
 	add(enum(record.DeliveryPending, record.DeliveryDelivered, record.DeliveryFailed))
-	add(enum(record.CompileRunning, record.CompileReleased, record.CompileCandidate, record.CompileUnchanged, record.CompileFailed))
+	add(enum(record.CompileRunning, record.CompileReleased, record.CompileCandidate, record.CompileUnchanged, record.CompileSkipped, record.CompileFailed))
 	add(enum(record.TriggerOperator, record.TriggerWebhook, record.TriggerPoll, record.TriggerAgent, record.TriggerFacts))
 	add(enum(record.SigningKeySteady, record.SigningKeyAnnounced, record.SigningKeySwitching, record.SigningKeySwitched))
 	return out

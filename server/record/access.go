@@ -151,6 +151,21 @@ func ParseAlertKinds(s string) ([]AlertKind, error) {
 	return out, nil
 }
 
+// AlertKindFilters lists what ParseAlertKinds reads: every kind, then
+// every family of more than one kind.
+func AlertKindFilters() []string {
+	var out, families []string
+	n := map[string]int{}
+	for _, k := range AlertKinds {
+		out = append(out, string(k))
+		family, _, _ := strings.Cut(string(k), ".")
+		if n[family]++; n[family] == 2 {
+			families = append(families, family)
+		}
+	}
+	return append(out, families...)
+}
+
 // AlertKindsHelp says what an alert kind filter may be.
 const AlertKindsHelp = "drift, security, compile.failed, compile.recovered, or compile (both compile kinds)"
 

@@ -61,15 +61,18 @@ func (e AgentState) Valid() bool {
 
 // Defines values for AlertKind.
 const (
-	AlertKindCompileFailed AlertKind = "compile.failed"
-	AlertKindDrift         AlertKind = "drift"
-	AlertKindSecurity      AlertKind = "security"
+	AlertKindCompileFailed    AlertKind = "compile.failed"
+	AlertKindCompileRecovered AlertKind = "compile.recovered"
+	AlertKindDrift            AlertKind = "drift"
+	AlertKindSecurity         AlertKind = "security"
 )
 
 // Valid indicates whether the value is a known member of the AlertKind enum.
 func (e AlertKind) Valid() bool {
 	switch e {
 	case AlertKindCompileFailed:
+		return true
+	case AlertKindCompileRecovered:
 		return true
 	case AlertKindDrift:
 		return true
@@ -86,6 +89,7 @@ const (
 	CompileOutcomeFailed    CompileOutcome = "failed"
 	CompileOutcomeReleased  CompileOutcome = "released"
 	CompileOutcomeRunning   CompileOutcome = "running"
+	CompileOutcomeSkipped   CompileOutcome = "skipped"
 	CompileOutcomeUnchanged CompileOutcome = "unchanged"
 )
 
@@ -99,6 +103,8 @@ func (e CompileOutcome) Valid() bool {
 	case CompileOutcomeReleased:
 		return true
 	case CompileOutcomeRunning:
+		return true
+	case CompileOutcomeSkipped:
 		return true
 	case CompileOutcomeUnchanged:
 		return true
@@ -722,6 +728,33 @@ func (e VersionState) Valid() bool {
 	}
 }
 
+// Defines values for GetEnvsEnvAlertsParamsKind.
+const (
+	GetEnvsEnvAlertsParamsKindCompile          GetEnvsEnvAlertsParamsKind = "compile"
+	GetEnvsEnvAlertsParamsKindCompileFailed    GetEnvsEnvAlertsParamsKind = "compile.failed"
+	GetEnvsEnvAlertsParamsKindCompileRecovered GetEnvsEnvAlertsParamsKind = "compile.recovered"
+	GetEnvsEnvAlertsParamsKindDrift            GetEnvsEnvAlertsParamsKind = "drift"
+	GetEnvsEnvAlertsParamsKindSecurity         GetEnvsEnvAlertsParamsKind = "security"
+)
+
+// Valid indicates whether the value is a known member of the GetEnvsEnvAlertsParamsKind enum.
+func (e GetEnvsEnvAlertsParamsKind) Valid() bool {
+	switch e {
+	case GetEnvsEnvAlertsParamsKindCompile:
+		return true
+	case GetEnvsEnvAlertsParamsKindCompileFailed:
+		return true
+	case GetEnvsEnvAlertsParamsKindCompileRecovered:
+		return true
+	case GetEnvsEnvAlertsParamsKindDrift:
+		return true
+	case GetEnvsEnvAlertsParamsKindSecurity:
+		return true
+	default:
+		return false
+	}
+}
+
 // Action defines model for Action.
 type Action struct {
 	At         time.Time          `json:"at"`
@@ -835,9 +868,11 @@ type Compile struct {
 	Env               string               `json:"env"`
 	FinishedAt        *time.Time           `json:"finished_at,omitempty"`
 	Id                string               `json:"id"`
+	Inputs            *string              `json:"inputs,omitempty"`
 	Outcome           CompileOutcome       `json:"outcome"`
 	ResourcesPerAgent *map[string]int64    `json:"resources_per_agent,omitempty"`
 	Revision          *string              `json:"revision,omitempty"`
+	SameAs            *string              `json:"same_as,omitempty"`
 	StartedAt         time.Time            `json:"started_at"`
 	Triggers          *[]Trigger           `json:"triggers"`
 	Undefined         *[]UndefinedBlock    `json:"undefined,omitempty"`
@@ -1692,12 +1727,15 @@ type GetEnvsEnvAlertsParams struct {
 	// Agent an agent's name
 	Agent *string `form:"agent,omitempty" json:"agent,omitempty"`
 
-	// Kind alerts of this kind
-	Kind *AlertKind `form:"kind,omitempty" json:"kind,omitempty"`
+	// Kind alerts of this kind, or of this family (compile: every compile kind)
+	Kind *GetEnvsEnvAlertsParamsKind `form:"kind,omitempty" json:"kind,omitempty"`
 
 	// Limit at most this many, newest first
 	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
 }
+
+// GetEnvsEnvAlertsParamsKind defines parameters for GetEnvsEnvAlerts.
+type GetEnvsEnvAlertsParamsKind string
 
 // PostEnvsEnvCompileHookJSONBody defines parameters for PostEnvsEnvCompileHook.
 type PostEnvsEnvCompileHookJSONBody = map[string]interface{}
