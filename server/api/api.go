@@ -56,6 +56,12 @@ type Config struct {
 	// UploadWait for its turn, then is answered busy.
 	MaxUploads int
 	UploadWait time.Duration
+	// UploadMemory (upload-memory) bounds the memory the version uploads
+	// in progress hold together: their resource sets as they are stored
+	// (Upload.Size), counted as they are decoded. An upload that would
+	// need more than UploadMemory on its own is refused too_large; one
+	// that finds the rest held by other uploads, busy.
+	UploadMemory int64
 
 	// ReadHeaderTimeout (read-header-timeout) bounds the reading of a
 	// request's headers; ReadTimeout (read-timeout) of the whole request,
@@ -128,6 +134,7 @@ func Default() Config {
 		MaxUpload:         64 << 20,
 		MinUploadRate:     256 << 10,
 		MaxUploads:        2,
+		UploadMemory:      512 << 20,
 		UploadWait:        30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -164,6 +171,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: min-upload-rate %d: want at least 1024 bytes a second", ErrConfig, c.MinUploadRate)
 	case c.MaxUploads < 1 || c.UploadWait < 0:
 		return fmt.Errorf("%w: max-uploads %d (want at least 1), upload wait %v (want 0 or more)", ErrConfig, c.MaxUploads, c.UploadWait)
+	case c.UploadMemory < 1<<20:
+		return fmt.Errorf("%w: upload-memory %d: want at least 1 MiB", ErrConfig, c.UploadMemory)
 	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout < c.ReadHeaderTimeout:
 		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want 0 < read-header-timeout <= read-timeout", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
 	case c.HandlerTimeout <= 0 || c.WriteTimeout <= c.HandlerTimeout:
@@ -219,8 +228,21 @@ type Versions interface {
 // and answers at once: its fan-out to agents runs in the background,
 // followed through Releases.
 type Exporter interface {
-	Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error)
+	// Upload begins a version upload of env.
+	Upload(env string) Upload
 	Release(ctx context.Context, env string, n int64) (record.Released, error)
+}
+
+// Upload is a version being uploaded: its resources are added one at a
+// time as they are decoded, each checked and encoded at once and kept
+// as it is stored, then stored as a version (or the newest version
+// reused, when it holds exactly this set).
+type Upload interface {
+	// Add adds a resource; an error refuses the upload.
+	Add(ctx context.Context, r *model.Resource) error
+	// Size is the memory the resources added hold, in bytes.
+	Size() int64
+	Store(ctx context.Context, meta model.VersionMeta) (v model.Version, reused bool, err error)
 }
 
 // Releases reads releases and how far their fan-outs got.
@@ -400,8 +422,10 @@ type API struct {
 	loginNames *throttle
 	loginAddrs *throttle
 	hashing    chan struct{}
-	// uploads holds a token per version upload in progress.
-	uploads chan struct{}
+	// uploads holds a token per version upload in progress;
+	// uploadMemory what they hold.
+	uploads      chan struct{}
+	uploadMemory *memoryBudget
 	// ready remembers what each readiness check said last, so that a
 	// failing check is logged when it starts failing, not at every probe.
 	readyMu sync.Mutex
@@ -423,6 +447,7 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 		anonymous:    clientlimit.NewRates(cfg.AnonymousRate, cfg.AnonymousBurst),
 		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
 		uploads:      make(chan struct{}, cfg.MaxUploads),
+		uploadMemory: &memoryBudget{limit: cfg.UploadMemory},
 		loginNames:   newThrottle(cfg.LoginFreeFailures, cfg.LoginMaxDelay),
 		loginAddrs:   newThrottle(4*cfg.LoginFreeFailures, cfg.LoginMaxDelay),
 		hashing:      make(chan struct{}, 4),
@@ -451,6 +476,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MinUploadRate, def.MinUploadRate)
 	orDefault(&c.MaxUploads, def.MaxUploads)
 	orDefault(&c.UploadWait, def.UploadWait)
+	orDefault(&c.UploadMemory, def.UploadMemory)
 	orDefault(&c.ReadHeaderTimeout, def.ReadHeaderTimeout)
 	orDefault(&c.ReadTimeout, def.ReadTimeout)
 	orDefault(&c.WriteTimeout, def.WriteTimeout)
