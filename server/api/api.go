@@ -312,9 +312,13 @@ type Operations interface {
 }
 
 // Plans dry-runs a version, released or not, on the live agents and
-// waits for their answers (record.Plan): nothing is released or changed.
+// waits for their answers (record.Plan), and says what a release of it
+// would take away: nothing is released or changed.
 type Plans interface {
 	Plan(ctx context.Context, env string, n int64, req record.PlanRequest) (record.Plan, error)
+	// ReleasePreview says what releasing version n would take away from
+	// each agent; nothing is released.
+	ReleasePreview(ctx context.Context, env string, n int64) (record.ReleasePreview, error)
 }
 
 // Records reads alerts and keeps the audit log.

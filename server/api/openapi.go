@@ -93,6 +93,7 @@ func (a *API) Document() map[string]any {
 				"Deploy":         deploySchema,
 				"Report":         reportSchema,
 				"Plan":           planSchema,
+				"ReleasePreview": releasePreviewSchema,
 				"Summary":        summarySchema,
 				"Webhook":        webhookSchema,
 				"Delivery":       deliverySchema,
@@ -213,7 +214,33 @@ var (
 				"changes": map[string]any{"type": "object", "description": "attribute → {current, desired}, sensitive values redacted"},
 				"message": str,
 			}}},
+			"leaving": leavingSchema,
 		}}},
+		"note": map[string]any{"type": "string", "description": "what purge_on_delete means for the resources taken away, when it is on"},
+	}}
+	leavingSchema = map[string]any{"type": "object", "description": "What a release of the version takes away from one agent: the resources of the version it holds that the version does not have.", "properties": map[string]any{
+		"agent":        str,
+		"from":         map[string]any{"type": "integer", "description": "the version the agent holds"},
+		"leaves_model": map[string]any{"type": "boolean", "description": "the version has nothing for the agent at all"},
+		"orphaned":     map[string]any{"type": "integer", "description": "resources left on the host as they are, no longer managed"},
+		"absent":       map[string]any{"type": "integer", "description": "resources purged in the version held: absent, and no longer kept so"},
+		"resources": map[string]any{"type": "array", "description": "the resources, in ID order (at most 1000 over a whole answer)", "items": map[string]any{"type": "object", "properties": map[string]any{
+			"id":   str,
+			"fate": map[string]any{"type": "string", "enum": []string{record.FateOrphaned, record.FateAbsent}},
+		}}},
+	}}
+	releasePreviewSchema = map[string]any{"type": "object", "description": "What releasing the version would take away from each accepted agent; nothing is released.", "properties": map[string]any{
+		"env":              str,
+		"version":          integer,
+		"released":         map[string]any{"type": "integer", "description": "the version released now (0: none)"},
+		"rollback":         map[string]any{"type": "boolean", "description": "the version is older than the released one, or retired: a release copies it into a new version"},
+		"already_released": map[string]any{"type": "boolean", "description": "the version is the released one: a release changes nothing"},
+		"staged":           map[string]any{"type": "boolean", "description": "the environment releases in waves: each agent loses its resources when its wave comes"},
+		"leaving":          map[string]any{"type": "array", "items": leavingSchema, "description": "the agents that lose resources, by name"},
+		"agents":           integer,
+		"leave_model":      integer,
+		"resources":        integer,
+		"note":             map[string]any{"type": "string", "description": "what purge_on_delete means here, when it is on"},
 	}}
 	counts        = map[string]any{"type": "object", "additionalProperties": integer}
 	summarySchema = map[string]any{"type": "object", "description": "An environment's agents and resources, counted.", "properties": map[string]any{
