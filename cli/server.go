@@ -154,6 +154,7 @@ func httpFlags() []ucli.Flag {
 		bytes("max-upload", "TETHER_MAX_UPLOAD", d.MaxUpload, "largest version upload `SIZE` (e.g. 64MiB); each upload in progress holds its resource set in memory"),
 		bytes("min-upload-rate", "TETHER_MIN_UPLOAD_RATE", d.MinUploadRate, "slowest pace a request body (an upload or any other) may keep, `SIZE` a second on average, with read-timeout to spare"),
 		num("max-uploads", "TETHER_MAX_UPLOADS", d.MaxUploads, fmt.Sprintf("version uploads handled at once; another waits up to %s, then is answered busy", d.UploadWait)),
+		bytes("upload-memory", "TETHER_UPLOAD_MEMORY", d.UploadMemory, "memory `SIZE` the version uploads in progress may hold together (their resources as stored, counted as they arrive); an upload needing more on its own is refused too_large, one finding the rest held by others busy"),
 		dur("read-header-timeout", "TETHER_READ_HEADER_TIMEOUT", d.ReadHeaderTimeout, "time a client has to send a request's headers"),
 		dur("read-timeout", "TETHER_READ_TIMEOUT", d.ReadTimeout, "time a request's body has beyond its pace at min-upload-rate (its read deadline moves on as its bytes come); a request without a body has none after its headers"),
 		dur("write-timeout", "TETHER_WRITE_TIMEOUT", d.WriteTimeout, "time an answer may take to be written (event streams: per write)"),
@@ -184,7 +185,7 @@ func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
 	for _, f := range []struct {
 		name string
 		to   *int64
-	}{{"max-body", &a.MaxBody}, {"max-upload", &a.MaxUpload}, {"min-upload-rate", &a.MinUploadRate}} {
+	}{{"max-body", &a.MaxBody}, {"max-upload", &a.MaxUpload}, {"min-upload-rate", &a.MinUploadRate}, {"upload-memory", &a.UploadMemory}} {
 		n, err := parseSize(c.String(f.name))
 		if err != nil {
 			return cfg, usageError("--%s %q: %v", f.name, c.String(f.name), err)

@@ -59,6 +59,12 @@ type Config struct {
 	// UploadWait for its turn, then is answered busy.
 	MaxUploads int
 	UploadWait time.Duration
+	// UploadMemory (upload-memory) bounds the memory the version uploads
+	// in progress hold together: their resource sets as they are stored
+	// (Upload.Size), counted as they are decoded. An upload that would
+	// need more than UploadMemory on its own is refused too_large; one
+	// that finds the rest held by other uploads, busy.
+	UploadMemory int64
 
 	// ReadHeaderTimeout (read-header-timeout) bounds the reading of a
 	// request's headers. ReadTimeout (read-timeout) is the time a body
@@ -141,6 +147,7 @@ func Default() Config {
 		MaxUpload:         64 << 20,
 		MinUploadRate:     256 << 10,
 		MaxUploads:        2,
+		UploadMemory:      512 << 20,
 		UploadWait:        30 * time.Second,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       5 * time.Second,
@@ -177,6 +184,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: min-upload-rate %d: want at least 1024 bytes a second", ErrConfig, c.MinUploadRate)
 	case c.MaxUploads < 1 || c.UploadWait < 0:
 		return fmt.Errorf("%w: max-uploads %d (want at least 1), upload wait %v (want 0 or more)", ErrConfig, c.MaxUploads, c.UploadWait)
+	case c.UploadMemory < 1<<20:
+		return fmt.Errorf("%w: upload-memory %d: want at least 1 MiB", ErrConfig, c.UploadMemory)
 	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout <= 0:
 		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want both above 0", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
 	case c.HandlerTimeout <= 0 || c.WriteTimeout <= c.HandlerTimeout:
@@ -232,8 +241,21 @@ type Versions interface {
 // and answers at once: its fan-out to agents runs in the background,
 // followed through Releases.
 type Exporter interface {
-	Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error)
+	// Upload begins a version upload of env.
+	Upload(env string) Upload
 	Release(ctx context.Context, env string, n int64) (record.Released, error)
+}
+
+// Upload is a version being uploaded: its resources are added one at a
+// time as they are decoded, each checked and encoded at once and kept
+// as it is stored, then stored as a version (or the newest version
+// reused, when it holds exactly this set).
+type Upload interface {
+	// Add adds a resource; an error refuses the upload.
+	Add(ctx context.Context, r *model.Resource) error
+	// Size is the memory the resources added hold, in bytes.
+	Size() int64
+	Store(ctx context.Context, meta model.VersionMeta) (v model.Version, reused bool, err error)
 }
 
 // Releases reads releases and how far their fan-outs got.
@@ -303,9 +325,13 @@ type Operations interface {
 }
 
 // Plans dry-runs a version, released or not, on the live agents and
-// waits for their answers (record.Plan): nothing is released or changed.
+// waits for their answers (record.Plan), and says what a release of it
+// would take away: nothing is released or changed.
 type Plans interface {
 	Plan(ctx context.Context, env string, n int64, req record.PlanRequest) (record.Plan, error)
+	// ReleasePreview says what releasing version n would take away from
+	// each agent; nothing is released.
+	ReleasePreview(ctx context.Context, env string, n int64) (record.ReleasePreview, error)
 }
 
 // Records reads alerts and keeps the audit log.
@@ -422,8 +448,10 @@ type API struct {
 	// hashes computed at once (each takes Password.Memory).
 	logins  *loginGuard
 	hashing chan struct{}
-	// uploads holds a token per version upload in progress.
-	uploads chan struct{}
+	// uploads holds a token per version upload in progress;
+	// uploadMemory what they hold.
+	uploads      chan struct{}
+	uploadMemory *memoryBudget
 	// ready remembers what each readiness check said last, so that a
 	// failing check is logged when it starts failing, not at every probe.
 	readyMu sync.Mutex
@@ -446,6 +474,7 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
 		uploads:      make(chan struct{}, cfg.MaxUploads),
 		logins:       newLoginGuard(cfg.LoginFreeFailures, cfg.LoginMaxDelay, cfg.LoginAlertAfter),
+		uploadMemory: &memoryBudget{limit: cfg.UploadMemory},
 		hashing:      make(chan struct{}, 4),
 		ready:        map[string]string{},
 	}
@@ -472,6 +501,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MinUploadRate, def.MinUploadRate)
 	orDefault(&c.MaxUploads, def.MaxUploads)
 	orDefault(&c.UploadWait, def.UploadWait)
+	orDefault(&c.UploadMemory, def.UploadMemory)
 	orDefault(&c.ReadHeaderTimeout, def.ReadHeaderTimeout)
 	orDefault(&c.ReadTimeout, def.ReadTimeout)
 	orDefault(&c.WriteTimeout, def.WriteTimeout)

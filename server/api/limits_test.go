@@ -695,3 +695,94 @@ func TestHandlerTimeout(t *testing.T) {
 		t.Fatalf("got %d %+v, want timeout with a reference", got.status, got.err)
 	}
 }
+
+// The version uploads in progress hold at most upload-memory together:
+// an upload that needs more on its own is refused too_large, and an
+// upload that finds the rest held by another is refused busy (with
+// Retry-After), while one that fits beside it goes through. An upload
+// refused gives its memory back.
+func TestUploadMemory(t *testing.T) {
+	const mib = 1 << 20
+	cfg := api.Config{UploadMemory: 8 * mib, MaxUploads: 3, MaxUpload: 64 * mib, MaxBody: 1 * mib}
+	r := newRigWith(t, openSQLite(t), cfg, zerolog.Nop())
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	content := strings.Repeat("x", 300)
+	resources := func(prefix string, from, to int) string {
+		var b strings.Builder
+		for i := from; i < to; i++ {
+			if i > from {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"id":"file[h,path=/%s/%d]","attributes":{"path":"/%s/%d","content":%q}}`, prefix, i, prefix, i, content)
+		}
+		return b.String()
+	}
+	upload := func(prefix string, n int) string { return `{"resources":[` + resources(prefix, 0, n) + `]}` }
+
+	// The large upload trickles in: about 3 MiB of it first, then held.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	large := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs/prod/versions", pr)
+		req.Header.Set("Authorization", "Bearer "+r.admin)
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Do(req)
+		if err != nil {
+			large <- answer{status: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		a := answer{status: resp.StatusCode, body: data}
+		var e api.Body
+		if json.Unmarshal(data, &e) == nil {
+			a.err = e.Error
+		}
+		large <- a
+	}()
+	if _, err := io.WriteString(pw, `{"resources":[`+resources("large", 0, 8000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the large upload to hold 3 MiB", func() bool { return r.api.UploadMemoryHeld() >= 3*mib })
+
+	// A small upload fits beside it.
+	if a := r.send(r.admin, "POST", "/api/v1/envs/prod/versions", upload("small", 10)); a.status != http.StatusCreated {
+		t.Fatalf("small upload beside the large one: got %d %+v, want 201", a.status, a.err)
+	}
+	// One that needs more than the large one leaves is busy, and says why.
+	medium := upload("medium", 14000)
+	a := r.send(r.admin, "POST", "/api/v1/envs/prod/versions", medium)
+	if a.code() != "busy" || a.header.Get("Retry-After") == "" || !strings.Contains(a.err.Message, "upload-memory") {
+		t.Fatalf("medium upload beside the large one: got %d %+v, want busy naming upload-memory, with Retry-After", a.status, a.err)
+	}
+	// The large one goes on past the bound: too large on its own.
+	go func() {
+		_, _ = io.WriteString(pw, ","+resources("large", 8000, 30000)+`]}`)
+		pw.Close()
+	}()
+	got := <-large
+	if got.status != http.StatusRequestEntityTooLarge || got.err == nil || got.err.Code != "too_large" ||
+		!strings.Contains(got.err.Message, "upload-memory") || !strings.Contains(got.err.Hint, "--upload-memory") {
+		t.Fatalf("large upload: got %d %s, want 413 too_large naming upload-memory and how to raise it", got.status, got.body)
+	}
+	// Its memory is given back: the medium upload goes through now.
+	waitUntil(t, "the large upload's memory given back", func() bool { return r.api.UploadMemoryHeld() == 0 })
+	if a := r.send(r.admin, "POST", "/api/v1/envs/prod/versions", medium); a.status != http.StatusCreated {
+		t.Fatalf("medium upload alone: got %d %+v, want 201", a.status, a.err)
+	}
+	vs, err := r.st.ListVersions(context.Background(), "prod")
+	if err != nil || len(vs) != 2 {
+		t.Fatalf("versions: %d, %v; want 2 (small and medium; the large one refused)", len(vs), err)
+	}
+}
+
+// waitUntil waits for cond, failing the test after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}

@@ -404,6 +404,7 @@ var fieldSchemas = sync.OnceValue(func() map[reflect.Type]map[string]obj {
 		of[record.PlanAgent](): {"outcome": oneOf(record.PlanAnswered, record.PlanNoAnswer, record.PlanOffline, record.PlanUnreached,
 			record.PlanRefused, record.PlanTooOld, record.PlanFailed)},
 		of[record.SourceView]():      {"kind": oneOf(record.SourceGit, record.SourceArchive)},
+		of[record.LeavingResource](): {"fate": oneOf(record.FateOrphaned, record.FateAbsent)},
 		of[record.ReleaseStrategy](): {"mode": oneOf(record.ReleaseAll, record.ReleaseWaves), "advance": oneOf(record.AdvanceAuto, record.AdvanceManual)},
 		of[UserUpdate](): {
 			"role":  obj{"type": "string", "enum": roles("none"), "description": "the role in every environment; none takes it away"},

@@ -59,7 +59,7 @@ type Tx interface {
 type Bulk interface {
 	// InsertResources stores the resources of the new version v (its
 	// number set), and the bodies not stored yet.
-	InsertResources(ctx context.Context, v *model.Version, rows []ResourceRow) error
+	InsertResources(ctx context.Context, v *model.Version, rows *Set) error
 	// BeginIngest marks batches as ingested (env, agent, seq), setting
 	// fresh[i] for each batch seen for the first time (a batch without a
 	// seq is always fresh), and returns the status rows of keys that

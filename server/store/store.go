@@ -54,6 +54,9 @@ type Store interface {
 	// (a candidate) and returns it without its resources. Bodies already
 	// stored are not stored again.
 	PutVersion(ctx context.Context, env string, meta model.VersionMeta, resources []model.Resource) (model.Version, error)
+	// PutSet is PutVersion of a set built one resource at a time (a
+	// version upload), checked first (Set.Check).
+	PutSet(ctx context.Context, env string, meta model.VersionMeta, set *Set) (model.Version, error)
 	// GetVersion returns version n, with its resources if asked.
 	GetVersion(ctx context.Context, env string, n int64, withResources bool) (model.Version, error)
 	// LatestVersion returns the newest version in any state; ErrNotFound if none.

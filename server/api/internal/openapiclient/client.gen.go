@@ -365,6 +365,24 @@ func (e ErrorDetailCode) Valid() bool {
 	}
 }
 
+// Defines values for LeavingResourceFate.
+const (
+	LeavingResourceFateAbsent   LeavingResourceFate = "absent"
+	LeavingResourceFateOrphaned LeavingResourceFate = "orphaned"
+)
+
+// Valid indicates whether the value is a known member of the LeavingResourceFate enum.
+func (e LeavingResourceFate) Valid() bool {
+	switch e {
+	case LeavingResourceFateAbsent:
+		return true
+	case LeavingResourceFateOrphaned:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Operation.
 const (
 	OperationDeploy Operation = "deploy"
@@ -1095,6 +1113,27 @@ type InventoryAgent struct {
 	Name   string                   `json:"name"`
 }
 
+// Leaving defines model for Leaving.
+type Leaving struct {
+	Absent      int64              `json:"absent"`
+	Agent       string             `json:"agent"`
+	From        int64              `json:"from"`
+	LeavesModel bool               `json:"leaves_model"`
+	Orphaned    int64              `json:"orphaned"`
+	Resources   *[]LeavingResource `json:"resources"`
+}
+
+// LeavingResource defines model for LeavingResource.
+type LeavingResource struct {
+	Fate LeavingResourceFate `json:"fate"`
+
+	// Id a resource ID: type[agent,key=value], e.g. file[web-1,path=/etc/motd]
+	Id string `json:"id"`
+}
+
+// LeavingResourceFate defines model for LeavingResource.Fate.
+type LeavingResourceFate string
+
 // NewEnrollmentToken defines model for NewEnrollmentToken.
 type NewEnrollmentToken struct {
 	CreatedAt time.Time  `json:"created_at"`
@@ -1160,6 +1199,7 @@ type Plan struct {
 	Env         string       `json:"env"`
 	Id          string       `json:"id"`
 	NotAnswered *[]string    `json:"not_answered"`
+	Note        *string      `json:"note,omitempty"`
 	Released    int64        `json:"released"`
 	TimeoutNs   int64        `json:"timeout_ns"`
 	Version     int64        `json:"version"`
@@ -1167,6 +1207,7 @@ type Plan struct {
 
 // PlanAgent defines model for PlanAgent.
 type PlanAgent struct {
+	Leaving   *Leaving         `json:"leaving,omitempty"`
 	Name      string           `json:"name"`
 	Note      *string          `json:"note,omitempty"`
 	Online    bool             `json:"online"`
@@ -1223,6 +1264,21 @@ type Release struct {
 	// UpToDate agents that held the version already
 	UpToDate int64 `json:"up_to_date"`
 	Version  int64 `json:"version"`
+}
+
+// ReleasePreview defines model for ReleasePreview.
+type ReleasePreview struct {
+	Agents          int64      `json:"agents"`
+	AlreadyReleased *bool      `json:"already_released,omitempty"`
+	Env             string     `json:"env"`
+	LeaveModel      int64      `json:"leave_model"`
+	Leaving         *[]Leaving `json:"leaving"`
+	Note            *string    `json:"note,omitempty"`
+	Released        int64      `json:"released"`
+	Resources       int64      `json:"resources"`
+	Rollback        *bool      `json:"rollback,omitempty"`
+	Staged          *bool      `json:"staged,omitempty"`
+	Version         int64      `json:"version"`
 }
 
 // ReleaseState defines model for ReleaseState.
@@ -2474,6 +2530,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/envs/{env}/versions/{n}/release (the `PostEnvsEnvVersionsNRelease` operationId).
 	PostEnvsEnvVersionsNRelease(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvVersionsNReleasePreview What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away
+	//
+	// What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away. Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/versions/{n}/release-preview (the `GetEnvsEnvVersionsNReleasePreview` operationId).
+	GetEnvsEnvVersionsNReleasePreview(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetEnvsEnvWebhooks List the environment's webhooks (never their secrets)
 	//
@@ -3854,6 +3917,23 @@ func (c *Client) PostEnvsEnvVersionsNPlan(ctx context.Context, env string, n int
 // Corresponds with POST /api/v1/envs/{env}/versions/{n}/release (the `PostEnvsEnvVersionsNRelease` operationId).
 func (c *Client) PostEnvsEnvVersionsNRelease(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostEnvsEnvVersionsNReleaseRequest(c.Server, env, n)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvVersionsNReleasePreview What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away
+//
+// What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away. Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/versions/{n}/release-preview (the `GetEnvsEnvVersionsNReleasePreview` operationId).
+func (c *Client) GetEnvsEnvVersionsNReleasePreview(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvVersionsNReleasePreviewRequest(c.Server, env, n)
 	if err != nil {
 		return nil, err
 	}
@@ -7059,6 +7139,47 @@ func NewPostEnvsEnvVersionsNReleaseRequest(server string, env string, n int64) (
 	return req, nil
 }
 
+// NewGetEnvsEnvVersionsNReleasePreviewRequest constructs an http.Request for the GetEnvsEnvVersionsNReleasePreview method
+func NewGetEnvsEnvVersionsNReleasePreviewRequest(server string, env string, n int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "n", n, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/versions/%s/release-preview", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetEnvsEnvWebhooksRequest constructs an http.Request for the GetEnvsEnvWebhooks method
 func NewGetEnvsEnvWebhooksRequest(server string, env string) (*http.Request, error) {
 	var err error
@@ -8862,6 +8983,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/envs/{env}/versions/{n}/release (the `PostEnvsEnvVersionsNRelease` operationId).
 	PostEnvsEnvVersionsNReleaseWithResponse(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*PostEnvsEnvVersionsNReleaseResponse, error)
+
+	// GetEnvsEnvVersionsNReleasePreviewWithResponse What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away
+	//
+	// What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away. Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/versions/{n}/release-preview (the `GetEnvsEnvVersionsNReleasePreview` operationId).
+	GetEnvsEnvVersionsNReleasePreviewWithResponse(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*GetEnvsEnvVersionsNReleasePreviewResponse, error)
 
 	// GetEnvsEnvWebhooksWithResponse List the environment's webhooks (never their secrets)
 	//
@@ -13762,6 +13892,89 @@ func (r PostEnvsEnvVersionsNReleaseResponse) ContentType() string {
 	return ""
 }
 
+// GetEnvsEnvVersionsNReleasePreviewResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvVersionsNReleasePreview
+type GetEnvsEnvVersionsNReleasePreviewResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvVersionsNReleasePreviewResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReleasePreview
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvVersionsNReleasePreviewResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetJSON200() *ReleasePreview {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvVersionsNReleasePreviewResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetEnvsEnvWebhooksResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvWebhooks
 type GetEnvsEnvWebhooksResponseDefaultHeaders struct {
 	RetryAfter *int
@@ -17084,6 +17297,21 @@ func (c *ClientWithResponses) PostEnvsEnvVersionsNReleaseWithResponse(ctx contex
 		return nil, err
 	}
 	return ParsePostEnvsEnvVersionsNReleaseResponse(rsp)
+}
+
+// GetEnvsEnvVersionsNReleasePreviewWithResponse What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away
+//
+// What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away. Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/versions/{n}/release-preview (the `GetEnvsEnvVersionsNReleasePreview` operationId).
+func (c *ClientWithResponses) GetEnvsEnvVersionsNReleasePreviewWithResponse(ctx context.Context, env string, n int64, reqEditors ...RequestEditorFn) (*GetEnvsEnvVersionsNReleasePreviewResponse, error) {
+	rsp, err := c.GetEnvsEnvVersionsNReleasePreview(ctx, env, n, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvVersionsNReleasePreviewResponse(rsp)
 }
 
 // GetEnvsEnvWebhooksWithResponse List the environment's webhooks (never their secrets)
@@ -21755,6 +21983,80 @@ func ParsePostEnvsEnvVersionsNReleaseResponse(rsp *http.Response) (*PostEnvsEnvV
 	switch {
 	case true:
 		var headers PostEnvsEnvVersionsNReleaseResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvVersionsNReleasePreviewResponse parses an HTTP response from a GetEnvsEnvVersionsNReleasePreviewWithResponse call
+func ParseGetEnvsEnvVersionsNReleasePreviewResponse(rsp *http.Response) (*GetEnvsEnvVersionsNReleasePreviewResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvVersionsNReleasePreviewResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReleasePreview
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvVersionsNReleasePreviewResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
