@@ -308,7 +308,6 @@ func (s Spec) subdir() string {
 	return s.Archive.Subdir
 }
 
-
 // manifest is what a work tree holds, as it was written: the revision and
 // how it was checked out, and every entry with what a change to it would
 // change (as git's index tells a changed file by its size and time).
