@@ -247,8 +247,10 @@ func (s *Server) GetDeploy(ctx context.Context, env, id string) (record.Deploy, 
 // log, which every replica appends to: opened is called once, then send
 // with each event until ctx ends or send fails. After is the ID of the last
 // event the follower saw ("" for none): the events after it come first,
-// if the log still keeps them; opened is told whether it does (false:
-// some may be missed).
-func (s *Server) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
+// if the log still keeps them; opened is told the ID the follower is at
+// (to resume after, should it reconnect before any event comes) and
+// whether the log still keeps what followed after (false: some may be
+// missed).
+func (s *Server) Follow(ctx context.Context, env, after string, opened func(at string, resumed bool) error, send func(id, kind string, data []byte) error) error {
 	return s.stream.Follow(ctx, env, after, opened, send)
 }

@@ -21,7 +21,7 @@ type Notify interface {
 	// EventsAfter returns at most limit (0: 100) events after the ID
 	// after, oldest first: of env, or of every environment when env is "".
 	EventsAfter(ctx context.Context, after int64, env string, limit int) ([]record.LoggedEvent, error)
-	// EventLogBounds returns the oldest and newest IDs kept.
+	// EventLogBounds returns the oldest ID kept and the newest given.
 	EventLogBounds(ctx context.Context) (record.EventLogBounds, error)
 	// PruneEvents deletes the events older than before, and the
 	// deliveries finished before it; it returns how many events went.
@@ -194,10 +194,25 @@ func (s *SQL) EventsAfter(ctx context.Context, after int64, env string, limit in
 	return out, wrap("read the event log", err)
 }
 
-// EventLogBounds implements Store.
+// EventLogBounds implements Store. Last is the newest ID the log gave,
+// whether it keeps it or not (pruned, or its environment's deleted): a
+// follower that starts after it misses no event, and one that resumes
+// after an ID up to it names an ID of this log. It is read with no append
+// in flight (ShareEvents): every ID up to it is committed, or never will
+// be.
 func (s *SQL) EventLogBounds(ctx context.Context) (record.EventLogBounds, error) {
 	var b record.EventLogBounds
-	err := s.db.QueryRow(ctx, `SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0) FROM event_log`).Scan(&b.First, &b.Last)
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		if err := run(ctx, tx, s.d.ShareEvents); err != nil {
+			return err
+		}
+		var kept int64
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0), (`+s.d.EventsGiven+`) FROM event_log`).Scan(&b.First, &kept, &b.Last); err != nil {
+			return err
+		}
+		b.Last = max(b.Last, kept)
+		return nil
+	})
 	return b, wrap("read the event log", err)
 }
 

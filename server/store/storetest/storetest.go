@@ -74,6 +74,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EventLog", testEventLog},
 		{"Webhooks", testWebhooks},
 		{"ResultEvents", testResultEvents},
+		{"ResultEventsRolledBack", testResultEventsRolledBack},
+		{"EventOrder", testEventOrder},
 		{"FleetCounts", testFleetCounts},
 	}
 	for _, tt := range tests {
