@@ -93,8 +93,13 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		a.Note = "rejected by an operator"
 	}
 	// The decision alone is written: what the agent reported meanwhile
-	// (through another replica) stays.
-	if err := s.store.SetAgentState(ctx, a, was); err != nil {
+	// (through another replica) stays. Its event is logged with it.
+	changed := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)}
+	events, err := inLog(&changed)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.SetAgentState(ctx, a, was, events...); err != nil {
 		return a, err
 	}
 	s.agents.putRead(a, since)
@@ -139,7 +144,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 			}
 		}
 	}
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)})
+	s.logged(changed)
 	if action == record.AgentAccept || wasAccepted {
 		// The live inventory changed: the model may place resources
 		// on the agent, or take them away.
@@ -190,7 +195,12 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 	if err != nil {
 		return a, err
 	}
-	if err := s.store.DeleteAgent(ctx, env, name); err != nil {
+	deleted := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"}
+	events, err := inLog(&deleted)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.DeleteAgent(ctx, env, name, events...); err != nil {
 		return a, err
 	}
 	s.agents.forget(env, name)
@@ -204,7 +214,7 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
 	}
 	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"})
+	s.logged(deleted)
 	if a.State == record.AgentAccepted {
 		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}

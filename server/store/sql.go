@@ -94,11 +94,11 @@ type Dialect struct {
 	// the whole database.
 	SkipLocked string
 	// LockEvents runs before appending to the event log, so that ids are
-	// given in commit order; NotifyEvents after, to wake the followers of
-	// other processes; ShareEvents before reading the newest ID given,
+	// given in commit order, and has the followers of other processes
+	// woken at commit; ShareEvents before reading the newest ID given,
 	// so that no append is in flight. Empty where one process holds the
 	// database.
-	LockEvents, NotifyEvents, ShareEvents string
+	LockEvents, ShareEvents string
 	// EventsGiven is a query of the newest ID the event log ever gave
 	// (0: none), kept or not: its sequence's.
 	EventsGiven string

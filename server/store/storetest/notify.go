@@ -536,3 +536,77 @@ func testResultEvents(t *testing.T, s store.Store) {
 		t.Fatalf("after a batch without events and one with a drift: %d events, %d deliveries; want 4 and 9", events, pending)
 	}
 }
+
+// testChangeEvents: the events that tell of an operator's decision about
+// an agent, of an agent's deletion and of alerts are appended to the
+// event log by the transaction that records them, with their webhook
+// deliveries: there once it is committed, never where it was refused (a
+// decision taken from a stale copy, an unknown agent, an alert of an
+// unknown environment).
+func testChangeEvents(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "all", URL: "https://hooks.example/all",
+		Secret: "0123456789abcdef-all", Kinds: []string{record.WebhookAllKinds}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	event := func(kind, what string) record.LoggedEvent {
+		return record.LoggedEvent{Env: "prod", Kind: kind, Data: fmt.Appendf(nil, `{"kind":%q,"env":"prod","error":%q}`, kind, what)}
+	}
+	var want []string
+	check := func(step string) {
+		t.Helper()
+		events, err := s.EventsAfter(ctx, 0, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range events {
+			got = append(got, string(e.Data))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: the log holds %q, want %q", step, got, want)
+		}
+		if n, err := s.CountDeliveries(ctx, record.DeliveryPending); err != nil || n != len(want) {
+			t.Fatalf("%s: %d deliveries (%v), want one per event: %d", step, n, err, len(want))
+		}
+	}
+	pending := mustAgent(t, s, record.Agent{Env: "prod", Name: "web-1", State: record.AgentPending, PublicKey: []byte{1}})
+	accepted := pending
+	accepted.State = record.AgentAccepted
+	accept := event("agent.changed", "accept")
+	if err := s.SetAgentState(ctx, accepted, pending, accept); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(accept.Data))
+	check("an agent accepted")
+	rejected := pending
+	rejected.State = record.AgentRejected
+	if err := s.SetAgentState(ctx, rejected, pending, event("agent.changed", "reject")); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("a decision from a copy read before another: %v, want ErrConflict", err)
+	}
+	check("a decision refused")
+	if err := s.SetAgentState(ctx, record.Agent{Env: "prod", Name: "ghost", State: record.AgentAccepted}, record.Agent{}, event("agent.changed", "ghost")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a decision about an unknown agent: %v, want ErrNotFound", err)
+	}
+	check("a decision about an unknown agent")
+	alert := event("security.alert", "signed by another key")
+	if err := s.RecordAlerts(ctx, []record.Alert{{Env: "prod", Agent: "web-1", Kind: record.AlertSecurity, Message: "signed by another key"}}, alert); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(alert.Data))
+	check("an alert recorded")
+	if err := s.RecordAlerts(ctx, []record.Alert{{Env: "nope", Kind: record.AlertSecurity, Message: "x"}}, event("security.alert", "nope")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("an alert of an unknown environment: %v, want ErrNotFound", err)
+	}
+	check("an alert refused")
+	deleted := event("agent.changed", "deleted")
+	if err := s.DeleteAgent(ctx, "prod", "web-1", deleted); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(deleted.Data))
+	check("an agent deleted")
+	if err := s.DeleteAgent(ctx, "prod", "web-1", event("agent.changed", "deleted again")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("an unknown agent deleted: %v, want ErrNotFound", err)
+	}
+	check("an unknown agent deleted")
+}

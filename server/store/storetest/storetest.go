@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ResultEvents", testResultEvents},
 		{"ResultEventsRolledBack", testResultEventsRolledBack},
 		{"EventOrder", testEventOrder},
+		{"ChangeEvents", testChangeEvents},
 		{"FleetCounts", testFleetCounts},
 	}
 	for _, tt := range tests {
