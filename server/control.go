@@ -168,6 +168,7 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 		return err
 	}
 	s.agents.forgetEnv(name)
+	s.forgetSource(ctx, name)
 	if d, ok := s.bus.(inboxDeleter); ok {
 		for i, a := range agents {
 			if err := d.DeleteInbox(ctx, name, a.Name); err != nil {

@@ -51,9 +51,12 @@ const (
 	// EventCompileFinished: a server-side compile ended (Compile holds
 	// its report).
 	EventCompileFinished EventKind = "compile.finished"
-	// EventCompileAlert: compiles of the environment started failing, or
-	// succeed again (Alert says which).
+	// EventCompileAlert: compiles of the environment started failing
+	// (Alert holds the compile.failed alert).
 	EventCompileAlert EventKind = "compile.alert"
+	// EventCompileRecovered: a compile succeeded after failures (Alert
+	// holds the compile.recovered alert).
+	EventCompileRecovered EventKind = "compile.recovered"
 	// EventReleaseStarted: a version was released; its fan-out to agents
 	// starts in the background (Release holds the release, running).
 	EventReleaseStarted EventKind = "release.started"

@@ -278,7 +278,7 @@ func (a *API) halt(halted bool) func(*request) (int, any, error) {
 // ExportRequest uploads a compiled resource set.
 type ExportRequest struct {
 	Resources []model.Resource  `json:"resources"`
-	Meta      model.VersionMeta `json:"meta"`
+	Meta      model.VersionMeta `json:"meta,omitzero"`
 }
 
 // ExportResponse says what became of an upload.
@@ -1217,15 +1217,15 @@ func (a *API) listAlerts(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	kind := record.AlertKind(r.QueryParam("kind"))
-	if kind != "" && !kind.Valid() {
-		return 0, nil, newError("bad_request", "", "kind=%q: want drift, security or compile.failed", clip(string(kind)))
+	kinds, err := record.ParseAlertKinds(r.QueryParam("kind"))
+	if err != nil {
+		return 0, nil, newError("bad_request", "", "kind=%q: want %s", clip(r.QueryParam("kind")), record.AlertKindsHelp)
 	}
 	agent, _, err := r.filters()
 	if err != nil {
 		return 0, nil, err
 	}
-	al, err := a.svc.Records.Alerts(r.ctx(), record.AlertFilter{Env: env, Agent: agent, Kind: kind, Limit: limit})
+	al, err := a.svc.Records.Alerts(r.ctx(), record.AlertFilter{Env: env, Agent: agent, Kinds: kinds, Limit: limit})
 	return http.StatusOK, nonNil(al), err
 }
 

@@ -33,7 +33,7 @@ const WebhookAllKinds = "*"
 
 // DefaultWebhookKinds are the kinds a webhook gets when it names none:
 // the alerts.
-var DefaultWebhookKinds = []string{"compliance.drift", "security.alert", "compile.alert"}
+var DefaultWebhookKinds = []string{"compliance.drift", "security.alert", "compile.alert", "compile.recovered"}
 
 // Webhook is where an environment's events are posted, signed with its
 // secret.

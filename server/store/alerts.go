@@ -93,6 +93,13 @@ func (s *SQL) Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert,
 			where = append(where, c.col+` = `+a.add(c.v))
 		}
 	}
+	if len(f.Kinds) > 0 {
+		in := make([]string, len(f.Kinds))
+		for i, k := range f.Kinds {
+			in[i] = a.add(string(k))
+		}
+		where = append(where, `kind IN (`+strings.Join(in, `, `)+`)`)
+	}
 	q := `SELECT seq, env, agent, kind, resource_id, message, changes, compliance, version, at FROM alerts`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
