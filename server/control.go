@@ -93,8 +93,13 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		a.Note = "rejected by an operator"
 	}
 	// The decision alone is written: what the agent reported meanwhile
-	// (through another replica) stays.
-	if err := s.store.SetAgentState(ctx, a, was); err != nil {
+	// (through another replica) stays. Its event is logged with it.
+	changed := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)}
+	events, err := inLog(&changed)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.SetAgentState(ctx, a, was, events...); err != nil {
 		return a, err
 	}
 	s.agents.putRead(a, since)
@@ -139,7 +144,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 			}
 		}
 	}
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)})
+	s.logged(changed)
 	if action == record.AgentAccept || wasAccepted {
 		// The live inventory changed: the model may place resources
 		// on the agent, or take them away.
@@ -191,7 +196,12 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 	if err != nil {
 		return a, err
 	}
-	if err := s.store.DeleteAgent(ctx, env, name); err != nil {
+	deleted := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"}
+	events, err := inLog(&deleted)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.DeleteAgent(ctx, env, name, events...); err != nil {
 		return a, err
 	}
 	s.agents.forget(env, name)
@@ -205,7 +215,7 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
 	}
 	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"})
+	s.logged(deleted)
 	if a.State == record.AgentAccepted {
 		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}
@@ -248,8 +258,10 @@ func (s *Server) GetDeploy(ctx context.Context, env, id string) (record.Deploy, 
 // log, which every replica appends to: opened is called once, then send
 // with each event until ctx ends or send fails. After is the ID of the last
 // event the follower saw ("" for none): the events after it come first,
-// if the log still keeps them; opened is told whether it does (false:
-// some may be missed).
-func (s *Server) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
+// if the log still keeps them; opened is told the ID the follower is at
+// (to resume after, should it reconnect before any event comes) and
+// whether the log still keeps what followed after (false: some may be
+// missed).
+func (s *Server) Follow(ctx context.Context, env, after string, opened func(at string, resumed bool) error, send func(id, kind string, data []byte) error) error {
 	return s.stream.Follow(ctx, env, after, opened, send)
 }

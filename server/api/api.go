@@ -361,9 +361,11 @@ type EnrollmentTokens interface {
 // not missed), then send for each event with its ID, kind and JSON
 // encoding. After is the ID of the last event the follower saw ("" for
 // none): the events after it come first, if they are still kept; opened
-// is told whether they were (false: some may be missed).
+// is told the ID the follower is at (the events that come are those after
+// it) and whether the events after after were still kept (false: some
+// may be missed).
 type Events interface {
-	Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error
+	Follow(ctx context.Context, env, after string, opened func(at string, resumed bool) error, send func(id, kind string, data []byte) error) error
 }
 
 // SecurityAlerts raises a security alert about an organization's users

@@ -259,7 +259,8 @@ func responses(s *schemas, rt route) obj {
 
 // eventStreamFormat is what the event stream writes.
 const eventStreamFormat = "Server-sent events: \"id: <id>\", \"event: <kind>\" and \"data: <JSON of the event, with its id>\" per event, " +
-	"a comment line every keep-alive while idle; the first line, a comment, says what the stream follows. " +
+	"a comment line every keep-alive while idle; the first block, a comment and \"id: <id>\" without data, says what the stream follows " +
+	"and where in the event log it starts (a client that saw no event resumes after it). " +
 	"Send Last-Event-ID to resume after an event; one the server does not keep any more starts the stream with an events.missed event."
 
 // errorStatuses lists the error statuses a route answers for what its

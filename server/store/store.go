@@ -126,8 +126,9 @@ type Store interface {
 	// (the record the decision was taken from): what the agent reported
 	// meanwhile stays, and a decision taken meanwhile through another
 	// replica is not undone (ErrConflict). ErrNotFound if the agent is
-	// unknown.
-	SetAgentState(ctx context.Context, a, was record.Agent) error
+	// unknown. The events that tell of the decision are appended to the
+	// event log in its transaction: with it, or not at all.
+	SetAgentState(ctx context.Context, a, was record.Agent, events ...record.LoggedEvent) error
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)
@@ -165,8 +166,9 @@ type Store interface {
 	// resources (they are available again, compliance unknown, as the
 	// released version wants them; orphaned ones go) and its
 	// deduplication marks (its actions and alerts stay, as history);
-	// ErrNotFound if unknown. Said hello again, it is new.
-	DeleteAgent(ctx context.Context, env, name string) error
+	// ErrNotFound if unknown. Said hello again, it is new. The events
+	// that tell of it are appended to the event log in its transaction.
+	DeleteAgent(ctx context.Context, env, name string, events ...record.LoggedEvent) error
 	// GetAgent returns one agent; ErrNotFound if unknown.
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	// ListAgents returns the environment's agents, by name.
@@ -222,8 +224,9 @@ type Store interface {
 	// dry run, in the order they were recorded.
 	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
 
-	// RecordAlerts stores compliance and security alerts.
-	RecordAlerts(ctx context.Context, alerts []record.Alert) error
+	// RecordAlerts stores compliance and security alerts, and appends the
+	// events that tell of them to the event log in the same transaction.
+	RecordAlerts(ctx context.Context, alerts []record.Alert, events ...record.LoggedEvent) error
 	// Alerts returns the newest alerts matching the filter, newest first.
 	Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert, error)
 
