@@ -647,9 +647,15 @@ func (s *Server) alertCompile(ctx context.Context, c record.Compile) {
 		return
 	}
 	a.At, a.Env = time.Now().UTC(), c.Env
-	if err := s.store.RecordAlerts(ctx, []record.Alert{a}); err != nil {
+	ev := Event{Kind: kind, Env: c.Env, Alert: &a, At: a.At}
+	events, err := inLog(&ev)
+	if err != nil {
+		s.log.Error().Err(err).Str("env", c.Env).Msg("cannot record a compile alert")
+		return
+	}
+	if err := s.store.RecordAlerts(ctx, []record.Alert{a}, events...); err != nil {
 		s.log.Warn().Err(err).Str("env", c.Env).Msg("cannot record a compile alert")
 		return
 	}
-	s.feed.publish(Event{Kind: kind, Env: c.Env, Alert: &a})
+	s.logged(ev)
 }
