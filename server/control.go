@@ -23,13 +23,26 @@ func (s *Server) CreateEnv(ctx context.Context, env record.Environment) error {
 // settings agents hold between deploys (the drift policy) are sent to them
 // when they change.
 func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
-	var was record.EnvSettings
+	var (
+		was    record.EnvSettings
+		halted *Event
+	)
 	env, err := s.store.UpdateEnvSettings(ctx, name, func(st *record.EnvSettings) error {
 		was = *st
 		return fn(st)
+	}, func(was, now record.EnvSettings) ([]record.LoggedEvent, error) {
+		halted = nil
+		if now.Halted == was.Halted {
+			return nil, nil
+		}
+		halted = &Event{Kind: EventEnvHalted, Env: name, Error: fmt.Sprintf("halted=%v", now.Halted)}
+		return inLog(halted)
 	})
 	if err != nil {
 		return env, err
+	}
+	if halted != nil {
+		s.logged(*halted)
 	}
 	if env.Settings.DriftPolicy != was.DriftPolicy {
 		if err := s.sched.Settings(ctx, name, env.Settings); err != nil {
@@ -40,7 +53,6 @@ func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*re
 		if err := s.sched.Halt(ctx, name, env.Settings.Halted); err != nil {
 			s.log.Warn().Err(err).Str("env", name).Bool("halted", env.Settings.Halted).Msg("not every agent was told; they learn it on their next hello")
 		}
-		s.feed.publish(Event{Kind: EventEnvHalted, Env: name, Error: fmt.Sprintf("halted=%v", env.Settings.Halted)})
 		if !env.Settings.Halted {
 			s.catchup(ctx, name)
 		}

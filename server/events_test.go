@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,6 +70,62 @@ func TestDecisionEventsLoggedWithThem(t *testing.T) {
 		cancel()
 		if err != nil || got.Kind != server.EventAgentChanged || got.Error != step.what || !got.At.Equal(e.At) {
 			t.Fatalf("%s: the subscriber got %+v (%v), want the logged event %+v", step.what, got, err, e)
+		}
+	}
+}
+
+// TestHaltLoggedWithIt: halting and resuming an environment puts env.halted
+// in the event log by the transaction that changes its settings, with
+// the server not run (as if it crashed right after); a change that
+// halts nothing logs nothing.
+func TestHaltLoggedWithIt(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "t.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b := bus.NewLocal(zerolog.Nop())
+	t.Cleanup(b.Close)
+	srv, err := server.New(server.Config{}, st, b, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.EnsureEnv(ctx, "prod", quietSettings()); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for _, step := range []struct {
+		what   string
+		change func(*record.EnvSettings)
+		want   string // the event's text; "": none
+	}{
+		{"halt", func(s *record.EnvSettings) { s.Halted = true }, "halted=true"},
+		{"keep", func(s *record.EnvSettings) { s.VersionsToKeep = 3 }, ""},
+		{"resume", func(s *record.EnvSettings) { s.Halted = false }, "halted=false"},
+	} {
+		if _, err := srv.UpdateEnvSettings(ctx, "prod", func(s *record.EnvSettings) error { step.change(s); return nil }); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		logged, err := st.EventsAfter(ctx, last, "prod", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, le := range logged {
+			var e server.Event
+			if err := json.Unmarshal(le.Data, &e); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(e.Kind)+" "+e.Error)
+			last = le.ID
+		}
+		want := []string{}
+		if step.want != "" {
+			want = append(want, string(server.EventEnvHalted)+" "+step.want)
+		}
+		if !slices.Equal(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("%s: the event log got %q after it returned, want %q", step.what, got, want)
 		}
 	}
 }

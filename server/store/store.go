@@ -44,8 +44,10 @@ type Store interface {
 	ListEnvs(ctx context.Context) ([]record.Environment, error)
 	// UpdateEnvSettings changes an environment's settings with fn, in one
 	// transaction: concurrent updates never lose each other's changes.
-	// Settings fn leaves invalid are refused with ErrInvalid.
-	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
+	// Settings fn leaves invalid are refused with ErrInvalid. The events
+	// tell returns, given the settings before and after, are appended to
+	// the event log in that transaction.
+	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error, tell ...func(was, now record.EnvSettings) ([]record.LoggedEvent, error)) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
 	// action log, alerts, tokens, compile reports, releases, source, webhooks (with their deliveries) and events of the event log. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error

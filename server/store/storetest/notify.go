@@ -542,7 +542,8 @@ func testResultEvents(t *testing.T, s store.Store) {
 // event log by the transaction that records them, with their webhook
 // deliveries: there once it is committed, never where it was refused (a
 // decision taken from a stale copy, an unknown agent, an alert of an
-// unknown environment).
+// unknown environment), and of an environment halted, by the change of
+// its settings.
 func testChangeEvents(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "all", URL: "https://hooks.example/all",
@@ -609,4 +610,27 @@ func testChangeEvents(t *testing.T, s store.Store) {
 		t.Fatalf("an unknown agent deleted: %v, want ErrNotFound", err)
 	}
 	check("an unknown agent deleted")
+	halted := event("env.halted", "halted=true")
+	tell := func(was, now record.EnvSettings) ([]record.LoggedEvent, error) {
+		if was.Halted == now.Halted {
+			return nil, nil
+		}
+		return []record.LoggedEvent{halted}, nil
+	}
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.Halted = true; return nil }, tell); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(halted.Data))
+	check("an environment halted")
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.VersionsToKeep = -1; return nil }, tell); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("settings left invalid: %v, want ErrInvalid", err)
+	}
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.Halted = false; return errors.New("refused") }, tell); err == nil {
+		t.Fatal("a change its function refused was made")
+	}
+	check("a settings change refused")
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { return nil }, tell); err != nil {
+		t.Fatal(err)
+	}
+	check("settings unchanged")
 }
