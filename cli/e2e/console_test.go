@@ -23,7 +23,7 @@ import (
 	"github.com/tetherhq/tether/server/record"
 )
 
-// chromium finds Debian's chromium (installed by .ci/run when missing).
+// chromium finds Debian's chromium (make setup installs it when missing).
 func chromium(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -31,7 +31,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	testenv.Need(t, false, "no chromium on PATH for the console's browser tests (apt-get install chromium; .ci/run installs it)")
+	testenv.Need(t, false, "no chromium on PATH for the console's browser tests (apt-get install chromium fonts-dejavu-core; make setup installs it)")
 	return ""
 }
 
