@@ -111,6 +111,10 @@ func (b *tab) heard() int {
 func TestConsoleLiveStreams(t *testing.T) {
 	chromium(t)
 	c := newCluster(t)
+	// The server's first start names the console, and how to log in.
+	if want := fmt.Sprintf("tether server: console on http://%s/: log in as admin (organization: empty) with the password printed above", c.listen); !strings.Contains(c.srv.output(), want) {
+		t.Fatalf("the server's first start does not say %q:\n%s", want, c.srv.output())
+	}
 	const pw = "correct horse ada"
 	c.addUser("ada", pw, record.RoleAdmin)
 	browser := newBrowser(t, "http://"+c.listen)
