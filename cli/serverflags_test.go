@@ -51,6 +51,7 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 	}{
 		{"size", "", []string{"--max-upload", "lots"}, "--max-upload"},
 		{"per client above total", "", []string{"--max-conns", "10", "--max-conns-per-client", "20"}, "max-conns-per-client"},
+		{"anonymous above total", "", []string{"--max-conns", "10", "--max-conns-per-client", "5", "--max-anonymous-conns", "20"}, "max-anonymous-conns"},
 		{"handler timeout too long", "", []string{"--handler-timeout", "5m", "--write-timeout", "1m"}, "handler-timeout"},
 		{"upload below body", "", []string{"--max-body", "2MiB", "--max-upload", "1MiB"}, "max-upload"},
 		{"upload below body, from the config file", "max-body = \"2MiB\"\nmax-upload = \"1MiB\"\n", nil, "max-upload"},

@@ -54,6 +54,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Enrollment: s.store,
 		Events:     s,
 		Webhooks:   s,
+		Alerts:     s,
 		Compiles:   s,
 		Ready:      ready,
 		Metrics:    metrics,

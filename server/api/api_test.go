@@ -90,8 +90,8 @@ func newServerRigOn(t *testing.T, st store.Store, scfg server.Config, cfg api.Co
 	}
 	runNotify(t, srv)
 	a := api.New(cfg, server.APIServices(srv, nil), log)
-	ts := httptest.NewUnstartedServer(a.Handler())
-	ts.Config = a.HTTPServer(a.Handler())
+	ts := httptest.NewUnstartedServer(conform(t, a.Handler()))
+	ts.Config = a.HTTPServer(conform(t, a.Handler()))
 	ts.Start()
 	t.Cleanup(ts.Close)
 	tok, secret, err := api.IssueToken("root", record.RoleAdmin, "", "test", time.Now())

@@ -278,7 +278,7 @@ func (a *API) halt(halted bool) func(*request) (int, any, error) {
 // ExportRequest uploads a compiled resource set.
 type ExportRequest struct {
 	Resources []model.Resource  `json:"resources"`
-	Meta      model.VersionMeta `json:"meta"`
+	Meta      model.VersionMeta `json:"meta,omitzero"`
 }
 
 // ExportResponse says what became of an upload.

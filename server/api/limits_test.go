@@ -120,18 +120,21 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("admin after the anonymous burst: got %d %s, want 200", a.status, a.code())
 	}
 
-	// Guessing tokens: three failures, then every request with a token
-	// from that address is refused without being looked up, the valid
-	// one included, until the bucket refills.
+	// Guessing tokens: three failures, then every bad token from that
+	// address is answered 429 until the bucket refills; the valid admin
+	// token, from the same address, always authenticates.
 	for i := range 3 {
 		if a := r.send("tether_guess"+fmt.Sprint(i), "GET", "/api/v1/envs", nil); a.code() != "unauthorized" {
 			t.Fatalf("guess %d: got %s, want unauthorized", i+1, a.code())
 		}
 	}
-	for _, tok := range []string{"tether_guess3", r.admin} {
-		a := r.send(tok, "GET", "/api/v1/envs", nil)
+	for i := range 3 {
+		a := r.send("tether_guess"+fmt.Sprint(3+i), "GET", "/api/v1/envs", nil)
 		if a.code() != "rate_limited" || a.header.Get("Retry-After") == "" || !strings.Contains(a.err.Message, "failed authentications") {
-			t.Fatalf("after 3 failures: got %d %s %+v, want rate_limited naming failed authentications", a.status, a.code(), a.err)
+			t.Fatalf("a bad token after 3 failures: got %d %s %+v, want rate_limited naming failed authentications", a.status, a.code(), a.err)
+		}
+		if a := r.send(r.admin, "GET", "/api/v1/envs", nil); a.status != http.StatusOK {
+			t.Fatalf("the admin token from the same address, after the failures: got %d %s %+v, want 200", a.status, a.code(), a.err)
 		}
 	}
 }
@@ -382,42 +385,74 @@ func uploadsAtOnce(t *testing.T, r *rig) bool {
 	return true
 }
 
-// A slow upload within min-upload-rate outlives read-timeout; an ordinary
-// request that stalls does not.
+// A body that keeps to min-upload-rate outlives read-timeout, upload or
+// not: its deadline moves on as its bytes come. One that stalls, or
+// dribbles below the rate, fails.
 func TestUploadDeadlines(t *testing.T) {
 	cfg := api.Config{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, MinUploadRate: 1 << 10, MaxUpload: 1 << 20}
 	r := newRigWith(t, openSQLite(t), cfg, zerolog.Nop())
 	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
-	body := `{"resources":[` + `{"id":"file[h,path=/f]","attributes":{"path":"/f","content":"` + strings.Repeat("x", 3000) + `"}}` + `]}`
-	// The upload takes three read-timeouts to arrive; its size at 1 KiB/s
-	// gives it three seconds.
-	pr, pw := io.Pipe()
-	go func() {
-		for i := range 3 {
-			time.Sleep(300 * time.Millisecond)
-			_, _ = io.WriteString(pw, body[i*len(body)/3:(i+1)*len(body)/3])
+	// paced sends body in three parts 300ms apart (a read-timeout):
+	// each part's 1,000 bytes at 1 KiB/s earn it about a second.
+	paced := func(method, path, body string) int {
+		t.Helper()
+		pr, pw := io.Pipe()
+		go func() {
+			for i := range 3 {
+				if i > 0 {
+					time.Sleep(300 * time.Millisecond)
+				}
+				_, _ = io.WriteString(pw, body[i*len(body)/3:(i+1)*len(body)/3])
+			}
+			pw.Close()
+		}()
+		req, _ := http.NewRequest(method, r.ts.URL+path, pr)
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Authorization", "Bearer "+r.admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		pw.Close()
-	}()
-	req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs/prod/versions", pr)
-	req.ContentLength = int64(len(body))
-	req.Header.Set("Authorization", "Bearer "+r.admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+		resp.Body.Close()
+		return resp.StatusCode
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("slow upload: got %d, want 201", resp.StatusCode)
+	upload := `{"resources":[` + `{"id":"file[h,path=/f]","attributes":{"path":"/f","content":"` + strings.Repeat("x", 3000) + `"}}` + `]}`
+	if got := paced("POST", "/api/v1/envs/prod/versions", upload); got != http.StatusCreated {
+		t.Fatalf("slow upload: got %d, want 201", got)
+	}
+	if got := paced("POST", "/api/v1/envs", `{"name": "paced"`+strings.Repeat(" ", 3000)+`}`); got != http.StatusCreated {
+		t.Fatalf("a command's body at the pace, over twice read-timeout: got %d, want 201", got)
+	}
+	// A byte every 100ms: each gap within read-timeout, the pace ten
+	// times too slow.
+	dr, dw := io.Pipe()
+	go func() {
+		defer dw.Close()
+		for _, b := range `{"name": "dribbled"` + strings.Repeat(" ", 100) + `}` {
+			if _, err := io.WriteString(dw, string(b)); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs", dr)
+	req.Header.Set("Authorization", "Bearer "+r.admin)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		var e api.Body
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if e.Error == nil || e.Error.Code != "request_timeout" {
+			t.Fatalf("dribbled body: got %d %+v, want request_timeout or the connection closed", resp.StatusCode, e.Error)
+		}
 	}
 	// An environment created with a body that stalls past read-timeout
 	// fails.
-	pr, pw = io.Pipe()
+	pr, pw := io.Pipe()
 	defer pw.Close()
 	go func() { _, _ = io.WriteString(pw, `{"name":`) }()
 	req, _ = http.NewRequest("POST", r.ts.URL+"/api/v1/envs", pr)
 	req.Header.Set("Authorization", "Bearer "+r.admin)
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err == nil {
 		var e api.Body
 		_ = json.NewDecoder(resp.Body).Decode(&e)
@@ -653,7 +688,7 @@ func TestHandlerTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := api.New(api.Config{HandlerTimeout: 50 * time.Millisecond}, api.Services{Envs: slowEnvs{}, Tokens: oneToken{tok: tok}}, zerolog.Nop())
-	ts := httptest.NewServer(a.Handler())
+	ts := httptest.NewServer(conform(t, a.Handler()))
 	defer ts.Close()
 	r := &rig{t: t, ts: ts, admin: secret}
 	if got := r.send(r.admin, "GET", "/api/v1/envs", nil); got.code() != "timeout" || got.err.Ref == "" {

@@ -127,19 +127,17 @@ func (a *API) uploadSlot(r *request) (release func(), err error) {
 	}
 }
 
-// uploadDeadlines gives an upload the time its size needs: ReadTimeout
-// plus its size at MinUploadRate to arrive (the limit's size when the
-// length is not announced), and as long again, plus WriteTimeout, to be
-// stored and answered.
+// uploadDeadlines gives an upload the time its size needs to be stored
+// and answered: the time its size takes to arrive at MinUploadRate (the
+// limit's size when the length is not announced), as long again, and
+// WriteTimeout. Its arrival is paced as every body's is (bodyDeadline).
 func (a *API) uploadDeadlines(r *request) {
 	n := r.Request().ContentLength
 	if n < 0 || n > a.cfg.MaxUpload {
 		n = a.cfg.MaxUpload
 	}
 	transfer := time.Duration(float64(n) / float64(a.cfg.MinUploadRate) * float64(time.Second))
-	now := a.now()
 	rc := http.NewResponseController(r.Response().Writer)
 	// Writers that cannot (a test recorder) have no deadline to move.
-	_ = rc.SetReadDeadline(now.Add(a.cfg.ReadTimeout + transfer))
-	_ = rc.SetWriteDeadline(now.Add(a.cfg.ReadTimeout + 2*transfer + a.cfg.WriteTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(a.cfg.ReadTimeout + 2*transfer + a.cfg.WriteTimeout))
 }
