@@ -94,7 +94,8 @@
 
   // sharedStream is the stream the tabs share through stream-worker.js;
   // null without SharedWorker. When the worker fails, fallBack gets the
-  // page its own stream.
+  // page its own stream. Once left, it is done with: a page shown again
+  // connects anew.
   function sharedStream(fallBack) {
     if (!window.SharedWorker) { return null; }
     var w;
@@ -105,10 +106,10 @@
     } catch (e) {
       return null;
     }
-    var following = false, failed = false;
+    var following = false, done = false;
     w.onerror = function () {
-      if (failed) { return; }
-      failed = true;
+      if (done) { return; }
+      done = true;
       fallBack(following);
     };
     w.port.onmessage = function (m) {
@@ -120,28 +121,41 @@
       how: "shared",
       follow: function () {
         following = true;
-        if (!failed) { w.port.postMessage({ op: "follow", url: streamURL, who: who, kinds: kinds }); }
+        if (!done) { w.port.postMessage({ op: "follow", url: streamURL, who: who, kinds: kinds }); }
       },
       leave: function () {
         following = false;
-        if (!failed) { w.port.postMessage({ op: "leave" }); }
+        if (done) { return; }
+        done = true;
+        w.port.postMessage({ op: "leave" });
+        w.port.close();
       }
     };
   }
 
-  var stream = sharedStream(function (wasFollowing) {
-    stream = ownStream();
-    document.body.setAttribute("data-live-stream", stream.how);
-    if (wasFollowing) { stream.follow(); }
-  }) || ownStream();
-  document.body.setAttribute("data-live-stream", stream.how);
-  stream.follow();
+  // connect has the page follow a stream: the tabs' shared one, else its
+  // own.
+  var stream = null;
+  function connect() {
+    var s = sharedStream(function (wasFollowing) {
+      if (stream !== s) { return; }
+      stream = ownStream();
+      document.body.setAttribute("data-live-stream", stream.how);
+      if (wasFollowing) { stream.follow(); }
+    }) || ownStream();
+    stream = s;
+    document.body.setAttribute("data-live-stream", s.how);
+    s.follow();
+  }
+  connect();
 
+  // A page shown again from the back-forward cache connects anew (the
+  // worker it left may be gone) and refreshes.
   window.addEventListener("pagehide", function () { stream.leave(); });
   window.addEventListener("pageshow", function (e) {
     if (!e.persisted) { return; }
     live(false);
-    stream.follow();
+    connect();
     refresh();
   });
 })();
