@@ -11,7 +11,7 @@ PKG_VERSION ?= $(shell packaging/debversion.sh $(VERSION))
 ARCHES      ?= amd64 arm64
 DIST        ?= dist
 
-.PHONY: all build packages test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
+.PHONY: all build setup packages test test-faults lint fmt-check vet staticcheck demo bench fuzz clean man
 
 all: build
 
@@ -35,8 +35,14 @@ packages:
 man: build
 	$(BIN) man > bin/tether.1
 
+## setup: install what some tests use beyond Go (iproute2, iptables, git, chromium) as root, or print the apt-get line
+setup:
+	@.ci/setup
+
 ## test: formatting, vet, staticcheck, then every test with the race detector
+## (it names what `make setup` would install, when tests will skip for want of it)
 test: lint
+	@.ci/setup --check
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-faults
 

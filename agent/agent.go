@@ -304,6 +304,9 @@ type Agent struct {
 	eventsAlive atomic.Bool
 	told        atomic.Int64
 	epoch       time.Time
+	// noExchange is set while publishes fail for want of the server's
+	// exchanges (bus.ErrNoExchange), once that was said (publishFailed).
+	noExchange atomic.Bool
 }
 
 type runningJob struct {
@@ -521,7 +524,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			unknown = true
 			if err := a.hello(ctx); err != nil && ctx.Err() == nil {
-				a.log.Warn().Err(err).Msg("cannot say hello")
+				a.publishFailed(err, "cannot say hello")
 			}
 			retry = min(2*retry, 30*time.Second)
 		case ctx.Err() != nil:
@@ -616,7 +619,7 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 			return
 		}
 		if err := a.hello(cctx); err != nil && cctx.Err() == nil {
-			a.log.Warn().Err(err).Msg("cannot say hello to have the missing inbox declared again")
+			a.publishFailed(err, "cannot say hello to have the missing inbox declared again")
 		}
 	})
 	// An inbox deleted on the broker took its commands with it, and sends
@@ -626,7 +629,7 @@ func (a *Agent) connected(ctx context.Context, claim bus.Claim) error {
 	// declared again unseen).
 	rehello := bus.OnInboxLost(func() {
 		if err := a.hello(cctx); err != nil && cctx.Err() == nil {
-			a.log.Warn().Err(err).Msg("cannot say hello after the inbox was declared again")
+			a.publishFailed(err, "cannot say hello after the inbox was declared again")
 		}
 	})
 	opts := []bus.InboxOption{missing, rehello}
@@ -681,7 +684,7 @@ func (a *Agent) introduce(ctx context.Context) {
 		}
 		seq, err := a.sayHello(ctx, series)
 		if err != nil && ctx.Err() == nil {
-			a.log.Warn().Err(err).Msg("cannot say hello")
+			a.publishFailed(err, "cannot say hello")
 		}
 		if series == 0 {
 			series = seq
@@ -727,11 +730,11 @@ func (a *Agent) introduce(ctx context.Context) {
 			return
 		case <-ft.C:
 			if err := a.reportFacts(ctx, false); err != nil && ctx.Err() == nil {
-				a.log.Warn().Err(err).Msg("changed facts not sent; trying again on the next check")
+				a.publishFailed(err, "changed facts not sent; trying again on the next check")
 			}
 		case <-a.factsAgain:
 			if err := a.reportFacts(ctx, true); err != nil && ctx.Err() == nil {
-				a.log.Warn().Err(err).Msg("facts not sent again; they are on the next check")
+				a.publishFailed(err, "facts not sent again; they are on the next check")
 				a.mu.Lock()
 				a.facts = nil
 				a.mu.Unlock()
@@ -791,6 +794,7 @@ func (a *Agent) sayHello(ctx context.Context, repeats uint64) (uint64, error) {
 	if err := a.bus.Publish(ctx, e); err != nil {
 		return 0, fmt.Errorf("publish %s: %w", bus.KindHello, err)
 	}
+	a.noExchange.Store(false)
 	return e.Seq, nil
 }
 
@@ -847,7 +851,24 @@ func (a *Agent) publishNow(ctx context.Context, kind bus.Kind, body any) error {
 }
 
 // toldNow notes that an event was just published.
-func (a *Agent) toldNow() { a.told.Store(int64(time.Since(a.epoch))) }
+func (a *Agent) toldNow() {
+	a.told.Store(int64(time.Since(a.epoch)))
+	a.noExchange.Store(false)
+}
+
+// publishFailed logs a failed publish (msg says what failed) as a
+// warning. The broker missing the server's exchanges (bus.ErrNoExchange:
+// a server on another --amqp-namespace, or none running) fails every
+// publish the same way until a server declares them: that is said once,
+// with what to check, and again only after a publish went through; the
+// failures in between go to the debug log.
+func (a *Agent) publishFailed(err error, msg string) {
+	if errors.Is(err, bus.ErrNoExchange) && a.noExchange.Swap(true) {
+		a.log.Debug().Err(err).Msg(msg)
+		return
+	}
+	a.log.Warn().Err(err).Msg(msg)
+}
 
 // sinceTold is how long ago this process last published an event.
 func (a *Agent) sinceTold() time.Duration {

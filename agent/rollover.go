@@ -42,7 +42,7 @@ func (a *Agent) proposeKey(ctx context.Context) {
 	}
 	body := bus.KeyRollover{NewKey: next.Public().(ed25519.PublicKey), Proof: bus.ProveKey(next, a.cfg.Env, a.cfg.Name, a.signer.PublicKey())}
 	if err := a.publishNow(ctx, bus.KindKeyRollover, body); err != nil && ctx.Err() == nil {
-		a.log.Warn().Err(err).Msg("cannot propose the next key to the server; proposing it again after the next hello")
+		a.publishFailed(err, "cannot propose the next key to the server; proposing it again after the next hello")
 	}
 }
 

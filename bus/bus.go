@@ -168,6 +168,12 @@ var (
 	// right to (an agent the server does not know yet, or no longer
 	// accepts).
 	ErrForbidden = errors.New("the broker refused: no right to do this")
+	// ErrNoExchange: the broker has no exchange of the bus's namespace to
+	// publish to: no server declared the namespace there (a server on
+	// another namespace, virtual host or broker, or none running yet).
+	// Every publish fails so until one does. Its message goes on with the
+	// exchange's name and what to check.
+	ErrNoExchange = errors.New("no exchange")
 )
 
 // Queue names a server queue.

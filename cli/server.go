@@ -630,7 +630,8 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if err := bootstrapToken(ctx, st, c.String("admin-token"), term); err != nil {
 		return err
 	}
-	if err := bootstrapAdmin(ctx, st, c.String("admin-password"), term, log); err != nil {
+	firstLogin, err := bootstrapAdmin(ctx, st, c.String("admin-password"), term, log)
+	if err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", c.String("listen"))
@@ -660,11 +661,17 @@ func runServer(c *ucli.Context, term *terminal) error {
 	if c.String("tls-cert") != "" {
 		scheme = "https"
 	}
-	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("version", info.Version).
+	console := consoleURL(scheme, ln.Addr())
+	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("console", console).Str("version", info.Version).
 		Str("server_key", base64.StdEncoding.EncodeToString(srv.PublicKey())).Str("fingerprint", bus.Fingerprint(srv.PublicKey())).
 		Msg("tether server listening (agents pin the key with --server-key, or get it in their enrollment token)")
 	fmt.Fprintf(term.stderr, "tether server: API on %s://%s, database %s, broker %s\nserver key %s (agents pin it: --server-key, or an enrollment token)\n",
 		scheme, ln.Addr(), agentcli.RedactURL(c.String("postgres")), agentcli.RedactURL(bcfg.URL), bus.Fingerprint(srv.PublicKey()))
+	if firstLogin != "" {
+		fmt.Fprintf(term.stderr, "tether server: console on %s: log in as admin (organization: empty) %s\n", console, firstLogin)
+	} else {
+		fmt.Fprintf(term.stderr, "tether server: console on %s\n", console)
+	}
 	if ops != nil {
 		fmt.Fprintf(term.stderr, "tether server: health and metrics on http://%s\n", ops.Addr())
 	}
@@ -733,45 +740,60 @@ func bootstrapToken(ctx context.Context, st store.Store, secret string, term *te
 	return nil
 }
 
+// consoleURL is the console's address for a browser: a listener on every
+// address (0.0.0.0, ::) is named localhost.
+func consoleURL(scheme string, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + "://" + addr.String() + "/"
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/"
+}
+
 // bootstrapAdmin makes sure a person can log in: when the default
 // organization has no user, it makes the admin user "admin" (an admin of
 // every environment of it, so a server admin) with the password given, or
 // a random one printed once, and says how to log in in the log at its
-// default level (warn), without the password.
-func bootstrapAdmin(ctx context.Context, st store.Store, password string, term *terminal, log zerolog.Logger) error {
+// default level (warn), without the password. It returns which password
+// the admin it made logs in with ("" when it made none), for the line
+// that names the console.
+func bootstrapAdmin(ctx context.Context, st store.Store, password string, term *terminal, log zerolog.Logger) (string, error) {
 	users, err := st.ListUsers(ctx, record.DefaultOrg)
 	if err != nil || len(users) > 0 {
-		return err
+		return "", err
 	}
 	made := password == ""
 	if made {
 		secret, err := record.NewSessionSecret()
 		if err != nil {
-			return err
+			return "", err
 		}
 		password = secret[:24]
 	} else if err := record.ValidatePassword(password); err != nil {
-		return usageError("--admin-password: %v", err)
+		return "", usageError("--admin-password: %v", err)
 	}
 	hash, err := record.HashPassword(password, record.DefaultPasswordParams)
 	if err != nil {
-		return err
+		return "", err
 	}
 	now := time.Now().UTC()
 	u := record.User{ID: uuid.NewString(), Org: record.DefaultOrg, Name: "admin", Role: record.RoleAdmin, Password: hash,
 		CreatedBy: "tether server", CreatedAt: now, PasswordChangedAt: now}
 	if err := st.CreateUser(ctx, u); errors.Is(err, model.ErrExists) {
-		return nil // another server made it first
+		return "", nil // another server made it first
 	} else if err != nil {
-		return err
+		return "", err
 	}
 	if made {
-		fmt.Fprintf(term.stdout, "Bootstrap admin user (password shown once; store it now):\n\n    user admin, password %s\n\nLog in with POST /api/v1/session {\"name\": \"admin\", \"password\": …}, then change it: tether user passwd admin\n", password)
+		fmt.Fprintf(term.stdout, "Bootstrap admin user (password shown once; store it now):\n\n    user admin, password %s\n\nLog in to the web console as admin, or with POST /api/v1/session {\"name\": \"admin\", \"password\": …}, then change it: tether user passwd admin\n", password)
 		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password printed once on the server's standard output (change it with tether user passwd admin)")
-	} else {
-		log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password of --admin-password (TETHER_ADMIN_PASSWORD)")
+		return "with the password printed above", nil
 	}
-	return nil
+	log.Warn().Str("user", "admin").Str("org", record.DefaultOrg).Msg("bootstrap admin user created: log in as admin with the password of --admin-password (TETHER_ADMIN_PASSWORD)")
+	return "with the password of --admin-password", nil
 }
 
 // vhostOf returns the virtual host an AMQP URL names (/ when none).

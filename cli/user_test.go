@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -141,8 +142,12 @@ func TestBootstrapAdmin(t *testing.T) {
 	var out, logs bytes.Buffer
 	term := &terminal{stdout: &out, stderr: &out}
 	log := zerolog.New(&logs).Level(zerolog.WarnLevel) // the default level
-	if err := bootstrapAdmin(ctx, a.st, "", term, log); err != nil {
+	login, err := bootstrapAdmin(ctx, a.st, "", term, log)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if login != "with the password printed above" {
+		t.Fatalf("first start: how to log in %q, want with the password printed above", login)
 	}
 	_, rest, found := strings.Cut(out.String(), "user admin, password ")
 	password, _, _ := strings.Cut(rest, "\n")
@@ -157,8 +162,8 @@ func TestBootstrapAdmin(t *testing.T) {
 	}
 	out.Reset()
 	logs.Reset()
-	if err := bootstrapAdmin(ctx, a.st, "", term, log); err != nil || out.Len() > 0 || logs.Len() > 0 {
-		t.Fatalf("second start: %v, printed %q, logged %q; want nothing", err, out.String(), logs.String())
+	if login, err := bootstrapAdmin(ctx, a.st, "", term, log); err != nil || login != "" || out.Len() > 0 || logs.Len() > 0 {
+		t.Fatalf("second start: %v, how to log in %q, printed %q, logged %q; want nothing", err, login, out.String(), logs.String())
 	}
 	u, err := a.st.GetUser(ctx, record.DefaultOrg, "admin")
 	if err != nil || u.Role != record.RoleAdmin || !record.UserPrincipal(u).ServerAdmin() {
@@ -170,16 +175,40 @@ func TestBootstrapAdminPassword(t *testing.T) {
 	a := newTestAPI(t)
 	var out, logs bytes.Buffer
 	term := &terminal{stdout: &out, stderr: &out}
-	if err := bootstrapAdmin(context.Background(), a.st, "short", term, zerolog.New(&logs)); err == nil {
+	if _, err := bootstrapAdmin(context.Background(), a.st, "short", term, zerolog.New(&logs)); err == nil {
 		t.Fatal("a short --admin-password was taken")
 	}
-	if err := bootstrapAdmin(context.Background(), a.st, "chosen by the operator", term, zerolog.New(&logs)); err != nil {
+	login, err := bootstrapAdmin(context.Background(), a.st, "chosen by the operator", term, zerolog.New(&logs))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if login != "with the password of --admin-password" {
+		t.Fatalf("how to log in %q, want with the password of --admin-password", login)
 	}
 	if out.Len() > 0 || !strings.Contains(logs.String(), "--admin-password") {
 		t.Fatalf("printed %q, logged %q: want nothing printed and the log saying which password", out.String(), logs.String())
 	}
 	if got := logIn(t, "", "admin", "chosen by the operator"); got != 200 {
 		t.Fatalf("admin logs in with --admin-password: %d, want 200", got)
+	}
+}
+
+func TestConsoleURL(t *testing.T) {
+	for _, tc := range []struct{ scheme, addr, want string }{
+		{"http", "127.0.0.1:8420", "http://127.0.0.1:8420/"},
+		{"https", "0.0.0.0:8443", "https://localhost:8443/"},
+		{"http", "[::]:8420", "http://localhost:8420/"},
+		{"http", "[::1]:8420", "http://[::1]:8420/"},
+		{"http", "10.0.0.5:80", "http://10.0.0.5:80/"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			addr, err := net.ResolveTCPAddr("tcp", tc.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := consoleURL(tc.scheme, addr); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

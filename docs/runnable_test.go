@@ -296,7 +296,7 @@ func freePorts(t *testing.T, b block) {
 func gitCheckout(t *testing.T, dir string) {
 	t.Helper()
 	_, err := exec.LookPath("git")
-	testenv.Need(t, err == nil, "git is not installed: the documentation's blocks run in a git checkout")
+	testenv.Need(t, err == nil, "git is not installed: the documentation's blocks run in a git checkout (make setup installs it)")
 	if err := os.WriteFile(filepath.Join(dir, ".gitignore"), []byte(".home/\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

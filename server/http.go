@@ -127,6 +127,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, ops net.Listener) error {
 		return fmt.Errorf("console: %w", cerr)
 	}
 	a.Mount(con)
+	h.srv.metrics.observeStreams(a)
 
 	type listener struct {
 		name string

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/clientlimit"
 )
 
@@ -37,6 +38,9 @@ type Metrics struct {
 	// name (observeListener).
 	listenersMu sync.Mutex
 	listeners   map[string]*clientlimit.Listener
+	// streams is the API whose event streams are reported
+	// (observeStreams): the last one served.
+	streams *api.API
 }
 
 func newMetrics() *Metrics {
@@ -88,6 +92,25 @@ func (m *Metrics) observeBus(b any) {
 			Help: "Subscriptions the broker cancelled or dropped (one per consumer of a queue deleted on the broker), each followed by a declare and a new subscription."},
 			func() float64 { return float64(c.LostSubscriptions()) }))
 	}
+}
+
+// observeStreams exports how many event streams a's clients hold open; a
+// server serving again replaces its API.
+func (m *Metrics) observeStreams(a *api.API) {
+	m.listenersMu.Lock()
+	defer m.listenersMu.Unlock()
+	known := m.streams != nil
+	m.streams = a
+	if known {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_event_streams",
+		Help: "Event streams (/api/v1/events: tether watch, the console's live pages) open now; each holds one of its client's connections."},
+		func() float64 {
+			m.listenersMu.Lock()
+			defer m.listenersMu.Unlock()
+			return float64(m.streams.OpenStreams())
+		}))
 }
 
 // ObserveRequest implements api.Observer.

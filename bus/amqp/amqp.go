@@ -518,7 +518,10 @@ func (b *Bus) Publish(ctx context.Context, e *bus.Envelope) error {
 		return err
 	}
 	err = b.publishConfirmed(ctx, b.eventsExchange(), bus.EventKey(e.Env, e.Agent, e.Kind), msg)
+	var refused *refusedError
 	switch {
+	case errors.As(err, &refused) && refused.code == amqp.NotFound:
+		return fmt.Errorf("publish %s: %w (%w)", e, b.noExchange(b.eventsExchange()), err)
 	case errors.Is(err, errReturned):
 		return fmt.Errorf("publish %s: %w (was %s deleted? the server declares it again)", e, bus.ErrUnroutable, b.ServerQueue(bus.QueueFor(e.Kind)))
 	case errors.Is(err, errNacked):
@@ -527,6 +530,14 @@ func (b *Bus) Publish(ctx context.Context, e *bus.Envelope) error {
 		return fmt.Errorf("publish %s: %w", e, err)
 	}
 	return nil
+}
+
+// noExchange says that the broker has no exchange named exchange, which
+// a server of the bus's namespace declares, and what to check.
+func (b *Bus) noExchange(exchange string) error {
+	return fmt.Errorf("%w %s in namespace %s of this broker: is the server running with the same --amqp-namespace (TETHER_AMQP_NAMESPACE), "+
+		"on this broker and virtual host (--amqp)? A server declares its namespace's exchanges when it starts (and again when they are deleted); until one does, nothing sent here arrives",
+		bus.ErrNoExchange, exchange, b.cfg.Namespace)
 }
 
 // inboxExists reports whether env/agent's inbox exists.
@@ -630,13 +641,23 @@ func (b *Bus) givePublisher(s *session, p *publisher, healthy bool) {
 	<-b.pubSlots
 }
 
-// refusal says why the broker closed p's channel. The library sends the
-// reason before it fails the pending confirms; the bound is a guard.
+// refusedError is errRefused with the broker's reply code and reason.
+type refusedError struct {
+	code   int
+	reason string
+}
+
+func (e *refusedError) Error() string        { return errRefused.Error() + ": " + e.reason }
+func (e *refusedError) Is(target error) bool { return target == errRefused }
+
+// refusal says why the broker closed p's channel (a *refusedError). The
+// library sends the reason before it fails the pending confirms; the
+// bound is a guard.
 func (p *publisher) refusal() error {
 	select {
 	case e, ok := <-p.closed:
 		if ok && e != nil {
-			return fmt.Errorf("%w: %s", errRefused, e.Reason)
+			return &refusedError{code: e.Code, reason: e.Reason}
 		}
 	case <-time.After(time.Second):
 	}

@@ -23,21 +23,21 @@ import (
 	"github.com/tetherhq/tether/server/record"
 )
 
-// chromium finds Debian's chromium (installed by .ci/run when missing).
-func chromium(t *testing.T) string {
+// chromium finds Debian's chromium (make setup installs it when missing).
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	testenv.Need(t, false, "no chromium on PATH for the console's browser tests (apt-get install chromium; .ci/run installs it)")
+	testenv.Need(t, false, "no chromium on PATH for the console's browser tests (apt-get install chromium fonts-dejavu-core; make setup installs it)")
 	return ""
 }
 
 // screenshotDir is where the browser test saves its screenshots:
 // TETHER_CONSOLE_SCREENSHOTS, else the test's temporary directory.
-func screenshotDir(t *testing.T) string {
+func screenshotDir(t testing.TB) string {
 	if d := os.Getenv("TETHER_CONSOLE_SCREENSHOTS"); d != "" {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func screenshotDir(t *testing.T) string {
 
 // tab is a browser tab driven by the test.
 type tab struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	base string
 	dir  string
@@ -57,7 +57,7 @@ type tab struct {
 
 // newBrowser starts a headless chromium; each user gets a browser
 // context of its own (its own cookies).
-func newBrowser(t *testing.T, base string) func(user string) *tab {
+func newBrowser(t testing.TB, base string) func(user string) *tab {
 	t.Helper()
 	path := chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),

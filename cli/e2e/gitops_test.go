@@ -38,7 +38,7 @@ func (g *gitRepo) commit(model string) string { return g.Commit(map[string]strin
 func (g *gitRepo) serveHTTP() string {
 	g.T().Helper()
 	gitBin, err := exec.LookPath("git")
-	testenv.Need(g.T(), err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
+	testenv.Need(g.T(), err == nil, "git is not installed: the HTTP git server is git http-backend (make setup installs it)")
 	h := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
 		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.Dir), "GIT_HTTP_EXPORT_ALL=1"}}
 	ts := httptest.NewServer(h)
@@ -286,7 +286,7 @@ func TestFromGitToFleet(t *testing.T) {
 func (g *gitRepo) serveSlowHTTP() (url string, hanging <-chan struct{}) {
 	g.T().Helper()
 	gitBin, err := exec.LookPath("git")
-	testenv.Need(g.T(), err == nil, "git is not installed: the HTTP git server is git http-backend (.ci/run installs it)")
+	testenv.Need(g.T(), err == nil, "git is not installed: the HTTP git server is git http-backend (make setup installs it)")
 	h := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
 		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(g.Dir), "GIT_HTTP_EXPORT_ALL=1"}}
 	var hung atomic.Bool

@@ -85,14 +85,14 @@ func listenForever(addr string) {
 // proc is a running tether process whose output goes to a log file that is
 // printed when the test fails.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
 }
 
-func startProc(t *testing.T, name string, environ []string, argv ...string) *proc {
+func startProc(t testing.TB, name string, environ []string, argv ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
@@ -165,7 +165,7 @@ func (p *proc) output() string {
 // cluster is one environment served by a real `tether server` on a fresh
 // PostgreSQL schema and a RabbitMQ namespace of its own.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	pg      string
 	amqpURL string
 	bus     *amqptest.Bus
@@ -185,7 +185,7 @@ type cluster struct {
 	agentNo    int
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	return newClusterWith(t, clusterOpts{})
 }
@@ -201,7 +201,7 @@ type clusterOpts struct {
 	serverArgs []string
 }
 
-func newClusterWith(t *testing.T, o clusterOpts) *cluster {
+func newClusterWith(t testing.TB, o clusterOpts) *cluster {
 	t.Helper()
 	cfg := amqptest.Config(t)
 	c := &cluster{t: t, pg: pgtest.Fresh(t), amqpURL: cfg.URL, ns: cfg.Namespace, admin: "e2e-admin-" + randHex(12)}
@@ -556,7 +556,7 @@ func poll(within time.Duration, cond func() bool) bool {
 	}
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !poll(within, cond) {
 		t.Fatalf("timed out after %s waiting for %s", within, what)

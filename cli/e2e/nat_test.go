@@ -122,7 +122,7 @@ func TestAgentBehindNAT(t *testing.T) {
 	testenv.Need(t, os.Geteuid() == 0, "the NAT test makes network namespaces: run it as root")
 	for _, tool := range []string{"ip", "iptables", "rabbitmqctl"} {
 		_, err := exec.LookPath(tool)
-		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
+		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (make setup installs them)")
 	}
 	c := newCluster(t)
 	n := setupNAT(t)
@@ -204,7 +204,7 @@ func TestAgentBehindNATOverTLS(t *testing.T) {
 	testenv.Need(t, os.Geteuid() == 0, "the NAT test makes network namespaces: run it as root")
 	for _, tool := range []string{"ip", "iptables"} {
 		_, err := exec.LookPath(tool)
-		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
+		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (make setup installs them)")
 	}
 	n := setupNAT(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

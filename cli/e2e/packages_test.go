@@ -160,7 +160,7 @@ func TestInstallScript(t *testing.T) {
 	needDpkg(t)
 	for _, tool := range []string{"ip", "iptables", "rabbitmqctl"} {
 		_, err := exec.LookPath(tool)
-		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (.ci/run installs them)")
+		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (make setup installs them)")
 	}
 	deb := buildAgentPackage(t, t.TempDir(), "1.0.0")
 	c := newCluster(t)

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -461,6 +462,8 @@ type API struct {
 	// streams ends with EndStreams: event streams follow it.
 	streams    context.Context
 	endStreams context.CancelFunc
+	// openStreams counts the event streams being served.
+	openStreams atomic.Int64
 }
 
 // New returns the API over svc. Zero fields of cfg take their defaults;
@@ -491,6 +494,11 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 // a server shutting down calls it (http.Server.RegisterOnShutdown), since
 // a stream never finishes by itself.
 func (a *API) EndStreams() { a.endStreams() }
+
+// OpenStreams returns how many event streams (/api/v1/events) are being
+// served now: each holds one of its client's connections (an HTTP/1.1
+// browser keeps six per host) until the client closes it.
+func (a *API) OpenStreams() int { return int(a.openStreams.Load()) }
 
 // withDefaults fills the zero fields of c from Default.
 func (c Config) withDefaults() Config {

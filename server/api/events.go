@@ -49,6 +49,8 @@ func (a *API) events(r *request) (int, any, error) {
 	// Without an environment, the stream holds the events of the
 	// environments the caller sees, and nothing of other organizations.
 	visible := a.visibleEnvs(r)
+	a.openStreams.Add(1)
+	defer a.openStreams.Add(-1)
 	w := r.Response()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
