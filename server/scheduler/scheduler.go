@@ -343,7 +343,8 @@ var unfinished = []model.ResourceState{model.StateAvailable, model.StateDeployin
 
 // Retry is the deploy-interval trigger: it deploys the released version
 // again to the active agents (accepted, not paused) that hold failed or
-// unfinished resources. It does nothing when the environment is halted or
+// unfinished resources, after their desired state when they last reported
+// an older generation. It does nothing when the environment is halted or
 // does not deploy automatically. A retry nobody took within the interval
 // expires: the next one is on its way.
 func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, error) {
@@ -371,6 +372,17 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
+	// What was sent to an agent may never have reached it: an agent may
+	// consume or purge its own inbox (the broker cannot refuse a purge to
+	// its consumer), or a client with rights on the broker may. A retry
+	// goes by the generation the agent last reported, not by what this
+	// server sent: an agent still behind is sent its desired state again
+	// (the agent takes a copy it holds already as a no-op).
+	s.mu.Lock()
+	for _, a := range targets {
+		s.sent[agentKey{a.Env, a.Name}] = a.Generation
+	}
+	s.mu.Unlock()
 	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets,
 		DeployRequest{Operation: record.OpDeploy, Trigger: record.DeployByDeployInterval, Who: record.WhoServer},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.DeployInterval)})

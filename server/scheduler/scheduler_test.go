@@ -370,6 +370,12 @@ func TestPeriodicTriggers(t *testing.T) {
 	if err != nil || len(fresh) != 2 {
 		t.Fatal(err)
 	}
+	// Their reports said the generation they hold (the server records it).
+	for _, n := range []string{"web", "db"} {
+		if _, err := f.store.SetAgentGeneration(f.ctx, "prod", n, gen); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.rec.take()
 	d, err := f.s.Retry(f.ctx, "prod")
 	if err != nil {
@@ -383,6 +389,17 @@ func TestPeriodicTriggers(t *testing.T) {
 	}
 	if exp := f.rec.opts[len(f.rec.opts)-1].Expiration; exp != time.Duration(settings.DeployInterval) {
 		t.Fatalf("retry expires after %s, want the deploy interval %s", exp, time.Duration(settings.DeployInterval))
+	}
+	// An agent that reports an older generation than it was sent (its
+	// inbox emptied under it) is sent its desired state again first.
+	if _, err := f.store.SetAgentGeneration(f.ctx, "prod", "db", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Retry(f.ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[db:desired.full db:deploy]" {
+		t.Fatalf("retry to an agent reporting generation 0 sent %s, want its desired state, then the deploy", got)
 	}
 
 	// Verify: a dry run under drift policy alert, a repair under heal,
