@@ -110,8 +110,12 @@ type Scheduler struct {
 	// not one per agent saying hello at once. Taken before mu.
 	indexMu sync.Mutex
 	mu      sync.Mutex
-	// sent is the generation last sent to each agent, to skip re-sending.
-	sent map[agentKey]int64
+	// sent is the generation last sent to each agent, to skip re-sending,
+	// and sentAt when it was sent (Retry).
+	sent   map[agentKey]int64
+	sentAt map[agentKey]time.Time
+	// now is the clock of sentAt (time.Now; tests move it).
+	now func() time.Time
 	// released holds, per environment, who waits for what in the
 	// released version (read page by page: slices are read from the
 	// store when sent, never all held at once).
@@ -143,6 +147,8 @@ func NewWith(cfg FanoutConfig, store Store, send Sender, signer *bus.Signer, sea
 		seal:     seal,
 		log:      log.With().Str("component", "scheduler").Logger(),
 		sent:     map[agentKey]int64{},
+		sentAt:   map[agentKey]time.Time{},
+		now:      time.Now,
 		released: map[string]*releasedVersion{},
 	}
 }
@@ -376,11 +382,17 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 	// consume or purge its own inbox (the broker cannot refuse a purge to
 	// its consumer), or a client with rights on the broker may. A retry
 	// goes by the generation the agent last reported, not by what this
-	// server sent: an agent still behind is sent its desired state again
-	// (the agent takes a copy it holds already as a no-op).
+	// server sent a whole interval ago or more: an agent still behind is
+	// sent its desired state again (the agent takes a copy it holds
+	// already as a no-op). What was sent within the interval (a release
+	// under way) may still be on its way: not sent twice.
 	s.mu.Lock()
+	now := s.now()
 	for _, a := range targets {
-		s.sent[agentKey{a.Env, a.Name}] = a.Generation
+		k := agentKey{a.Env, a.Name}
+		if at, ok := s.sentAt[k]; !ok || now.Sub(at) >= time.Duration(env.Settings.DeployInterval) {
+			s.sent[k] = a.Generation
+		}
 	}
 	s.mu.Unlock()
 	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets,
@@ -515,7 +527,7 @@ func (s *Scheduler) sync(ctx context.Context, env, agent string, held, to int64)
 	}
 	s.log.Debug().Str("env", env).Str("agent", agent).Str("kind", string(e.Kind)).Msg("sent")
 	s.mu.Lock()
-	s.sent[key] = to
+	s.sent[key], s.sentAt[key] = to, s.now()
 	s.mu.Unlock()
 	return true, nil
 }
