@@ -190,7 +190,6 @@ func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Durat
 	if total > 0 {
 		s.log.Info().Str("env", env).Int("agents", total).Dur("pending_expiry", expiry).
 			Msg("forgot pending agents not heard from within pending_expiry")
-		s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Error: fmt.Sprintf("%d pending agents expired", total)})
 	}
 	if !first {
 		return
