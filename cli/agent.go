@@ -298,7 +298,7 @@ const acceptAtOnce = 10
 func agentAcceptCommand(term *terminal) *ucli.Command {
 	cmd := remoteCommand(term, "accept", "accept discovered agents (NAME..., or --all-pending): they are enrolled and get their desired state", "[NAME]...", []ucli.Flag{
 		&ucli.BoolFlag{Name: "all-pending", Usage: "accept every agent waiting for acceptance (at most --max)"},
-		&ucli.IntFlag{Name: "max", Usage: fmt.Sprintf("with --all-pending: accept none unless at most this many wait (default %d); pass the number of hosts you installed", acceptAtOnce)},
+		&ucli.IntFlag{Name: "max", Value: acceptAtOnce, Usage: "with --all-pending: accept none unless at most this many wait; pass the number of hosts you installed"},
 		&ucli.BoolFlag{Name: "dry-run", Usage: "with --all-pending: list the agents it would accept, accept none"},
 	}, func(c *ucli.Context, cl *client, asJSON bool) error {
 		names := c.Args().Slice()
@@ -325,10 +325,7 @@ func agentAcceptCommand(term *terminal) *ucli.Command {
 					pending = append(pending, a)
 				}
 			}
-			limit := acceptAtOnce
-			if c.IsSet("max") {
-				limit = c.Int("max")
-			}
+			limit := c.Int("max")
 			if c.Bool("dry-run") || len(pending) > limit {
 				if asJSON {
 					if err := writeJSON(term.stdout, pending); err != nil {
