@@ -80,6 +80,7 @@ bench: build
 	./$(BIN) bench converge --agents 1000 --resources 20
 	./$(BIN) bench broker-auth --agents 1000
 	./$(BIN) bench ingest-tls --events 20000
+	$(GO) test ./server -run '^$$' -bench BenchmarkAPIUnderSlowConnections -benchtime 10x -count 1
 
 ## fuzz: run the fuzz targets for a while each
 fuzz:

@@ -27,54 +27,56 @@ var everywhere = []string{"github.com/rs/zerolog", "github.com/google/uuid"}
 // listed itself) to its allowances. A package missing here fails the test:
 // add it with the the package table of docs/architecture.md row it follows.
 var rules = map[string]rule{
-	"model":                        {},
-	"model/graph":                  {internal: []string{"model"}},
-	"model/secret":                 {internal: []string{"model"}, external: []string{"golang.org/x/crypto"}},
-	"model/secret/secrettest":      {}, // test helper: counts a planted secret in what a deploy left behind
-	"model/durable":                {},
-	"model/testenv":                {},                                                  // test helpers: skip or fail for a missing service
-	"model/gitfetch/gittest":       {external: []string{"github.com/go-git/go-git/v5"}}, // test helper: repositories made with go-git
-	"model/gitfetch":               {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
-	"model/lang":                   {internal: []string{"model", "model/graph", "model/durable", "model/gitfetch"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
-	"schema":                       {},
-	"bus":                          {internal: []string{"model"}},
-	"bus/bustest":                  {internal: []string{"bus", "model"}},
-	"bus/amqp":                     {internal: []string{"bus", "model"}, external: []string{"github.com/rabbitmq/amqp091-go"}},
-	"bus/amqp/rabbitnode":          {}, // private RabbitMQ nodes, for tests (through amqptest) and `tether bench`
-	"bus/amqp/amqptest":            {internal: []string{"bus", "bus/amqp", "bus/amqp/rabbitnode", "model/testenv"}},
-	"agent/handler":                {internal: []string{"model", "model/durable"}, external: []string{"golang.org/x/sys"}},
-	"agent/handler/handlertest":    {internal: []string{"agent/handler", "model", "model/testenv"}, external: []string{"golang.org/x/sys"}},
-	"agent/handler/builtin":        {internal: []string{"agent/handler", "agent/handler/*"}},
-	"agent/handler/*":              {internal: []string{"agent/handler", "model", "model/durable"}, external: []string{"golang.org/x/sys"}},
-	"agent/engine":                 {internal: []string{"model", "model/graph", "agent/handler"}},
-	"agent/journal":                {internal: []string{"model", "model/durable"}},
-	"agent/facts":                  {internal: []string{"model"}},
-	"agent":                        {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model", "model/secret"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
-	"server/record":                {internal: []string{"model"}, external: []string{"golang.org/x/crypto"}},
-	"server/store":                 {internal: []string{"model", "server/record", "schema"}},
-	"server/store/storetest":       {internal: []string{"server/store", "server/record", "model", "schema"}},
-	"server/store/sqlite":          {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"modernc.org/sqlite"}},
-	"server/store/postgres":        {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"github.com/jackc/pgx/v5"}},
-	"server/store/postgres/pgtest": {internal: []string{"server/store/postgres", "model/testenv"}},
-	"server/scheduler":             {internal: []string{"model", "model/graph", "server/record", "bus"}},
-	"server/clientlimit":           {external: []string{"golang.org/x/time"}},
-	"server/compilequeue":          {internal: []string{"server/record"}},
-	"server/webhook":               {},
-	"server/notify":                {internal: []string{"model", "server/record"}},
-	"server/keyring":               {internal: []string{"model/durable"}},
-	"server/brokerauth":            {internal: []string{"bus", "model", "server/record"}},
-	"server/source":                {internal: []string{"model/gitfetch"}},
-	"server/console":               {internal: []string{"model", "server/record"}},
-	"server/api":                   {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
-	"server":                       {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
-	"cli":                          {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
-	"cli/agentcli":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
-	"cli/tether-agent":             {internal: []string{"cli/agentcli"}}, // the agent-only binary's main
-	"cli/embedded":                 {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
-	"cli/bench":                    {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},
-	"cli/e2e":                      {},                          // tests only: real processes, checked through the store
-	"docs":                         {},                          // tests only: the documentation's runnable blocks, run
-	"":                             {internal: []string{"cli"}}, // main.go
+	"model":                             {},
+	"model/graph":                       {internal: []string{"model"}},
+	"model/secret":                      {internal: []string{"model"}, external: []string{"golang.org/x/crypto"}},
+	"model/secret/secrettest":           {}, // test helper: counts a planted secret in what a deploy left behind
+	"model/durable":                     {},
+	"model/testenv":                     {},                                                  // test helpers: skip or fail for a missing service
+	"model/gitfetch/gittest":            {external: []string{"github.com/go-git/go-git/v5"}}, // test helper: repositories made with go-git
+	"model/gitfetch":                    {external: []string{"github.com/go-git/go-git/v5", "github.com/go-git/go-billy/v5"}},
+	"model/lang":                        {internal: []string{"model", "model/graph", "model/durable", "model/gitfetch"}, external: []string{"github.com/hashicorp/hcl/v2", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml"}},
+	"schema":                            {},
+	"bus":                               {internal: []string{"model"}},
+	"bus/bustest":                       {internal: []string{"bus", "model"}},
+	"bus/amqp":                          {internal: []string{"bus", "model"}, external: []string{"github.com/rabbitmq/amqp091-go"}},
+	"bus/amqp/rabbitnode":               {}, // private RabbitMQ nodes, for tests (through amqptest) and `tether bench`
+	"bus/amqp/amqptest":                 {internal: []string{"bus", "bus/amqp", "bus/amqp/rabbitnode", "model/testenv"}},
+	"agent/handler":                     {internal: []string{"model", "model/durable"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler/handlertest":         {internal: []string{"agent/handler", "model", "model/testenv"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler/builtin":             {internal: []string{"agent/handler", "agent/handler/*"}},
+	"agent/handler/*":                   {internal: []string{"agent/handler", "model", "model/durable"}, external: []string{"golang.org/x/sys"}},
+	"agent/engine":                      {internal: []string{"model", "model/graph", "agent/handler"}},
+	"agent/journal":                     {internal: []string{"model", "model/durable"}},
+	"agent/facts":                       {internal: []string{"model"}},
+	"agent":                             {internal: []string{"agent/*", "agent/handler", "agent/handler/*", "bus", "model", "model/secret"}, external: []string{"github.com/fsnotify/fsnotify", "golang.org/x/sys"}},
+	"server/record":                     {internal: []string{"model"}, external: []string{"golang.org/x/crypto"}},
+	"server/store":                      {internal: []string{"model", "server/record", "schema"}},
+	"server/store/storetest":            {internal: []string{"server/store", "server/record", "model", "schema"}},
+	"server/store/sqlite":               {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"modernc.org/sqlite"}},
+	"server/store/postgres":             {internal: []string{"server/store", "server/record", "model", "schema"}, external: []string{"github.com/jackc/pgx/v5"}},
+	"server/store/postgres/pgtest":      {internal: []string{"server/store/postgres", "model/testenv"}},
+	"server/scheduler":                  {internal: []string{"model", "model/graph", "server/record", "bus"}},
+	"server/clientlimit":                {external: []string{"golang.org/x/time"}},
+	"server/compilequeue":               {internal: []string{"server/record"}},
+	"server/webhook":                    {},
+	"server/notify":                     {internal: []string{"model", "server/record"}},
+	"server/keyring":                    {internal: []string{"model/durable"}},
+	"server/brokerauth":                 {internal: []string{"bus", "model", "server/record"}},
+	"server/source":                     {internal: []string{"model/gitfetch", "model/durable"}},
+	"server/console":                    {internal: []string{"model", "server/record"}},
+	"server/api":                        {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
+	"server/api/internal/openapiclient": {external: []string{"github.com/oapi-codegen/runtime"}}, // the client generated from the OpenAPI document, for the API's tests
+	"server/api/internal/openapigen":    {},                                                      // tests only: writes the OpenAPI document and the generated client
+	"server":                            {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
+	"cli":                               {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
+	"cli/agentcli":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
+	"cli/tether-agent":                  {internal: []string{"cli/agentcli"}}, // the agent-only binary's main
+	"cli/embedded":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
+	"cli/bench":                         {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},
+	"cli/e2e":                           {},                          // tests only: real processes, checked through the store
+	"docs":                              {},                          // tests only: the documentation's runnable blocks, run
+	"":                                  {internal: []string{"cli"}}, // main.go
 
 	// Benchmark code, kept out of the production store.
 	"server/store/postgres/pgbaseline": {internal: []string{"server/store", "model"}, external: []string{"github.com/jackc/pgx/v5"}},
@@ -86,6 +88,7 @@ var exclusive = map[string][]string{
 	// pgbaseline: the benchmarks' bare-pgx baseline, kept out of the store.
 	"github.com/jackc/pgx/v5":             {"server/store/postgres", "server/store/postgres/pgbaseline"},
 	"github.com/labstack/echo/v4":         {"server/api"},
+	"github.com/oapi-codegen/runtime":     {"server/api/internal/openapiclient"},
 	"github.com/prometheus/client_golang": {"server"},
 	"github.com/rabbitmq/amqp091-go":      {"bus/amqp"},
 	"github.com/urfave/cli/v2":            {"cli", "cli/agentcli"},

@@ -19,7 +19,7 @@ import (
 // envCompileCommand is `tether env compile`: ask the server to compile the
 // environment's model from its source.
 func envCompileCommand(term *terminal) *ucli.Command {
-	return remoteCommand(term, "compile", "ask the server to compile the model from the environment's source now", "", []ucli.Flag{
+	return remoteCommand(term, "compile", "ask the server to compile the model from the environment's source now, even when nothing changed", "", []ucli.Flag{
 		&ucli.BoolFlag{Name: "wait", Usage: "wait for the compile to end and show its report (exit status 1 if it failed)"},
 		&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "with --wait, give up waiting after this long"},
 	}, func(c *ucli.Context, cl *client, asJSON bool) error {
@@ -167,7 +167,8 @@ func compilesCommand(term *terminal) *ucli.Command {
 		Usage: "the server's compiles of the environment's model: what triggered them, what they released, what failed",
 		Description: "The server compiles an environment's model itself once it has a source (tether env source).\n" +
 			"Every compile is reported: its triggers, the revision it read, its outcome (released, unchanged,\n" +
-			"candidate, failed), diagnostics with file:line:col, resources per agent, and what waits for facts.",
+			"candidate, failed, or skipped: nothing changed since the last that succeeded), diagnostics with\n" +
+			"file:line:col, resources per agent, and what waits for facts.",
 		Flags:  append(remoteFlags(), limit),
 		Action: remoteAction("", list),
 		Subcommands: []*ucli.Command{
@@ -249,6 +250,9 @@ func showCompile(term *terminal, x record.Compile) error {
 		fmt.Fprintf(w, "  version       none: the resources equal the released version's\n")
 	case record.CompileFailed:
 		fmt.Fprintf(w, "  version       none: the released version stays deployed\n")
+	case record.CompileSkipped:
+		fmt.Fprintf(w, "  skipped       nothing changed since compile %s: the same revision, inventory, variables, settings,\n"+
+			"                released version and server build; not compiled again (tether env compile compiles anyway)\n", x.SameAs)
 	}
 	if len(x.ResourcesPerAgent) == 0 && x.Outcome != record.CompileFailed && x.Outcome != record.CompileRunning {
 		fmt.Fprintf(w, "  resources     none: no accepted agent is a host of the model yet (tether agent list)\n")

@@ -98,6 +98,21 @@ func describeEvent(e server.Event) (label string, tint colour, subject, detail s
 		}
 	case server.EventEnvHalted:
 		label, subject, detail = "env", e.Env, e.Error
+	case server.EventCompileStarted, server.EventCompileFinished:
+		label, subject = "compile", e.Env
+		if c := e.Compile; c != nil {
+			label, tint, detail = compileEvent(*c)
+		}
+	case server.EventCompileAlert, server.EventCompileRecovered:
+		// An alert stored before compile.recovered was a kind of its own
+		// is a compile.alert of a compliant compile.failed alert.
+		label, tint, subject = "failing", red, e.Env
+		if a := e.Alert; a != nil {
+			detail = a.Message
+			if a.Kind.Good() || a.Compliance == model.Compliant {
+				label, tint = "recovered", green
+			}
+		}
 	case server.EventReleaseStarted, server.EventReleaseProgress, server.EventReleaseDone:
 		label, subject = "release", fmt.Sprintf("version %d", e.Generation)
 		if r := e.Release; r != nil {
@@ -114,6 +129,41 @@ func describeEvent(e server.Event) (label string, tint colour, subject, detail s
 		detail = string(b)
 	}
 	return label, tint, subject, detail
+}
+
+// compileEvent describes a compile's report for one line.
+func compileEvent(c record.Compile) (label string, tint colour, detail string) {
+	label, detail = "compile", string(c.Outcome)
+	if c.Revision != "" {
+		detail += " at " + shortRev(c.Revision)
+	}
+	switch c.Outcome {
+	case record.CompileRunning:
+		detail = "started: " + c.Triggers.String()
+	case record.CompileReleased:
+		tint, detail = green, fmt.Sprintf("version %d released (revision %s)", c.Version, shortRev(c.Revision))
+	case record.CompileCandidate:
+		tint, detail = yellow, fmt.Sprintf("version %d a candidate (revision %s): tether version release %d", c.Version, shortRev(c.Revision), c.Version)
+	case record.CompileSkipped:
+		detail += ": nothing changed since compile " + shortID(c.SameAs)
+	case record.CompileFailed:
+		tint, detail = red, detail+": "+firstDiagnostic(c.Diagnostics)
+	}
+	return label, tint, detail
+}
+
+// firstDiagnostic is a report's first error, as file:line:col: message.
+func firstDiagnostic(ds []record.CompileDiagnostic) string {
+	for _, d := range ds {
+		if d.Severity != "error" {
+			continue
+		}
+		if d.File == "" {
+			return d.Message
+		}
+		return fmt.Sprintf("%s:%d:%d: %s", d.File, d.Line, d.Col, d.Message)
+	}
+	return "see tether compiles show"
 }
 
 // describeChanges renders drifted attributes as `name current (want desired)`.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +87,10 @@ func serverFlags() []ucli.Flag {
 			Usage: "largest model source `SIZE` the server checks out (the files, not the history)"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "source-max-files", Value: source.DefaultLimits().MaxFiles, EnvVars: []string{"TETHER_SOURCE_MAX_FILES"},
 			Usage: "most files a model source may hold"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "state-dir", Value: defaultServerStateDir(), EnvVars: []string{"TETHER_SERVER_STATE_DIR"},
+			Usage: "`DIR` where this server keeps what it can fetch again: a clone of each environment's git source and the work tree of its last compile " +
+				"(DIR/sources), so that a compile fetches only what is new. Each server of a database has its own. Empty: none (every compile fetches its source afresh). " +
+				"Default: $STATE_DIRECTORY (systemd's StateDirectory), else the user's cache directory"}),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "allow-file-sources", EnvVars: []string{"TETHER_ALLOW_FILE_SOURCES"},
 			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
@@ -111,9 +116,9 @@ func serverFlags() []ucli.Flag {
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "keep-events", Value: notify.DefaultStream().Keep, EnvVars: []string{"TETHER_KEEP_EVENTS"},
 			Usage: "how long the event log keeps an event (what `tether watch` resumes from with Last-Event-ID) and a finished webhook delivery; older ones are deleted every hour (0: keep them for ever)"}),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "webhook-allow", EnvVars: []string{"TETHER_WEBHOOK_ALLOW"},
-			Usage: "let webhooks reach this `NETWORK` (10.0.0.0/8), address or host name (hooks.internal, *.internal) although denied: webhooks may not reach loopback, link-local (cloud metadata), private, unique-local, multicast or reserved addresses unless allowed here; allow wins over deny (repeat, or separate with commas)"}),
+			Usage: "let webhooks reach this `NETWORK` (10.0.0.0/8), address or host name (hooks.internal, *.internal) although denied: webhooks may not reach this server's own addresses, loopback, link-local (cloud metadata), private, unique-local, documentation (192.0.2.0/24…), benchmarking, multicast or other reserved addresses (docs/server.md lists them) unless allowed here; allow wins over deny (repeat, or separate with commas)"}),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "webhook-deny", EnvVars: []string{"TETHER_WEBHOOK_DENY"},
-			Usage: "also refuse webhooks this `NETWORK` (e.g. 203.0.113.0/24) or address, besides the default denied ones (repeat, or separate with commas)"}),
+			Usage: "also refuse webhooks this `NETWORK` or address (a public range of your own, or the public address a NAT forwards to this server), besides the default denied ones (repeat, or separate with commas)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TETHER_TLS_CERT"},
 			Usage: "serve the API over HTTPS with this certificate `FILE` (PEM)"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TETHER_TLS_KEY"},
@@ -142,21 +147,23 @@ func httpFlags() []ucli.Flag {
 	return []ucli.Flag{
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "ops-listen", EnvVars: []string{"TETHER_OPS_LISTEN"},
 			Usage: "also serve /healthz, /readyz and /metrics on this `ADDRESS` (a private network): they keep answering when the API listener is full, and /metrics leaves the API listener"}),
-		num("max-conns", "TETHER_MAX_CONNS", def.MaxConns, "connections the API listener holds open; more wait in the kernel's accept queue"),
+		num("max-conns", "TETHER_MAX_CONNS", def.MaxConns, "connections the API listener holds open; more wait in the kernel's accept queue (or, see max-anonymous-conns, take an unauthenticated one's place)"),
 		num("max-conns-per-client", "TETHER_MAX_CONNS_PER_CLIENT", def.MaxConnsPerClient, "connections one client address (an IPv6 /64) may hold; more are closed at once"),
+		num("max-anonymous-conns", "TETHER_MAX_ANONYMOUS_CONNS", def.MaxAnonymousConns, "connections of the API listener on which no request authenticated yet (new, slow or without a token; 0: a quarter of max-conns); when these or the listener are full, one is closed for each new connection, of the address holding the most, so slow clients cannot keep authenticated ones out"),
 		bytes("max-body", "TETHER_MAX_BODY", d.MaxBody, "largest request `SIZE` but for version uploads (e.g. 1MiB)"),
 		bytes("max-upload", "TETHER_MAX_UPLOAD", d.MaxUpload, "largest version upload `SIZE` (e.g. 64MiB); each upload in progress holds its resource set in memory"),
-		bytes("min-upload-rate", "TETHER_MIN_UPLOAD_RATE", d.MinUploadRate, "slowest upload the server waits for, `SIZE` a second: an upload may take read-timeout plus its size at this rate"),
+		bytes("min-upload-rate", "TETHER_MIN_UPLOAD_RATE", d.MinUploadRate, "slowest pace a request body (an upload or any other) may keep, `SIZE` a second on average, with read-timeout to spare"),
 		num("max-uploads", "TETHER_MAX_UPLOADS", d.MaxUploads, fmt.Sprintf("version uploads handled at once; another waits up to %s, then is answered busy", d.UploadWait)),
+		bytes("upload-memory", "TETHER_UPLOAD_MEMORY", d.UploadMemory, "memory `SIZE` the version uploads in progress may hold together (their resources as stored, counted as they arrive); an upload needing more on its own is refused too_large, one finding the rest held by others busy"),
 		dur("read-header-timeout", "TETHER_READ_HEADER_TIMEOUT", d.ReadHeaderTimeout, "time a client has to send a request's headers"),
-		dur("read-timeout", "TETHER_READ_TIMEOUT", d.ReadTimeout, "time a client has to send a whole request (uploads: see min-upload-rate)"),
+		dur("read-timeout", "TETHER_READ_TIMEOUT", d.ReadTimeout, "time a request's body has beyond its pace at min-upload-rate (its read deadline moves on as its bytes come); a request without a body has none after its headers"),
 		dur("write-timeout", "TETHER_WRITE_TIMEOUT", d.WriteTimeout, "time an answer may take to be written (event streams: per write)"),
 		dur("idle-timeout", "TETHER_IDLE_TIMEOUT", d.IdleTimeout, "an idle kept-alive connection is closed after this"),
 		dur("handler-timeout", "TETHER_HANDLER_TIMEOUT", d.HandlerTimeout, "time the work behind a request may take (not uploads nor event streams); then: error timeout"),
 		num("max-header-bytes", "TETHER_MAX_HEADER_BYTES", d.MaxHeaderBytes, "largest request headers, in bytes"),
 		rate("anonymous-rate", "TETHER_ANONYMOUS_RATE", d.AnonymousRate, "requests a second one client address may send without a token (health checks excepted)"),
 		num("anonymous-burst", "TETHER_ANONYMOUS_BURST", d.AnonymousBurst, "requests without a token one client address may send at once"),
-		rate("auth-failure-rate", "TETHER_AUTH_FAILURE_RATE", d.AuthFailureRate, "failed authentications a second one client address may make; beyond, its requests with a token are refused"),
+		rate("auth-failure-rate", "TETHER_AUTH_FAILURE_RATE", d.AuthFailureRate, "failed authentications a second one client address may make; beyond, its bad tokens are answered 429 (a valid token always gets in)"),
 		num("auth-failure-burst", "TETHER_AUTH_FAILURE_BURST", d.AuthFailureBurst, "failed authentications one client address may make at once"),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"TETHER_TRUSTED_PROXIES"},
 			Usage: "`NETWORK` (e.g. 10.0.0.0/8) of a reverse proxy whose X-Forwarded-For names the client for rate limits (repeat for several)"}),
@@ -164,8 +171,8 @@ func httpFlags() []ucli.Flag {
 		dur("session-max-age", "TETHER_SESSION_MAX_AGE", d.SessionMaxAge, "a login session ends this long after the login, used or not"),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "secure-cookies", EnvVars: []string{"TETHER_SECURE_COOKIES"},
 			Usage: "mark the session cookie Secure on plain HTTP too: the server is behind a proxy that serves TLS (with --tls-cert it always is)"}),
-		num("login-free-failures", "TETHER_LOGIN_FREE_FAILURES", d.LoginFreeFailures, "failed logins of a user name before each further one doubles a wait (a client address gets four times as many)"),
-		dur("login-max-delay", "TETHER_LOGIN_MAX_DELAY", d.LoginMaxDelay, "longest wait a run of failed logins imposes on a user name or address"),
+		num("login-free-failures", "TETHER_LOGIN_FREE_FAILURES", d.LoginFreeFailures, "failed logins of a user name from one address before each further one doubles that address's wait (an address across names, and a name across addresses, get four times as many; past those, the addresses that failed a name take turns while others are not held back)"),
+		dur("login-max-delay", "TETHER_LOGIN_MAX_DELAY", d.LoginMaxDelay, "longest wait a run of failed logins imposes on an address"),
 	}
 }
 
@@ -173,12 +180,12 @@ func httpFlags() []ucli.Flag {
 func httpConfig(c *ucli.Context) (server.HTTPConfig, error) {
 	cfg := server.DefaultHTTP()
 	cfg.TLSCert, cfg.TLSKey = c.String("tls-cert"), c.String("tls-key")
-	cfg.MaxConns, cfg.MaxConnsPerClient = c.Int("max-conns"), c.Int("max-conns-per-client")
+	cfg.MaxConns, cfg.MaxConnsPerClient, cfg.MaxAnonymousConns = c.Int("max-conns"), c.Int("max-conns-per-client"), c.Int("max-anonymous-conns")
 	a := &cfg.API
 	for _, f := range []struct {
 		name string
 		to   *int64
-	}{{"max-body", &a.MaxBody}, {"max-upload", &a.MaxUpload}, {"min-upload-rate", &a.MinUploadRate}} {
+	}{{"max-body", &a.MaxBody}, {"max-upload", &a.MaxUpload}, {"min-upload-rate", &a.MinUploadRate}, {"upload-memory", &a.UploadMemory}} {
 		n, err := parseSize(c.String(f.name))
 		if err != nil {
 			return cfg, usageError("--%s %q: %v", f.name, c.String(f.name), err)
@@ -482,6 +489,22 @@ func keyFileHint(path string) string {
 	return " with --key-file " + path
 }
 
+// defaultServerStateDir is where the server keeps its state by default:
+// the directory systemd gives the service (StateDirectory=), else the
+// user's cache directory; "" when neither is known.
+func defaultServerStateDir() string {
+	if dir := os.Getenv("STATE_DIRECTORY"); dir != "" {
+		// systemd lists several, separated by colons, when the unit
+		// names several: the first is the server's.
+		first, _, _ := strings.Cut(dir, ":")
+		return first
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "tether", "server")
+	}
+	return ""
+}
+
 func runServer(c *ucli.Context, term *terminal) error {
 	log, err := logger(c, term.stderr)
 	if err != nil {
@@ -506,6 +529,13 @@ func runServer(c *ucli.Context, term *terminal) error {
 	policy, err := parseWebhookPolicy(c.StringSlice("webhook-allow"), c.StringSlice("webhook-deny"))
 	if err != nil {
 		return err
+	}
+	sourceCache := ""
+	if dir := c.String("state-dir"); dir != "" && !c.Bool("no-compile") {
+		sourceCache = filepath.Join(dir, "sources")
+		if err := os.MkdirAll(sourceCache, 0o700); err != nil {
+			return usageError("--state-dir %s: %v: give the server a directory it can write (or --state-dir \"\" to fetch every compile's source afresh)", dir, err)
+		}
 	}
 	ring, err := loadKeyring(c, log)
 	if err != nil {
@@ -546,7 +576,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		if err := limits.Validate(); err != nil {
 			return usageError("%v", err)
 		}
-		cfg.Sources = server.StoredSources(st, server.SourceOptions{Limits: limits, AllowFile: c.Bool("allow-file-sources")})
+		cfg.Sources = server.StoredSources(st, server.SourceOptions{Limits: limits, AllowFile: c.Bool("allow-file-sources"), CacheDir: sourceCache})
 	}
 	if u := c.String("broker-admin-url"); u != "" {
 		if cfg.Broker, err = amqp.NewAdmin(u); err != nil {

@@ -51,6 +51,7 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 	}{
 		{"size", "", []string{"--max-upload", "lots"}, "--max-upload"},
 		{"per client above total", "", []string{"--max-conns", "10", "--max-conns-per-client", "20"}, "max-conns-per-client"},
+		{"anonymous above total", "", []string{"--max-conns", "10", "--max-conns-per-client", "5", "--max-anonymous-conns", "20"}, "max-anonymous-conns"},
 		{"handler timeout too long", "", []string{"--handler-timeout", "5m", "--write-timeout", "1m"}, "handler-timeout"},
 		{"upload below body", "", []string{"--max-body", "2MiB", "--max-upload", "1MiB"}, "max-upload"},
 		{"upload below body, from the config file", "max-body = \"2MiB\"\nmax-upload = \"1MiB\"\n", nil, "max-upload"},
@@ -59,6 +60,8 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 		{"bad webhook allow, second of a list in the config file", "webhook-allow = [\"10.0.0.0/8\", \"hooks.internal/x\"]\n", nil, `--webhook-allow "hooks.internal/x"`},
 		{"bad webhook wildcard", "webhook-allow = \"*\"\n", nil, `--webhook-allow "*"`},
 		{"webhook deny takes no name", "", []string{"--webhook-deny", "evil.example.com"}, `--webhook-deny "evil.example.com"`},
+		{"state directory not a directory", "", []string{"--state-dir", "/dev/null"}, "--state-dir /dev/null"},
+		{"state directory not a directory, from the config file", "state-dir = \"/dev/null\"\n", nil, "--state-dir /dev/null"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -169,19 +171,28 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				"Nothing is released, nothing changes on any host, and the released version stays released.\n"+
 				"Agents offline, and those that do not answer within --timeout, are named. Paused agents answer too.\n"+
 				"Example: tether version plan 4 --timeout 20s"),
-		remoteCommand(term, "release", "release a version, a newer or an older one (rollback): it is released at once, and its fan-out to agents runs on the server (--wait follows it)", "N",
-			waitFlags("follow the release's fan-out to agents, then wait until every resource of the version is deployed or failed"),
+		described(remoteCommand(term, "release", "release a version, a newer or an older one (rollback): it is released at once, and its fan-out to agents runs on the server (--wait follows it); a release that takes resources away from agents is confirmed first", "N",
+			append(waitFlags("follow the release's fan-out to agents, then wait until every resource of the version is deployed or failed"), yesFlag()),
 			func(c *ucli.Context, cl *client, asJSON bool) error {
-				p, err := envPath(cl, "/versions/"+url.PathEscape(c.Args().First())+"/release")
+				if c.NArg() != 1 {
+					return usageError("version release takes one version number N")
+				}
+				n := c.Args().First()
+				pv, err := confirmRelease(c, cl, term, n, asJSON)
 				if err != nil {
 					return err
 				}
-				var v record.Released
-				if err := cl.call(c.Context, "POST", p, nil, &v); err != nil {
+				p, err := envPath(cl, "/versions/"+url.PathEscape(n)+"/release")
+				if err != nil {
+					return err
+				}
+				out := releasedOutput{Leaving: pv.Leaving, LeavingNote: pv.Note}
+				v := &out.Released
+				if err := cl.call(c.Context, "POST", p, nil, v); err != nil {
 					return err
 				}
 				if !asJSON {
-					printReleased(term, v)
+					printReleased(term, *v)
 				}
 				if c.Bool("wait") && v.ReleaseID != "" {
 					rel, err := followRelease(c, cl, term, v.ReleaseID, c.Duration("timeout"), asJSON)
@@ -197,10 +208,16 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 					}
 				}
 				if asJSON {
-					return writeJSON(term.stdout, v)
+					return writeJSON(term.stdout, out)
 				}
 				return nil
 			}),
+			"Before releasing, the server is asked what the release would take away (GET …/versions/N/release-preview): per accepted agent,\n"+
+				"the resources it holds that version N does not have (orphaned: left on the host as they are, no longer managed;\n"+
+				"absent: purged already), and the agents that leave the model (version N has nothing for them: a rollback to a\n"+
+				"version made before they joined). If anything would be taken away it is listed, and the release waits for you to\n"+
+				"type N; --yes releases without asking (needed when stdin is not a terminal). -o json adds the same facts (\"leaving\").\n"+
+				"Example: tether version release 3"),
 		remoteCommand(term, "releases", "list the environment's releases, newest first, or show one (ID) with the agents it did not reach", "[ID]...", nil,
 			func(c *ucli.Context, cl *client, asJSON bool) error {
 				if c.NArg() > 1 {
@@ -245,6 +262,138 @@ func versionSubcommands(term *terminal) []*ucli.Command {
 				}
 				return t.flush()
 			}),
+	}
+}
+
+// releasedOutput is what `version release -o json` writes: the version
+// released, and what the release took away from each agent (as the
+// server previewed it just before).
+type releasedOutput struct {
+	record.Released
+	Leaving     []record.Leaving `json:"leaving"`
+	LeavingNote string           `json:"leaving_note,omitempty"`
+}
+
+// confirmRelease asks the server what releasing version n would take
+// away and, when anything, lists it and asks the person to confirm (type
+// n), unless --yes. Without a terminal and without --yes it refuses,
+// writing the preview (-o json: as JSON on stdout), and nothing is
+// released.
+func confirmRelease(c *ucli.Context, cl *client, term *terminal, n string, asJSON bool) (record.ReleasePreview, error) {
+	p, err := envPath(cl, "/versions/"+url.PathEscape(n)+"/release-preview")
+	if err != nil {
+		return record.ReleasePreview{}, err
+	}
+	var pv record.ReleasePreview
+	if err := cl.call(c.Context, "GET", p, nil, &pv); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.body.Code == "no_route" {
+			if c.Bool("yes") {
+				return pv, nil
+			}
+			return pv, usageError("the server cannot say what releasing version %s would take away from its agents (it is older than this tether); pass --yes to release it without knowing", n)
+		}
+		return pv, err
+	}
+	if !pv.TakesAway() {
+		return pv, nil
+	}
+	if c.Bool("yes") {
+		if !asJSON {
+			printPreview(term, term.stdout, pv)
+		}
+		return pv, nil
+	}
+	w := term.stdout
+	if asJSON {
+		w = term.stderr
+	}
+	printPreview(term, w, pv)
+	what := "version " + n + " " + takesAway(pv)
+	if !term.interactive {
+		if asJSON {
+			if err := writeJSON(term.stdout, pv); err != nil {
+				return pv, err
+			}
+		}
+		return pv, usageError("releasing %s: nothing was released; stdin is not a terminal to confirm it on: pass --yes to release it", what)
+	}
+	fmt.Fprintf(term.stderr, "Releasing %s.\nType %s to release it: ", what, n)
+	line, err := bufio.NewReader(term.stdin).ReadString('\n')
+	if strings.TrimSpace(line) != n {
+		if err != nil && line == "" {
+			fmt.Fprintln(term.stderr)
+		}
+		return pv, &exitError{code: exitFailed, err: errors.New("not confirmed: nothing was released")}
+	}
+	return pv, nil
+}
+
+// takesAway says in a few words what a release takes away.
+func takesAway(pv record.ReleasePreview) string {
+	s := fmt.Sprintf("takes %s away from %s", counted(pv.Resources, "resource"), counted(pv.Agents, "agent"))
+	var leave []string
+	for _, l := range pv.Leaving {
+		if l.LeavesModel {
+			leave = append(leave, l.Agent)
+		}
+	}
+	switch {
+	case len(leave) == 1:
+		s += " (" + leave[0] + " leaves the model)"
+	case len(leave) > 1:
+		s += fmt.Sprintf(" (%d leave the model: %s)", len(leave), model.Clip(strings.Join(leave, ", "), 200))
+	}
+	return s
+}
+
+// counted writes n things: "1 resource", "3 resources".
+func counted(n int, what string) string { return fmt.Sprintf("%d %s", n, plural(n, what, what+"s")) }
+
+// printPreview lists what a release would take away, per agent.
+func printPreview(term *terminal, w io.Writer, pv record.ReleasePreview) {
+	how := "releasing"
+	if pv.Rollback {
+		how = "rolling back to"
+	}
+	fmt.Fprintf(w, "%s version %d %s:\n", how, pv.Version, takesAway(pv))
+	for _, l := range pv.Leaving {
+		fmt.Fprintf(w, "\nagent %s\n", l.Agent)
+		printLeaving(term, w, pv.Version, l)
+	}
+	if pv.Staged {
+		fmt.Fprintln(w, "\nthe environment releases in waves: each agent loses these when its wave comes")
+	}
+	printFates(w, pv.Note)
+}
+
+// printLeaving lists what a release of version n takes away from one
+// agent, indented.
+func printLeaving(term *terminal, w io.Writer, n int64, l record.Leaving) {
+	if l.LeavesModel {
+		fmt.Fprintf(w, "  %s: version %d has nothing for it; a release takes away everything it holds (%s, of version %d):\n",
+			term.paint(red, "leaves the model"), n, counted(l.Count(), "resource"), l.From)
+	} else {
+		fmt.Fprintf(w, "  a release takes away %s it holds (of version %d) that version %d does not have:\n", counted(l.Count(), "resource"), l.From, n)
+	}
+	for _, r := range l.Resources {
+		c := yellow
+		if r.Fate == record.FateAbsent {
+			c = green
+		}
+		fmt.Fprintf(w, "  - %s %s\n", term.paint(c, fmt.Sprintf("%-8s", r.Fate)), r.ID)
+	}
+	if more := l.Unlisted(); more > 0 {
+		fmt.Fprintf(w, "  … and %d more (-o json lists up to %d in all)\n", more, record.MaxLeavingListed)
+	}
+}
+
+// printFates says what the fates of resources taken away mean, and the
+// note on purge_on_delete, if any.
+func printFates(w io.Writer, note string) {
+	fmt.Fprintln(w, "\norphaned: left on the host as it is, no longer managed; absent: purged already (purged = true), no longer kept absent")
+	if note != "" {
+		fmt.Fprintln(w, note)
 	}
 }
 
@@ -403,6 +552,7 @@ func printPlan(term *terminal, p record.Plan) {
 	}
 	fmt.Fprintf(w, "plan %s of version %d (%s): a dry run, nothing was changed\n", p.ID, p.Version, released)
 	colours := map[string]colour{model.WouldCreate: green, model.WouldChange: yellow, model.WouldRemove: yellow, string(model.StateFailed): red}
+	var leaving []record.Leaving
 	for _, a := range p.Agents {
 		status := "offline"
 		if a.Online {
@@ -414,6 +564,12 @@ func printPlan(term *terminal, p record.Plan) {
 		fmt.Fprintf(w, "\nagent %s (%s): %s", a.Name, status, strings.ReplaceAll(a.Outcome, "_", " "))
 		if a.Outcome == record.PlanAnswered || len(a.Resources) > 0 {
 			fmt.Fprintf(w, ", %d to change, %d unchanged", len(a.Resources), a.Unchanged)
+		}
+		if l := a.Leaving; l != nil {
+			fmt.Fprintf(w, ", %d to take away", l.Count())
+			if l.LeavesModel {
+				fmt.Fprint(w, ": leaves the model")
+			}
 		}
 		fmt.Fprintln(w)
 		if a.Note != "" {
@@ -430,9 +586,21 @@ func printPlan(term *terminal, p record.Plan) {
 				fmt.Fprintf(w, "      %s: %s → %s\n", name, showValue(ch.Current), showValue(ch.Desired))
 			}
 		}
+		if a.Leaving != nil {
+			printLeaving(term, w, p.Version, *a.Leaving)
+			leaving = append(leaving, *a.Leaving)
+		}
 	}
 	if len(p.NotAnswered) > 0 {
 		fmt.Fprintf(w, "\nnot answered within %s: %s\n", p.Timeout, strings.Join(p.NotAnswered, ", "))
+	}
+	if len(leaving) > 0 {
+		pv := record.ReleasePreview{Version: p.Version, Leaving: leaving, Agents: len(leaving)}
+		for _, l := range leaving {
+			pv.Resources += l.Count()
+		}
+		fmt.Fprintf(w, "\nreleasing version %d %s: tether version release %d lists it again and asks before it does\n", p.Version, takesAway(pv), p.Version)
+		printFates(w, p.Note)
 	}
 }
 

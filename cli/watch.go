@@ -31,12 +31,14 @@ func watchCommand(term *terminal) *ucli.Command {
 			w := &watcher{term: term, cl: cl, asJSON: asJSON}
 			return w.run(c.Context)
 		})
-	cmd.Description = "Events come as the server publishes them. When the connection is lost (the server\n" +
-		"restarts, the network drops) watch says so on stderr and reconnects with back-off (1s,\n" +
-		"doubling up to 30s), resuming after the last event it showed (Last-Event-ID): the server\n" +
-		"sends what was published meanwhile from its event log (kept --keep-events, 7 days by\n" +
-		"default, and shared by every replica); if it no longer keeps it, watch says that events\n" +
-		"may have been missed.\n\n" +
+	cmd.Description = "Events come as the server publishes them, from the moment watch starts. When the\n" +
+		"connection is lost (the server restarts, the network drops, a load balancer sends watch to\n" +
+		"another replica) watch says so on stderr and reconnects with back-off (1s, doubling up to\n" +
+		"30s), resuming where it was in the server's event log (Last-Event-ID): after the last event\n" +
+		"it showed, or where its stream started if none came yet. The server sends first what was\n" +
+		"recorded meanwhile (agents' reports ingested while watch was away included), each event\n" +
+		"once, from its event log (kept --keep-events, 7 days by default, and shared by every\n" +
+		"replica); if it no longer keeps them, watch says that events may have been missed.\n\n" +
 		"   tether watch --env prod\n" +
 		"   tether watch --env prod -o json | jq 'select(.kind == \"resource.result\")'"
 	return cmd
@@ -119,28 +121,41 @@ func (w *watcher) follow(ctx context.Context, again bool) (got bool, err error) 
 			fmt.Fprintln(w.term.stderr, "tether: reconnected")
 		}
 	}
+	// Server-sent events: an event is its lines up to a blank one. The
+	// "id:" of a block without data is where the stream is in the
+	// server's event log (the first block says where it starts): kept
+	// as the last ID all the same, so that a watch that has shown
+	// nothing yet resumes there and misses nothing. A block cut off by a
+	// lost connection is not an event: neither shown nor resumed after.
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var kind, id string
+	var data []string
+	hasID := false
 	for sc.Scan() {
 		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "id: "); ok {
-			id = v
+		if line == "" {
+			if len(data) > 0 {
+				w.show(kind, strings.Join(data, "\n"))
+			}
+			if hasID {
+				w.last = id
+			}
+			kind, id, data, hasID = "", "", data[:0], false
 			continue
 		}
-		if v, ok := strings.CutPrefix(line, "event: "); ok {
-			kind = v
-			continue
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "id":
+			if !strings.ContainsRune(value, 0) {
+				id, hasID = value, true
+			}
+		case "event":
+			kind = value
+		case "data":
+			data = append(data, value)
 		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		w.show(kind, data)
-		if id != "" {
-			w.last = id
-		}
-		kind, id = "", ""
 	}
 	return true, sc.Err()
 }

@@ -23,6 +23,12 @@ import (
 // cuts the streams open, as a server that goes away does.
 func apiOn(t *testing.T, addr string, srv *server.Server) (stop func()) {
 	t.Helper()
+	return apiOnWith(t, addr, srv, nil)
+}
+
+// apiOnWith is apiOn with the API's handler wrapped by wrap (nil: not).
+func apiOnWith(t *testing.T, addr string, srv *server.Server, wrap func(http.Handler) http.Handler) (stop func()) {
+	t.Helper()
 	var ln net.Listener
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -34,7 +40,11 @@ func apiOn(t *testing.T, addr string, srv *server.Server) (stop func()) {
 		t.Fatal(err)
 	}
 	a := api.New(api.Config{}, server.APIServices(srv, nil), zerolog.Nop())
-	hs := &http.Server{Handler: a.Handler()}
+	h := a.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	hs := &http.Server{Handler: h}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = hs.Serve(ln) }()
 	var stopped bool

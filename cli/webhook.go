@@ -25,16 +25,17 @@ func webhookCommand(term *terminal) *ucli.Command {
 			"event, retried with back-off for a day, and listed with their outcome. The secret is shown\n" +
 			"once, when the webhook is added. Adding, changing and deleting need the admin role; listing\n" +
 			"and testing, operator.\n\n" +
-			"The server posts only where its operator allows: not to loopback, link-local (cloud metadata),\n" +
-			"private or unique-local addresses, nor to a name resolving to one, unless the server runs with\n" +
-			"--webhook-allow naming them (docs/server.md, Where webhooks may post).\n\n" +
+			"The server posts only where its operator allows: not to the server's own addresses, loopback,\n" +
+			"link-local (cloud metadata), private, unique-local, documentation or other reserved addresses,\n" +
+			"nor to a name resolving to one, unless the server runs with --webhook-allow naming them\n" +
+			"(docs/server.md, Where webhooks may post).\n\n" +
 			"   tether webhook add pager --url https://alerts.example.com/tether --env prod\n" +
 			"   tether webhook add everything --url https://log.example.com/in --kinds '*' --env prod\n" +
 			"   tether webhook test pager --env prod\n" +
 			"   tether webhook deliveries pager --env prod",
 		Subcommands: []*ucli.Command{
 			remoteCommand(term, "add", "add a webhook; its secret is printed once", "NAME", []ucli.Flag{
-				&ucli.StringFlag{Name: "url", Usage: "the `URL` events are posted to (http:// or https://; private and loopback addresses only where the server allows them)", Required: true},
+				&ucli.StringFlag{Name: "url", Usage: "the `URL` events are posted to (http:// or https://; the server's own, private, loopback and reserved addresses only where the server allows them)", Required: true},
 				kindsFlag,
 				&ucli.StringFlag{Name: "secret-file", EnvVars: []string{"TETHER_WEBHOOK_SECRET_FILE"}, Usage: "sign with the secret in `FILE` (16 to 256 characters) instead of one the server makes"},
 				&ucli.BoolFlag{Name: "disabled", Usage: "add it disabled: nothing is posted until it is enabled (tether webhook update --enable)"},

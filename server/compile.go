@@ -1,13 +1,20 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/model"
@@ -26,15 +33,47 @@ import (
 // received is dropped for another's compile.
 
 // Sources is where the server reads environments' models: a git repository
-// or an uploaded archive. The server does not know which: it asks for a copy
-// in a directory of its own.
+// or an uploaded archive. The server does not know which: it asks for the
+// model's files at the revision the source names now.
 type Sources interface {
 	// Has reports whether env has a source to compile.
 	Has(ctx context.Context, env string) (bool, error)
-	// Fetch writes env's model into dst, an empty directory the server
-	// owns (and removes), and returns the revision it wrote: a commit id,
-	// an archive's hash.
-	Fetch(ctx context.Context, env, dst string) (revision string, err error)
+	// Resolve says which revision env's source names now, cheaply (a
+	// listing of a repository's refs), without fetching it: a compile
+	// that would read what the last one read is skipped before anything
+	// is fetched, and polls ask it.
+	Resolve(ctx context.Context, env string) (Resolved, error)
+	// Checkout makes env's model ready to compile.
+	Checkout(ctx context.Context, env string) (Checkout, error)
+}
+
+// Resolved is the revision a source names now.
+type Resolved struct {
+	// Revision is a commit id, an archive's hash. It may name what
+	// Checkout finds (an annotated tag the listing does not peel): the
+	// compile then runs.
+	Revision string
+	// Source is as Checkout's.
+	Source string
+}
+
+// Checkout is an environment's model, ready to compile.
+type Checkout struct {
+	// Dir holds the model's files. The compile reads them (and may write
+	// its module cache there); nothing else changes them until Release.
+	Dir string
+	// Revision is what Dir holds: a commit id, an archive's hash.
+	Revision string
+	// Source says what, besides the revision, decides the files: the
+	// kind of source, a repository's URL, ref and sub-directory, the
+	// limits; never credentials. It is one of the compile's inputs.
+	Source string
+	// Warnings go to the compile's report: what went wrong without
+	// failing the checkout (a cache that could not be used).
+	Warnings []string
+	// Release is called once the compile is done with Dir (nil: nothing
+	// to do).
+	Release func()
 }
 
 // ErrNoSource: the environment has no source to compile, or the server
@@ -242,8 +281,13 @@ func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) 
 	}
 	s.feed.publish(Event{Kind: EventCompileStarted, Env: env, Compile: &c})
 	ph := &phases{}
-	s.runCompile(ctx, &c, ph)
-	s.log.Info().Str("env", env).Str("compile", c.ID).Str("outcome", string(c.Outcome)).Int64("version", c.Version).
+	// An operator's request compiles whatever the inputs: to see a
+	// report of the model as it is, or after something the inputs do
+	// not see changed.
+	force := slices.ContainsFunc(b.Triggers, func(t record.Trigger) bool { return t.Kind == record.TriggerOperator })
+	s.runCompile(ctx, &c, force, ph)
+	s.metrics.compiles.WithLabelValues(string(c.Outcome)).Inc()
+	s.log.Info().Str("env", env).Str("compile", c.ID).Str("outcome", string(c.Outcome)).Int64("version", c.Version).Str("same_as", c.SameAs).
 		Dur("fetch", ph.fetch).Dur("inventory", ph.inventory).Dur("compile", ph.compile).Dur("store", ph.store).Dur("release", ph.release).Dur("fanout", ph.fanout).
 		Msg("compile finished")
 	// The report is written even when the server stops: a compile left
@@ -270,63 +314,98 @@ type phases struct {
 	fetch, inventory, compile, store, release, fanout time.Duration
 }
 
-func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) {
+func (s *Server) runCompile(ctx context.Context, c *record.Compile, force bool, ph *phases) {
 	since := func(d *time.Duration, t time.Time) { *d = time.Since(t) }
 	fail := func(format string, args ...any) {
-		c.Outcome, c.Version = record.CompileFailed, 0
+		c.Outcome, c.Version, c.SameAs = record.CompileFailed, 0, ""
 		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityError), Message: fmt.Sprintf(format, args...)})
 	}
-	dir, err := os.MkdirTemp("", "tether-compile-*")
-	if err != nil {
-		fail("make a directory for the source: %v", err)
-		return
-	}
-	defer os.RemoveAll(dir)
 	// Fetching and compiling share the compile's time limit.
 	deadline := time.Now().Add(s.cfg.CompileTimeout)
 	fetchCtx, cancel := context.WithDeadline(ctx, deadline)
-	t := time.Now()
-	c.Revision, err = s.cfg.Sources.Fetch(fetchCtx, c.Env, dir)
-	since(&ph.fetch, t)
-	cancel()
-	if err != nil {
+	defer cancel()
+	fetchFailed := func(err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(fetchCtx.Err(), context.DeadlineExceeded) {
 			fail("fetch the source: not done within the compile timeout (%s): %v", s.cfg.CompileTimeout, err)
 			return
 		}
 		fail("fetch the source: %v", err)
-		return
 	}
-	t = time.Now()
+	t := time.Now()
 	agents, err := s.store.ListAgents(ctx, c.Env)
 	if err != nil {
 		fail("read the inventory: %v", err)
 		return
 	}
 	inv := record.Inventory(agents)
-	since(&ph.inventory, t)
-	left := time.Until(deadline)
-	if left <= 0 {
-		fail("the source took the whole compile timeout (%s) to fetch", s.cfg.CompileTimeout)
+	e, err := s.store.GetEnv(ctx, c.Env)
+	if err != nil {
+		fail("read the environment's settings: %v", err)
 		return
 	}
 	// A module on the server's disk is read only where file:// sources are
 	// allowed: a commit must not make the server read its repositories.
 	local, _ := s.cfg.Sources.(interface{ allowsLocal() bool })
+	opts := lang.Options{Inventory: &inv, NoLocalModules: local == nil || !local.allowsLocal()}
+	in := compileInputs{Format: 1, Compiler: compilerBuild(), Env: e.Incarnation(), Settings: e.Settings, Inventory: inv, Vars: opts.Vars,
+		NoLocalModules: opts.NoLocalModules}
+	since(&ph.inventory, t)
+	if !force {
+		// The revision first, from a listing: nothing is fetched for a
+		// compile that would read what the last one read.
+		t = time.Now()
+		res, err := s.cfg.Sources.Resolve(fetchCtx, c.Env)
+		if err != nil {
+			since(&ph.fetch, t)
+			fetchFailed(err)
+			return
+		}
+		c.Revision, in.Revision, in.Source = res.Revision, res.Revision, res.Source
+		skipped, err := s.skipUnchanged(ctx, c, in)
+		since(&ph.fetch, t)
+		if err != nil {
+			fail("%v", err)
+			return
+		}
+		if skipped {
+			return
+		}
+	}
 	t = time.Now()
-	res, err := lang.Compile(ctx, dir, lang.Options{Inventory: &inv, Timeout: left, NoLocalModules: local == nil || !local.allowsLocal()})
+	co, err := s.cfg.Sources.Checkout(fetchCtx, c.Env)
+	ph.fetch += time.Since(t)
+	if err != nil {
+		fetchFailed(err)
+		return
+	}
+	if co.Release != nil {
+		defer co.Release()
+	}
+	c.Revision, in.Revision, in.Source = co.Revision, co.Revision, co.Source
+	for _, w := range co.Warnings {
+		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityWarning), Message: w})
+	}
+	dir := co.Dir
+	left := time.Until(deadline)
+	if left <= 0 {
+		fail("the source took the whole compile timeout (%s) to fetch", s.cfg.CompileTimeout)
+		return
+	}
+	opts.Timeout = left
+	t = time.Now()
+	res, err := lang.Compile(ctx, dir, opts)
 	since(&ph.compile, t)
 	var le *lang.Error
 	switch {
 	case errors.As(err, &le):
 		c.Outcome = record.CompileFailed
-		c.Diagnostics = diagnostics(dir, le.Diagnostics)
+		c.Diagnostics = append(c.Diagnostics, diagnostics(dir, le.Diagnostics)...)
 		return
 	case err != nil:
 		fail("%v", err)
 		return
 	}
-	c.Diagnostics = diagnostics(dir, res.Warnings)
+	c.Diagnostics = append(c.Diagnostics, diagnostics(dir, res.Warnings)...)
 	c.ResourcesPerAgent = map[string]int{}
 	for _, h := range res.Hosts {
 		c.ResourcesPerAgent[h.Agent] += h.Resources
@@ -342,12 +421,24 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 		}
 		c.Undefined = append(c.Undefined, record.UndefinedBlock{Name: name, Facts: facts})
 	}
+	releaseFailed := false
+	// The inputs are those of the environment as the compile leaves it:
+	// the version released after it is one of them. A git module followed
+	// by branch or tag may move without the revision: such a model is
+	// compiled every time.
+	repeatable := !slices.ContainsFunc(res.Modules, func(m lang.Module) bool { return m.Commit != "" && m.Ref != m.Commit })
+	defer func() {
+		// A version stored but not released for an error is released
+		// by the next compile: none is skipped before.
+		if !repeatable || !c.Outcome.Succeeded() || releaseFailed {
+			return
+		}
+		if released, err := s.releasedRef(context.WithoutCancel(ctx), c.Env); err == nil {
+			in.Released = released
+			c.Inputs = in.digest()
+		}
+	}()
 
-	e, err := s.store.GetEnv(ctx, c.Env)
-	if err != nil {
-		fail("read the environment's settings: %v", err)
-		return
-	}
 	t = time.Now()
 	setHash, err := s.prepareExport(ctx, res.Resources)
 	if err != nil {
@@ -379,7 +470,7 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 	since(&ph.release, t)
 	if err != nil {
 		// Stored, not released: an operator can release it.
-		c.Outcome = record.CompileCandidate
+		c.Outcome, releaseFailed = record.CompileCandidate, true
 		c.Diagnostics = append(c.Diagnostics, record.CompileDiagnostic{Severity: string(lang.SeverityWarning),
 			Message: fmt.Sprintf("version %d stored but not released: %v; release it with tether version release", v.Number, err)})
 		return
@@ -393,6 +484,108 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, ph *phases) 
 	since(&ph.fanout, t)
 	c.Outcome = record.CompileReleased
 }
+
+// compileInputs is what a compile's outcome depends on besides the
+// model's files: equal inputs (and revision) make an equal outcome, so a
+// compile whose inputs are those of the last one that succeeded is
+// skipped. It is kept as a digest (record.Compile.Inputs).
+type compileInputs struct {
+	// Format changes when what is counted changes: every compile then
+	// runs once more.
+	Format int `json:"format"`
+	// Compiler is the server's build.
+	Compiler string `json:"compiler"`
+	// Source and Revision: what the files are (Checkout).
+	Source   string `json:"source"`
+	Revision string `json:"revision"`
+	// Env is the environment's incarnation, Settings its settings (which
+	// decide a release, a candidate).
+	Env      string             `json:"env"`
+	Settings record.EnvSettings `json:"settings"`
+	// Inventory is the live inventory: accepted agents, their labels
+	// and facts, whichever the model reads.
+	Inventory      model.Inventory   `json:"inventory"`
+	Vars           map[string]string `json:"vars"`
+	NoLocalModules bool              `json:"no_local_modules"`
+	// Released is the version released after the compile (number and
+	// resource set): another release since (a rollback, an export)
+	// makes the next compile run, as it would have before.
+	Released string `json:"released"`
+}
+
+// digest is the inputs' SHA-256, of their JSON (maps in key order).
+func (in compileInputs) digest() string {
+	in.Inventory.Agents = slices.Clone(in.Inventory.Agents)
+	slices.SortFunc(in.Inventory.Agents, func(a, b model.InventoryAgent) int { return strings.Compare(a.Name, b.Name) })
+	b, err := json.Marshal(in)
+	if err != nil {
+		return "" // never equal to another: the compile runs
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// releasedRef names env's released version for the inputs: its number and
+// resource set; "" when none is released.
+func (s *Server) releasedRef(ctx context.Context, env string) (string, error) {
+	v, err := s.store.ReleasedVersion(ctx, env)
+	switch {
+	case errors.Is(err, model.ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return fmt.Sprintf("%d %s", v.Number, v.SetHash), nil
+}
+
+// skipUnchanged ends c as skipped when its revision and inputs are those
+// of the newest compile of its environment that ended, and that one
+// succeeded: the report names it and keeps what it found.
+func (s *Server) skipUnchanged(ctx context.Context, c *record.Compile, in compileInputs) (bool, error) {
+	released, err := s.releasedRef(ctx, c.Env)
+	if err != nil {
+		return false, fmt.Errorf("read the released version: %w", err)
+	}
+	in.Released = released
+	digest := in.digest()
+	cs, err := s.store.ListCompiles(ctx, c.Env, 10)
+	if err != nil {
+		return false, fmt.Errorf("read the last compile: %w", err)
+	}
+	for _, p := range cs {
+		if p.ID == c.ID || p.Outcome == record.CompileRunning {
+			continue // this one, or one a stopped replica left
+		}
+		if !p.Outcome.Succeeded() || p.Inputs == "" || p.Inputs != digest || p.Revision != c.Revision {
+			return false, nil
+		}
+		c.Outcome, c.Inputs, c.SameAs = record.CompileSkipped, digest, cmp.Or(p.SameAs, p.ID)
+		c.ResourcesPerAgent, c.Undefined, c.UndefinedTotal = p.ResourcesPerAgent, p.Undefined, p.UndefinedTotal
+		return true, nil
+	}
+	return false, nil
+}
+
+// compilerBuild names the server's build, which compiles: a compile by
+// another build is never skipped for one by this one. It is the digest of
+// the executable where it can be read (a development build changes
+// without its version), else its version and commit.
+var compilerBuild = sync.OnceValue(func() string {
+	h := sha256.New()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		fmt.Fprintln(h, bi.Main.Path, bi.Main.Version, bi.GoVersion)
+		for _, s := range bi.Settings {
+			fmt.Fprintln(h, s.Key, s.Value)
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		if f, err := os.Open(exe); err == nil {
+			_, _ = io.Copy(h, f)
+			f.Close()
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+})
 
 // diagnostics are the compiler's diagnostics of the model in dir as a
 // report keeps them, their files relative to the source's root.
@@ -429,31 +622,40 @@ func diagnosticString(d record.CompileDiagnostic) string {
 }
 
 // alertCompile raises a compile.failed alert when a compile fails after
-// one that did not (the first of a streak), and a resolving one when a
-// compile succeeds after a streak of failures. The newest compile alert
-// says where the environment stands, so the streak survives a restart.
+// one that did not (the first of a streak), and a compile.recovered one
+// when a compile succeeds after a streak of failures. The newest compile
+// alert says where the environment stands, so the streak survives a
+// restart.
 func (s *Server) alertCompile(ctx context.Context, c record.Compile) {
-	last, err := s.store.Alerts(ctx, record.AlertFilter{Env: c.Env, Kind: record.AlertCompileFailed, Limit: 1})
+	last, err := s.store.Alerts(ctx, record.AlertFilter{Env: c.Env, Kinds: []record.AlertKind{record.AlertCompileFailed, record.AlertCompileRecovered}, Limit: 1})
 	if err != nil {
 		s.log.Warn().Err(err).Str("env", c.Env).Msg("cannot read the compile alerts; none raised")
 		return
 	}
-	failing := len(last) > 0 && last[0].Compliance == model.NonCompliant
+	failing := len(last) > 0 && last[0].Kind == record.AlertCompileFailed && last[0].Compliance == model.NonCompliant
 	var a record.Alert
+	kind := EventCompileAlert
 	switch {
 	case c.Outcome == record.CompileFailed && !failing:
-		a = record.Alert{Compliance: model.NonCompliant,
+		a = record.Alert{Kind: record.AlertCompileFailed, Compliance: model.NonCompliant,
 			Message: fmt.Sprintf("compile %s of revision %q failed: %s", c.ID, c.Revision, firstError(c.Diagnostics))}
 	case c.Outcome != record.CompileFailed && failing:
-		a = record.Alert{Compliance: model.Compliant, Version: c.Version,
+		a = record.Alert{Kind: record.AlertCompileRecovered, Compliance: model.Compliant, Version: c.Version,
 			Message: fmt.Sprintf("compile %s of revision %q succeeded (%s): compiles fail no more", c.ID, c.Revision, c.Outcome)}
+		kind = EventCompileRecovered
 	default:
 		return
 	}
-	a.At, a.Env, a.Kind = time.Now().UTC(), c.Env, record.AlertCompileFailed
-	if err := s.store.RecordAlerts(ctx, []record.Alert{a}); err != nil {
+	a.At, a.Env = time.Now().UTC(), c.Env
+	ev := Event{Kind: kind, Env: c.Env, Alert: &a, At: a.At}
+	events, err := inLog(&ev)
+	if err != nil {
+		s.log.Error().Err(err).Str("env", c.Env).Msg("cannot record a compile alert")
+		return
+	}
+	if err := s.store.RecordAlerts(ctx, []record.Alert{a}, events...); err != nil {
 		s.log.Warn().Err(err).Str("env", c.Env).Msg("cannot record a compile alert")
 		return
 	}
-	s.feed.publish(Event{Kind: EventCompileAlert, Env: c.Env, Alert: &a})
+	s.logged(ev)
 }

@@ -2,8 +2,13 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,7 +24,9 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/store"
 )
 
 // models is a fake server.Sources: each environment's model is the files
@@ -45,19 +52,33 @@ func (m *models) Has(_ context.Context, env string) (bool, error) {
 	return ok, nil
 }
 
-func (m *models) Fetch(_ context.Context, env, dst string) (string, error) {
+func (m *models) Resolve(_ context.Context, env string) (server.Resolved, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.files[env]; !ok {
+		return server.Resolved{}, errors.New("no source")
+	}
+	return server.Resolved{Revision: m.rev[env], Source: "models " + env}, nil
+}
+
+func (m *models) Checkout(_ context.Context, env string) (server.Checkout, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	files, ok := m.files[env]
 	if !ok {
-		return "", errors.New("no source")
+		return server.Checkout{}, errors.New("no source")
+	}
+	dst, err := os.MkdirTemp("", "tether-models-*")
+	if err != nil {
+		return server.Checkout{}, err
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dst, name), []byte(content), 0o644); err != nil {
-			return "", err
+			os.RemoveAll(dst)
+			return server.Checkout{}, err
 		}
 	}
-	return m.rev[env], nil
+	return server.Checkout{Dir: dst, Revision: m.rev[env], Source: "models " + env, Release: func() { os.RemoveAll(dst) }}, nil
 }
 
 // compileRig is a server that compiles the models of m, with an
@@ -101,7 +122,7 @@ func (r *rig) finished() record.Compile {
 
 func (r *rig) compileAlerts() []record.Alert {
 	r.t.Helper()
-	al, err := r.store.Alerts(r.ctx, record.AlertFilter{Env: "test", Kind: record.AlertCompileFailed})
+	al, err := r.store.Alerts(r.ctx, record.AlertFilter{Env: "test", Kinds: []record.AlertKind{record.AlertCompileFailed, record.AlertCompileRecovered}})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -154,7 +175,7 @@ func TestCompileOutcomes(t *testing.T) {
 	if v, _ := r.store.ReleasedVersion(r.ctx, "test"); v.Number != c.Version {
 		t.Fatalf("released version %d after failed compiles, want still %d", v.Number, c.Version)
 	}
-	if al := r.compileAlerts(); len(al) != 1 || al[0].Compliance != model.NonCompliant || !strings.Contains(al[0].Message, "main.hcl:3") {
+	if al := r.compileAlerts(); len(al) != 1 || al[0].Kind != record.AlertCompileFailed || al[0].Compliance != model.NonCompliant || !strings.Contains(al[0].Message, "main.hcl:3") {
 		t.Fatalf("alerts after two failures: %+v, want one, naming main.hcl:3", al)
 	}
 
@@ -164,8 +185,8 @@ func TestCompileOutcomes(t *testing.T) {
 		t.Fatalf("fixed model: %+v, want a new version released", ok)
 	}
 	al := r.compileAlerts()
-	if len(al) != 2 || al[0].Compliance != model.Compliant {
-		t.Fatalf("alerts after the fix: %+v, want the failure and its resolution", al)
+	if len(al) != 2 || al[0].Kind != record.AlertCompileRecovered || al[0].Compliance != model.Compliant || al[1].Kind != record.AlertCompileFailed {
+		t.Fatalf("alerts after the fix: %+v, want the failure (compile.failed) and its resolution (compile.recovered)", al)
 	}
 	list, err := r.srv.ListCompiles(r.ctx, "test", 0)
 	if err != nil || len(list) != 5 || list[0].ID != ok.ID {
@@ -389,4 +410,97 @@ func TestFactStormCoalesces(t *testing.T) {
 			t.Fatalf("a compile after the storm's release: %s, want unchanged: %+v", c.Outcome, c)
 		}
 	}
+}
+
+// A compile that succeeds after failures raises a compile.recovered
+// alert, published as an event of its own kind, compile.recovered, which
+// a webhook made with the default kinds receives as such; the failure is
+// a compile.failed alert, a compile.alert event.
+func TestCompileRecoveredIsItsOwnKind(t *testing.T) {
+	type delivery struct{ event, alert string }
+	got := make(chan delivery, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var b struct {
+			Type string `json:"type"`
+			Data struct {
+				Alert *record.Alert `json:"alert"`
+			} `json:"data"`
+		}
+		body, _ := io.ReadAll(req.Body)
+		if json.Unmarshal(body, &b) == nil && b.Data.Alert != nil {
+			got <- delivery{b.Type, string(b.Data.Alert.Kind)}
+		}
+	}))
+	defer hook.Close()
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	m.set("test", "r1", map[string]string{"main.hcl": brokenModel})
+	r := startRigWith(t, func(c *server.Config, _ store.Store) {
+		c.Sources = m
+		c.Webhooks = notify.SenderConfig{Poll: 20 * time.Millisecond, Policy: notify.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}
+	}, map[string]record.EnvSettings{"test": record.DefaultEnvSettings(), "nosource": record.DefaultEnvSettings()})
+	r.waitCompiles()
+	u := hook.URL
+	if _, err := r.srv.CreateWebhook(r.ctx, "test", record.WebhookRequest{Name: "ops", URL: &u}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+
+	// compiled asks for a compile and returns the kinds of the events
+	// published until it finished.
+	compiled := func() (record.Compile, []server.Event) {
+		t.Helper()
+		if _, err := r.srv.RequestCompile(r.ctx, "test", "alice"); err != nil {
+			t.Fatal(err)
+		}
+		var seen []server.Event
+		for {
+			e := r.nextEvent()
+			if e.Kind == server.EventCompileFinished {
+				return *e.Compile, seen
+			}
+			seen = append(seen, e)
+		}
+	}
+	alertEvents := func(es []server.Event) []string {
+		var out []string
+		for _, e := range es {
+			if e.Alert != nil {
+				out = append(out, string(e.Kind)+"/"+string(e.Alert.Kind)+"/"+string(e.Alert.Compliance))
+			}
+		}
+		return out
+	}
+	if c, es := compiled(); c.Outcome != record.CompileFailed || fmt.Sprint(alertEvents(es)) != "[compile.alert/compile.failed/non_compliant]" {
+		t.Fatalf("failed compile: %s, events %v; want one compile.alert of a compile.failed alert", c.Outcome, alertEvents(es))
+	}
+	m.set("test", "r2", map[string]string{"main.hcl": goodModel})
+	c, es := compiled()
+	if c.Outcome != record.CompileReleased || fmt.Sprint(alertEvents(es)) != "[compile.recovered/compile.recovered/compliant]" {
+		t.Fatalf("compile after the fix: %s, events %v; want one compile.recovered event of a compile.recovered alert", c.Outcome, alertEvents(es))
+	}
+	if _, es := compiled(); len(alertEvents(es)) != 0 {
+		t.Fatalf("the next compile: events %v, want no alert (the streak is over)", alertEvents(es))
+	}
+	want := []delivery{{"compile.alert", "compile.failed"}, {"compile.recovered", "compile.recovered"}}
+	for i, w := range want {
+		select {
+		case d := <-got:
+			if d != w {
+				t.Fatalf("delivery %d: %+v, want %+v", i, d, w)
+			}
+		case <-time.After(patience):
+			t.Fatalf("delivery %d (%+v) did not come", i, w)
+		}
+	}
+}
+
+// nextEvent returns the next live event, whatever its kind.
+func (r *rig) nextEvent() server.Event {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(r.ctx, patience)
+	defer cancel()
+	e, err := r.sub.Next(ctx)
+	if err != nil {
+		r.t.Fatalf("waiting for an event: %v", err)
+	}
+	return e
 }

@@ -23,13 +23,26 @@ func (s *Server) CreateEnv(ctx context.Context, env record.Environment) error {
 // settings agents hold between deploys (the drift policy) are sent to them
 // when they change.
 func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
-	var was record.EnvSettings
+	var (
+		was    record.EnvSettings
+		halted *Event
+	)
 	env, err := s.store.UpdateEnvSettings(ctx, name, func(st *record.EnvSettings) error {
 		was = *st
 		return fn(st)
+	}, func(was, now record.EnvSettings) ([]record.LoggedEvent, error) {
+		halted = nil
+		if now.Halted == was.Halted {
+			return nil, nil
+		}
+		halted = &Event{Kind: EventEnvHalted, Env: name, Error: fmt.Sprintf("halted=%v", now.Halted)}
+		return inLog(halted)
 	})
 	if err != nil {
 		return env, err
+	}
+	if halted != nil {
+		s.logged(*halted)
 	}
 	if env.Settings.DriftPolicy != was.DriftPolicy {
 		if err := s.sched.Settings(ctx, name, env.Settings); err != nil {
@@ -40,7 +53,6 @@ func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*re
 		if err := s.sched.Halt(ctx, name, env.Settings.Halted); err != nil {
 			s.log.Warn().Err(err).Str("env", name).Bool("halted", env.Settings.Halted).Msg("not every agent was told; they learn it on their next hello")
 		}
-		s.feed.publish(Event{Kind: EventEnvHalted, Env: name, Error: fmt.Sprintf("halted=%v", env.Settings.Halted)})
 		if !env.Settings.Halted {
 			s.catchup(ctx, name)
 		}
@@ -92,8 +104,13 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 		a.Note = "rejected by an operator"
 	}
 	// The decision alone is written: what the agent reported meanwhile
-	// (through another replica) stays.
-	if err := s.store.SetAgentState(ctx, a, was); err != nil {
+	// (through another replica) stays. Its event is logged with it.
+	changed := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)}
+	events, err := inLog(&changed)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.SetAgentState(ctx, a, was, events...); err != nil {
 		return a, err
 	}
 	s.agents.putRead(a, since)
@@ -141,7 +158,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 			}
 		}
 	}
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)})
+	s.logged(changed)
 	if action == record.AgentAccept || wasAccepted {
 		// The live inventory changed: the model may place resources
 		// on the agent, or take them away.
@@ -165,6 +182,7 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 		return err
 	}
 	s.agents.forgetEnv(name)
+	s.forgetSource(ctx, name)
 	if d, ok := s.bus.(inboxDeleter); ok {
 		for i, a := range agents {
 			if err := d.DeleteInbox(ctx, name, a.Name); err != nil {
@@ -192,7 +210,12 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 	if err != nil {
 		return a, err
 	}
-	if err := s.store.DeleteAgent(ctx, env, name); err != nil {
+	deleted := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"}
+	events, err := inLog(&deleted)
+	if err != nil {
+		return a, err
+	}
+	if err := s.store.DeleteAgent(ctx, env, name, events...); err != nil {
 		return a, err
 	}
 	s.agents.forget(env, name)
@@ -206,7 +229,7 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
 	}
 	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"})
+	s.logged(deleted)
 	if a.State == record.AgentAccepted {
 		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}
@@ -249,8 +272,10 @@ func (s *Server) GetDeploy(ctx context.Context, env, id string) (record.Deploy, 
 // log, which every replica appends to: opened is called once, then send
 // with each event until ctx ends or send fails. After is the ID of the last
 // event the follower saw ("" for none): the events after it come first,
-// if the log still keeps them; opened is told whether it does (false:
-// some may be missed).
-func (s *Server) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
+// if the log still keeps them; opened is told the ID the follower is at
+// (to resume after, should it reconnect before any event comes) and
+// whether the log still keeps what followed after (false: some may be
+// missed).
+func (s *Server) Follow(ctx context.Context, env, after string, opened func(at string, resumed bool) error, send func(id, kind string, data []byte) error) error {
 	return s.stream.Follow(ctx, env, after, opened, send)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -50,9 +51,12 @@ const (
 	// EventCompileFinished: a server-side compile ended (Compile holds
 	// its report).
 	EventCompileFinished EventKind = "compile.finished"
-	// EventCompileAlert: compiles of the environment started failing, or
-	// succeed again (Alert says which).
+	// EventCompileAlert: compiles of the environment started failing
+	// (Alert holds the compile.failed alert).
 	EventCompileAlert EventKind = "compile.alert"
+	// EventCompileRecovered: a compile succeeded after failures (Alert
+	// holds the compile.recovered alert).
+	EventCompileRecovered EventKind = "compile.recovered"
 	// EventReleaseStarted: a version was released; its fan-out to agents
 	// starts in the background (Release holds the release, running).
 	EventReleaseStarted EventKind = "release.started"
@@ -92,8 +96,9 @@ type Event struct {
 // Feed fans events out to this process's subscribers (the embedded mode's
 // report, plans, tests), and hands each to sink: the stored event log,
 // which the event stream of every replica follows. Events that were logged
-// already, in the transaction that recorded what they tell (ingest's), are
-// published with publishLogged: to the subscribers only. Every subscriber sees
+// already, in the transaction that recorded what they tell (ingest's, an
+// operator's decision about an agent), are published with publishLogged:
+// to the subscribers only. Every subscriber sees
 // every event published while it is subscribed, in order: a subscriber's
 // queue grows instead of dropping events, so a slow reader never misses a
 // result.
@@ -177,6 +182,36 @@ func (s *Subscription) Close() {
 	s.feed.mu.Lock()
 	delete(s.feed.subs, s)
 	s.feed.mu.Unlock()
+}
+
+// inLog returns events as the event log stores them, for the store
+// write that records the change they tell to append them in its
+// transaction: a crash between the two loses neither, and no event tells
+// of a change that was not committed. Once it is, logged publishes them.
+// Their time is set here, as publishing would.
+func inLog(events ...*Event) ([]record.LoggedEvent, error) {
+	out := make([]record.LoggedEvent, len(events))
+	for i, e := range events {
+		if e.At.IsZero() {
+			e.At = time.Now().UTC()
+		}
+		le, err := loggedEvent(*e)
+		if err != nil {
+			return nil, fmt.Errorf("event %s is not JSON: %w", e.Kind, err)
+		}
+		out[i] = le
+	}
+	return out, nil
+}
+
+// logged publishes events the transaction of what they tell appended to
+// the event log (inLog), to this process's subscribers, and wakes the
+// streams and webhooks that follow the log.
+func (s *Server) logged(events ...Event) {
+	for _, e := range events {
+		s.feed.publishLogged(e)
+	}
+	s.stream.Appended()
 }
 
 // logEvent hands an event to the stored event log.

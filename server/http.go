@@ -28,6 +28,16 @@ type HTTPConfig struct {
 	// closed at once.
 	MaxConns          int
 	MaxConnsPerClient int
+	// MaxAnonymousConns (max-anonymous-conns) bounds the API listener's
+	// connections on which no request has authenticated yet (a new
+	// connection, a client without a token, a slow one); when these or
+	// the listener are full, the next connection is accepted and one of
+	// them closed to make room: of the client holding the most, the
+	// oldest; failing any, an authenticated client's kept-alive idle
+	// connection. A connection serving an authenticated request (an
+	// event stream included) is never closed so. 0: a quarter of
+	// MaxConns.
+	MaxAnonymousConns int
 	// TLSCert and TLSKey (tls-cert, tls-key): serve the API over HTTPS.
 	TLSCert, TLSKey string
 	// ShutdownGrace is how long requests in progress may finish when the
@@ -49,12 +59,22 @@ func (c HTTPConfig) Validate() error {
 	switch {
 	case c.MaxConns < 1 || c.MaxConnsPerClient < 1 || c.MaxConnsPerClient > c.MaxConns:
 		return fmt.Errorf("%w: max-conns %d, max-conns-per-client %d: want 1 <= max-conns-per-client <= max-conns", api.ErrConfig, c.MaxConns, c.MaxConnsPerClient)
+	case c.MaxAnonymousConns < 0 || c.MaxAnonymousConns > c.MaxConns:
+		return fmt.Errorf("%w: max-anonymous-conns %d, max-conns %d: want 0 (a quarter of max-conns) to max-conns", api.ErrConfig, c.MaxAnonymousConns, c.MaxConns)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("%w: tls-cert and tls-key go together", api.ErrConfig)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("%w: shutdown grace %v: want 0 or more", api.ErrConfig, c.ShutdownGrace)
 	}
 	return nil
+}
+
+// anonymousConns is MaxAnonymousConns, or its default.
+func (c HTTPConfig) anonymousConns() int {
+	if c.MaxAnonymousConns > 0 {
+		return c.MaxAnonymousConns
+	}
+	return max(1, c.MaxConns/4)
 }
 
 // The operations listener serves probes and scrapers, a few connections
@@ -114,9 +134,17 @@ func (h *HTTP) Serve(ctx context.Context, ln, ops net.Listener) error {
 		hs   *http.Server
 		tls  bool
 	}
-	ls := []listener{{name: "api", ln: clientlimit.NewListener(ln, h.cfg.MaxConns, h.cfg.MaxConnsPerClient), hs: a.HTTPServer(a.Handler()), tls: h.cfg.TLSCert != ""}}
+	// The API and operations listeners shed connections no request
+	// authenticated on to make room (the operations listener has no
+	// authentication: each new probe takes the place of the oldest
+	// connection of the client holding the most).
+	ls := []listener{{name: "api", ln: clientlimit.NewListener(ln, h.cfg.MaxConns, h.cfg.MaxConnsPerClient).Shed(h.cfg.anonymousConns()),
+		hs: a.HTTPServer(a.Handler()), tls: h.cfg.TLSCert != ""}}
 	if ops != nil {
-		ls = append(ls, listener{name: "ops", ln: clientlimit.NewListener(ops, opsMaxConns, opsMaxConnsPerClient), hs: a.HTTPServer(a.OpsHandler())})
+		ls = append(ls, listener{name: "ops", ln: clientlimit.NewListener(ops, opsMaxConns, opsMaxConnsPerClient).Shed(opsMaxConns), hs: a.HTTPServer(a.OpsHandler())})
+	}
+	for _, l := range ls {
+		l.hs.ConnState, l.hs.ConnContext = l.ln.ConnState, l.ln.ConnContext
 	}
 	if h.authLn != nil {
 		hs := &http.Server{Handler: h.auth, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
@@ -186,5 +214,10 @@ func (m *Metrics) observeListener(name string, l *clientlimit.Listener) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_http_connections_refused_total", ConstLabels: labels,
 			Help: "Connections closed at once because their client address held its share (max-conns-per-client)."},
 			func() float64 { return float64(current().Refused()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_http_connections_anonymous", ConstLabels: labels,
+			Help: "Open connections on which no request authenticated (max-anonymous-conns)."}, func() float64 { return float64(current().Unvouched()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_http_connections_shed_total", ConstLabels: labels,
+			Help: "Connections closed to make room for a new one: unauthenticated ones first, then authenticated clients' idle ones."},
+			func() float64 { return float64(current().Sheds()) }),
 	)
 }

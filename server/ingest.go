@@ -941,6 +941,19 @@ func (s *Server) SecurityAlert(ctx context.Context, env, agent, what string) {
 	s.alertSecurity(ctx, env, agent, what, what)
 }
 
+// SecurityNotice raises a security alert about an organization's users
+// that no environment holds (a password guessed from many addresses): it
+// is counted, logged, and published on the event stream without an
+// environment, which the server's admins follow. It is not stored with
+// the environments' alerts; the API writes it to the organization's
+// audit log.
+func (s *Server) SecurityNotice(_ context.Context, org, what string) {
+	s.metrics.security.Inc()
+	s.log.Warn().Str("org", org).Msg("security: " + what)
+	now := time.Now().UTC()
+	s.feed.publish(Event{Kind: EventSecurity, At: now, Error: what, Alert: &record.Alert{At: now, Kind: record.AlertSecurity, Message: what}})
+}
+
 func (s *Server) alertSecurity(ctx context.Context, env, agent, what, message string) {
 	s.metrics.security.Inc()
 	now := time.Now()

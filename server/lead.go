@@ -152,7 +152,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 					pollWG.Add(1)
 					go func() {
 						defer pollWG.Done()
-						polling <- s.poll(ctx, env, p, failing)
+						polling <- s.poll(ctx, env, failing)
 					}()
 				default: // the last poll still runs
 				}

@@ -30,6 +30,8 @@ type Metrics struct {
 	// brokerClosed counts agents' broker connections closed, by reason.
 	brokerClosed *prometheus.CounterVec
 	fanouts      prometheus.Histogram
+	// compiles counts server-side compiles, by outcome.
+	compiles *prometheus.CounterVec
 
 	// listeners are the HTTP listeners whose connections are reported, by
 	// name (observeListener).
@@ -60,10 +62,12 @@ func newMetrics() *Metrics {
 			Help: "Security alerts raised (forged or refused events, refused broker logins), stored or summed up."}),
 		securityHeld: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_security_alerts_held_total",
 			Help: "Security alerts beyond those stored one by one per agent and window, summed up in one alert each window."}),
+		compiles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_compiles_total",
+			Help: "Server-side compiles, by outcome (released, candidate, unchanged, failed; skipped: nothing changed since the last that succeeded, not compiled again)."}, []string{"outcome"}),
 		brokerClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_broker_connections_closed_total",
 			Help: "Agents' broker connections the server closed through the management API, by reason (over_limit: beyond the agent's connection limit; revoked: the agent was rejected or revoked)."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed, m.fanouts,
+	m.reg.MustRegister(m.requests, m.latency, m.events, m.results, m.batches, m.commit, m.security, m.securityHeld, m.leading, m.brokerClosed, m.fanouts, m.compiles,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, reason := range []string{"over_limit", "revoked"} {
 		m.brokerClosed.WithLabelValues(reason) // listed at 0 from the start

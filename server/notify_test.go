@@ -145,7 +145,7 @@ func TestAlertsReachWebhooksAcrossRestart(t *testing.T) {
 		seen := make(chan struct{})
 		var once sync.Once
 		go func() {
-			_ = pair.on.Follow(fctx, "prod", "", func(bool) error {
+			_ = pair.on.Follow(fctx, "prod", "", func(string, bool) error {
 				go func() {
 					if _, err := pair.from.AgentAction(ctx, "prod", pair.agent, record.AgentPause); err != nil {
 						t.Error(err)

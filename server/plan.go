@@ -17,7 +17,11 @@ import (
 
 // Plan dry-runs version n of env on its live agents (the accepted ones, or
 // those req names) and waits up to req.Timeout for their answers: per
-// agent and per resource, what a deploy of n would change. Each agent is
+// agent and per resource, what a deploy of n would change. Each agent's
+// part also says what a release of n would take away from it (Leaving:
+// the resources it holds that n does not have), found from the store
+// for every agent, offline ones too: an agent answers only about the
+// resources n has for it. Each agent is
 // sent its slice of n inside a dry-run command (bus.Plan): nothing is
 // released, nothing changes on any host, and no agent keeps the slice.
 // Agents that are offline are named and not asked; a paused agent (or one
@@ -54,11 +58,21 @@ func (s *Server) Plan(ctx context.Context, env string, n int64, req record.PlanR
 	if err != nil {
 		return record.Plan{}, err
 	}
+	// What a release takes away is the store's to say, for every agent
+	// asked, online or not: an agent answers only about its part of n.
+	leaving, err := s.leaving(ctx, env, n, p.Released, targets)
+	if err != nil {
+		return record.Plan{}, err
+	}
+	p.Note = purgeNote(e.Settings, len(leaving) > 0)
 	now := time.Now()
 	var online []record.Agent
 	var offline []string
 	for _, a := range targets {
 		pa := record.PlanAgent{Name: a.Name, Paused: a.Paused || e.Settings.Halted, Resources: []record.PlanResource{}}
+		if i, ok := slices.BinarySearchFunc(leaving, a.Name, func(l record.Leaving, name string) int { return strings.Compare(l.Agent, name) }); ok {
+			pa.Leaving = &leaving[i]
+		}
 		pa.Online = a.Connected && (req.OfflineAfter <= 0 || now.Sub(a.LastSeen) < req.OfflineAfter)
 		if !pa.Online {
 			pa.Outcome, pa.Note = record.PlanOffline, "offline: not asked (last seen "+a.LastSeen.UTC().Format(time.RFC3339)+")"

@@ -41,7 +41,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Envs:       envService{s},
 		Settings:   s,
 		Versions:   s.store,
-		Exporter:   s,
+		Exporter:   exportService{s},
 		Releases:   s,
 		Resources:  s.store,
 		Agents:     s.store,
@@ -54,6 +54,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Enrollment: s.store,
 		Events:     s,
 		Webhooks:   s,
+		Alerts:     s,
 		Compiles:   s,
 		Ready:      ready,
 		Metrics:    metrics,
@@ -66,6 +67,11 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 	}
 	return svc
 }
+
+// exportService stores versions uploaded, and releases them.
+type exportService struct{ *Server }
+
+func (e exportService) Upload(env string) api.Upload { return e.Server.Upload(env) }
 
 // envService reads environments from the store and changes them through
 // the server.

@@ -28,6 +28,13 @@ type SourceOptions struct {
 	// disk, so they are refused unless the server's operator allows them
 	// (tests, a repository mirrored onto the server).
 	AllowFile bool
+	// CacheDir is where the sources are kept between compiles
+	// (source.Cache): a clone of each git repository, fetched
+	// incrementally, and the work tree of the revision compiled last.
+	// Each replica has its own; it is a cache, rebuilt when removed or
+	// damaged. Empty: none, every compile fetches its source afresh into
+	// a temporary directory.
+	CacheDir string
 }
 
 // StoredSources is Sources over the sources kept in st.
@@ -35,13 +42,18 @@ func StoredSources(st store.Store, opts SourceOptions) Sources {
 	if opts.Limits == (source.Limits{}) {
 		opts.Limits = source.DefaultLimits()
 	}
-	return &storedSources{st: st, limits: opts.Limits, allowFile: opts.AllowFile}
+	ss := &storedSources{st: st, limits: opts.Limits, allowFile: opts.AllowFile}
+	if opts.CacheDir != "" {
+		ss.cache = source.NewCache(opts.CacheDir)
+	}
+	return ss
 }
 
 type storedSources struct {
 	st        store.Store
 	limits    source.Limits
 	allowFile bool
+	cache     *source.Cache // nil: none
 }
 
 func (ss *storedSources) allowsLocal() bool { return ss.allowFile }
@@ -66,29 +78,71 @@ func (ss *storedSources) Has(ctx context.Context, env string) (bool, error) {
 	return err == nil, err
 }
 
-func (ss *storedSources) Fetch(ctx context.Context, env, dst string) (string, error) {
+func (ss *storedSources) Checkout(ctx context.Context, env string) (Checkout, error) {
 	rec, err := ss.st.GetSource(ctx, env, true)
 	if err != nil {
-		return "", err
+		return Checkout{}, err
 	}
 	spec, err := source.Decode(rec.Kind, rec.Spec, rec.Archive)
 	if err != nil {
-		return "", err
+		return Checkout{}, err
 	}
 	if err := ss.check(spec); err != nil {
-		return "", err
+		return Checkout{}, err
 	}
-	rev, err := source.Fetch(ctx, spec, dst, ss.limits)
-	return string(rev), err
+	co := Checkout{Source: sourceInputs(spec, ss.limits)}
+	if ss.cache != nil {
+		t, err := ss.cache.Checkout(ctx, env, spec, ss.limits)
+		if err == nil {
+			co.Dir, co.Revision, co.Release = t.Dir, string(t.Revision), t.Release
+			return co, nil
+		}
+		if !errors.Is(err, source.ErrCache) {
+			return Checkout{}, err
+		}
+		// The cache is a shortcut: without it the source is fetched
+		// as it would be without one, and the report says why.
+		co.Warnings = append(co.Warnings, fmt.Sprintf("the source cache in %s cannot be used (%v): the source was fetched afresh; "+
+			"check the server's --state-dir", ss.cache.Dir(), err))
+	}
+	dir, err := os.MkdirTemp("", "tether-compile-*")
+	if err != nil {
+		return Checkout{}, fmt.Errorf("make a directory for the source: %w", err)
+	}
+	rev, err := source.Fetch(ctx, spec, dir, ss.limits)
+	if err != nil {
+		os.RemoveAll(dir)
+		return Checkout{}, err
+	}
+	co.Dir, co.Revision, co.Release = dir, string(rev), func() { os.RemoveAll(dir) }
+	return co, nil
 }
 
-// poller is a Sources whose sources can be asked, cheaply, for the
-// revision they are at (without fetching it), every poll interval.
+// sourceInputs is what, besides its revision, decides the files a source
+// gives: where it is and which part, within which limits. Never its
+// credentials.
+func sourceInputs(spec source.Spec, limits source.Limits) string {
+	if g := spec.Git; g != nil {
+		return fmt.Sprintf("git %s ref=%q subdir=%q limits=%d/%d", g.URL, g.Ref, g.Subdir, limits.MaxBytes, limits.MaxFiles)
+	}
+	return fmt.Sprintf("archive subdir=%q limits=%d/%d", spec.Archive.Subdir, limits.MaxBytes, limits.MaxFiles)
+}
+
+// forget drops what the cache keeps of env's source; a compile using it
+// keeps it (the next source set for env replaces it).
+func (ss *storedSources) forget(ctx context.Context, env string) {
+	if ss.cache != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = ss.cache.Forget(ctx, env)
+	}
+}
+
+// poller is a Sources whose sources are polled for their revision
+// (Resolve) every poll interval.
 type poller interface {
 	// pollInterval is how often env's source is polled; 0: never.
 	pollInterval(ctx context.Context, env string) (time.Duration, error)
-	// revision is the revision env's source is at now.
-	revision(ctx context.Context, env string) (string, error)
 }
 
 func (ss *storedSources) pollInterval(ctx context.Context, env string) (time.Duration, error) {
@@ -99,23 +153,23 @@ func (ss *storedSources) pollInterval(ctx context.Context, env string) (time.Dur
 	return rec.PollInterval, err
 }
 
-func (ss *storedSources) revision(ctx context.Context, env string) (string, error) {
+func (ss *storedSources) Resolve(ctx context.Context, env string) (Resolved, error) {
 	rec, err := ss.st.GetSource(ctx, env, false)
 	if err != nil {
-		return "", err
-	}
-	if rec.Kind == record.SourceArchive {
-		return rec.ArchiveSHA256, nil
+		return Resolved{}, err
 	}
 	spec, err := source.Decode(rec.Kind, rec.Spec, nil)
 	if err != nil {
-		return "", err
+		return Resolved{}, err
+	}
+	if rec.Kind == record.SourceArchive {
+		return Resolved{Revision: rec.ArchiveSHA256, Source: sourceInputs(spec, ss.limits)}, nil
 	}
 	if err := ss.check(spec); err != nil {
-		return "", err
+		return Resolved{}, err
 	}
 	rev, err := source.Resolve(ctx, spec)
-	return string(rev), err
+	return Resolved{Revision: string(rev), Source: sourceInputs(spec, ss.limits)}, err
 }
 
 // pollTimeout bounds one poll of a repository.
@@ -125,10 +179,11 @@ const pollTimeout = time.Minute
 // that is not the revision the newest compile read. It reports whether
 // the poll failed, so that a failing repository is logged once, not at
 // every poll.
-func (s *Server) poll(ctx context.Context, env string, p poller, failing bool) bool {
+func (s *Server) poll(ctx context.Context, env string, failing bool) bool {
 	pctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	rev, err := p.revision(pctx, env)
+	res, err := s.cfg.Sources.Resolve(pctx, env)
+	rev := res.Revision
 	if err != nil {
 		if !failing && ctx.Err() == nil {
 			s.log.Warn().Err(err).Str("env", env).Msg("cannot poll the source; trying again at the next interval")
@@ -280,7 +335,21 @@ func (s *Server) DeleteSource(ctx context.Context, env string) error {
 	if _, err := s.store.GetEnv(ctx, env); err != nil {
 		return err
 	}
-	return s.store.DeleteSource(ctx, env)
+	if err := s.store.DeleteSource(ctx, env); err != nil {
+		return err
+	}
+	s.forgetSource(ctx, env)
+	return nil
+}
+
+// forgetSource drops what this server keeps of env's source on its disk
+// (other replicas drop theirs when they next fetch another source for it).
+func (s *Server) forgetSource(ctx context.Context, env string) {
+	if f, ok := s.cfg.Sources.(interface {
+		forget(ctx context.Context, env string)
+	}); ok {
+		f.forget(ctx, env)
+	}
 }
 
 // Webhook handles a push webhook for env: authenticated by the source's

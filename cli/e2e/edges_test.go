@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,13 +121,16 @@ func TestAgentDeleteComesBackPending(t *testing.T) {
 // TestWatchAcrossServerRestart: `tether watch` keeps following when the
 // server process restarts: it says it lost the stream and reconnects,
 // resumes from the stored event log after the last event it showed (no
-// event said missed, none shown twice), and shows the events of the new
-// server.
+// event said missed, none shown twice), and shows the drift the agent
+// saw while the server was down (ingested as the new server starts,
+// before watch is back) once each, and the events of the new server.
 func TestWatchAcrossServerRestart(t *testing.T) {
 	c := newCluster(t)
-	v := c.release(fileModel(t, 1, func(int) string { return "x\n" }, nil))
-	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: t.TempDir()})
-	c.converged(v, 2, 60*time.Second)
+	const n = 3
+	v := c.release(fileModel(t, n, func(int) string { return "x\n" }, nil))
+	root := t.TempDir()
+	c.startAgent("web", agentOpts{stateDir: t.TempDir(), root: root})
+	c.converged(v, n+1, 60*time.Second)
 	w := startProc(t, "watch", environ("TETHER_SERVER=http://"+c.listen, "TETHER_TOKEN="+c.admin, "TETHER_ENV="+env),
 		tetherBin, "watch", "-o", "json")
 	shows := func(verb string) func() bool {
@@ -137,8 +142,32 @@ func TestWatchAcrossServerRestart(t *testing.T) {
 	waitFor(t, 60*time.Second, "watch to show a pause", shows("pause"))
 
 	c.srv.stop()
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(root, "srv", fmt.Sprintf("f%d", i)), []byte("edited while the server was down\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.startServer()
+	drifts := func() map[string]int {
+		m := map[string]int{}
+		for _, line := range strings.Split(w.output(), "\n") {
+			var e struct {
+				Kind  string        `json:"kind"`
+				Alert *record.Alert `json:"alert"`
+			}
+			if json.Unmarshal([]byte(line), &e) == nil && e.Kind == "compliance.drift" && e.Alert != nil && e.Alert.ID != nil {
+				m[e.Alert.ID.String()]++
+			}
+		}
+		return m
+	}
+	waitFor(t, 90*time.Second, "watch to show the drift seen while the server was down", func() bool { return len(drifts()) == n })
 	waitFor(t, 90*time.Second, "watch to show a resume from the restarted server", shows("resume"))
+	for id, k := range drifts() {
+		if k != 1 {
+			t.Fatalf("the drift of %s shown %d times, want once:\n%s", id, k, w.output())
+		}
+	}
 	out := w.output()
 	for _, want := range []string{"lost the event stream", "reconnecting in", "reconnected; resuming after event"} {
 		if !strings.Contains(out, want) {

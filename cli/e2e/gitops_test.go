@@ -131,7 +131,7 @@ func (c *cluster) compileAlerts() []record.Alert {
 	c.cliJSON(&al, "alert", "list")
 	var out []record.Alert
 	for _, a := range al {
-		if a.Kind == record.AlertCompileFailed {
+		if a.Kind == record.AlertCompileFailed || a.Kind == record.AlertCompileRecovered {
 			out = append(out, a)
 		}
 	}
@@ -252,7 +252,22 @@ func TestFromGitToFleet(t *testing.T) {
 	// after its fan-out: the page may be deployed a moment before.
 	waitFor(t, 30*time.Second, "the compile failure's alert resolved", func() bool {
 		al := c.compileAlerts()
-		return len(al) == 2 && al[0].Compliance == model.Compliant
+		return len(al) == 2 && al[0].Kind == record.AlertCompileRecovered && al[0].Compliance == model.Compliant
+	})
+
+	// A new commit over HTTP (git http-backend: a shallow fetch into the
+	// clone the server kept since) is released; the same push again
+	// changes nothing and is skipped.
+	rev6 := repo.commit(fleetModel(t, "v4 served by"))
+	c.push(src.WebhookSecret, "refs/heads/main", rev6)
+	if next := c.compiled(rev6, 60*time.Second); next.Outcome != record.CompileReleased {
+		t.Fatalf("compile of a new commit over HTTP: %+v", next)
+	}
+	waitFor(t, 60*time.Second, "the new commit's page to be deployed", fileHolds(index, "v4 served by web-1\n"))
+	c.push(src.WebhookSecret, "refs/heads/main", rev6)
+	waitFor(t, 60*time.Second, "the same push again, skipped", func() bool {
+		cs := c.compiles()
+		return cs[0].Revision == rev6 && cs[0].Outcome == record.CompileSkipped
 	})
 
 	// An unreachable repository: the compile fails and says so; the API

@@ -264,7 +264,7 @@ func (c *cluster) startServer() {
 	c.t.Helper()
 	c.starts++
 	argv := append([]string{tetherBin, "server",
-		"--listen", c.listen, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--key-file", c.keyFile,
+		"--listen", c.listen, "--postgres", c.pg, "--amqp", c.amqpURL, "--amqp-namespace", c.ns, "--key-file", c.keyFile, "--state-dir", filepath.Join(filepath.Dir(c.keyFile), "state"),
 		"--queue-type", "classic", "--admin-token", c.admin, "--log-format", "json", "--allow-file-sources"}, c.serverArgs...)
 	c.srv = startProc(c.t, fmt.Sprintf("server-%d", c.starts), environ(), argv...)
 	waitFor(c.t, 60*time.Second, "the server to be ready", func() bool {

@@ -55,11 +55,11 @@ func Resolve(ctx context.Context, url, ref string, auth Auth) (string, error) {
 // into c.Root and returns the commit id. It fetches that commit alone when
 // the server allows (depth 1); a commit id that no branch or tag points at
 // may cost a fetch of every branch and tag. Objects are kept in a temporary
-// directory, removed on return. Limits are checked on the whole tree before
-// anything is written; links are written as links only when they resolve
-// inside c.Root, any other link refuses the whole tree. Submodules are not
-// fetched, and .git is not written. On error, what was written is left for
-// the caller to remove.
+// directory, removed on return (a Clone keeps them between fetches).
+// Limits are checked on the whole tree before anything is written; links
+// are written as links only when they resolve inside c.Root, any other
+// link refuses the whole tree. Submodules are not fetched, and .git is not
+// written. On error, what was written is left for the caller to remove.
 func Fetch(ctx context.Context, url, ref string, auth Auth, c Checkout) (string, error) {
 	if err := c.Limits.Validate(); err != nil {
 		return "", err
@@ -81,6 +81,25 @@ func Fetch(ctx context.Context, url, ref string, auth Auth, c Checkout) (string,
 	}
 	defer os.RemoveAll(tmp)
 	st := filesystem.NewStorage(osfs.New(tmp), cache.NewObjectLRUDefault())
+	commit, _, err := fetchInto(ctx, st, url, r)
+	if err != nil {
+		return "", err
+	}
+	if err := checkoutCommit(ctx, st, commit, r.where, c); err != nil {
+		return "", err
+	}
+	return commit.String(), nil
+}
+
+// fetchInto fetches what st lacks of the ref r resolved, and returns its
+// commit and whether anything was fetched: nothing is when st holds the
+// commit already.
+func fetchInto(ctx context.Context, st *filesystem.Storage, url string, r *remoteRef) (plumbing.Hash, bool, error) {
+	if st.HasEncodedObject(r.want) == nil {
+		if commit, err := peel(st, r.want); err == nil {
+			return commit.Hash, false, nil
+		}
+	}
 	remote := git.NewRemote(st, &config.RemoteConfig{Name: "origin", URLs: []string{url}})
 	fetch := func(spec config.RefSpec, depth int) error {
 		err := remote.FetchContext(ctx, &git.FetchOptions{
@@ -96,36 +115,54 @@ func Fetch(ctx context.Context, url, ref string, auth Auth, c Checkout) (string,
 	if strings.HasPrefix(url, "file://") {
 		depth = 0
 	}
+	var err error
+	// Forced ("+"): a ref rewritten by a force push is followed, as the
+	// remote has it now.
 	if r.name != "" {
 		err = fetch(config.RefSpec("+"+r.name+":"+r.name), depth)
 	} else {
 		// A commit no ref points at: ask for it by id, else fetch every
 		// branch and tag and look for it there.
-		err = fetch(config.RefSpec(r.want.String()+":refs/tether/want"), depth)
+		err = fetch(config.RefSpec("+"+r.want.String()+":refs/tether/want"), depth)
 		if err != nil && ctx.Err() == nil {
 			err = fetch(config.RefSpec("+refs/*:refs/*"), 0)
 		}
 	}
 	if err != nil {
-		return "", classify(ctx, r.where, err)
+		return plumbing.ZeroHash, true, classify(ctx, r.where, err)
 	}
 	commit, err := peel(st, r.want)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", r.where, err)
+		return plumbing.ZeroHash, true, fmt.Errorf("%s: %w", r.where, err)
+	}
+	return commit.Hash, true, nil
+}
+
+// checkoutCommit writes the tree of commit, below c.Subdir, into c.Root.
+// An object st cannot read is an errRead.
+func checkoutCommit(ctx context.Context, st *filesystem.Storage, h plumbing.Hash, where string, c Checkout) error {
+	commit, err := object.GetCommit(st, h)
+	if err != nil {
+		return fmt.Errorf("%w %s: commit %s: %w", errRead, where, h, err)
 	}
 	tree, err := commit.Tree()
 	if err != nil {
-		return "", fmt.Errorf("%s: commit %s: %w", r.where, commit.Hash, err)
+		return fmt.Errorf("%w %s: commit %s: %w", errRead, where, commit.Hash, err)
 	}
 	if dir := path.Clean(c.Subdir); c.Subdir != "" && dir != "." {
-		if tree, err = tree.Tree(dir); err != nil {
-			return "", fmt.Errorf("%w: %s at %s has no sub-directory %s", ErrRefNotFound, r.where, commit.Hash, c.Subdir)
+		sub, err := tree.Tree(dir)
+		switch {
+		case errors.Is(err, object.ErrDirectoryNotFound):
+			return fmt.Errorf("%w: %s at %s has no sub-directory %s", ErrRefNotFound, where, commit.Hash, c.Subdir)
+		case err != nil:
+			return fmt.Errorf("%w %s: commit %s: %s: %w", errRead, where, commit.Hash, c.Subdir, err)
 		}
+		tree = sub
 	}
 	if err := checkout(ctx, tree, c.Root, c.Limits); err != nil {
-		return "", fmt.Errorf("%s at %s: %w", r.where, commit.Hash, err)
+		return fmt.Errorf("%s at %s: %w", where, commit.Hash, err)
 	}
-	return commit.Hash.String(), nil
+	return nil
 }
 
 // remoteRef is a ref resolved on a remote: what Fetch asks for.
@@ -266,7 +303,7 @@ func checkout(ctx context.Context, tree *object.Tree, root *os.Root, limits Limi
 				return nil
 			}
 			if err != nil {
-				return fmt.Errorf("read tree: %w", err)
+				return fmt.Errorf("%w tree: %w", errRead, err)
 			}
 			switch e.Mode {
 			case filemode.Regular, filemode.Executable, filemode.Deprecated, filemode.Symlink:
@@ -275,7 +312,7 @@ func checkout(ctx context.Context, tree *object.Tree, root *os.Root, limits Limi
 			}
 			f, err := tree.TreeEntryFile(&e)
 			if err != nil {
-				return fmt.Errorf("read %s: %w", name, err)
+				return fmt.Errorf("%w %s: %w", errRead, name, err)
 			}
 			if err := do(name, f); err != nil {
 				return err
@@ -290,17 +327,17 @@ func checkout(ctx context.Context, tree *object.Tree, root *os.Root, limits Limi
 	err := walk(func(name string, f *object.File) error {
 		r, err := f.Reader()
 		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
+			return fmt.Errorf("%w %s: %w", errRead, name, err)
 		}
 		defer r.Close()
 		if f.Mode == filemode.Symlink {
 			target, err := io.ReadAll(io.LimitReader(r, 4096))
 			if err != nil {
-				return fmt.Errorf("read %s: %w", name, err)
+				return fmt.Errorf("%w %s: %w", errRead, name, err)
 			}
 			return t.Symlink(name, string(target))
 		}
-		return t.File(name, f.Mode == filemode.Executable, f.Size, r)
+		return t.File(name, f.Mode == filemode.Executable, f.Size, readErrors{r})
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/netip"
@@ -47,19 +48,30 @@ type Config struct {
 	MaxBody int64
 	// MaxUpload (max-upload) bounds the body of a version upload.
 	MaxUpload int64
-	// MinUploadRate (min-upload-rate) is the slowest upload, in bytes a
-	// second, the server waits for: an upload may take ReadTimeout plus
-	// its size at this rate to arrive, and as long again to be stored.
+	// MinUploadRate (min-upload-rate) is the slowest a request body may
+	// arrive on average, in bytes a second: by any moment, what arrived
+	// at this rate plus ReadTimeout must cover the time since its
+	// headers. An upload gets as long again as its size at this rate to
+	// be stored.
 	MinUploadRate int64
 	// MaxUploads (max-uploads) bounds the version uploads handled at once,
 	// since each holds its resource set in memory; another waits up to
 	// UploadWait for its turn, then is answered busy.
 	MaxUploads int
 	UploadWait time.Duration
+	// UploadMemory (upload-memory) bounds the memory the version uploads
+	// in progress hold together: their resource sets as they are stored
+	// (Upload.Size), counted as they are decoded. An upload that would
+	// need more than UploadMemory on its own is refused too_large; one
+	// that finds the rest held by other uploads, busy.
+	UploadMemory int64
 
 	// ReadHeaderTimeout (read-header-timeout) bounds the reading of a
-	// request's headers; ReadTimeout (read-timeout) of the whole request,
-	// body included, but for uploads (see MinUploadRate).
+	// request's headers. ReadTimeout (read-timeout) is the time a body
+	// gets beyond its pace at MinUploadRate, so that its deadline grows
+	// with the bytes it brings rather than one long timeout holding
+	// every connection; a request without a body has none once its
+	// headers are read (an event stream lasts as long as its client).
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	// WriteTimeout (write-timeout) bounds the answer, from the end of the
@@ -82,9 +94,10 @@ type Config struct {
 	AnonymousBurst int
 	// AuthFailureRate and AuthFailureBurst (auth-failure-rate,
 	// auth-failure-burst): the bucket of each client address for failed
-	// authentications. While it is empty, every request of that address
-	// that carries a token is refused without looking the token up, so
-	// guessing tokens gains nothing.
+	// authentications (unknown, revoked or expired tokens, ended
+	// sessions). While it is empty, a bad credential from that address
+	// is answered 429 with Retry-After instead of 401; a valid one
+	// always authenticates.
 	AuthFailureRate  float64
 	AuthFailureBurst int
 	// TrustedProxies (trusted-proxy): requests from these networks are
@@ -105,11 +118,17 @@ type Config struct {
 	// TLS. On TLS it always is.
 	SecureCookies bool
 	// LoginFreeFailures (login-free-failures) failed logins of a user
-	// name cost nothing; each further one doubles a wait before the next
-	// try, from a second up to LoginMaxDelay (login-max-delay). A client
-	// address gets four times as many free failures (people share
-	// addresses behind NAT). LoginAlertAfter failures in a row raise a
-	// security entry in the audit log and a warning in the server's log.
+	// name from one address cost nothing; each further one doubles a
+	// wait before that address's next try of that name, from a second up
+	// to LoginMaxDelay (login-max-delay). An address gets four times as
+	// many free failures across names (people share addresses behind
+	// NAT), and so does a name across addresses: past those, the
+	// addresses that failed the name take turns, one try at a time with
+	// the same doubling wait, while an address that has not failed it is
+	// not held back. LoginAlertAfter failures in a row from an address,
+	// or a name failed from LoginAlertAfter addresses, raise a security
+	// entry in the audit log and a warning in the server's log; the
+	// second also a security alert on the event stream.
 	LoginFreeFailures int
 	LoginMaxDelay     time.Duration
 	LoginAlertAfter   int
@@ -128,9 +147,10 @@ func Default() Config {
 		MaxUpload:         64 << 20,
 		MinUploadRate:     256 << 10,
 		MaxUploads:        2,
+		UploadMemory:      512 << 20,
 		UploadWait:        30 * time.Second,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      2 * time.Minute,
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -164,8 +184,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: min-upload-rate %d: want at least 1024 bytes a second", ErrConfig, c.MinUploadRate)
 	case c.MaxUploads < 1 || c.UploadWait < 0:
 		return fmt.Errorf("%w: max-uploads %d (want at least 1), upload wait %v (want 0 or more)", ErrConfig, c.MaxUploads, c.UploadWait)
-	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout < c.ReadHeaderTimeout:
-		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want 0 < read-header-timeout <= read-timeout", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
+	case c.UploadMemory < 1<<20:
+		return fmt.Errorf("%w: upload-memory %d: want at least 1 MiB", ErrConfig, c.UploadMemory)
+	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout <= 0:
+		return fmt.Errorf("%w: read-header-timeout %v, read-timeout %v: want both above 0", ErrConfig, c.ReadHeaderTimeout, c.ReadTimeout)
 	case c.HandlerTimeout <= 0 || c.WriteTimeout <= c.HandlerTimeout:
 		return fmt.Errorf("%w: handler-timeout %v, write-timeout %v: want 0 < handler-timeout < write-timeout, so that a timeout can still be answered", ErrConfig, c.HandlerTimeout, c.WriteTimeout)
 	case c.IdleTimeout <= 0:
@@ -219,8 +241,21 @@ type Versions interface {
 // and answers at once: its fan-out to agents runs in the background,
 // followed through Releases.
 type Exporter interface {
-	Export(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta) (v model.Version, reused bool, err error)
+	// Upload begins a version upload of env.
+	Upload(env string) Upload
 	Release(ctx context.Context, env string, n int64) (record.Released, error)
+}
+
+// Upload is a version being uploaded: its resources are added one at a
+// time as they are decoded, each checked and encoded at once and kept
+// as it is stored, then stored as a version (or the newest version
+// reused, when it holds exactly this set).
+type Upload interface {
+	// Add adds a resource; an error refuses the upload.
+	Add(ctx context.Context, r *model.Resource) error
+	// Size is the memory the resources added hold, in bytes.
+	Size() int64
+	Store(ctx context.Context, meta model.VersionMeta) (v model.Version, reused bool, err error)
 }
 
 // Releases reads releases and how far their fan-outs got.
@@ -290,9 +325,13 @@ type Operations interface {
 }
 
 // Plans dry-runs a version, released or not, on the live agents and
-// waits for their answers (record.Plan): nothing is released or changed.
+// waits for their answers (record.Plan), and says what a release of it
+// would take away: nothing is released or changed.
 type Plans interface {
 	Plan(ctx context.Context, env string, n int64, req record.PlanRequest) (record.Plan, error)
+	// ReleasePreview says what releasing version n would take away from
+	// each agent; nothing is released.
+	ReleasePreview(ctx context.Context, env string, n int64) (record.ReleasePreview, error)
 }
 
 // Records reads alerts and keeps the audit log.
@@ -322,9 +361,18 @@ type EnrollmentTokens interface {
 // not missed), then send for each event with its ID, kind and JSON
 // encoding. After is the ID of the last event the follower saw ("" for
 // none): the events after it come first, if they are still kept; opened
-// is told whether they were (false: some may be missed).
+// is told the ID the follower is at (the events that come are those after
+// it) and whether the events after after were still kept (false: some
+// may be missed).
 type Events interface {
-	Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error
+	Follow(ctx context.Context, env, after string, opened func(at string, resumed bool) error, send func(id, kind string, data []byte) error) error
+}
+
+// SecurityAlerts raises a security alert about an organization's users
+// (a password guessed from many addresses): on the event stream, for
+// the server's admins, and in the server's log.
+type SecurityAlerts interface {
+	SecurityNotice(ctx context.Context, org, what string)
 }
 
 // Observer is told of every request served (for metrics).
@@ -354,6 +402,9 @@ type Services struct {
 	Events     Events
 	// Webhooks keeps the environments' webhooks (nil: none).
 	Webhooks Webhooks
+	// Alerts raises security alerts that concern no environment (nil:
+	// the audit log and the server's log only).
+	Alerts SecurityAlerts
 	// Compiles are the server's own compiles (nil: answered as none).
 	Compiles Compiles
 	// Sources are the models' sources (nil: the server compiles none).
@@ -394,14 +445,15 @@ type API struct {
 	// without a token and of failed authentications.
 	anonymous    *clientlimit.Rates
 	authFailures *clientlimit.Rates
-	// loginNames and loginAddrs hold back logins after failures, per
-	// user name and per client address; hashing bounds the password
+	// logins holds back logins after failures (per user name and
+	// address, per address, per name); hashing bounds the password
 	// hashes computed at once (each takes Password.Memory).
-	loginNames *throttle
-	loginAddrs *throttle
-	hashing    chan struct{}
-	// uploads holds a token per version upload in progress.
-	uploads chan struct{}
+	logins  *loginGuard
+	hashing chan struct{}
+	// uploads holds a token per version upload in progress;
+	// uploadMemory what they hold.
+	uploads      chan struct{}
+	uploadMemory *memoryBudget
 	// ready remembers what each readiness check said last, so that a
 	// failing check is logged when it starts failing, not at every probe.
 	readyMu sync.Mutex
@@ -423,8 +475,8 @@ func New(cfg Config, svc Services, log zerolog.Logger) *API {
 		anonymous:    clientlimit.NewRates(cfg.AnonymousRate, cfg.AnonymousBurst),
 		authFailures: clientlimit.NewRates(cfg.AuthFailureRate, cfg.AuthFailureBurst),
 		uploads:      make(chan struct{}, cfg.MaxUploads),
-		loginNames:   newThrottle(cfg.LoginFreeFailures, cfg.LoginMaxDelay),
-		loginAddrs:   newThrottle(4*cfg.LoginFreeFailures, cfg.LoginMaxDelay),
+		logins:       newLoginGuard(cfg.LoginFreeFailures, cfg.LoginMaxDelay, cfg.LoginAlertAfter),
+		uploadMemory: &memoryBudget{limit: cfg.UploadMemory},
 		hashing:      make(chan struct{}, 4),
 		ready:        map[string]string{},
 	}
@@ -451,6 +503,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MinUploadRate, def.MinUploadRate)
 	orDefault(&c.MaxUploads, def.MaxUploads)
 	orDefault(&c.UploadWait, def.UploadWait)
+	orDefault(&c.UploadMemory, def.UploadMemory)
 	orDefault(&c.ReadHeaderTimeout, def.ReadHeaderTimeout)
 	orDefault(&c.ReadTimeout, def.ReadTimeout)
 	orDefault(&c.WriteTimeout, def.WriteTimeout)
@@ -499,16 +552,64 @@ func (a *API) OpsHandler() http.Handler { return a.ops }
 // HTTPServer returns an http.Server for h with the configured timeouts and
 // header limit; its own complaints (TLS handshakes, bad requests) go to
 // the debug log, since hostile clients could otherwise fill the log.
+// Headers must arrive within ReadHeaderTimeout; a body gets a deadline
+// of its own (bodyDeadline) instead of one ReadTimeout for every request.
 func (a *API) HTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           a.bodyDeadline(h),
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
-		ReadTimeout:       a.cfg.ReadTimeout,
 		WriteTimeout:      a.cfg.WriteTimeout,
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
 		ErrorLog:          log.New(debugWriter{a.log}, "", 0),
 	}
+}
+
+// bodyDeadline paces a request's body: it must arrive at MinUploadRate
+// on average, with ReadTimeout to spare, its read deadline moving on as
+// its bytes come (ReadTimeout plus what arrived at that rate, from when
+// its headers were read). A client dribbling a body so holds its
+// connection a few seconds, not the minutes one timeout long enough for
+// the largest upload would give it, and a body of any size that keeps
+// the pace is read whole. A request without a body has no read deadline
+// once its headers are read: nothing more is read but the next request,
+// or the client going away (which ends an event stream).
+func (a *API) bodyDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rc := http.NewResponseController(w)
+		if req.ContentLength == 0 || req.Body == nil || req.Body == http.NoBody {
+			_ = rc.SetReadDeadline(time.Time{})
+			h.ServeHTTP(w, req)
+			return
+		}
+		start := time.Now()
+		_ = rc.SetReadDeadline(start.Add(a.cfg.ReadTimeout))
+		// A shallow copy: the server still sees the body it made, to
+		// read what the handler leaves of it.
+		paced := req.WithContext(req.Context())
+		paced.Body = &pacedBody{ReadCloser: req.Body, rc: rc, start: start, grace: a.cfg.ReadTimeout, rate: float64(a.cfg.MinUploadRate)}
+		h.ServeHTTP(w, paced)
+	})
+}
+
+// pacedBody moves its connection's read deadline on as its bytes come.
+type pacedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  float64 // bytes a second
+	n     int64
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.n += int64(n)
+		// Writers that cannot (a test recorder) have no deadline to move.
+		_ = b.rc.SetReadDeadline(b.start.Add(b.grace + time.Duration(float64(b.n)/b.rate*float64(time.Second))))
+	}
+	return n, err
 }
 
 // debugWriter writes net/http's log lines to the debug log.

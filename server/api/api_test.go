@@ -39,6 +39,7 @@ type rig struct {
 	bus   *bus.Local
 	ts    *httptest.Server
 	srv   *server.Server
+	api   *api.API
 	st    store.Store
 	admin string
 }
@@ -90,8 +91,8 @@ func newServerRigOn(t *testing.T, st store.Store, scfg server.Config, cfg api.Co
 	}
 	runNotify(t, srv)
 	a := api.New(cfg, server.APIServices(srv, nil), log)
-	ts := httptest.NewUnstartedServer(a.Handler())
-	ts.Config = a.HTTPServer(a.Handler())
+	ts := httptest.NewUnstartedServer(conform(t, a.Handler()))
+	ts.Config = a.HTTPServer(conform(t, a.Handler()))
 	ts.Start()
 	t.Cleanup(ts.Close)
 	tok, secret, err := api.IssueToken("root", record.RoleAdmin, "", "test", time.Now())
@@ -101,7 +102,7 @@ func newServerRigOn(t *testing.T, st store.Store, scfg server.Config, cfg api.Co
 	if err := st.CreateToken(context.Background(), tok); err != nil {
 		t.Fatal(err)
 	}
-	return &rig{t: t, bus: b, ts: ts, srv: srv, st: st, admin: secret}
+	return &rig{t: t, bus: b, ts: ts, srv: srv, api: a, st: st, admin: secret}
 }
 
 // do sends a request and decodes the answer into out (if not nil); it

@@ -18,11 +18,12 @@ import (
 // idle. A token scoped to one environment sees that environment's events
 // only. The events come from the stored event log, which every replica
 // appends to, so every replica streams every event; the "id:" lines are
-// the log's IDs. A client that reconnects with Last-Event-ID (to any
-// replica, across restarts) gets the events after that one first, when
-// the log still keeps them; when it does not (they are older than its
-// retention, or the ID is not one of the log), the stream starts with an
-// "events.missed" event saying so.
+// the log's IDs. The stream opens with a comment and the "id:" of where
+// in the log it starts, without data. A client that reconnects with
+// Last-Event-ID (to any replica, across restarts) gets the events after
+// that one first, when the log still keeps them; when it does not (they
+// are older than its retention, or the ID is not one of the log), the
+// stream starts with an "events.missed" event saying so.
 //
 // The stream lasts as long as its client: each write gets WriteTimeout
 // from now, so a client that stops reading is dropped and one that reads
@@ -87,10 +88,14 @@ func (a *API) events(r *request) (int, any, error) {
 		}
 	}()
 	// The first line says the stream follows: every event from then on
-	// comes (a client may act once it reads it).
+	// comes (a client may act once it reads it). Its "id:" is where in
+	// the log the stream starts: a client that reconnects before any
+	// event came resumes after it (an EventSource, and tether watch,
+	// keep it as the last event ID, as SSE says of an event without
+	// data), and misses nothing appended while it was away.
 	after := clip(r.Request().Header.Get("Last-Event-ID"))
-	opened := func(resumed bool) error {
-		if err := write(": following " + orAll(env) + "\n\n"); err != nil || resumed {
+	opened := func(at string, resumed bool) error {
+		if err := write(": following " + orAll(env) + "\nid: " + at + "\n\n"); err != nil || resumed {
 			return err
 		}
 		b, err := json.Marshal(missedEvent{Kind: EventsMissed, After: after, Message: fmt.Sprintf(

@@ -278,7 +278,7 @@ func (a *API) halt(halted bool) func(*request) (int, any, error) {
 // ExportRequest uploads a compiled resource set.
 type ExportRequest struct {
 	Resources []model.Resource  `json:"resources"`
-	Meta      model.VersionMeta `json:"meta"`
+	Meta      model.VersionMeta `json:"meta,omitzero"`
 }
 
 // ExportResponse says what became of an upload.
@@ -318,23 +318,26 @@ func (a *API) putVersion(r *request) (int, any, error) {
 	}
 	defer done()
 	a.uploadDeadlines(r)
-	req, err := a.decodeExport(r)
+	var held int64
+	defer a.uploadMemory.give(&held)
+	up := a.svc.Exporter.Upload(env)
+	meta, sawResources, err := a.decodeExport(r, up, &held)
 	if err != nil {
 		return 0, nil, err
 	}
-	if req.Resources == nil {
+	if !sawResources {
 		return 0, nil, newError("invalid", "compile the model with tether compile -o json", "no \"resources\" in the upload")
 	}
-	req.Meta.ExportedBy = r.token.Name
-	req.Meta.RollbackOf = 0 // the server's own to set
-	if err := req.Meta.Validate(); err != nil {
+	meta.ExportedBy = r.token.Name
+	meta.RollbackOf = 0 // the server's own to set
+	if err := meta.Validate(); err != nil {
 		return 0, nil, err
 	}
-	v, reused, err := a.svc.Exporter.Export(r.ctx(), env, req.Resources, req.Meta)
+	v, reused, err := up.Store(r.ctx(), meta)
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Resources = nil // what follows does not need them: let them go
+	a.uploadMemory.give(&held) // what follows does not hold the resources
 	out := ExportResponse{Version: v, Reused: reused}
 	r.SetParamNames("env", "n")
 	r.SetParamValues(env, strconv.FormatInt(v.Number, 10))
@@ -1217,15 +1220,15 @@ func (a *API) listAlerts(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	kind := record.AlertKind(r.QueryParam("kind"))
-	if kind != "" && !kind.Valid() {
-		return 0, nil, newError("bad_request", "", "kind=%q: want drift, security or compile.failed", clip(string(kind)))
+	kinds, err := record.ParseAlertKinds(r.QueryParam("kind"))
+	if err != nil {
+		return 0, nil, newError("bad_request", "", "kind=%q: want %s", clip(r.QueryParam("kind")), record.AlertKindsHelp)
 	}
 	agent, _, err := r.filters()
 	if err != nil {
 		return 0, nil, err
 	}
-	al, err := a.svc.Records.Alerts(r.ctx(), record.AlertFilter{Env: env, Agent: agent, Kind: kind, Limit: limit})
+	al, err := a.svc.Records.Alerts(r.ctx(), record.AlertFilter{Env: env, Agent: agent, Kinds: kinds, Limit: limit})
 	return http.StatusOK, nonNil(al), err
 }
 

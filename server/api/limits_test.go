@@ -120,18 +120,21 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("admin after the anonymous burst: got %d %s, want 200", a.status, a.code())
 	}
 
-	// Guessing tokens: three failures, then every request with a token
-	// from that address is refused without being looked up, the valid
-	// one included, until the bucket refills.
+	// Guessing tokens: three failures, then every bad token from that
+	// address is answered 429 until the bucket refills; the valid admin
+	// token, from the same address, always authenticates.
 	for i := range 3 {
 		if a := r.send("tether_guess"+fmt.Sprint(i), "GET", "/api/v1/envs", nil); a.code() != "unauthorized" {
 			t.Fatalf("guess %d: got %s, want unauthorized", i+1, a.code())
 		}
 	}
-	for _, tok := range []string{"tether_guess3", r.admin} {
-		a := r.send(tok, "GET", "/api/v1/envs", nil)
+	for i := range 3 {
+		a := r.send("tether_guess"+fmt.Sprint(3+i), "GET", "/api/v1/envs", nil)
 		if a.code() != "rate_limited" || a.header.Get("Retry-After") == "" || !strings.Contains(a.err.Message, "failed authentications") {
-			t.Fatalf("after 3 failures: got %d %s %+v, want rate_limited naming failed authentications", a.status, a.code(), a.err)
+			t.Fatalf("a bad token after 3 failures: got %d %s %+v, want rate_limited naming failed authentications", a.status, a.code(), a.err)
+		}
+		if a := r.send(r.admin, "GET", "/api/v1/envs", nil); a.status != http.StatusOK {
+			t.Fatalf("the admin token from the same address, after the failures: got %d %s %+v, want 200", a.status, a.code(), a.err)
 		}
 	}
 }
@@ -382,42 +385,74 @@ func uploadsAtOnce(t *testing.T, r *rig) bool {
 	return true
 }
 
-// A slow upload within min-upload-rate outlives read-timeout; an ordinary
-// request that stalls does not.
+// A body that keeps to min-upload-rate outlives read-timeout, upload or
+// not: its deadline moves on as its bytes come. One that stalls, or
+// dribbles below the rate, fails.
 func TestUploadDeadlines(t *testing.T) {
 	cfg := api.Config{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, MinUploadRate: 1 << 10, MaxUpload: 1 << 20}
 	r := newRigWith(t, openSQLite(t), cfg, zerolog.Nop())
 	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
-	body := `{"resources":[` + `{"id":"file[h,path=/f]","attributes":{"path":"/f","content":"` + strings.Repeat("x", 3000) + `"}}` + `]}`
-	// The upload takes three read-timeouts to arrive; its size at 1 KiB/s
-	// gives it three seconds.
-	pr, pw := io.Pipe()
-	go func() {
-		for i := range 3 {
-			time.Sleep(300 * time.Millisecond)
-			_, _ = io.WriteString(pw, body[i*len(body)/3:(i+1)*len(body)/3])
+	// paced sends body in three parts 300ms apart (a read-timeout):
+	// each part's 1,000 bytes at 1 KiB/s earn it about a second.
+	paced := func(method, path, body string) int {
+		t.Helper()
+		pr, pw := io.Pipe()
+		go func() {
+			for i := range 3 {
+				if i > 0 {
+					time.Sleep(300 * time.Millisecond)
+				}
+				_, _ = io.WriteString(pw, body[i*len(body)/3:(i+1)*len(body)/3])
+			}
+			pw.Close()
+		}()
+		req, _ := http.NewRequest(method, r.ts.URL+path, pr)
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Authorization", "Bearer "+r.admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		pw.Close()
-	}()
-	req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs/prod/versions", pr)
-	req.ContentLength = int64(len(body))
-	req.Header.Set("Authorization", "Bearer "+r.admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+		resp.Body.Close()
+		return resp.StatusCode
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("slow upload: got %d, want 201", resp.StatusCode)
+	upload := `{"resources":[` + `{"id":"file[h,path=/f]","attributes":{"path":"/f","content":"` + strings.Repeat("x", 3000) + `"}}` + `]}`
+	if got := paced("POST", "/api/v1/envs/prod/versions", upload); got != http.StatusCreated {
+		t.Fatalf("slow upload: got %d, want 201", got)
+	}
+	if got := paced("POST", "/api/v1/envs", `{"name": "paced"`+strings.Repeat(" ", 3000)+`}`); got != http.StatusCreated {
+		t.Fatalf("a command's body at the pace, over twice read-timeout: got %d, want 201", got)
+	}
+	// A byte every 100ms: each gap within read-timeout, the pace ten
+	// times too slow.
+	dr, dw := io.Pipe()
+	go func() {
+		defer dw.Close()
+		for _, b := range `{"name": "dribbled"` + strings.Repeat(" ", 100) + `}` {
+			if _, err := io.WriteString(dw, string(b)); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs", dr)
+	req.Header.Set("Authorization", "Bearer "+r.admin)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		var e api.Body
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if e.Error == nil || e.Error.Code != "request_timeout" {
+			t.Fatalf("dribbled body: got %d %+v, want request_timeout or the connection closed", resp.StatusCode, e.Error)
+		}
 	}
 	// An environment created with a body that stalls past read-timeout
 	// fails.
-	pr, pw = io.Pipe()
+	pr, pw := io.Pipe()
 	defer pw.Close()
 	go func() { _, _ = io.WriteString(pw, `{"name":`) }()
 	req, _ = http.NewRequest("POST", r.ts.URL+"/api/v1/envs", pr)
 	req.Header.Set("Authorization", "Bearer "+r.admin)
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err == nil {
 		var e api.Body
 		_ = json.NewDecoder(resp.Body).Decode(&e)
@@ -653,10 +688,101 @@ func TestHandlerTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := api.New(api.Config{HandlerTimeout: 50 * time.Millisecond}, api.Services{Envs: slowEnvs{}, Tokens: oneToken{tok: tok}}, zerolog.Nop())
-	ts := httptest.NewServer(a.Handler())
+	ts := httptest.NewServer(conform(t, a.Handler()))
 	defer ts.Close()
 	r := &rig{t: t, ts: ts, admin: secret}
 	if got := r.send(r.admin, "GET", "/api/v1/envs", nil); got.code() != "timeout" || got.err.Ref == "" {
 		t.Fatalf("got %d %+v, want timeout with a reference", got.status, got.err)
+	}
+}
+
+// The version uploads in progress hold at most upload-memory together:
+// an upload that needs more on its own is refused too_large, and an
+// upload that finds the rest held by another is refused busy (with
+// Retry-After), while one that fits beside it goes through. An upload
+// refused gives its memory back.
+func TestUploadMemory(t *testing.T) {
+	const mib = 1 << 20
+	cfg := api.Config{UploadMemory: 8 * mib, MaxUploads: 3, MaxUpload: 64 * mib, MaxBody: 1 * mib}
+	r := newRigWith(t, openSQLite(t), cfg, zerolog.Nop())
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	content := strings.Repeat("x", 300)
+	resources := func(prefix string, from, to int) string {
+		var b strings.Builder
+		for i := from; i < to; i++ {
+			if i > from {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"id":"file[h,path=/%s/%d]","attributes":{"path":"/%s/%d","content":%q}}`, prefix, i, prefix, i, content)
+		}
+		return b.String()
+	}
+	upload := func(prefix string, n int) string { return `{"resources":[` + resources(prefix, 0, n) + `]}` }
+
+	// The large upload trickles in: about 3 MiB of it first, then held.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	large := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/envs/prod/versions", pr)
+		req.Header.Set("Authorization", "Bearer "+r.admin)
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Do(req)
+		if err != nil {
+			large <- answer{status: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		a := answer{status: resp.StatusCode, body: data}
+		var e api.Body
+		if json.Unmarshal(data, &e) == nil {
+			a.err = e.Error
+		}
+		large <- a
+	}()
+	if _, err := io.WriteString(pw, `{"resources":[`+resources("large", 0, 8000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the large upload to hold 3 MiB", func() bool { return r.api.UploadMemoryHeld() >= 3*mib })
+
+	// A small upload fits beside it.
+	if a := r.send(r.admin, "POST", "/api/v1/envs/prod/versions", upload("small", 10)); a.status != http.StatusCreated {
+		t.Fatalf("small upload beside the large one: got %d %+v, want 201", a.status, a.err)
+	}
+	// One that needs more than the large one leaves is busy, and says why.
+	medium := upload("medium", 14000)
+	a := r.send(r.admin, "POST", "/api/v1/envs/prod/versions", medium)
+	if a.code() != "busy" || a.header.Get("Retry-After") == "" || !strings.Contains(a.err.Message, "upload-memory") {
+		t.Fatalf("medium upload beside the large one: got %d %+v, want busy naming upload-memory, with Retry-After", a.status, a.err)
+	}
+	// The large one goes on past the bound: too large on its own.
+	go func() {
+		_, _ = io.WriteString(pw, ","+resources("large", 8000, 30000)+`]}`)
+		pw.Close()
+	}()
+	got := <-large
+	if got.status != http.StatusRequestEntityTooLarge || got.err == nil || got.err.Code != "too_large" ||
+		!strings.Contains(got.err.Message, "upload-memory") || !strings.Contains(got.err.Hint, "--upload-memory") {
+		t.Fatalf("large upload: got %d %s, want 413 too_large naming upload-memory and how to raise it", got.status, got.body)
+	}
+	// Its memory is given back: the medium upload goes through now.
+	waitUntil(t, "the large upload's memory given back", func() bool { return r.api.UploadMemoryHeld() == 0 })
+	if a := r.send(r.admin, "POST", "/api/v1/envs/prod/versions", medium); a.status != http.StatusCreated {
+		t.Fatalf("medium upload alone: got %d %+v, want 201", a.status, a.err)
+	}
+	vs, err := r.st.ListVersions(context.Background(), "prod")
+	if err != nil || len(vs) != 2 {
+		t.Fatalf("versions: %d, %v; want 2 (small and medium; the large one refused)", len(vs), err)
+	}
+}
+
+// waitUntil waits for cond, failing the test after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -63,7 +65,7 @@ func newPeopleRig(t *testing.T, st store.Store, cfg api.Config) *peopleRig {
 	a := api.New(cfg, server.APIServices(srv, nil), zerolog.Nop())
 	c := &clock{t: time.Now()}
 	a.SetClock(c.now)
-	ts := httptest.NewServer(a.Handler())
+	ts := httptest.NewServer(conform(t, a.Handler()))
 	t.Cleanup(ts.Close)
 	tok, secret, err := api.IssueToken("root", record.RoleAdmin, "", "test", time.Now())
 	if err != nil {
@@ -361,6 +363,113 @@ func TestLoginThrottlePostgres(t *testing.T) {
 	}
 	if got := fail("someone-else"); got.status != 429 {
 		t.Fatalf("a tenth failure from the address with a new name: got %d, want 429", got.status)
+	}
+}
+
+// loginFrom logs in as name with password from client, an address a
+// trusted proxy (the test's own loopback) forwards for.
+func (r *peopleRig) loginFrom(client, name, password string) reply {
+	r.t.Helper()
+	j, _ := json.Marshal(api.SessionRequest{Name: name, Password: password})
+	req, _ := http.NewRequest("POST", r.ts.URL+"/api/v1/session", strings.NewReader(string(j)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", client)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	out := reply{status: resp.StatusCode, header: resp.Header, body: data}
+	var e api.Body
+	if json.Unmarshal(data, &e) == nil && e.Error != nil {
+		out.code = e.Error.Code
+	}
+	return out
+}
+
+// TestLoginUnderDistributedAttack plays a password guess on admin from
+// 50 addresses, 1,000 wrong passwords at 4 a second: the addresses that
+// failed are held back (a few dozen guesses are checked, not 1,000), a
+// security alert names the attack (audit log and event stream), and the
+// real user, from an address that has not failed, logs in with the right
+// password in the middle of it. An attacking address with the right
+// password waits; a new attacking address gets one guess, then waits.
+func TestLoginUnderDistributedAttack(t *testing.T) {
+	st := openSQLite(t)
+	r := newPeopleRig(t, st, api.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	r.user(r.admin, "", api.UserRequest{Name: "admin", Password: pw, Role: record.RoleAdmin})
+	checked, held := 0, 0
+	for i := range 1000 {
+		got := r.loginFrom(fmt.Sprintf("198.51.100.%d", 1+i%50), "admin", fmt.Sprintf("guess %d of the password", i))
+		switch {
+		case got.status == 401:
+			checked++
+		case got.status == 429 && got.code == "rate_limited" && got.header.Get("Retry-After") != "":
+			held++
+		default:
+			t.Fatalf("guess %d: got %d %s, want 401 or 429 with Retry-After", i, got.status, got.code)
+		}
+		r.clock.add(250 * time.Millisecond)
+		if i == 500 {
+			// The real user, from home: in, although the name is
+			// under attack.
+			if got := r.loginFrom("192.0.2.77", "admin", pw); got.status != 200 {
+				t.Fatalf("the real user from an address that never failed, mid-attack: got %d %s %s, want 200", got.status, got.code, got.body)
+			}
+			// An address that failed the name waits, right password or not.
+			if got := r.loginFrom("198.51.100.7", "admin", pw); got.status != 429 {
+				t.Fatalf("an attacking address with the right password: got %d, want 429", got.status)
+			}
+		}
+	}
+	// 50 addresses, 20 failures before the name's gate engages, then
+	// one guess at a time, the gate's wait doubling: at most 50 + 20
+	// and the few turns of 250 s.
+	if limit := 50 + 20 + 10; checked > limit || checked+held != 1000 {
+		t.Fatalf("%d guesses checked and %d held back of 1000, want at most %d checked", checked, held, limit)
+	}
+	t.Logf("%d of 1000 guesses from 50 addresses checked over 250s", checked)
+	if got := r.loginFrom("203.0.113.9", "admin", "a new address's guess"); got.status != 401 {
+		t.Fatalf("a new attacking address's first guess: got %d, want 401", got.status)
+	}
+	if got := r.loginFrom("203.0.113.9", "admin", "its second guess"); got.status != 429 {
+		t.Fatalf("a new attacking address's second guess: got %d, want 429", got.status)
+	}
+	if got := r.loginFrom("192.0.2.77", "admin", pw); got.status != 200 {
+		t.Fatalf("the real user again: got %d %s, want 200", got.status, got.code)
+	}
+
+	var audit []record.AuditEntry
+	r.must(r.admin, "GET", "/api/v1/audit?limit=2000", nil, &audit, 200)
+	attacks := 0
+	for _, e := range audit {
+		if e.Action == "security.login-attack" {
+			attacks++
+			if !strings.Contains(e.Detail, "addresses") || e.Target != "admin" {
+				t.Fatalf("attack entry %+v, want one naming admin and the addresses", e)
+			}
+		}
+	}
+	if attacks != 1 {
+		t.Fatalf("%d security.login-attack audit entries, want 1 (one an hour)", attacks)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		events, err := st.EventsAfter(context.Background(), 0, "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range events {
+			found = found || e.Kind == "security.alert" && strings.Contains(string(e.Data), "distributed password guess")
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no security alert about the attack in the event log: %d events", len(events))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

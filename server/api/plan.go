@@ -60,6 +60,33 @@ func (a *API) plan(r *request) (int, any, error) {
 	return http.StatusOK, p, nil
 }
 
+// releasePreview says what releasing a version would take away from each
+// accepted agent, before it is released: what a client asks its user to
+// confirm.
+func (a *API) releasePreview(r *request) (int, any, error) {
+	env, err := a.existingEnv(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := r.number("n")
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.svc.Plans == nil {
+		return 0, nil, newError("conflict", "", "this server previews no releases")
+	}
+	if _, err := a.svc.Versions.GetVersion(r.ctx(), env, n, false); isNotFound(err) {
+		return 0, nil, a.missingVersion(r, env, n)
+	} else if err != nil {
+		return 0, nil, err
+	}
+	p, err := a.svc.Plans.ReleasePreview(r.ctx(), env, n)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, p, nil
+}
+
 // MaxDiffDetails bounds the resources whose attribute changes a diff
 // shows; the others are counted in Added, Removed and Changed only.
 const MaxDiffDetails = 1000

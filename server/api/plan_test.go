@@ -124,3 +124,34 @@ func TestPlanBadInput(t *testing.T) {
 		t.Fatalf("versions after refused plans: %+v; want 1 released, 2 a candidate", vs)
 	}
 }
+
+// A release preview is a viewer's read: what releasing a version would
+// take away from each accepted agent, from the version the agent holds;
+// a version that does not exist is a 404. Nothing is released.
+func TestReleasePreview(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	ctx := context.Background()
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true", api.ExportRequest{Resources: []model.Resource{file("web-1", "/etc/motd", "one")}}, nil, 202)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions?release=true",
+		api.ExportRequest{Resources: []model.Resource{file("web-1", "/etc/motd", "one"), file("web-2", "/etc/motd", "two")}}, nil, 202)
+	for _, name := range []string{"web-1", "web-2"} {
+		if err := r.st.UpsertAgent(ctx, record.Agent{Env: "prod", Name: name, PublicKey: make([]byte, 32), State: record.AgentAccepted, Generation: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viewer := r.token("v", record.RoleViewer, "")
+	var pv record.ReleasePreview
+	r.must(viewer, "GET", "/api/v1/envs/prod/versions/1/release-preview", nil, &pv, 200)
+	if pv.Version != 1 || pv.Released != 2 || !pv.Rollback || pv.Agents != 1 || pv.LeaveModel != 1 || len(pv.Leaving) != 1 ||
+		pv.Leaving[0].Agent != "web-2" || pv.Leaving[0].From != 2 || len(pv.Leaving[0].Resources) != 1 || pv.Leaving[0].Resources[0].Fate != record.FateOrphaned {
+		t.Fatalf("preview of version 1: %+v; want web-2 leaving the model with its one resource orphaned", pv)
+	}
+	var e api.Body
+	if status, code := r.do(viewer, "GET", "/api/v1/envs/prod/versions/9/release-preview", nil, &e); status != 404 || code != "not_found" || !strings.Contains(e.Error.Message, "no version 9") {
+		t.Fatalf("preview of version 9: %d %s %+v; want 404 not_found naming it", status, code, e.Error)
+	}
+	if v, err := r.st.ReleasedVersion(ctx, "prod"); err != nil || v.Number != 2 {
+		t.Fatalf("released after previews: %d, %v; want 2", v.Number, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/clientlimit"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -56,8 +57,10 @@ func sessionSecret(req *http.Request) string {
 func credentialed(req *http.Request) bool { return bearer(req) != "" || sessionSecret(req) != "" }
 
 // authenticate finds who calls: the bearer token, else the session
-// cookie. A client whose recent authentications failed too often is
-// refused before its credential is looked up (AuthFailureRate).
+// cookie. A valid credential always authenticates, wherever it comes
+// from; a bad one is counted against its client's bucket of failures
+// (AuthFailureRate), and once that is empty it is answered 429 with
+// Retry-After instead of 401.
 func (a *API) authenticate(r *request) (record.Principal, error) {
 	secret, cookie := bearer(r.Request()), false
 	if secret == "" {
@@ -66,13 +69,11 @@ func (a *API) authenticate(r *request) (record.Principal, error) {
 	if secret == "" {
 		return record.Principal{}, newError("unauthorized", "send Authorization: Bearer <token> (tether reads it from TETHER_TOKEN or .tether.toml), or log in (POST /api/v1/session)", "no bearer token")
 	}
-	client := a.client(r.Request())
-	if wait := a.authFailures.Wait(client, a.now()); wait > 0 {
-		return record.Principal{}, rateLimited(wait, "too many failed authentications from this address",
-			"wait the Retry-After seconds, and check the tokens sent from here: too many were unknown, revoked or expired")
-	}
 	failed := func(e *Error) (record.Principal, error) {
-		a.authFailures.Take(client, a.now())
+		if ok, wait := a.authFailures.Take(a.client(r.Request()), a.now()); !ok {
+			return record.Principal{}, rateLimited(wait, "too many failed authentications from this address",
+				"wait the Retry-After seconds, and check the tokens sent from here: too many were unknown, revoked or expired ("+e.Message+")")
+		}
 		return record.Principal{}, e
 	}
 	if cookie {
@@ -103,6 +104,7 @@ func (a *API) authenticate(r *request) (record.Principal, error) {
 		owner = &u
 	}
 	r.token = tok
+	clientlimit.Vouch(r.ctx())
 	return record.TokenPrincipal(tok, owner), nil
 }
 
@@ -142,6 +144,7 @@ func (a *API) authenticateSession(r *request, secret string, failed func(*Error)
 		se.LastSeen = now.UTC()
 	}
 	r.session = &session{Session: se, secret: secret}
+	clientlimit.Vouch(r.ctx())
 	r.token = record.Token{ID: u.ID, Name: u.Name, Role: u.Role, Org: u.Org, CreatedBy: u.CreatedBy, CreatedAt: u.CreatedAt}
 	return record.UserPrincipal(u), nil
 }
@@ -225,9 +228,8 @@ func (a *API) login(r *request) (int, any, error) {
 	client := a.client(r.Request()).String()
 	userKey := org + "/" + req.Name
 	now := a.now()
-	if wait := max(a.loginNames.wait(now, userKey), a.loginAddrs.wait(now, client)); wait > 0 {
-		return 0, nil, rateLimited(wait, "too many failed logins for this user or from this address",
-			"wait the Retry-After seconds; an admin can set a new password (tether user passwd)")
+	if wait, why := a.logins.admit(now, userKey, client); wait > 0 {
+		return 0, nil, loginHeldBack(wait, why)
 	}
 	u, err := people.GetUser(r.ctx(), org, req.Name)
 	if err != nil && !errors.Is(err, model.ErrNotFound) {
@@ -241,8 +243,8 @@ func (a *API) login(r *request) (int, any, error) {
 		a.loginFailed(r, org, req.Name, client, now)
 		return 0, nil, newError("unauthorized", "check the organization, user name and password", "wrong user name or password")
 	}
-	a.loginNames.succeeded(userKey)
-	a.loginAddrs.succeeded(client)
+	a.logins.succeeded(userKey, client)
+	clientlimit.Vouch(r.ctx())
 	secret, err := record.NewSessionSecret()
 	if err != nil {
 		return 0, nil, err
@@ -299,21 +301,51 @@ func (a *API) hashPassword(ctx context.Context, pw string) (string, error) {
 	return record.HashPassword(pw, a.cfg.Password)
 }
 
+// loginHeldBack is the answer to a login the guard holds back, saying
+// which count holds it.
+func loginHeldBack(wait time.Duration, why holdBack) *Error {
+	hint := "wait the Retry-After seconds; an admin can set a new password (tether user passwd)"
+	switch why {
+	case heldByAddr:
+		return rateLimited(wait, "too many failed logins from this address", hint)
+	case heldByName:
+		return rateLimited(wait, "too many failed logins for this user, from this address among others",
+			"wait the Retry-After seconds; its password is being guessed from several addresses, and an address that has not failed for this user is not held back")
+	}
+	return rateLimited(wait, "too many failed logins for this user from this address", hint)
+}
+
 // loginFailed counts a failed login, writes it to the audit log and, at
-// the alert threshold, raises a security entry and a warning.
+// the alert thresholds, raises a security entry and a warning: for
+// failures in a row from one address, and for a name failed from many
+// addresses (a distributed attack, also a security alert on the event
+// stream).
 func (a *API) loginFailed(r *request, org, name, client string, now time.Time) {
-	fails := max(a.loginNames.failed(now, org+"/"+name), a.loginAddrs.failed(now, client))
+	f := a.logins.failed(now, org+"/"+name, client)
 	e := record.AuditEntry{Org: org, Actor: model.Clip("login "+name+" from "+client, model.MaxAuditLen), Action: "session.login-failed",
-		Target: name, Detail: fmt.Sprintf("failure %d in a row", fails)}
+		Target: name, Detail: fmt.Sprintf("failure %d in a row from this address, %d of this user from %d addresses", max(f.pair, f.addr), f.name, f.addrs)}
+	a.recordAudit(r, e)
+	if max(f.pair, f.addr) == a.cfg.LoginAlertAfter {
+		a.log.Warn().Str("org", org).Str("user", name).Str("client", client).Int("failures", max(f.pair, f.addr)).Msg("security: repeated failed logins")
+		e.Action, e.Detail = "security.login-failures", fmt.Sprintf("%d failed logins in a row: the address is held back", max(f.pair, f.addr))
+		a.recordAudit(r, e)
+	}
+	if f.attack {
+		what := fmt.Sprintf("user %s of organization %s: %d failed logins from %d addresses within %s, a distributed password guess; the addresses that failed are held back, others are not",
+			name, org, f.name, f.addrs, loginWindow)
+		e.Actor, e.Action, e.Detail = "login "+name, "security.login-attack", model.Clip(what, model.MaxAuditLen)
+		a.recordAudit(r, e)
+		if a.svc.Alerts != nil {
+			a.svc.Alerts.SecurityNotice(r.ctx(), org, what) // logs it too
+		} else {
+			a.log.Warn().Str("org", org).Str("user", name).Int("failures", f.name).Int("addresses", f.addrs).Msg("security: a user's password is guessed from many addresses")
+		}
+	}
+}
+
+func (a *API) recordAudit(r *request, e record.AuditEntry) {
 	if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
 		a.log.Error().Err(err).Str("action", e.Action).Msg("audit log entry lost")
-	}
-	if fails == a.cfg.LoginAlertAfter {
-		a.log.Warn().Str("org", org).Str("user", name).Str("client", client).Int("failures", fails).Msg("security: repeated failed logins")
-		e.Action, e.Detail = "security.login-failures", fmt.Sprintf("%d failed logins in a row: the user name or address is held back", fails)
-		if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
-			a.log.Error().Err(err).Str("action", e.Action).Msg("audit log entry lost")
-		}
 	}
 }
 
@@ -338,102 +370,6 @@ func (a *API) logout(r *request) (int, any, error) {
 	r.SetCookie(&http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.Request().TLS != nil || a.cfg.SecureCookies, MaxAge: -1})
 	return http.StatusNoContent, nil, nil
-}
-
-// throttle holds back logins after failures, per key (a user name, a
-// client address): the first free failures cost nothing, each further
-// one doubles a wait (from a second, at most max) before the next try.
-// A success forgets the key. Keys unused for max are forgotten, and at
-// most maxKeys are kept (the oldest go first), so a flood of made-up
-// names cannot grow it without bound.
-type throttle struct {
-	free int
-	max  time.Duration
-
-	mu   sync.Mutex
-	keys map[string]*failures
-}
-
-type failures struct {
-	n     int
-	until time.Time
-	last  time.Time
-}
-
-const maxThrottleKeys = 100_000
-
-func newThrottle(free int, max time.Duration) *throttle {
-	return &throttle{free: free, max: max, keys: map[string]*failures{}}
-}
-
-// wait is how long the keys must wait before another try (0: none).
-func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var w time.Duration
-	for _, k := range keys {
-		if f := t.keys[k]; f != nil && f.until.After(now) {
-			w = max(w, f.until.Sub(now))
-		}
-	}
-	return w
-}
-
-// failed counts a failure of each key; it returns the largest count.
-func (t *throttle) failed(now time.Time, keys ...string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.keys) >= maxThrottleKeys {
-		t.sweep(now)
-	}
-	most := 0
-	for _, k := range keys {
-		f := t.keys[k]
-		if f == nil {
-			f = &failures{}
-			t.keys[k] = f
-		}
-		f.n++
-		f.last = now
-		if over := f.n - t.free; over > 0 {
-			d := t.max
-			if over < 30 && time.Second<<(over-1) < t.max {
-				d = time.Second << (over - 1)
-			}
-			f.until = now.Add(d)
-		}
-		most = max(most, f.n)
-	}
-	return most
-}
-
-func (t *throttle) succeeded(keys ...string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, k := range keys {
-		delete(t.keys, k)
-	}
-}
-
-// sweep forgets keys unused for max, then, if still full, the oldest half.
-func (t *throttle) sweep(now time.Time) {
-	var oldest time.Time
-	for k, f := range t.keys {
-		if now.Sub(f.last) > t.max {
-			delete(t.keys, k)
-		} else if oldest.IsZero() || f.last.Before(oldest) {
-			oldest = f.last
-		}
-	}
-	if len(t.keys) < maxThrottleKeys {
-		return
-	}
-	mid := oldest.Add(now.Sub(oldest) / 2)
-	for k, f := range t.keys {
-		if f.last.Before(mid) || len(t.keys) >= maxThrottleKeys {
-			delete(t.keys, k)
-		}
-	}
 }
 
 // newID returns a fresh ID for a user.

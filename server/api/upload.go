@@ -6,27 +6,34 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/model"
 )
 
-// decodeExport reads a version upload, {"resources": [...], "meta": {...}}
-// in either order, one resource at a time: the decoder buffers one
-// resource, never the body, so an upload costs its decoded resource set
-// and little more.
-func (a *API) decodeExport(r *request) (ExportRequest, error) {
-	var req ExportRequest
+// decodeExport reads a version upload, {"resources": [...], "meta":
+// {...}} in either order, one resource at a time, each added to up as it
+// is decoded and the memory up holds then taken from the uploads' budget
+// (held, what this upload took so far): the decoder buffers one
+// resource, never the body, and the upload keeps each resource only as
+// it is stored. It returns the upload's meta and whether it had
+// "resources".
+func (a *API) decodeExport(r *request, up Upload, held *int64) (meta model.VersionMeta, sawResources bool, err error) {
 	dec := json.NewDecoder(r.Request().Body)
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	where := "request body"
-	fail := func(err error) (ExportRequest, error) {
+	fail := func(err error) (model.VersionMeta, bool, error) {
 		var e *Error
-		if errors.As(err, &e) {
-			return ExportRequest{}, e
+		var refused *refusedResource
+		switch {
+		case errors.As(err, &e):
+			return meta, false, e
+		case errors.As(err, &refused):
+			return meta, false, refused.err
 		}
-		return ExportRequest{}, r.jsonError(err, where, dec.InputOffset())
+		return meta, false, r.jsonError(err, where, dec.InputOffset())
 	}
 	if err := expectDelim(dec, '{'); err != nil {
 		return fail(err)
@@ -39,58 +46,116 @@ func (a *API) decodeExport(r *request) (ExportRequest, error) {
 		}
 		key, _ := tok.(string)
 		if seen[key] {
-			return ExportRequest{}, newError("invalid_json", "", "request body: %q appears twice", key)
+			return meta, false, newError("invalid_json", "", "request body: %q appears twice", key)
 		}
 		seen[key] = true
 		switch key {
 		case "meta":
 			where = "meta"
-			if err := dec.Decode(&req.Meta); err != nil {
+			if err := dec.Decode(&meta); err != nil {
 				return fail(err)
 			}
 			where = "request body"
 		case "resources":
-			if req.Resources, err = decodeResources(dec, r.Request().ContentLength, &where); err != nil {
+			sawResources = true
+			n := 0
+			add := func(res *model.Resource) error {
+				n++
+				if err := up.Add(r.ctx(), res); err != nil {
+					return &refusedResource{err}
+				}
+				return a.uploadMemory.grow(held, up.Size(), n)
+			}
+			if err := decodeResources(dec, &where, add); err != nil {
 				return fail(err)
 			}
 		default:
-			return ExportRequest{}, newError("unknown_field", "an upload is {\"resources\": [...], \"meta\": {...}}", "request body: unknown field %q", clip(key))
+			return meta, false, newError("unknown_field", "an upload is {\"resources\": [...], \"meta\": {...}}", "request body: unknown field %q", clip(key))
 		}
 	}
 	if err := expectDelim(dec, '}'); err != nil {
 		return fail(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return ExportRequest{}, newError("invalid_json", "", "request body has data after the JSON value")
+		return meta, false, newError("invalid_json", "", "request body has data after the JSON value")
 	}
-	return req, nil
+	return meta, sawResources, nil
 }
 
-// decodeResources reads a JSON array of resources, one element at a time;
-// where follows the element being read, for errors. length is the body's
-// announced length (-1: unknown), used to guess the slice's size so that
-// it is not regrown many times.
-func decodeResources(dec *json.Decoder, length int64, where *string) ([]model.Resource, error) {
+// refusedResource is a resource the upload refused (the catalogue's
+// check, a bad ID, a sensitive value that is the redaction marker): its
+// error is the service's, not the JSON's.
+type refusedResource struct{ err error }
+
+func (e *refusedResource) Error() string { return e.err.Error() }
+func (e *refusedResource) Unwrap() error { return e.err }
+
+// decodeResources reads a JSON array of resources, one element at a
+// time, handing each to add; where follows the element being read, for
+// errors.
+func decodeResources(dec *json.Decoder, where *string, add func(*model.Resource) error) error {
 	*where = "resources"
 	if err := expectDelim(dec, '['); err != nil {
-		return nil, err
+		return err
 	}
-	// One resource per 512 bytes is fewer than most exports hold (a file
-	// resource takes 150 bytes and more): the slice grows once or twice
-	// rather than being oversized.
-	out := make([]model.Resource, 0, min(max(length/512, 16), 1<<20))
 	for i := 0; dec.More(); i++ {
-		out = append(out, model.Resource{})
-		if err := dec.Decode(&out[i]); err != nil {
+		var res model.Resource
+		if err := dec.Decode(&res); err != nil {
 			*where = fmt.Sprintf("resources[%d]", i)
-			return nil, err
+			return err
+		}
+		if err := add(&res); err != nil {
+			return err
 		}
 	}
 	if err := expectDelim(dec, ']'); err != nil {
-		return nil, err
+		return err
 	}
 	*where = "request body"
-	return out, nil
+	return nil
+}
+
+// memoryBudget is the memory the version uploads in progress may hold
+// together (Config.UploadMemory).
+type memoryBudget struct {
+	mu          sync.Mutex
+	limit, used int64
+}
+
+// grain is the step in which uploads take memory from the budget.
+const grain = 1 << 20
+
+// grow takes from the budget what an upload that took held already needs
+// to hold size bytes, after n resources: too_large when size is above
+// the whole budget, busy when other uploads hold the rest.
+func (b *memoryBudget) grow(held *int64, need int64, n int) error {
+	if need <= *held {
+		return nil
+	}
+	if need > b.limit {
+		return newError("too_large", "split the model across environments, or raise the server's upload-memory (tether server --upload-memory, TETHER_UPLOAD_MEMORY)",
+			"the version upload needs more than %s, the server's upload-memory (what uploads may hold together), after %d resources: the server keeps an upload's resources, as they are stored, until it has them all", size(b.limit), n)
+	}
+	want := min((need+grain-1)/grain*grain, b.limit)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used-*held+want > b.limit {
+		e := newError("busy", "retry in a moment",
+			"the version uploads in progress hold %s of the %s they may hold together (the server's upload-memory); this one would hold %s", size(b.used-*held), size(b.limit), size(want))
+		e.RetryAfter = 5 * time.Second
+		return e
+	}
+	b.used += want - *held
+	*held = want
+	return nil
+}
+
+// give gives back what an upload took.
+func (b *memoryBudget) give(held *int64) {
+	b.mu.Lock()
+	b.used -= *held
+	b.mu.Unlock()
+	*held = 0
 }
 
 // expectDelim reads the next token, which must be the delimiter d.
@@ -127,19 +192,17 @@ func (a *API) uploadSlot(r *request) (release func(), err error) {
 	}
 }
 
-// uploadDeadlines gives an upload the time its size needs: ReadTimeout
-// plus its size at MinUploadRate to arrive (the limit's size when the
-// length is not announced), and as long again, plus WriteTimeout, to be
-// stored and answered.
+// uploadDeadlines gives an upload the time its size needs to be stored
+// and answered: the time its size takes to arrive at MinUploadRate (the
+// limit's size when the length is not announced), as long again, and
+// WriteTimeout. Its arrival is paced as every body's is (bodyDeadline).
 func (a *API) uploadDeadlines(r *request) {
 	n := r.Request().ContentLength
 	if n < 0 || n > a.cfg.MaxUpload {
 		n = a.cfg.MaxUpload
 	}
 	transfer := time.Duration(float64(n) / float64(a.cfg.MinUploadRate) * float64(time.Second))
-	now := a.now()
 	rc := http.NewResponseController(r.Response().Writer)
 	// Writers that cannot (a test recorder) have no deadline to move.
-	_ = rc.SetReadDeadline(now.Add(a.cfg.ReadTimeout + transfer))
-	_ = rc.SetWriteDeadline(now.Add(a.cfg.ReadTimeout + 2*transfer + a.cfg.WriteTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(a.cfg.ReadTimeout + 2*transfer + a.cfg.WriteTimeout))
 }

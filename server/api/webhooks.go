@@ -24,15 +24,15 @@ type Webhooks interface {
 // webhookRoutes are the routes of webhooks: reads and tests for
 // operators, changes (which say where events go) for admins.
 func (a *API) webhookRoutes() []route {
-	const body = "WebhookRequest {name, url, secret?, kinds?: [kind] or [\"*\"], enabled?, rotate_secret?}"
+	id := []param{pHook}
 	return []route{
-		{method: "GET", path: "/envs/:env/webhooks", role: record.RoleOperator, summary: "List the environment's webhooks (never their secrets)", returns: "[]Webhook", serve: a.listWebhooks},
-		{method: "POST", path: "/envs/:env/webhooks", role: record.RoleAdmin, action: "webhook.create", summary: "Create a webhook: the environment's events of the kinds named (default: the alerts) are posted to its URL, signed with its secret (made by the server unless given; shown once)", body: body, returns: "Webhook", serve: a.createWebhook},
-		{method: "GET", path: "/envs/:env/webhooks/:id", role: record.RoleOperator, summary: "Show a webhook (never its secret)", returns: "Webhook", serve: a.getWebhook},
-		{method: "PATCH", path: "/envs/:env/webhooks/:id", role: record.RoleAdmin, action: "webhook.update", summary: "Change a webhook: the fields given (rotate_secret: true makes a new secret, shown once)", body: body, returns: "Webhook", serve: a.updateWebhook},
-		{method: "DELETE", path: "/envs/:env/webhooks/:id", role: record.RoleAdmin, action: "webhook.delete", summary: "Delete a webhook and its deliveries (those not sent yet are not sent)", serve: a.deleteWebhook},
-		{method: "GET", path: "/envs/:env/webhooks/:id/deliveries", role: record.RoleOperator, summary: "A webhook's deliveries, newest first: state (pending, delivered, failed), attempts, the receiver's status code, error and latency", query: []string{"limit"}, returns: "[]Delivery", serve: a.webhookDeliveries},
-		{method: "POST", path: "/envs/:env/webhooks/:id/test", role: record.RoleOperator, action: "webhook.test", summary: "Queue a test delivery (kind webhook.test) to a webhook; follow it in its deliveries", returns: "Delivery", serve: a.testWebhook},
+		{method: "GET", path: "/envs/:env/webhooks", role: record.RoleOperator, summary: "List the environment's webhooks (never their secrets)", out: of[[]record.Webhook](), serve: a.listWebhooks},
+		{method: "POST", path: "/envs/:env/webhooks", role: record.RoleAdmin, action: "webhook.create", summary: "Create a webhook: the environment's events of the kinds named (default: the alerts) are posted to its URL, signed with its secret (made by the server unless given; shown once)", in: of[record.WebhookRequest](), out: of[record.Webhook](), ok: []int{http.StatusCreated}, serve: a.createWebhook},
+		{method: "GET", path: "/envs/:env/webhooks/:id", role: record.RoleOperator, summary: "Show a webhook (never its secret)", pathParams: id, out: of[record.Webhook](), serve: a.getWebhook},
+		{method: "PATCH", path: "/envs/:env/webhooks/:id", role: record.RoleAdmin, action: "webhook.update", summary: "Change a webhook: the fields given (rotate_secret: true makes a new secret, shown once)", pathParams: id, in: of[record.WebhookRequest](), out: of[record.Webhook](), serve: a.updateWebhook},
+		{method: "DELETE", path: "/envs/:env/webhooks/:id", role: record.RoleAdmin, action: "webhook.delete", summary: "Delete a webhook and its deliveries (those not sent yet are not sent)", pathParams: id, serve: a.deleteWebhook},
+		{method: "GET", path: "/envs/:env/webhooks/:id/deliveries", role: record.RoleOperator, summary: "A webhook's deliveries, newest first: state (pending, delivered, failed), attempts, the receiver's status code, error and latency", pathParams: id, query: []param{pLimit}, out: of[[]record.Delivery](), serve: a.webhookDeliveries},
+		{method: "POST", path: "/envs/:env/webhooks/:id/test", role: record.RoleOperator, action: "webhook.test", summary: "Queue a test delivery (kind webhook.test) to a webhook; follow it in its deliveries", pathParams: id, out: of[record.Delivery](), ok: []int{http.StatusAccepted}, serve: a.testWebhook},
 	}
 }
 

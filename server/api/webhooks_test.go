@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -133,14 +134,27 @@ func TestWebhookDestinationPolicy(t *testing.T) {
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { hits <- req.URL.Path }))
 	defer rcv.Close()
 
-	for _, tt := range []struct{ url, says string }{
+	cases := []struct{ url, says string }{
 		{rcv.URL + "/hook", "--webhook-allow 127.0.0.1/32"},
 		{"http://169.254.169.254/latest/meta-data/iam/security-credentials/", "--webhook-allow 169.254.169.254/32"},
 		{"http://[fd00:ec2::254]/latest/meta-data/", "--webhook-allow fd00:ec2::254/128"},
 		{"http://10.0.0.5:8080/", "a private address"},
 		{"http://[::ffff:127.0.0.1]/", "a loopback address"},
 		{"http://0.0.0.0:8420/api/v1/tokens", "--webhook-allow 0.0.0.0/32"},
-	} {
+		{"http://192.0.2.1/", "a documentation address"},
+		{"http://[64:ff9b::a9fe:a9fe]/", "a NAT64 address leading to 169.254.169.254"},
+	}
+	// The server's own addresses, whatever networks they are in.
+	own, err := notify.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range own {
+		if !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			cases = append(cases, struct{ url, says string }{"http://" + net.JoinHostPort(a.String(), "8420") + "/api/v1/tokens", "--webhook-allow " + a.String()})
+		}
+	}
+	for _, tt := range cases {
 		t.Run(tt.url, func(t *testing.T) {
 			var e api.Body
 			status, code := r.do(tenant, "POST", "/api/v1/envs/prod/webhooks", record.WebhookRequest{Name: "x", URL: &tt.url}, &e)
@@ -149,7 +163,7 @@ func TestWebhookDestinationPolicy(t *testing.T) {
 			}
 		})
 	}
-	public := "https://203.0.113.10/tether" // no look-up
+	public := "https://93.184.215.14/tether" // no look-up, and no event it would be sent
 	var w record.Webhook
 	r.must(tenant, "POST", "/api/v1/envs/prod/webhooks", record.WebhookRequest{Name: "ops", URL: &public}, &w, 201)
 	path := "/api/v1/envs/prod/webhooks/" + strconv.FormatInt(w.ID, 10)

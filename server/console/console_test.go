@@ -331,8 +331,16 @@ func TestChanges(t *testing.T) {
 	if v, _ := r.st.ReleasedVersion(ctx, "prod"); v.Number != 2 {
 		t.Fatalf("released version: %d, want 2", v.Number)
 	}
+	// web-2 holds version 2, and version 1 has nothing for it: the
+	// rollback's confirmation says it leaves the model, with what it
+	// loses.
+	if _, err := r.st.SetAgentGeneration(ctx, "prod", "web-2", 2); err != nil {
+		t.Fatal(err)
+	}
 	op.get("/envs/prod/versions/1/release")
-	op.has("rollback confirmation", "Roll back to version 1?", "Yes, roll back to version 1")
+	op.has("rollback confirmation", "Roll back to version 1?", "Yes, roll back to version 1",
+		"It takes 1 resource(s) away from 1 agent(s), and 1 agent(s) leave the model", `web-2 <span class="state bad">leaves the model</span>`,
+		"<li>file[web-2,path=/etc/motd] <small>orphaned</small></li>")
 	op.post("/envs/prod/versions/1/release", url.Values{"confirm": {"yes"}})
 	op.has("rollback", "version 1 released again as version 3 (rollback)")
 

@@ -27,6 +27,7 @@ var funcs = template.FuncMap{
 	"when":     when,
 	"ago":      ago,
 	"mark":     mark,
+	"outcome":  outcome,
 	"labels":   labels,
 	"shortid":  func(s string) string { return s[:min(len(s), 8)] },
 	"eq2":      func(a, b any) bool { return fmt.Sprint(a) == fmt.Sprint(b) },
@@ -94,7 +95,7 @@ var marks = map[string][2]string{
 	"released": {"★", "good"}, "succeeded": {"✔", "good"}, "ok": {"✔", "good"}, "waiting": {"◌", "warn"},
 	"enabled": {"✔", "good"}, "disabled": {"·", "muted"}, "delivered": {"✔", "good"},
 	"failed": {"✖", "bad"}, "non_compliant": {"≠", "bad"}, "rejected": {"✖", "bad"}, "offline": {"○", "bad"}, "drift": {"≠", "bad"},
-	"security": {"⚠", "bad"}, "compile.failed": {"✖", "bad"}, "unavailable": {"✖", "bad"}, "undefined": {"?", "warn"},
+	"security": {"⚠", "bad"}, "compile.failed": {"✖", "bad"}, "compile.recovered": {"✔", "good"}, "unavailable": {"✖", "bad"}, "undefined": {"?", "warn"},
 	"pending": {"◌", "warn"}, "deploying": {"↻", "warn"}, "running": {"↻", "warn"}, "available": {"◌", "warn"}, "paused": {"‖", "warn"},
 	"unknown": {"?", "warn"}, "skipped": {"↷", "warn"}, "skipped_for_undefined": {"↷", "warn"}, "cancelled": {"↷", "warn"},
 	"orphaned": {"∅", "warn"}, "candidate": {"◌", "warn"}, "retired": {"·", "muted"},
@@ -111,8 +112,21 @@ func mark(v any) template.HTML {
 	if !ok {
 		m = [2]string{"·", "muted"}
 	}
+	return markAs(m, s)
+}
+
+func markAs(m [2]string, s string) template.HTML {
 	word := strings.ReplaceAll(s, "_", " ")
 	return template.HTML(`<span class="state ` + m[1] + `"><span aria-hidden="true">` + m[0] + `</span> ` + template.HTMLEscapeString(word) + `</span>`)
+}
+
+// outcome shows a compile's outcome as mark does; a compile skipped for
+// nothing changed is no warning (a resource skipped is).
+func outcome(o record.CompileOutcome) template.HTML {
+	if o == record.CompileSkipped {
+		return markAs([2]string{"=", "muted"}, string(o))
+	}
+	return mark(o)
 }
 
 // labels writes labels as key=value, sorted.

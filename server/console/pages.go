@@ -488,8 +488,10 @@ type versionData struct {
 	Diff     diff
 	Plan     *record.Plan
 	// Confirm: the page asks to confirm a release (Rollback: of an
-	// older version than the released one).
+	// older version than the released one), saying what it would take
+	// away from each agent (Preview).
 	Confirm, Rollback bool
+	Preview           *record.ReleasePreview
 }
 
 func (c *Console) loadVersion(w http.ResponseWriter, r *http.Request, p *page) (versionData, bool) {
@@ -546,6 +548,14 @@ func (c *Console) confirmRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Confirm = true
+	// What the release would take away from each agent, asked to be
+	// confirmed with the rest.
+	var pv record.ReleasePreview
+	if _, err := c.call(r, "GET", "/envs/"+url.PathEscape(p.Env)+"/versions/"+url.PathEscape(r.PathValue("n"))+"/release-preview", nil, &pv); err != nil {
+		c.fail(w, r, p, err)
+		return
+	}
+	d.Preview = &pv
 	p.Data = d
 	c.render(w, r, "version", http.StatusOK, p)
 }

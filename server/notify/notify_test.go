@@ -81,7 +81,7 @@ func follow(t *testing.T, s *notify.Stream, env, after string) (resumed bool, ev
 	ch := make(chan got, 1000)
 	opened := make(chan bool, 1)
 	run(t, func(ctx context.Context) error {
-		return s.Follow(ctx, env, after, func(r bool) error { opened <- r; return nil }, func(id, kind string, data []byte) error {
+		return s.Follow(ctx, env, after, func(_ string, r bool) error { opened <- r; return nil }, func(id, kind string, data []byte) error {
 			ch <- got{id, kind, data}
 			return nil
 		})
@@ -171,6 +171,62 @@ func TestStreamResume(t *testing.T) {
 			if g := next(t, ch); json.Unmarshal(g.data, &e) != nil || e.N != 100 {
 				t.Fatalf("after %q got %s, want the live event", after, g.data)
 			}
+		}
+	})
+}
+
+// TestStreamPosition: a follower is told where in the log it starts, so
+// that one that saw no event resumes there and gets what was appended
+// meanwhile, once. Where the log was pruned, even of every event, a
+// follower resuming after an ID from before is told some may be missed,
+// and one after the newest ID given resumes.
+func TestStreamPosition(t *testing.T) {
+	stores(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		st := open(t)
+		mustEnv(t, st, "prod")
+		s := notify.NewStream(st, notify.StreamConfig{}, nil, zerolog.Nop())
+		run(t, s.Run)
+		_, first := follow(t, s, "", "") // to know when the events were appended
+		at := make(chan string, 1)
+		fctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			_ = s.Follow(fctx, "", "", func(id string, _ bool) error { at <- id; return nil }, func(string, string, []byte) error { return nil })
+		}()
+		start := <-at
+		cancel() // gone before any event came
+		for i := 1; i <= 3; i++ {
+			s.Append(event("prod", i))
+		}
+		for i := 1; i <= 3; i++ {
+			next(t, first)
+		}
+		resumed, again := follow(t, s, "", start)
+		if !resumed {
+			t.Fatalf("resumed after where a stream started (%s): false, want true", start)
+		}
+		for i := 1; i <= 3; i++ {
+			var e struct{ N int }
+			if g := next(t, again); json.Unmarshal(g.data, &e) != nil || e.N != i {
+				t.Fatalf("resumed after %s: got %s, want n=%d", start, g.data, i)
+			}
+		}
+		select {
+		case g := <-again:
+			t.Fatalf("resumed after %s: got %s more", start, g.data)
+		case <-time.After(200 * time.Millisecond):
+		}
+		b, err := st.EventLogBounds(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.PruneEvents(context.Background(), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if resumed, _ := follow(t, s, "", start); resumed {
+			t.Fatalf("after %s, every later event pruned: resumed, want told some may be missed", start)
+		}
+		if resumed, _ := follow(t, s, "", strconv.FormatInt(b.Last, 10)); !resumed {
+			t.Fatalf("after the newest ID given (%d), the log pruned: not resumed, want resumed", b.Last)
 		}
 	})
 }

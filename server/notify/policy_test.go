@@ -2,12 +2,19 @@ package notify_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,15 +33,25 @@ func prefixes(s ...string) []netip.Prefix {
 	return out
 }
 
+// noServerAddrs stands for a host whose interfaces hold loopback
+// addresses only, so that a test's answers do not depend on the machine.
+func noServerAddrs() ([]netip.Addr, error) { return nil, nil }
+
 // TestPolicyCheckAddr: the default policy refuses the server's own,
-// link-local, private and special addresses in IPv4 and IPv6 (mapped
-// and zoned forms included) and lets public ones through; an allowed
-// network wins over the defaults and over --webhook-deny.
+// link-local, private and special addresses in IPv4 and IPv6 (mapped,
+// NAT64 and zoned forms included) and lets public ones through; an
+// allowed network wins over the defaults and over --webhook-deny.
 func TestPolicyCheckAddr(t *testing.T) {
-	zero := notify.Policy{}
-	private := notify.Policy{Allow: prefixes("10.1.0.0/16", "fd12::/16")}
-	extra := notify.Policy{Deny: prefixes("203.0.113.0/24"), Allow: prefixes("203.0.113.7/32")}
-	everything := notify.Policy{Allow: prefixes("0.0.0.0/0", "::/0")}
+	zero := notify.Policy{ServerAddrs: noServerAddrs}
+	private := notify.Policy{Allow: prefixes("10.1.0.0/16", "fd12::/16"), ServerAddrs: noServerAddrs}
+	extra := notify.Policy{Deny: prefixes("8.8.0.0/16"), Allow: prefixes("8.8.4.4/32"), ServerAddrs: noServerAddrs}
+	everything := notify.Policy{Allow: prefixes("0.0.0.0/0", "::/0"), ServerAddrs: noServerAddrs}
+	own := func() ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("2606:2800:21f:cb07:6820:80da:af6b:8b2c")}, nil
+	}
+	self := notify.Policy{ServerAddrs: own}
+	selfAllowed := notify.Policy{ServerAddrs: own, Allow: prefixes("93.184.215.14/32")}
+	unknownSelf := notify.Policy{ServerAddrs: func() ([]netip.Addr, error) { return nil, errors.New("netlink: permission denied") }}
 	for _, tt := range []struct {
 		policy notify.Policy
 		addr   string
@@ -52,6 +69,14 @@ func TestPolicyCheckAddr(t *testing.T) {
 		{zero, "0.0.0.0", true},
 		{zero, "224.0.0.1", true},
 		{zero, "255.255.255.255", true},
+		{zero, "192.0.0.8", true},      // IETF protocol assignments
+		{zero, "192.0.2.2", true},      // TEST-NET-1
+		{zero, "198.51.100.1", true},   // TEST-NET-2
+		{zero, "203.0.113.5", true},    // TEST-NET-3
+		{zero, "192.88.99.1", true},    // 6to4 relays
+		{zero, "198.18.0.1", true},     // benchmarking
+		{zero, "198.19.255.255", true}, // benchmarking
+		{zero, "198.20.0.1", false},
 		{zero, "8.8.8.8", false},
 		{zero, "93.184.215.14", false},
 		{zero, "::1", true},
@@ -59,22 +84,43 @@ func TestPolicyCheckAddr(t *testing.T) {
 		{zero, "::ffff:127.0.0.1", true},
 		{zero, "::ffff:169.254.169.254", true},
 		{zero, "::ffff:8.8.8.8", false},
+		{zero, "::7f00:1", true},           // IPv4-compatible 127.0.0.1
+		{zero, "64:ff9b::7f00:1", true},    // NAT64 to 127.0.0.1
+		{zero, "64:ff9b::a9fe:a9fe", true}, // NAT64 to the metadata service
+		{zero, "64:ff9b::808:808", false},  // NAT64 to 8.8.8.8
+		{zero, "64:ff9b:1::1", true},       // local-use NAT64
+		{zero, "100::1", true},             // discard-only
+		{zero, "2001::1", true},            // Teredo
+		{zero, "2001:2::1", true},          // benchmarking
+		{zero, "2001:db8::1", true},        // documentation
+		{zero, "3fff::1", true},            // documentation
+		{zero, "2002:c000:201::1", true},   // 6to4 of 192.0.2.1
+		{zero, "5f00::1", true},            // segment routing
 		{zero, "fe80::1", true},
 		{zero, "fe80::1%eth0", true},
 		{zero, "fd00:ec2::254", true}, // AWS metadata over IPv6
+		{zero, "fd00::2", true},
 		{zero, "ff02::1", true},
 		{zero, "2001:4860:4860::8888", false},
 		{private, "10.1.2.3", false},
 		{private, "::ffff:10.1.2.3", false},
+		{private, "64:ff9b::a01:203", false}, // NAT64 to 10.1.2.3
 		{private, "10.2.0.1", true},
 		{private, "fd12::1", false},
 		{private, "fd13::1", true},
 		{private, "127.0.0.1", true},
-		{extra, "203.0.113.5", true},
-		{extra, "203.0.113.7", false},
-		{extra, "198.51.100.1", false},
+		{extra, "8.8.8.8", true},
+		{extra, "8.8.4.4", false},
+		{extra, "1.1.1.1", false},
 		{everything, "127.0.0.1", false},
 		{everything, "::1", false},
+		{everything, "192.0.2.2", false},
+		{self, "93.184.215.14", true}, // the server's own public address
+		{self, "::ffff:93.184.215.14", true},
+		{self, "2606:2800:21f:cb07:6820:80da:af6b:8b2c", true},
+		{self, "93.184.215.15", false},
+		{selfAllowed, "93.184.215.14", false},
+		{unknownSelf, "8.8.8.8", true}, // its own addresses unknown, the server refuses
 	} {
 		t.Run(tt.addr, func(t *testing.T) {
 			err := tt.policy.CheckAddr(netip.MustParseAddr(tt.addr))
@@ -85,6 +131,77 @@ func TestPolicyCheckAddr(t *testing.T) {
 				t.Fatalf("CheckAddr(%s) = %v, want ErrDenied naming --webhook-allow", tt.addr, err)
 			}
 		})
+	}
+	if err := self.CheckAddr(netip.MustParseAddr("93.184.215.14")); err == nil || !strings.Contains(err.Error(), "the server's own host") {
+		t.Fatalf("the server's own address: %v, want a refusal saying it is the server's own", err)
+	}
+}
+
+// TestPolicyRefusesTheServersOwnAddresses: under the default policy,
+// every address of this machine's network interfaces is refused (here,
+// whatever range it is in: the check reads the interfaces).
+func TestPolicyRefusesTheServersOwnAddresses(t *testing.T) {
+	addrs, err := notify.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(addrs) == 0 {
+		t.Fatal("no interface addresses: want at least loopback's")
+	}
+	for _, a := range addrs {
+		if err := (notify.Policy{}).CheckAddr(a); !errors.Is(err, notify.ErrDenied) {
+			t.Errorf("CheckAddr(%s), an address of this host: %v, want refused", a, err)
+		}
+	}
+}
+
+// TestDefaultDenyIsDocumented: the table of docs/server.md that tells
+// operators which networks webhooks may not reach lists exactly the
+// networks the policy refuses.
+func TestDefaultDenyIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "server.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "### Where webhooks may post\n")
+	if !ok {
+		t.Fatal("docs/server.md has no section \"Where webhooks may post\"")
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	documented := map[netip.Prefix]bool{}
+	inTable := false
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break // the first table only
+			}
+			continue
+		}
+		inTable = true
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") || strings.TrimSpace(cells[1]) == "Networks" {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
+			p, err := netip.ParsePrefix(m[1])
+			if err != nil {
+				a, aerr := netip.ParseAddr(m[1])
+				if aerr != nil {
+					t.Fatalf("docs/server.md lists %q: not a network or an address", m[1])
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			documented[p] = true
+		}
+	}
+	for _, p := range notify.DefaultDeny() {
+		if !documented[p] {
+			t.Errorf("%s is refused by default but not in docs/server.md's table", p)
+		}
+		delete(documented, p)
+	}
+	for p := range documented {
+		t.Errorf("docs/server.md's table lists %s, which the policy does not refuse", p)
 	}
 }
 
@@ -177,6 +294,231 @@ func TestPolicyDial(t *testing.T) {
 				t.Fatalf("dial %s: %v", tt.addr, err)
 			}
 		})
+	}
+}
+
+// fakeDNS is a DNS server the test controls, reached through a
+// *net.Resolver's Dial (no packet leaves the process): each A query for
+// a name is answered with the IPv4 addresses answer gives for it (the
+// nth query of that name, from 0), AAAA queries with none.
+type fakeDNS struct {
+	answer func(name string, n int) []netip.Addr
+	mu     sync.Mutex
+	asked  map[string]int
+}
+
+func (f *fakeDNS) resolver() *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		client, server := net.Pipe()
+		go f.serve(server) // owned by the pipe: ends when the resolver closes its end
+		return client, nil
+	}}
+}
+
+// serve answers queries in DNS's stream framing (a length, then the
+// message), as the resolver speaks over a connection that is not a
+// packet connection.
+func (f *fakeDNS) serve(c net.Conn) {
+	defer c.Close()
+	for {
+		var n uint16
+		if err := binary.Read(c, binary.BigEndian, &n); err != nil {
+			return
+		}
+		q := make([]byte, n)
+		if _, err := io.ReadFull(c, q); err != nil || len(q) < 12 {
+			return
+		}
+		// The question: labels up to a zero byte, then type and class.
+		end, name := 12, ""
+		for end < len(q) && q[end] != 0 {
+			l := int(q[end])
+			if end+1+l > len(q) {
+				return
+			}
+			name += string(q[end+1:end+1+l]) + "."
+			end += 1 + l
+		}
+		end += 5
+		if end > len(q) {
+			return
+		}
+		qtype := binary.BigEndian.Uint16(q[end-4:])
+		var addrs []netip.Addr
+		if qtype == 1 { // A
+			f.mu.Lock()
+			nth := f.asked[name]
+			f.asked[name]++
+			f.mu.Unlock()
+			addrs = f.answer(strings.TrimSuffix(name, "."), nth)
+		}
+		resp := append([]byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, byte(len(addrs)), 0, 0, 0, 0}, q[12:end]...)
+		for _, a := range addrs {
+			b := a.As4()
+			resp = append(resp, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4)
+			resp = append(resp, b[:]...)
+		}
+		if err := binary.Write(c, binary.BigEndian, uint16(len(resp))); err != nil {
+			return
+		}
+		if _, err := c.Write(resp); err != nil {
+			return
+		}
+	}
+}
+
+// errLeaves is the test dialer's refusal of an address outside the
+// loopback network: no test sends a packet off the machine.
+var errLeaves = errors.New("the test's dialer connects to loopback addresses only")
+
+// TestPolicyDialChecksWhatIsDialed: with a resolver and a dialer the test
+// controls, the policy is checked on each address the name resolves to
+// when the connection is made, not on an earlier answer: a name
+// resolving to the server's own address, to the metadata service, to a
+// documentation range, or answering a public address first and loopback
+// next (DNS rebinding) is refused before the connection is made, and
+// the refusal names the host. An allowed address is dialed through the
+// same resolver.
+func TestPolicyDialChecksWhatIsDialed(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // owned by the test: ends when l is closed
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	own := netip.MustParseAddr("93.184.215.14")
+	dns := &fakeDNS{asked: map[string]int{}, answer: func(name string, n int) []netip.Addr {
+		switch name {
+		case "self.test":
+			return []netip.Addr{own}
+		case "meta.test":
+			return []netip.Addr{netip.MustParseAddr("169.254.169.254")}
+		case "docs.test":
+			return []netip.Addr{netip.MustParseAddr("192.0.2.2")}
+		case "mixed.test":
+			return []netip.Addr{own, netip.MustParseAddr("127.0.0.1")}
+		case "rebind.test":
+			if n == 0 {
+				return []netip.Addr{netip.MustParseAddr("93.184.215.20")}
+			}
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		case "ok.test":
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		}
+		return nil
+	}}
+	var mu sync.Mutex
+	var dialed []string
+	d := net.Dialer{Timeout: 5 * time.Second, Resolver: dns.resolver(), Control: func(_, address string, _ syscall.RawConn) error {
+		mu.Lock()
+		dialed = append(dialed, address)
+		mu.Unlock()
+		if ap, err := netip.ParseAddrPort(address); err != nil || !ap.Addr().IsLoopback() {
+			return errLeaves
+		}
+		return nil
+	}}
+	policy := notify.Policy{ServerAddrs: func() ([]netip.Addr, error) { return []netip.Addr{own}, nil }}
+	allowLoopback := policy
+	allowLoopback.Allow = prefixes("127.0.0.1/32")
+	ctx := context.Background()
+	for _, tt := range []struct {
+		policy notify.Policy
+		host   string
+		want   string // in the refusal; "" for a connection
+		leaves bool   // the policy lets it through, to the test's dialer
+	}{
+		{policy, "self.test", "self.test resolves to 93.184.215.14, an address of the server's own host", false},
+		{policy, "meta.test", "meta.test resolves to 169.254.169.254, a link-local address", false},
+		{policy, "docs.test", "docs.test resolves to 192.0.2.2, a documentation address", false},
+		{policy, "mixed.test", "mixed.test resolves to", false},
+		{policy, "rebind.test", "", true},                                   // first answer: a public address
+		{policy, "rebind.test", "rebind.test resolves to 127.0.0.1", false}, // then loopback
+		{allowLoopback, "ok.test", "", false},
+	} {
+		t.Run(tt.host, func(t *testing.T) {
+			mu.Lock()
+			dialed = nil
+			mu.Unlock()
+			c, err := tt.policy.Dial(d)(ctx, "tcp4", net.JoinHostPort(tt.host, port))
+			if c != nil {
+				c.Close()
+			}
+			mu.Lock()
+			tried := append([]string(nil), dialed...)
+			mu.Unlock()
+			switch {
+			case tt.leaves:
+				if !errors.Is(err, errLeaves) {
+					t.Fatalf("dial %s: %v, want it through the policy to the test's dialer", tt.host, err)
+				}
+			case tt.want == "":
+				if err != nil {
+					t.Fatalf("dial %s: %v, want connected", tt.host, err)
+				}
+			default:
+				if !errors.Is(err, notify.ErrDenied) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--webhook-allow") {
+					t.Fatalf("dial %s: %v, want ErrDenied saying %q", tt.host, err, tt.want)
+				}
+				if len(tried) != 0 {
+					t.Fatalf("dial %s: the test's dialer was asked for %v, want nothing: refused before connecting", tt.host, tried)
+				}
+			}
+		})
+	}
+}
+
+// TestSenderFollowsNoRedirect: a receiver answering a redirect, here to
+// another receiver the policy allows, gets a failed attempt recorded
+// with its 3xx; the place it points to gets nothing.
+func TestSenderFollowsNoRedirect(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "t.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	mustEnv(t, st, "prod")
+	secret, _ := notify.NewSecret()
+	target := newReceiver(t, secret, http.StatusOK)
+	redirect := httptest.NewServer(http.RedirectHandler(target.URL+"/hook", http.StatusTemporaryRedirect))
+	defer redirect.Close()
+	h := hook(t, st, "prod", "redirects", redirect.URL+"/hook", secret)
+	sender := notify.NewSender(st, notify.SenderConfig{Timeout: 5 * time.Second, Poll: 50 * time.Millisecond, FirstRetry: time.Hour, Policy: loopback}, zerolog.Nop())
+	s := notify.NewStream(st, notify.StreamConfig{}, sender.Wake, zerolog.Nop())
+	run(t, s.Run)
+	run(t, sender.Run)
+	s.Append(event("prod", 1))
+	for deadline := time.After(60 * time.Second); ; {
+		log, err := st.Deliveries(ctx, "prod", h.ID, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(log) == 1 && log[0].StatusCode != 0 {
+			if d := log[0]; d.State != record.DeliveryPending || d.StatusCode != http.StatusTemporaryRedirect {
+				t.Fatalf("delivery %+v, want pending with status 307", d)
+			}
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("deliveries %+v, want one attempted", log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	target.mu.Lock()
+	defer target.mu.Unlock()
+	if len(target.ids) != 0 || target.bad != 0 {
+		t.Fatalf("the redirect's target got %d deliveries and %d other requests, want none", len(target.ids), target.bad)
 	}
 }
 

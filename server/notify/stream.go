@@ -267,33 +267,47 @@ const followPage = 500
 // IDs "row.element" (record.EventID). After is the ID of the last event
 // the follower saw ("" for none: only events appended from now on come;
 // a row's ID alone: the whole row was seen). opened is called once,
-// before any event, told whether every event after after is still kept
-// (false: too old and pruned, or not an ID of this log; the follower then
-// gets the events from now on).
-func (s *Stream) Follow(ctx context.Context, env, after string, opened func(resumed bool) error, send func(id, kind string, data []byte) error) error {
+// before any event, with the ID the follower is at (the events that come
+// are those after it: after itself when it resumes, else where the log
+// is now) and told whether every event after after is still kept
+// (false: too old and pruned, or not an ID of this log; the follower
+// then gets the events from now on). A follower keeps the ID it is at
+// before any event comes, so that a follower that saw none resumes after
+// it all the same: what is appended while it is away (its server
+// restarts, the events of agents ingested meanwhile) is not missed.
+func (s *Stream) Follow(ctx context.Context, env, after string, opened func(at string, resumed bool) error, send func(id, kind string, data []byte) error) error {
 	changed := s.waitChan()
 	b, err := s.log.EventLogBounds(ctx)
 	if err != nil {
 		return err
 	}
+	// The oldest ID kept; past the newest given when none is: a
+	// follower after an ID below it missed what was pruned.
+	first := b.First
+	if first == 0 {
+		first = b.Last + 1
+	}
 	// skip is how far into the folded row seen (its ID) the follower
 	// got: the row is read again, from the element after.
 	cursor, resumed := b.Last, true
+	at := record.EventID(b.Last, 0, false)
 	seen, skip := int64(0), -1
 	if after != "" {
 		n, elem, err := record.ParseEventID(after)
 		switch {
 		case err != nil || n > b.Last:
 			resumed = false
-		case b.First > 0 && n < b.First-1, elem >= 0 && n < b.First:
+		case n < first-1, elem >= 0 && n < first:
 			resumed = false
 		case elem >= 0:
 			cursor, seen, skip = n-1, n, elem
+			at = record.EventID(n, elem, true)
 		default:
 			cursor = n
+			at = record.EventID(n, 0, false)
 		}
 	}
-	if err := opened(resumed); err != nil {
+	if err := opened(at, resumed); err != nil {
 		return err
 	}
 	for {

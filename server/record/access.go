@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/model"
@@ -111,15 +113,61 @@ const (
 	// AlertSecurity: a message was dropped for who signed it.
 	AlertSecurity AlertKind = "security"
 	// AlertCompileFailed: a server-side compile of the environment's model
-	// failed (Compliance non_compliant), once per streak of failures, or
-	// the next one succeeded (Compliance compliant).
+	// failed (Compliance non_compliant), once per streak of failures.
 	AlertCompileFailed AlertKind = "compile.failed"
+	// AlertCompileRecovered: a compile succeeded after a streak of
+	// failures (Compliance compliant): good news, which ends the streak.
+	AlertCompileRecovered AlertKind = "compile.recovered"
 )
 
+// AlertKinds are the alert kinds, in the order they are listed.
+var AlertKinds = []AlertKind{AlertDrift, AlertSecurity, AlertCompileFailed, AlertCompileRecovered}
+
 // Valid reports whether k is a known alert kind.
-func (k AlertKind) Valid() bool {
-	return k == AlertDrift || k == AlertSecurity || k == AlertCompileFailed
+func (k AlertKind) Valid() bool { return slices.Contains(AlertKinds, k) }
+
+// Good says whether an alert of kind k is good news: something back as it
+// should be (a recovered compile; a drift alert says so by its
+// compliance).
+func (k AlertKind) Good() bool { return k == AlertCompileRecovered }
+
+// ParseAlertKinds reads a filter of alert kinds: a kind ("drift",
+// "compile.failed"), or a family, the part before the dot, meaning every
+// kind of it ("compile": compile.failed and compile.recovered). ""
+// matches every kind (nil).
+func ParseAlertKinds(s string) ([]AlertKind, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []AlertKind
+	for _, k := range AlertKinds {
+		if family, _, _ := strings.Cut(string(k), "."); string(k) == s || family == s {
+			out = append(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: alert kind %q: want %s", model.ErrInvalid, model.Clip(s, 32), AlertKindsHelp)
+	}
+	return out, nil
 }
+
+// AlertKindFilters lists what ParseAlertKinds reads: every kind, then
+// every family of more than one kind.
+func AlertKindFilters() []string {
+	var out, families []string
+	n := map[string]int{}
+	for _, k := range AlertKinds {
+		out = append(out, string(k))
+		family, _, _ := strings.Cut(string(k), ".")
+		if n[family]++; n[family] == 2 {
+			families = append(families, family)
+		}
+	}
+	return append(out, families...)
+}
+
+// AlertKindsHelp says what an alert kind filter may be.
+const AlertKindsHelp = "drift, security, compile.failed, compile.recovered, or compile (both compile kinds)"
 
 // Alert is a compliance or security alert as the server keeps it.
 type Alert struct {

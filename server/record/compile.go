@@ -21,7 +21,17 @@ type Compile struct {
 	Triggers Triggers `json:"triggers"`
 	// Revision is the source compiled: a commit id, or the hash of an
 	// uploaded archive; empty until known.
-	Revision   string         `json:"revision,omitempty"`
+	Revision string `json:"revision,omitempty"`
+	// Inputs is a digest of what, besides the revision, the compile's
+	// outcome depends on: the source's URL, ref and sub-directory, the
+	// live inventory (accepted agents, their labels and facts), the
+	// variables, the compiler (the server's build), the environment's
+	// settings and the version released after it. A compile whose
+	// revision and inputs are those of the last one that succeeded is
+	// skipped. Empty: the compile cannot be repeated from them (it read
+	// a git module by branch or tag, which may move), or it failed before
+	// they were known.
+	Inputs     string         `json:"inputs,omitempty"`
 	StartedAt  time.Time      `json:"started_at"`
 	FinishedAt *time.Time     `json:"finished_at,omitempty"`
 	Outcome    CompileOutcome `json:"outcome"`
@@ -51,6 +61,10 @@ type CompileResult struct {
 	UndefinedTotal int              `json:"undefined_total,omitempty"`
 	// Version is the version the compile stored; 0 when it stored none.
 	Version int64 `json:"version,omitempty"`
+	// SameAs is, for a skipped compile, the compile that ran with the
+	// same revision and inputs: its resources per agent and undefined
+	// blocks are that compile's, which still hold.
+	SameAs string `json:"same_as,omitempty"`
 }
 
 // CompileDiagnostic is one of the compiler's findings, where it is.
@@ -106,6 +120,7 @@ func (r CompileResult) Bound() CompileResult {
 		us = append(us, UndefinedBlock{Name: model.Clip(u.Name, MaxCompileMessage), Facts: facts})
 	}
 	r.Undefined = us
+	r.SameAs = model.Clip(r.SameAs, 64)
 	return r
 }
 
@@ -127,12 +142,17 @@ const (
 	CompileUnchanged CompileOutcome = "unchanged"
 	// CompileFailed: the source could not be read or did not compile.
 	CompileFailed CompileOutcome = "failed"
+	// CompileSkipped: nothing changed since the last compile that
+	// succeeded (its revision and inputs are this one's, SameAs names
+	// it), so the model was not compiled again. An operator's request
+	// always compiles.
+	CompileSkipped CompileOutcome = "skipped"
 )
 
 // Valid reports whether o is a known outcome.
 func (o CompileOutcome) Valid() bool {
 	switch o {
-	case CompileRunning, CompileReleased, CompileCandidate, CompileUnchanged, CompileFailed:
+	case CompileRunning, CompileReleased, CompileCandidate, CompileUnchanged, CompileFailed, CompileSkipped:
 		return true
 	}
 	return false
@@ -250,4 +270,15 @@ type CompileRequest struct {
 	Running bool `json:"running"`
 	// Queued are the triggers of the compile waiting, this one among them.
 	Queued Triggers `json:"queued"`
+}
+
+// Succeeded says whether a compile that ended so left the environment as
+// its model says: it released, stored a candidate, found nothing new, or
+// was skipped for nothing changed.
+func (o CompileOutcome) Succeeded() bool {
+	switch o {
+	case CompileReleased, CompileCandidate, CompileUnchanged, CompileSkipped:
+		return true
+	}
+	return false
 }

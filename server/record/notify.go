@@ -21,8 +21,9 @@ type LoggedEvent struct {
 	At   time.Time `json:"at"`
 }
 
-// EventLogBounds are the oldest and newest IDs the event log keeps (zero
-// when it is empty) and the newest it ever gave (Last).
+// EventLogBounds are the oldest ID the event log keeps (First, zero when
+// it keeps none) and the newest it ever gave (Last, kept or not: pruned,
+// or of a deleted environment), with every ID up to Last committed.
 type EventLogBounds struct {
 	First, Last int64
 }
@@ -32,7 +33,7 @@ const WebhookAllKinds = "*"
 
 // DefaultWebhookKinds are the kinds a webhook gets when it names none:
 // the alerts.
-var DefaultWebhookKinds = []string{"compliance.drift", "security.alert", "compile.alert"}
+var DefaultWebhookKinds = []string{"compliance.drift", "security.alert", "compile.alert", "compile.recovered"}
 
 // Webhook is where an environment's events are posted, signed with its
 // secret.

@@ -75,6 +75,8 @@ type AlertFilter struct {
 	Env   string
 	Agent string
 	Kind  AlertKind
+	// Kinds: only alerts of one of these kinds (with Kind, of both).
+	Kinds []AlertKind
 	// Limit bounds the answer (0: 100).
 	Limit int
 }

@@ -78,10 +78,19 @@ func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent
 }
 
 // SetAgentState implements Store.
-func (s *SQL) SetAgentState(ctx context.Context, a, was record.Agent) error {
-	n, err := s.db.Exec(ctx, `UPDATE agents SET state = $3, paused = $4, note = $5
-		WHERE env = $1 AND name = $2 AND state = $6 AND paused = $7`,
-		a.Env, a.Name, a.State, a.Paused, a.Note, was.State, was.Paused)
+func (s *SQL) SetAgentState(ctx context.Context, a, was record.Agent, events ...record.LoggedEvent) error {
+	var n int64
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		var err error
+		n, err = tx.Exec(ctx, `UPDATE agents SET state = $3, paused = $4, note = $5
+			WHERE env = $1 AND name = $2 AND state = $6 AND paused = $7`,
+			a.Env, a.Name, a.State, a.Paused, a.Note, was.State, was.Paused)
+		if err != nil || n != 1 {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, events)
+		return err
+	})
 	if err != nil {
 		return wrap("set the state of agent "+a.Name, err)
 	}
@@ -180,7 +189,7 @@ func (s *SQL) ResetSequence(ctx context.Context, env, agent string) error {
 }
 
 // DeleteAgent implements Store.
-func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
+func (s *SQL) DeleteAgent(ctx context.Context, env, name string, events ...record.LoggedEvent) error {
 	return wrap("delete agent "+name, s.db.Tx(ctx, func(tx Tx) error {
 		if err := s.lockStatuses(ctx, tx, env, name); err != nil {
 			return err
@@ -205,7 +214,10 @@ func (s *SQL) DeleteAgent(ctx context.Context, env, name string) error {
 				return err
 			}
 		}
-		return nil
+		// Last: the event log's lock is held for the rest of the
+		// transaction only.
+		_, err = s.appendEvents(ctx, tx, events)
+		return err
 	}))
 }
 

@@ -60,7 +60,7 @@ func insertAlert(a *record.Alert) (Statement, error) {
 }
 
 // RecordAlerts implements Store.
-func (s *SQL) RecordAlerts(ctx context.Context, alerts []record.Alert) error {
+func (s *SQL) RecordAlerts(ctx context.Context, alerts []record.Alert, events ...record.LoggedEvent) error {
 	in := &Ingest{}
 	for i := range alerts {
 		if err := checkAlert(&alerts[i]); err != nil {
@@ -72,10 +72,16 @@ func (s *SQL) RecordAlerts(ctx context.Context, alerts []record.Alert) error {
 		}
 		in.Statements = append(in.Statements, st)
 	}
-	if len(alerts) == 0 {
+	if len(alerts) == 0 && len(events) == 0 {
 		return nil
 	}
-	return wrap("record alerts", s.db.Tx(ctx, func(tx Tx) error { return tx.WriteIngest(ctx, in) }))
+	return wrap("record alerts", s.db.Tx(ctx, func(tx Tx) error {
+		if err := tx.WriteIngest(ctx, in); err != nil {
+			return err
+		}
+		_, err := s.appendEvents(ctx, tx, events)
+		return err
+	}))
 }
 
 // Alerts implements Store.
@@ -86,6 +92,13 @@ func (s *SQL) Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert,
 		if c.v != "" {
 			where = append(where, c.col+` = `+a.add(c.v))
 		}
+	}
+	if len(f.Kinds) > 0 {
+		in := make([]string, len(f.Kinds))
+		for i, k := range f.Kinds {
+			in[i] = a.add(string(k))
+		}
+		where = append(where, `kind IN (`+strings.Join(in, `, `)+`)`)
 	}
 	q := `SELECT seq, env, agent, kind, resource_id, message, changes, compliance, version, at FROM alerts`
 	if len(where) > 0 {

@@ -13,7 +13,7 @@ import (
 )
 
 const compileColumns = `id, env, triggers, revision, started_at, finished_at, outcome,
-	diagnostics, diagnostics_total, resources_per_agent, undefined, undefined_total, version`
+	diagnostics, diagnostics_total, resources_per_agent, undefined, undefined_total, version, inputs, same_as`
 
 // StartCompile implements Store.
 func (s *SQL) StartCompile(ctx context.Context, c record.Compile) (record.Compile, error) {
@@ -48,12 +48,15 @@ func (s *SQL) FinishCompile(ctx context.Context, c record.Compile) (record.Compi
 	op := fmt.Sprintf("finish compile %s of %q", model.Clip(c.ID, 64), c.Env)
 	switch {
 	case !c.Outcome.Valid() || c.Outcome == record.CompileRunning:
-		return c, fmt.Errorf("%s: %w: outcome %q: want released, candidate, unchanged or failed", op, model.ErrInvalid, model.Clip(string(c.Outcome), 32))
+		return c, fmt.Errorf("%s: %w: outcome %q: want released, candidate, unchanged, skipped or failed", op, model.ErrInvalid, model.Clip(string(c.Outcome), 32))
 	case (c.Outcome == record.CompileReleased || c.Outcome == record.CompileCandidate) && c.Version <= 0:
 		return c, fmt.Errorf("%s: %w: a %s compile names the version it stored", op, model.ErrInvalid, c.Outcome)
-	case c.Outcome == record.CompileFailed && c.Version != 0:
-		return c, fmt.Errorf("%s: %w: a failed compile stored no version, yet names %d", op, model.ErrInvalid, c.Version)
+	case (c.Outcome == record.CompileFailed || c.Outcome == record.CompileSkipped) && c.Version != 0:
+		return c, fmt.Errorf("%s: %w: a %s compile stored no version, yet names %d", op, model.ErrInvalid, c.Outcome, c.Version)
+	case c.Outcome == record.CompileSkipped && c.SameAs == "":
+		return c, fmt.Errorf("%s: %w: a skipped compile names the compile it is the same as", op, model.ErrInvalid)
 	}
+	c.Inputs = model.Clip(c.Inputs, 128)
 	c.CompileResult = c.CompileResult.Bound()
 	finished := time.Now()
 	if c.FinishedAt != nil {
@@ -82,13 +85,13 @@ func (s *SQL) FinishCompile(ctx context.Context, c record.Compile) (record.Compi
 			revision = model.Clip(c.Revision, model.MaxTextLen)
 		}
 		_, err = tx.Exec(ctx, `UPDATE compiles SET revision = $1, finished_at = $2, outcome = $3, diagnostics = $4, diagnostics_total = $5,
-			resources_per_agent = $6, undefined = $7, undefined_total = $8, version = $9 WHERE env = $10 AND id = $11`,
-			revision, finished, c.Outcome, cols[0], c.DiagnosticsTotal, cols[1], cols[2], c.UndefinedTotal, c.Version, c.Env, c.ID)
+			resources_per_agent = $6, undefined = $7, undefined_total = $8, version = $9, inputs = $10, same_as = $11 WHERE env = $12 AND id = $13`,
+			revision, finished, c.Outcome, cols[0], c.DiagnosticsTotal, cols[1], cols[2], c.UndefinedTotal, c.Version, c.Inputs, c.SameAs, c.Env, c.ID)
 		if err != nil {
 			return err
 		}
 		out = current
-		out.Revision, out.FinishedAt, out.Outcome, out.CompileResult = revision, &finished, c.Outcome, c.CompileResult
+		out.Revision, out.FinishedAt, out.Outcome, out.CompileResult, out.Inputs = revision, &finished, c.Outcome, c.CompileResult, c.Inputs
 		return nil
 	})
 	return out, wrap(op, err)
@@ -132,7 +135,7 @@ func scanCompile(r Row) (record.Compile, error) {
 	var c record.Compile
 	var triggers, diags, perAgent, undefined []byte
 	if err := r.Scan(&c.ID, &c.Env, &triggers, &c.Revision, timeCol{&c.StartedAt}, nullTimeCol{&c.FinishedAt}, &c.Outcome,
-		&diags, &c.DiagnosticsTotal, &perAgent, &undefined, &c.UndefinedTotal, &c.Version); err != nil {
+		&diags, &c.DiagnosticsTotal, &perAgent, &undefined, &c.UndefinedTotal, &c.Version, &c.Inputs, &c.SameAs); err != nil {
 		return c, err
 	}
 	for _, col := range []struct {

@@ -67,7 +67,7 @@ func (s *SQL) ListEnvs(ctx context.Context) ([]record.Environment, error) {
 }
 
 // UpdateEnvSettings implements Store.
-func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
+func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error, tell ...func(was, now record.EnvSettings) ([]record.LoggedEvent, error)) (record.Environment, error) {
 	var env record.Environment
 	err := s.db.Tx(ctx, func(tx Tx) error {
 		var err error
@@ -75,6 +75,7 @@ func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*recor
 		if err != nil {
 			return err
 		}
+		was := env.Settings
 		if err := fn(&env.Settings); err != nil {
 			return fmt.Errorf("%w: %w", model.ErrInvalid, err)
 		}
@@ -85,8 +86,19 @@ func (s *SQL) UpdateEnvSettings(ctx context.Context, name string, fn func(*recor
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE environments SET settings = $1 WHERE name = $2`, settings, name)
-		return err
+		if _, err = tx.Exec(ctx, `UPDATE environments SET settings = $1 WHERE name = $2`, settings, name); err != nil {
+			return err
+		}
+		for _, t := range tell {
+			events, err := t(was, env.Settings)
+			if err != nil {
+				return err
+			}
+			if _, err := s.appendEvents(ctx, tx, events); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return env, wrap(fmt.Sprintf("update settings of %q", name), err)
 }

@@ -16,12 +16,14 @@ type Notify interface {
 	// AppendEvents appends events to the log (their IDs are given here)
 	// and, in the same transaction, queues a delivery of each to every
 	// enabled webhook of its environment that asks for its kind. It
-	// returns the newest ID.
+	// returns the newest ID it gave (0: none, for no event). IDs are
+	// given in commit order: a follower reading after an ID misses none
+	// committed later.
 	AppendEvents(ctx context.Context, events []record.LoggedEvent) (int64, error)
 	// EventsAfter returns at most limit (0: 100) events after the ID
 	// after, oldest first: of env, or of every environment when env is "".
 	EventsAfter(ctx context.Context, after int64, env string, limit int) ([]record.LoggedEvent, error)
-	// EventLogBounds returns the oldest and newest IDs kept.
+	// EventLogBounds returns the oldest ID kept and the newest given.
 	EventLogBounds(ctx context.Context) (record.EventLogBounds, error)
 	// PruneEvents deletes the events older than before, and the
 	// deliveries finished before it; it returns how many events went.
@@ -65,32 +67,40 @@ const appendChunk = 200
 func (s *SQL) AppendEvents(ctx context.Context, events []record.LoggedEvent) (int64, error) {
 	var last int64
 	err := s.db.Tx(ctx, func(tx Tx) error {
-		if err := s.appendEvents(ctx, tx, events); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&last)
+		var err error
+		last, err = s.appendEvents(ctx, tx, events)
+		return err
 	})
 	return last, wrap("append events", err)
 }
 
 // appendEvents appends events to the log in tx, and queues their webhook
 // deliveries: what AppendEvents does, and recording results does with
-// the events of its batches. The lock it takes is held until tx ends, so
-// that IDs are given in commit order: a transaction that also locks other
-// rows takes it last (after them), and never waits for them holding it.
-func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEvent) error {
+// the events of its batches. It returns the newest ID it gave.
+//
+// IDs come from a sequence, which gives them as the appends run, not as
+// they commit: were two transactions to append at once, the one with the
+// lower ID could commit after a follower read the other's and moved past
+// it, and the follower would never see it. So an append takes the event
+// log's lock (LockEvents) first and holds it until its transaction ends:
+// IDs are given in commit order, and a follower reading after an ID
+// misses none. A transaction that also locks other rows takes it last
+// (after them), and never waits for them holding it; it holds it for as
+// few statements as it can (the lock also queues the followers' wake,
+// sent at commit; the IDs come back from the INSERT).
+func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEvent) (int64, error) {
 	for _, e := range events {
 		if e.Kind == "" {
-			return fmt.Errorf("%w: an event without a kind", model.ErrInvalid)
+			return 0, fmt.Errorf("%w: an event without a kind", model.ErrInvalid)
 		}
 	}
+	if len(events) == 0 {
+		return 0, nil
+	}
 	if err := run(ctx, tx, s.d.LockEvents); err != nil {
-		return err
+		return 0, err
 	}
-	var prev int64
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM event_log`).Scan(&prev); err != nil {
-		return err
-	}
+	first, last := int64(0), int64(0)
 	folded := false
 	for len(events) > 0 {
 		chunk := events[:min(len(events), appendChunk)]
@@ -107,21 +117,31 @@ func (s *SQL) appendEvents(ctx context.Context, tx Tx, events []record.LoggedEve
 			rows = append(rows, fmt.Sprintf(`(COALESCE((SELECT org FROM environments WHERE name = %s), ''), %s, %s, %s, %s)`,
 				env, env, a.add(e.Kind), a.add(string(e.Data)), a.add(at.UTC())))
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO event_log (org, env, kind, data, at) VALUES `+strings.Join(rows, ", "), a...); err != nil {
-			return err
+		ids, err := queryAll(ctx, tx, func(r Row) (int64, error) {
+			var id int64
+			return id, r.Scan(&id)
+		}, `INSERT INTO event_log (org, env, kind, data, at) VALUES `+strings.Join(rows, ", ")+` RETURNING id`, a...)
+		if err != nil {
+			return 0, err
+		}
+		for _, id := range ids {
+			if first == 0 || id < first {
+				first = id
+			}
+			last = max(last, id)
 		}
 	}
 	// The outbox, in the transaction of the events.
 	if folded {
-		if err := queueUnfolded(ctx, tx, prev); err != nil {
-			return err
+		if err := queueUnfolded(ctx, tx, first-1); err != nil {
+			return 0, err
 		}
 	} else if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, kind, payload, state, next_at, created_at)
 		SELECT w.id, e.id, e.kind, e.data, 'pending', now(), now() FROM event_log e JOIN webhooks w ON w.env = e.env AND w.enabled
-		WHERE e.id > $1 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, prev); err != nil {
-		return err
+		WHERE e.id > $1 AND (w.kinds = ' * ' OR w.kinds LIKE '% ' || e.kind || ' %') ORDER BY e.id, w.id`, first-1); err != nil {
+		return 0, err
 	}
-	return run(ctx, tx, s.d.NotifyEvents)
+	return last, nil
 }
 
 // queueUnfolded queues the deliveries of the events after prev, some of
@@ -194,10 +214,25 @@ func (s *SQL) EventsAfter(ctx context.Context, after int64, env string, limit in
 	return out, wrap("read the event log", err)
 }
 
-// EventLogBounds implements Store.
+// EventLogBounds implements Store. Last is the newest ID the log gave,
+// whether it keeps it or not (pruned, or its environment's deleted): a
+// follower that starts after it misses no event, and one that resumes
+// after an ID up to it names an ID of this log. It is read with no append
+// in flight (ShareEvents): every ID up to it is committed, or never will
+// be.
 func (s *SQL) EventLogBounds(ctx context.Context) (record.EventLogBounds, error) {
 	var b record.EventLogBounds
-	err := s.db.QueryRow(ctx, `SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0) FROM event_log`).Scan(&b.First, &b.Last)
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		if err := run(ctx, tx, s.d.ShareEvents); err != nil {
+			return err
+		}
+		var kept int64
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0), (`+s.d.EventsGiven+`) FROM event_log`).Scan(&b.First, &kept, &b.Last); err != nil {
+			return err
+		}
+		b.Last = max(b.Last, kept)
+		return nil
+	})
 	return b, wrap("read the event log", err)
 }
 

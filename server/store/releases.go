@@ -242,20 +242,7 @@ func (s *SQL) AgentSlices(ctx context.Context, env string, n int64, agents []str
 
 // insertWaits writes the cross-agent requirements of version n: who waits
 // for what, a few hundred rows a statement.
-func insertWaits(ctx context.Context, tx Tx, env string, n int64, resources []model.Resource) error {
-	type wait struct{ required, agent string }
-	seen := map[wait]bool{}
-	var waits []wait
-	for i := range resources {
-		r := &resources[i]
-		for _, req := range r.Requires {
-			w := wait{req.String(), r.ID.Agent}
-			if req.Agent != r.ID.Agent && !seen[w] {
-				seen[w] = true
-				waits = append(waits, w)
-			}
-		}
-	}
+func insertWaits(ctx context.Context, tx Tx, env string, n int64, waits []setWait) error {
 	const perStatement = 250
 	for len(waits) > 0 {
 		chunk := waits[:min(len(waits), perStatement)]

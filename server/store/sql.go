@@ -59,7 +59,7 @@ type Tx interface {
 type Bulk interface {
 	// InsertResources stores the resources of the new version v (its
 	// number set), and the bodies not stored yet.
-	InsertResources(ctx context.Context, v *model.Version, rows []ResourceRow) error
+	InsertResources(ctx context.Context, v *model.Version, rows *Set) error
 	// BeginIngest marks batches as ingested (env, agent, seq), setting
 	// fresh[i] for each batch seen for the first time (a batch without a
 	// seq is always fresh), and returns the status rows of keys that
@@ -94,9 +94,14 @@ type Dialect struct {
 	// the whole database.
 	SkipLocked string
 	// LockEvents runs before appending to the event log, so that ids are
-	// given in commit order; NotifyEvents after, to wake the followers of
-	// other processes. Empty where one process holds the database.
-	LockEvents, NotifyEvents string
+	// given in commit order, and has the followers of other processes
+	// woken at commit; ShareEvents before reading the newest ID given,
+	// so that no append is in flight. Empty where one process holds the
+	// database.
+	LockEvents, ShareEvents string
+	// EventsGiven is a query of the newest ID the event log ever gave
+	// (0: none), kept or not: its sequence's.
+	EventsGiven string
 	// EachText is the function that reads a JSON object column as rows
 	// of key and value, as text: an agent's labels.
 	EachText string

@@ -228,7 +228,8 @@ func (s *SQL) RecordResults(ctx context.Context, batches []ResultBatch) ([]bool,
 		}
 		// Last: the event log's lock is held for the rest of the
 		// transaction only.
-		return s.appendEvents(ctx, tx, events)
+		_, err = s.appendEvents(ctx, tx, events)
+		return err
 	})
 	if err != nil {
 		return nil, wrap("record results", err)

@@ -44,8 +44,10 @@ type Store interface {
 	ListEnvs(ctx context.Context) ([]record.Environment, error)
 	// UpdateEnvSettings changes an environment's settings with fn, in one
 	// transaction: concurrent updates never lose each other's changes.
-	// Settings fn leaves invalid are refused with ErrInvalid.
-	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error)
+	// Settings fn leaves invalid are refused with ErrInvalid. The events
+	// tell returns, given the settings before and after, are appended to
+	// the event log in that transaction.
+	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error, tell ...func(was, now record.EnvSettings) ([]record.LoggedEvent, error)) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
 	// action log, alerts, tokens, compile reports, releases, source, webhooks (with their deliveries) and events of the event log. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error
@@ -54,6 +56,9 @@ type Store interface {
 	// (a candidate) and returns it without its resources. Bodies already
 	// stored are not stored again.
 	PutVersion(ctx context.Context, env string, meta model.VersionMeta, resources []model.Resource) (model.Version, error)
+	// PutSet is PutVersion of a set built one resource at a time (a
+	// version upload), checked first (Set.Check).
+	PutSet(ctx context.Context, env string, meta model.VersionMeta, set *Set) (model.Version, error)
 	// GetVersion returns version n, with its resources if asked.
 	GetVersion(ctx context.Context, env string, n int64, withResources bool) (model.Version, error)
 	// LatestVersion returns the newest version in any state; ErrNotFound if none.
@@ -123,8 +128,9 @@ type Store interface {
 	// (the record the decision was taken from): what the agent reported
 	// meanwhile stays, and a decision taken meanwhile through another
 	// replica is not undone (ErrConflict). ErrNotFound if the agent is
-	// unknown.
-	SetAgentState(ctx context.Context, a, was record.Agent) error
+	// unknown. The events that tell of the decision are appended to the
+	// event log in its transaction: with it, or not at all.
+	SetAgentState(ctx context.Context, a, was record.Agent, events ...record.LoggedEvent) error
 	// SetAgentKey writes a's keys (PublicKey, PreviousKey, PreviousUntil)
 	// if the agent's key is still from, and reports whether it was.
 	SetAgentKey(ctx context.Context, a record.Agent, from []byte) (bool, error)
@@ -162,8 +168,9 @@ type Store interface {
 	// resources (they are available again, compliance unknown, as the
 	// released version wants them; orphaned ones go) and its
 	// deduplication marks (its actions and alerts stay, as history);
-	// ErrNotFound if unknown. Said hello again, it is new.
-	DeleteAgent(ctx context.Context, env, name string) error
+	// ErrNotFound if unknown. Said hello again, it is new. The events
+	// that tell of it are appended to the event log in its transaction.
+	DeleteAgent(ctx context.Context, env, name string, events ...record.LoggedEvent) error
 	// GetAgent returns one agent; ErrNotFound if unknown.
 	GetAgent(ctx context.Context, env, name string) (record.Agent, error)
 	// ListAgents returns the environment's agents, by name.
@@ -223,8 +230,9 @@ type Store interface {
 	// dry run, in the order they were recorded.
 	DeployActions(ctx context.Context, env, deployID string, limit int) ([]record.Action, error)
 
-	// RecordAlerts stores compliance and security alerts.
-	RecordAlerts(ctx context.Context, alerts []record.Alert) error
+	// RecordAlerts stores compliance and security alerts, and appends the
+	// events that tell of them to the event log in the same transaction.
+	RecordAlerts(ctx context.Context, alerts []record.Alert, events ...record.LoggedEvent) error
 	// Alerts returns the newest alerts matching the filter, newest first.
 	Alerts(ctx context.Context, f record.AlertFilter) ([]record.Alert, error)
 

@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -25,39 +24,24 @@ type ResourceRow struct {
 
 // PutVersion implements Store.
 func (s *SQL) PutVersion(ctx context.Context, env string, meta model.VersionMeta, resources []model.Resource) (model.Version, error) {
-	if err := model.ValidateSet(resources); err != nil {
-		return model.Version{}, fmt.Errorf("put version: %w: %w", model.ErrInvalid, err)
+	set := NewSet()
+	if err := set.Add(resources); err != nil {
+		return model.Version{}, fmt.Errorf("put version: %w", err)
 	}
-	rows := make([]ResourceRow, len(resources))
-	hashes := make([]model.Hash, len(resources))
-	// Hashing and encoding are most of the work of a large version: on
-	// every CPU.
-	err := model.Chunks(len(resources), func(lo, hi int) error {
-		for i := lo; i < hi; i++ {
-			r := &resources[i]
-			h, err := r.Hash()
-			if err != nil {
-				return fmt.Errorf("put version: %w: %w", model.ErrInvalid, err)
-			}
-			body, err := json.Marshal(r)
-			if err != nil {
-				return fmt.Errorf("put version: encode %s: %w", r.ID, err)
-			}
-			key := sha256.Sum256(body)
-			rows[i] = ResourceRow{ID: r.ID.String(), Agent: r.ID.Agent, Hash: h[:], Key: key[:], Body: body}
-			hashes[i] = h
-		}
-		return nil
-	})
-	if err != nil {
-		return model.Version{}, err
+	return s.PutSet(ctx, env, meta, set)
+}
+
+// PutSet implements Store.
+func (s *SQL) PutSet(ctx context.Context, env string, meta model.VersionMeta, set *Set) (model.Version, error) {
+	if err := set.Check(); err != nil {
+		return model.Version{}, fmt.Errorf("put version: %w", err)
 	}
 	v := model.Version{
 		Env:       env,
 		State:     model.VersionCandidate,
 		Meta:      meta,
-		SetHash:   model.SetHashOf(hashes),
-		Count:     len(resources),
+		SetHash:   set.Hash(),
+		Count:     set.Len(),
 		CreatedAt: time.Now().UTC().Truncate(time.Microsecond), // as PostgreSQL keeps it
 	}
 	metaJSON, err := json.Marshal(meta)
@@ -78,10 +62,10 @@ func (s *SQL) PutVersion(ctx context.Context, env string, meta model.VersionMeta
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, env, v.Number, v.State, v.SetHash[:], v.Count, metaJSON, v.CreatedAt, true); err != nil {
 			return err
 		}
-		if err := insertWaits(ctx, tx, env, v.Number, resources); err != nil {
+		if err := insertWaits(ctx, tx, env, v.Number, set.waitList()); err != nil {
 			return err
 		}
-		return tx.InsertResources(ctx, &v, rows)
+		return tx.InsertResources(ctx, &v, set)
 	})
 	if err != nil {
 		return model.Version{}, wrap("put version of "+env, err)

@@ -106,3 +106,39 @@ func (r *Repo) AnnotatedTag(name, commit string) {
 		r.t.Fatal(err)
 	}
 }
+
+// Rewrite commits files, as Commit does, then points the current branch
+// at a commit of the same tree without a parent: the history is rewritten
+// (a force push), and the commits before are reachable no more. It
+// returns the new commit's id.
+func (r *Repo) Rewrite(files map[string]string) string {
+	r.t.Helper()
+	c, err := r.Git.CommitObject(plumbing.NewHash(r.Commit(files)))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	orphan := &object.Commit{Author: c.Author, Committer: c.Committer, Message: "rewritten", TreeHash: c.TreeHash}
+	obj := r.Git.Storer.NewEncodedObject()
+	if err := orphan.Encode(obj); err != nil {
+		r.t.Fatal(err)
+	}
+	h, err := r.Git.Storer.SetEncodedObject(obj)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.Reset(h.String())
+	return h.String()
+}
+
+// Reset points the current branch at commit (as git reset --soft: the
+// work tree stays), a commit of its history or not.
+func (r *Repo) Reset(commit string) {
+	r.t.Helper()
+	head, err := r.Git.Head()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.Git.Storer.SetReference(plumbing.NewHashReference(head.Name(), plumbing.NewHash(commit))); err != nil {
+		r.t.Fatal(err)
+	}
+}

@@ -40,7 +40,7 @@
   }
 
   var kinds = ["compliance.drift", "resource.result", "deploy.done", "agent.discovered", "agent.online", "agent.offline",
-    "agent.changed", "security.alert", "env.halted", "compile.finished", "compile.alert", "release.started",
+    "agent.changed", "security.alert", "env.halted", "compile.finished", "compile.alert", "compile.recovered", "release.started",
     "release.progress", "release.done"];
   var es = new EventSource("/api/v1/events?env=" + encodeURIComponent(env));
   kinds.forEach(function (k) { es.addEventListener(k, soon); });

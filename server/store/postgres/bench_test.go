@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,28 +20,44 @@ import (
 // returns n single-result batches about them, with increasing seqs.
 func benchBatches(b *testing.B, st store.Store, n int, seq0 uint64) []store.ResultBatch {
 	b.Helper()
+	benchEnv(b, st, "a")
+	return agentBatches("a", n, seq0)
+}
+
+// benchEnv stores a released version of 1000 files of each agent, unless
+// there is one.
+func benchEnv(b *testing.B, st store.Store, agents ...string) {
+	b.Helper()
 	ctx := context.Background()
-	if _, err := st.GetEnv(ctx, "prod"); err != nil {
-		if err := st.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
-			b.Fatal(err)
-		}
-		var rs []model.Resource
+	if _, err := st.GetEnv(ctx, "prod"); err == nil {
+		return
+	}
+	if err := st.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()}); err != nil {
+		b.Fatal(err)
+	}
+	var rs []model.Resource
+	for _, a := range agents {
 		for i := range 1000 {
 			p := fmt.Sprintf("/f%04d", i)
-			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: "a", Key: "path", Value: p}, Attributes: model.Attributes{"path": p}})
-		}
-		v, err := st.PutVersion(ctx, "prod", model.VersionMeta{}, rs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := st.Release(ctx, "prod", v.Number); err != nil {
-			b.Fatal(err)
+			rs = append(rs, model.Resource{ID: model.ID{Type: "file", Agent: a, Key: "path", Value: p}, Attributes: model.Attributes{"path": p}})
 		}
 	}
+	v, err := st.PutVersion(ctx, "prod", model.VersionMeta{}, rs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.Release(ctx, "prod", v.Number); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// agentBatches returns n single-result batches of agent about its files,
+// with increasing seqs.
+func agentBatches(agent string, n int, seq0 uint64) []store.ResultBatch {
 	out := make([]store.ResultBatch, n)
 	for i := range out {
-		id := model.ID{Type: "file", Agent: "a", Key: "path", Value: fmt.Sprintf("/f%04d", i%1000)}
-		out[i] = store.ResultBatch{Env: "prod", Agent: "a", Seq: seq0 + uint64(i), Version: 1, DeployID: "d",
+		id := model.ID{Type: "file", Agent: agent, Key: "path", Value: fmt.Sprintf("/f%04d", i%1000)}
+		out[i] = store.ResultBatch{Env: "prod", Agent: agent, Seq: seq0 + uint64(i), Version: 1, DeployID: "d",
 			Results: []model.Result{{ID: id, State: model.StateDeployed}}}
 	}
 	return out
@@ -58,6 +76,76 @@ func BenchmarkRecordResults8(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkRecordResults8Events is RecordResults8 with the events ingest
+// logs in the transaction: each batch's results as one row of the event
+// log (resource.results), appended under the event log's lock, taken last.
+func BenchmarkRecordResults8Events(b *testing.B) {
+	st := pgtest.Open(b)
+	ctx := context.Background()
+	batches := withEvents(benchBatches(b, st, 8*b.N, 1))
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := st.RecordResults(ctx, batches[8*i:8*i+8]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRecordResults8EventsParallel is RecordResults8Events from four
+// writers at once, each an agent of its own (tether server
+// --ingest-writers 4): their transactions append to the event log one at
+// a time, in commit order.
+func BenchmarkRecordResults8EventsParallel(b *testing.B) {
+	st := pgtest.Open(b)
+	ctx := context.Background()
+	const writers = 4
+	agents := make([]string, writers)
+	for w := range agents {
+		agents[w] = fmt.Sprintf("w%d", w)
+	}
+	benchEnv(b, st, agents...)
+	var all [writers][]store.ResultBatch
+	for w, agent := range agents {
+		n := b.N / writers
+		if w < b.N%writers {
+			n++
+		}
+		all[w] = withEvents(agentBatches(agent, 8*n, 1))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	b.ResetTimer()
+	for _, batches := range all {
+		n := len(batches) / 8
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				if _, err := st.RecordResults(ctx, batches[8*i:8*i+8]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// withEvents gives each batch the event ingest logs with it: its results
+// as one row.
+func withEvents(batches []store.ResultBatch) []store.ResultBatch {
+	for i := range batches {
+		bt := &batches[i]
+		data, _ := json.Marshal(map[string]any{"kind": record.EventResults, "env": bt.Env, "agent": bt.Agent, "results": bt.Results})
+		bt.Events = []record.LoggedEvent{{Env: bt.Env, Kind: record.EventResults, Data: data, At: time.Now()}}
+	}
+	return batches
 }
 
 func BenchmarkBare8(b *testing.B) {

@@ -91,8 +91,13 @@ var dialect = store.Dialect{
 	SkipLocked:     ` FOR UPDATE SKIP LOCKED`,
 	EachText:       `jsonb_each_text`,
 	LabelValue:     `(labels ->> %s)`,
-	LockEvents:     fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockEvents),
-	NotifyEvents:   `SELECT pg_notify('` + eventsChannel + `' || current_schema(), '')`,
+	// The lock, and the notice sent at commit, in one statement: the
+	// lock is held to the end of the transaction, the fewer round trips
+	// after it the better.
+	LockEvents: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d), pg_notify('`+eventsChannel+`' || current_schema(), '')`,
+		lockClass, lockEvents),
+	ShareEvents: fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, %d)`, lockClass, lockEvents),
+	EventsGiven: `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM event_log_id_seq`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)`,
 }

@@ -12,16 +12,16 @@ import (
 // InsertResources implements store.Bulk: the rows go through COPY into a
 // temporary table, then into the real ones in two statements: one round
 // trip per table instead of one per resource.
-func (c conn) InsertResources(ctx context.Context, v *model.Version, rows []store.ResourceRow) error {
-	if len(rows) == 0 {
+func (c conn) InsertResources(ctx context.Context, v *model.Version, rows *store.Set) error {
+	if rows.Len() == 0 {
 		return nil
 	}
 	if _, err := c.h.Exec(ctx, `CREATE TEMP TABLE put_staging
 		(resource_id TEXT, agent TEXT, hash BYTEA, key BYTEA, body BYTEA) ON COMMIT DROP`); err != nil {
 		return err
 	}
-	src := pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-		r := &rows[i]
+	src := pgx.CopyFromSlice(rows.Len(), func(i int) ([]any, error) {
+		r := rows.Row(i)
 		return []any{r.ID, r.Agent, r.Hash, r.Key, r.Body}, nil
 	})
 	if _, err := c.h.CopyFrom(ctx, pgx.Identifier{"put_staging"}, []string{"resource_id", "agent", "hash", "key", "body"}, src); err != nil {

@@ -57,8 +57,9 @@ var _ store.Store = (*Store)(nil)
 // dialect: a transaction holds the whole file (BEGIN IMMEDIATE) and one
 // process the store, so there is nothing to lock.
 var dialect = store.Dialect{
-	EachText:   `json_each`,
-	LabelValue: `json_extract(labels, '$."' || %s || '"')`,
+	EachText:    `json_each`,
+	LabelValue:  `json_extract(labels, '$."' || %s || '"')`,
+	EventsGiven: `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'event_log'), 0)`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
 }

@@ -9,7 +9,7 @@ import (
 
 // InsertResources implements store.Bulk: two prepared statements, run once
 // per resource.
-func (c conn) InsertResources(ctx context.Context, v *model.Version, rows []store.ResourceRow) error {
+func (c conn) InsertResources(ctx context.Context, v *model.Version, rows *store.Set) error {
 	bodies, err := c.h.PrepareContext(ctx, `INSERT INTO resource_bodies (key, body) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`)
 	if err != nil {
 		return err
@@ -21,8 +21,8 @@ func (c conn) InsertResources(ctx context.Context, v *model.Version, rows []stor
 		return err
 	}
 	defer refs.Close()
-	for i := range rows {
-		r := &rows[i]
+	for i := range rows.Len() {
+		r := rows.Row(i)
 		if _, err := bodies.ExecContext(ctx, r.Key, r.Body); err != nil {
 			return err
 		}

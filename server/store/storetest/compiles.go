@@ -88,10 +88,15 @@ func testCompiles(t *testing.T, s store.Store) {
 		{"released without a version", record.CompileReleased, 0},
 		{"candidate without a version", record.CompileCandidate, 0},
 		{"failed with a version", record.CompileFailed, 3},
+		{"skipped with a version", record.CompileSkipped, 3},
+		{"skipped without the compile it is the same as", record.CompileSkipped, 0},
 	} {
 		t.Run("finish "+tt.name, func(t *testing.T) {
 			bad := c
 			bad.Outcome, bad.Version = tt.outcome, tt.version
+			if tt.version != 0 {
+				bad.SameAs = c.ID
+			}
 			if _, err := s.FinishCompile(ctx, bad); !errors.Is(err, model.ErrInvalid) {
 				t.Fatalf("got %v, want ErrInvalid", err)
 			}
@@ -147,6 +152,19 @@ func testCompiles(t *testing.T, s store.Store) {
 		t.Fatalf("failed compile read back: %+v, %v", got, err)
 	}
 
+	// A skipped compile: the inputs it found, the compile it is the same
+	// as, what that one found.
+	sk := mustStartCompile(t, s, "prod", record.Trigger{Kind: record.TriggerFacts, By: "web1"})
+	sk.Outcome, sk.Revision, sk.Inputs, sk.SameAs = record.CompileSkipped, "0123abcd", strings.Repeat("ab", 32), c.ID
+	sk.ResourcesPerAgent = map[string]int{"web1": 12}
+	if _, err := s.FinishCompile(ctx, sk); err != nil {
+		t.Fatalf("finish skipped: %v", err)
+	}
+	if got, err := s.GetCompile(ctx, "prod", sk.ID); err != nil || got.Outcome != record.CompileSkipped || got.Inputs != sk.Inputs || got.SameAs != c.ID ||
+		got.Revision != "0123abcd" || got.Version != 0 || got.ResourcesPerAgent["web1"] != 12 {
+		t.Fatalf("skipped compile read back: %+v, %v; want skipped, same as %s, with its inputs", got, err, c.ID)
+	}
+
 	// Newest first, per environment.
 	last := mustStartCompile(t, s, "prod", record.Trigger{Kind: record.TriggerPoll})
 	mustStartCompile(t, s, "dev", record.Trigger{Kind: record.TriggerAgent, By: "web9"})
@@ -154,11 +172,11 @@ func testCompiles(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ids := compileIDs(list); fmt.Sprint(ids) != fmt.Sprint([]string{last.ID, f.ID, c.ID}) {
-		t.Fatalf("compiles of prod: %v, want %v (newest first)", ids, []string{last.ID, f.ID, c.ID})
+	if ids := compileIDs(list); fmt.Sprint(ids) != fmt.Sprint([]string{last.ID, sk.ID, f.ID, c.ID}) {
+		t.Fatalf("compiles of prod: %v, want %v (newest first)", ids, []string{last.ID, sk.ID, f.ID, c.ID})
 	}
-	if list[2].DiagnosticsTotal != 150 || list[2].Triggers.Count() != 201 {
-		t.Fatalf("a listed compile: %+v, want its whole report", list[2])
+	if list[3].DiagnosticsTotal != 150 || list[3].Triggers.Count() != 201 {
+		t.Fatalf("a listed compile: %+v, want its whole report", list[3])
 	}
 	if list, err := s.ListCompiles(ctx, "prod", 2); err != nil || len(list) != 2 || list[0].ID != last.ID {
 		t.Fatalf("compiles of prod, limit 2: %v, %v", compileIDs(list), err)

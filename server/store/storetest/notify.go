@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +60,8 @@ func testEventLog(t *testing.T, s store.Store) {
 		t.Fatalf("bounds: %+v (%v), want %d..%d", b, err, last2, last2)
 	}
 	// A deleted environment's events go with it.
-	if _, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "dev", Kind: "agent.online", Data: []byte(`{}`)}}); err != nil {
+	last3, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "dev", Kind: "agent.online", Data: []byte(`{}`)}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteEnv(ctx, "dev"); err != nil {
@@ -67,6 +69,197 @@ func testEventLog(t *testing.T, s store.Store) {
 	}
 	if dev, err := s.EventsAfter(ctx, 0, "dev", 0); err != nil || len(dev) != 0 {
 		t.Fatalf("events of a deleted environment: %+v (%v), want none", dev, err)
+	}
+	// The newest ID given stays the log's last, kept or not: a follower
+	// that starts there misses no later event, and one that resumes after
+	// it names an ID of this log.
+	if b, err := s.EventLogBounds(ctx); err != nil || b.First != last2 || b.Last != last3 {
+		t.Fatalf("bounds with the newest event deleted with its environment: %+v (%v), want %d..%d", b, err, last2, last3)
+	}
+	if _, err := s.PruneEvents(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.EventLogBounds(ctx); err != nil || b.First != 0 || b.Last != last3 {
+		t.Fatalf("bounds of a log pruned empty: %+v (%v), want none kept and %d the last given", b, err, last3)
+	}
+	next, err := s.AppendEvents(ctx, []record.LoggedEvent{{Env: "prod", Kind: "agent.online", Data: []byte(`{}`)}})
+	if err != nil || next <= last3 {
+		t.Fatalf("an append after the log was pruned empty: %d (%v), want after %d", next, err, last3)
+	}
+}
+
+// testEventOrder: a follower reading the log after the last ID it read,
+// while transactions of several writers append to it at once (results
+// with their events, and appends alone, with webhook deliveries), gets
+// every event, in order. IDs are given in commit order: were they given
+// as the appends ran (a sequence), a transaction could commit a lower ID
+// after a higher one was read, and the follower, past it, skip it.
+func testEventOrder(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	const writers, rounds = 4, 40
+	var rs []model.Resource
+	for w := range writers {
+		for i := range 4 {
+			rs = append(rs, file(fmt.Sprintf("agent-%d", w), fmt.Sprintf("/f%d", i), "x"))
+		}
+	}
+	v := mustPut(t, s, "prod", rs...)
+	mustRelease(t, s, "prod", v.Number)
+	// A webhook of every kind: its deliveries are written in the
+	// transactions of the events.
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "all", URL: "https://hooks.example/all",
+		Secret: "0123456789abcdef-all", Kinds: []string{record.WebhookAllKinds}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var followed []int64
+	var followErr error
+	var fwg sync.WaitGroup
+	fwg.Add(1)
+	go func() {
+		defer fwg.Done()
+		var cursor int64
+		for finished := false; ; {
+			select {
+			case <-done:
+				finished = true // one more read: every append committed
+			default:
+			}
+			events, err := s.EventsAfter(ctx, cursor, "", 1000)
+			if err != nil {
+				followErr = err
+				return
+			}
+			for _, e := range events {
+				followed = append(followed, e.ID)
+				cursor = e.ID
+			}
+			if finished && len(events) < 1000 {
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			agent := fmt.Sprintf("agent-%d", w)
+			for i := range rounds {
+				ev := record.LoggedEvent{Env: "prod", Kind: "deploy.done", Data: fmt.Appendf(nil, `{"kind":"deploy.done","env":"prod","agent":%q,"n":%d}`, agent, i)}
+				var err error
+				if i%2 == 0 {
+					r := rs[w*4+i/2%4]
+					_, err = s.RecordResults(ctx, []store.ResultBatch{{Env: "prod", Agent: agent, Seq: uint64(i + 1), Version: v.Number, DeployID: "d",
+						Results: []model.Result{result(r, model.StateDeployed, nil)}, Events: []record.LoggedEvent{ev}}})
+				} else {
+					_, err = s.AppendEvents(ctx, []record.LoggedEvent{ev, ev})
+				}
+				if err != nil {
+					errs <- fmt.Errorf("writer %d, round %d: %w", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	fwg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if followErr != nil {
+		t.Fatal(followErr)
+	}
+	var all []int64
+	for cursor := int64(0); ; {
+		page, err := s.EventsAfter(ctx, cursor, "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			all = append(all, e.ID)
+			cursor = e.ID
+		}
+		if len(page) < 1000 {
+			break
+		}
+	}
+	if want := writers * rounds * 3 / 2; len(all) != want {
+		t.Fatalf("the log holds %d events, want %d", len(all), want)
+	}
+	if !slices.Equal(followed, all) {
+		seen := map[int64]bool{}
+		for _, id := range followed {
+			seen[id] = true
+		}
+		var skipped []int64
+		for _, id := range all {
+			if !seen[id] {
+				skipped = append(skipped, id)
+			}
+		}
+		t.Fatalf("a follower read %d of the %d events appended while it read; skipped: %v", len(followed), len(all), skipped)
+	}
+}
+
+// testResultEventsRolledBack: the events of a results batch are written
+// by the transaction that records it, or not at all: a transaction that
+// fails after appending them (here the outbox cannot unfold the row of
+// results for a webhook of resource.result) leaves no event, no status,
+// no action and no sequence number of the batch; the same batch, once it
+// can be written, records its results and its events, once.
+func testResultEventsRolledBack(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	x := file("a", "/x", "1")
+	v := mustPut(t, s, "prod", x)
+	mustRelease(t, s, "prod", v.Number)
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "results", URL: "https://hooks.example/results",
+		Secret: "0123456789abcdef-results", Kinds: []string{record.EventResult}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.EventLogBounds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := record.LoggedEvent{Env: "prod", Kind: "deploy.done", Data: []byte(`{"kind":"deploy.done","env":"prod"}`)}
+	b := store.ResultBatch{Env: "prod", Agent: "a", Seq: 9, Version: v.Number, DeployID: "d", Done: true,
+		Results: []model.Result{result(x, model.StateDeployed, model.Changes{"content": {Desired: "1"}})},
+		Events:  []record.LoggedEvent{done, {Env: "prod", Kind: record.EventResults, Data: []byte(`{"kind":"resource.results","results":"not a list"}`)}}}
+	if _, err := s.RecordResults(ctx, []store.ResultBatch{b}); err == nil {
+		t.Fatal("a batch whose transaction fails after appending its events: recorded, want an error")
+	}
+	if events, err := s.EventsAfter(ctx, before.Last, "", 0); err != nil || len(events) != 0 {
+		t.Fatalf("the log after a failed transaction: %+v (%v), want no event of it", events, err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateAvailable {
+		t.Fatalf("the status after a failed transaction: %s, want %s as before", st.State, model.StateAvailable)
+	}
+	if actions, err := s.Actions(ctx, "prod", x.ID, 10); err != nil || len(actions) != 0 {
+		t.Fatalf("the action log after a failed transaction: %+v (%v), want nothing", actions, err)
+	}
+	if n, err := s.CountDeliveries(ctx, record.DeliveryPending); err != nil || n != 0 {
+		t.Fatalf("deliveries after a failed transaction: %d (%v), want none", n, err)
+	}
+	b.Events[1].Data = []byte(`{"kind":"resource.results","env":"prod","results":[{"n":1}]}`)
+	fresh, err := s.RecordResults(ctx, []store.ResultBatch{b})
+	if err != nil || !fresh[0] {
+		t.Fatalf("the batch once it can be written: fresh %v (%v), want fresh: the failed one left nothing", fresh, err)
+	}
+	events, err := s.EventsAfter(ctx, before.Last, "", 0)
+	if err != nil || len(events) != 2 || events[0].Kind != "deploy.done" || events[1].Kind != record.EventResults {
+		t.Fatalf("the log after the batch: %+v (%v), want its two events", events, err)
+	}
+	if st := statusOf(t, s, "prod")["/x"]; st.State != model.StateDeployed {
+		t.Fatalf("the status after the batch: %s, want %s", st.State, model.StateDeployed)
+	}
+	if fresh, err := s.RecordResults(ctx, []store.ResultBatch{b}); err != nil || fresh[0] {
+		t.Fatalf("the batch again: fresh %v (%v), want not fresh", fresh, err)
+	}
+	if again, err := s.EventsAfter(ctx, before.Last, "", 0); err != nil || len(again) != 2 {
+		t.Fatalf("the log after the batch again: %d events (%v), want its two, once", len(again), err)
 	}
 }
 
@@ -342,4 +535,102 @@ func testResultEvents(t *testing.T, s store.Store) {
 	if events, pending := count(); events != 4 || pending != 9 {
 		t.Fatalf("after a batch without events and one with a drift: %d events, %d deliveries; want 4 and 9", events, pending)
 	}
+}
+
+// testChangeEvents: the events that tell of an operator's decision about
+// an agent, of an agent's deletion and of alerts are appended to the
+// event log by the transaction that records them, with their webhook
+// deliveries: there once it is committed, never where it was refused (a
+// decision taken from a stale copy, an unknown agent, an alert of an
+// unknown environment), and of an environment halted, by the change of
+// its settings.
+func testChangeEvents(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	if _, err := s.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: "all", URL: "https://hooks.example/all",
+		Secret: "0123456789abcdef-all", Kinds: []string{record.WebhookAllKinds}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	event := func(kind, what string) record.LoggedEvent {
+		return record.LoggedEvent{Env: "prod", Kind: kind, Data: fmt.Appendf(nil, `{"kind":%q,"env":"prod","error":%q}`, kind, what)}
+	}
+	var want []string
+	check := func(step string) {
+		t.Helper()
+		events, err := s.EventsAfter(ctx, 0, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range events {
+			got = append(got, string(e.Data))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: the log holds %q, want %q", step, got, want)
+		}
+		if n, err := s.CountDeliveries(ctx, record.DeliveryPending); err != nil || n != len(want) {
+			t.Fatalf("%s: %d deliveries (%v), want one per event: %d", step, n, err, len(want))
+		}
+	}
+	pending := mustAgent(t, s, record.Agent{Env: "prod", Name: "web-1", State: record.AgentPending, PublicKey: []byte{1}})
+	accepted := pending
+	accepted.State = record.AgentAccepted
+	accept := event("agent.changed", "accept")
+	if err := s.SetAgentState(ctx, accepted, pending, accept); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(accept.Data))
+	check("an agent accepted")
+	rejected := pending
+	rejected.State = record.AgentRejected
+	if err := s.SetAgentState(ctx, rejected, pending, event("agent.changed", "reject")); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("a decision from a copy read before another: %v, want ErrConflict", err)
+	}
+	check("a decision refused")
+	if err := s.SetAgentState(ctx, record.Agent{Env: "prod", Name: "ghost", State: record.AgentAccepted}, record.Agent{}, event("agent.changed", "ghost")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a decision about an unknown agent: %v, want ErrNotFound", err)
+	}
+	check("a decision about an unknown agent")
+	alert := event("security.alert", "signed by another key")
+	if err := s.RecordAlerts(ctx, []record.Alert{{Env: "prod", Agent: "web-1", Kind: record.AlertSecurity, Message: "signed by another key"}}, alert); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(alert.Data))
+	check("an alert recorded")
+	if err := s.RecordAlerts(ctx, []record.Alert{{Env: "nope", Kind: record.AlertSecurity, Message: "x"}}, event("security.alert", "nope")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("an alert of an unknown environment: %v, want ErrNotFound", err)
+	}
+	check("an alert refused")
+	deleted := event("agent.changed", "deleted")
+	if err := s.DeleteAgent(ctx, "prod", "web-1", deleted); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(deleted.Data))
+	check("an agent deleted")
+	if err := s.DeleteAgent(ctx, "prod", "web-1", event("agent.changed", "deleted again")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("an unknown agent deleted: %v, want ErrNotFound", err)
+	}
+	check("an unknown agent deleted")
+	halted := event("env.halted", "halted=true")
+	tell := func(was, now record.EnvSettings) ([]record.LoggedEvent, error) {
+		if was.Halted == now.Halted {
+			return nil, nil
+		}
+		return []record.LoggedEvent{halted}, nil
+	}
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.Halted = true; return nil }, tell); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, string(halted.Data))
+	check("an environment halted")
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.VersionsToKeep = -1; return nil }, tell); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("settings left invalid: %v, want ErrInvalid", err)
+	}
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { st.Halted = false; return errors.New("refused") }, tell); err == nil {
+		t.Fatal("a change its function refused was made")
+	}
+	check("a settings change refused")
+	if _, err := s.UpdateEnvSettings(ctx, "prod", func(st *record.EnvSettings) error { return nil }, tell); err != nil {
+		t.Fatal(err)
+	}
+	check("settings unchanged")
 }

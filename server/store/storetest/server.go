@@ -299,6 +299,21 @@ func testAlerts(t *testing.T, s store.Store) {
 	if err := s.RecordAlerts(ctx, []record.Alert{{Env: "nope", Kind: record.AlertDrift, Message: "x"}}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("alert of an unknown env: got %v, want ErrNotFound", err)
 	}
+	// Several kinds at once: the compile alerts.
+	if err := s.RecordAlerts(ctx, []record.Alert{
+		{Env: "prod", Kind: record.AlertCompileFailed, Compliance: model.NonCompliant, Message: "failed"},
+		{Env: "prod", Kind: record.AlertCompileRecovered, Compliance: model.Compliant, Message: "succeeded again"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	compile, err := s.Alerts(ctx, record.AlertFilter{Env: "prod", Kinds: []record.AlertKind{record.AlertCompileFailed, record.AlertCompileRecovered}})
+	if err != nil || len(compile) != 2 || compile[0].Kind != record.AlertCompileRecovered || compile[1].Kind != record.AlertCompileFailed {
+		t.Fatalf("compile alerts of prod: %+v (%v), want the recovery, then the failure", compile, err)
+	}
+	if got, err := s.Alerts(ctx, record.AlertFilter{Kinds: []record.AlertKind{record.AlertDrift, record.AlertCompileRecovered}, Limit: 1}); err != nil ||
+		len(got) != 1 || got[0].Kind != record.AlertCompileRecovered {
+		t.Fatalf("drift or recovered alerts, newest: %+v (%v), want the recovery", got, err)
+	}
 }
 
 func testTokens(t *testing.T, s store.Store) {

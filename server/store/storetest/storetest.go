@@ -75,6 +75,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EventLog", testEventLog},
 		{"Webhooks", testWebhooks},
 		{"ResultEvents", testResultEvents},
+		{"ResultEventsRolledBack", testResultEventsRolledBack},
+		{"EventOrder", testEventOrder},
+		{"ChangeEvents", testChangeEvents},
 		{"FleetCounts", testFleetCounts},
 	}
 	for _, tt := range tests {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/schema"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
@@ -58,5 +59,69 @@ func Upgrade(t *testing.T, all Migrations, fresh func(t *testing.T) (open func(M
 				t.Fatalf("environment from step %d: %+v, %v; want its settings kept, in the default organization", n, env, err)
 			}
 		})
+	}
+	t.Run("compile recoveries", func(t *testing.T) { upgradeCompileRecoveries(t, ms, fresh(t)) })
+}
+
+// upgradeCompileRecoveries: step 25 makes the compile.failed alerts that
+// said a compile succeeded again compile.recovered alerts, and gives the
+// webhooks that asked for compile.alert events compile.recovered ones
+// too; a compile reported before it reads back.
+func upgradeCompileRecoveries(t *testing.T, ms []schema.Migration, open func(Migrations) (Migrated, error)) {
+	before := -1
+	for i, m := range ms {
+		if m.Version == 25 {
+			before = i
+		}
+	}
+	if before < 0 {
+		t.Fatal("no step 25")
+	}
+	old, err := open(func() ([]schema.Migration, error) { return ms[:before], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = old.CreateEnv(ctx, record.Environment{Name: "prod", Settings: record.DefaultEnvSettings()})
+	if err == nil {
+		err = old.RecordAlerts(ctx, []record.Alert{
+			{Env: "prod", Kind: record.AlertCompileFailed, Compliance: model.NonCompliant, Message: "compile 1 failed"},
+			{Env: "prod", Kind: record.AlertCompileFailed, Compliance: model.Compliant, Message: "compile 2 succeeded"},
+		})
+	}
+	var hooks []record.Webhook
+	for i, kinds := range [][]string{{"compile.alert"}, {"compliance.drift", "compile.alert", "security.alert"}, {"compliance.drift"}, {"*"}} {
+		if err != nil {
+			break
+		}
+		var w record.Webhook
+		w, err = old.CreateWebhook(ctx, record.Webhook{Env: "prod", Name: fmt.Sprint("hook-", i), URL: "https://example.com/hook", Secret: "0123456789abcdef", Kinds: kinds, Enabled: true})
+		hooks = append(hooks, w)
+	}
+	var c record.Compile
+	if err == nil {
+		c, err = old.StartCompile(ctx, record.Compile{Env: "prod", Triggers: record.Triggers{{Kind: record.TriggerOperator, Count: 1}}})
+	}
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := open(func() ([]schema.Migration, error) { return ms, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	al, err := s.Alerts(ctx, record.AlertFilter{Env: "prod"})
+	if err != nil || len(al) != 2 || al[0].Kind != record.AlertCompileRecovered || al[1].Kind != record.AlertCompileFailed {
+		t.Fatalf("compile alerts after the upgrade: %+v (%v), want the recovery compile.recovered, the failure compile.failed", al, err)
+	}
+	want := [][]string{{"compile.alert", "compile.recovered"}, {"compliance.drift", "compile.alert", "security.alert", "compile.recovered"}, {"compliance.drift"}, {"*"}}
+	for i, w := range hooks {
+		got, err := s.GetWebhook(ctx, "prod", w.ID)
+		if err != nil || fmt.Sprint(got.Kinds) != fmt.Sprint(want[i]) {
+			t.Errorf("webhook %s after the upgrade: kinds %v (%v), want %v", w.Name, got.Kinds, err, want[i])
+		}
+	}
+	if got, err := s.GetCompile(ctx, "prod", c.ID); err != nil || got.Outcome != record.CompileRunning || got.Inputs != "" || got.SameAs != "" {
+		t.Fatalf("a compile reported before the upgrade: %+v (%v)", got, err)
 	}
 }
