@@ -3,7 +3,10 @@ package bus
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+
+	"github.com/tetherhq/tether/model"
 )
 
 // Bus moves envelopes between the server and the agents. Commands go to one
@@ -131,6 +134,17 @@ type Delivery struct {
 	Envelope *Envelope
 	// Redelivered is set when an earlier delivery was not acknowledged.
 	Redelivered bool
+	// Login is the broker login the message was published with, as the
+	// broker vouches for it (RabbitMQ checks a message's user_id against
+	// the connection's login), when the publisher said it: an agent that
+	// logs in as itself does. Empty otherwise (an older agent, a shared
+	// login, the in-process bus).
+	Login string
+	// RoutingKey is the key the message was published with: an event's
+	// <env>.<agent>.<kind>, which a broker that authorises topics lets an
+	// agent's login publish under its own name only. Empty on the
+	// in-process bus.
+	RoutingKey string
 }
 
 // Outgoing is one command of a batch (SendBatch).
@@ -206,3 +220,19 @@ func CommandKey(env, agent string) string { return env + "." + agent }
 
 // EventKey is the routing key of an agent's events.
 func EventKey(env, agent string, k Kind) string { return env + "." + agent + "." + string(k) }
+
+// ParseEventKey reads an event's routing key (EventKey) back. Agent names
+// and kinds may hold dots, environment names may not, and no event kind
+// ends with another after a dot: a key reads one way only.
+func ParseEventKey(key string) (env, agent string, kind Kind, ok bool) {
+	env, rest, found := strings.Cut(key, ".")
+	if !found || model.ValidateEnvName(env) != nil {
+		return "", "", "", false
+	}
+	for _, k := range EventKinds() {
+		if a, cut := strings.CutSuffix(rest, "."+string(k)); cut && model.ValidateAgentName(a) == nil {
+			return env, a, k, true
+		}
+	}
+	return "", "", "", false
+}

@@ -157,3 +157,19 @@ func TestKinds(t *testing.T) {
 		t.Fatal("inbox name")
 	}
 }
+
+func TestParseEventKey(t *testing.T) {
+	for _, k := range EventKinds() {
+		for _, agent := range []string{"web", "web.example.com", "a.key", "x.server"} {
+			env, a, kind, ok := ParseEventKey(EventKey("prod", agent, k))
+			if !ok || env != "prod" || a != agent || kind != k {
+				t.Errorf("ParseEventKey(%q) = %q, %q, %q, %v; want prod, %s, %s", EventKey("prod", agent, k), env, a, kind, ok, agent, k)
+			}
+		}
+	}
+	for _, key := range []string{"", "prod", "prod.web", "prod.web.pause", "Prod.web.hello", "prod..hello", "prod.-web.hello"} {
+		if env, a, k, ok := ParseEventKey(key); ok {
+			t.Errorf("ParseEventKey(%q) = %q, %q, %q: want it refused", key, env, a, k)
+		}
+	}
+}

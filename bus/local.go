@@ -32,7 +32,10 @@ type Local struct {
 	declared chan struct{}
 	dead     []DeadLetter
 	claims   map[string]*localClaim
-	closed   bool
+	// told holds, by inbox name, the last message told to an agent
+	// without an inbox (Tell), for its consumer while it waits.
+	told   map[string]message
+	closed bool
 }
 
 // DeadLetter is a message the bus gave up on.
@@ -91,6 +94,7 @@ func NewLocal(log zerolog.Logger) *Local {
 		queues:   map[string]*queue{},
 		declared: make(chan struct{}),
 		claims:   map[string]*localClaim{},
+		told:     map[string]message{},
 	}
 	for _, q := range []Queue{QueueEvents, QueueCompliance} {
 		b.queues[string(q)] = newQueue(string(q))
@@ -155,6 +159,7 @@ func (c *localClaim) Release() {
 	defer c.b.mu.Unlock()
 	if c.b.claims[c.name] == c {
 		delete(c.b.claims, c.name)
+		delete(c.b.told, c.name) // told to this claim's holder only
 		close(c.lost)
 	}
 }
@@ -256,6 +261,60 @@ func (b *Local) AnswerWaiting(ctx context.Context, env, agent string) (bool, err
 	return ok && len(q.msgs) > 0, nil
 }
 
+// Tell has an agent that has no inbox (a pending one) hear e, as the
+// RabbitMQ transport does: the consumer of its inbox, waiting for the
+// inbox or for its messages, is handed the latest message told while the
+// process holding the agent's claim holds it, within ttl. Nothing is
+// queued: an agent without its claim hears nothing. Only a refusal
+// (KindRejected) may be told.
+func (b *Local) Tell(ctx context.Context, e *Envelope, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if e.Kind != KindRejected {
+		return fmt.Errorf("tell %s: only %s is told to an agent without an inbox", e, KindRejected)
+	}
+	data, err := Encode(e)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	name := InboxName(e.Env, e.Agent)
+	if _, held := b.claims[name]; !held {
+		// As on RabbitMQ, where it goes to the claim queue of the
+		// connection holding the name: none, nobody hears it.
+		return nil
+	}
+	now := time.Now()
+	if len(b.told) >= DefaultInboxLength { // bounded: what nobody took is forgotten
+		for n, m := range b.told {
+			if !now.Before(m.expires) {
+				delete(b.told, n)
+			}
+		}
+	}
+	b.told[name] = message{data: data, expires: now.Add(ttl)}
+	b.notifyDeclared()
+	if q, ok := b.queues[name]; ok {
+		q.notify() // an inbox an older server left: its consumer hears it too
+	}
+	return nil
+}
+
+// takeTold takes what was told to the agent of inbox name, if anything
+// within its time.
+func (b *Local) takeTold(name string) (message, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.told[name]
+	delete(b.told, name)
+	return m, ok && time.Now().Before(m.expires)
+}
+
 // notifyDeclared wakes the consumers waiting for an inbox; b.mu is held.
 func (b *Local) notifyDeclared() {
 	close(b.declared)
@@ -302,6 +361,16 @@ func (b *Local) DeleteInbox(ctx context.Context, env, agent string) error {
 	return nil
 }
 
+// DeleteInboxes deletes the inboxes of env's agents, as DeleteInbox does.
+func (b *Local) DeleteInboxes(ctx context.Context, env string, agents []string) error {
+	for _, a := range agents {
+		if err := b.DeleteInbox(ctx, env, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Why a consumer is not consuming.
 var (
 	// errDeleted tells a consumer its queue was deleted.
@@ -336,13 +405,19 @@ func (b *Local) join(name string, c *consumer, declare bool) (*queue, <-chan str
 // await joins c to queue name: a server queue (declare) is declared if
 // missing; an inbox is waited for until the server declared it, calling
 // missing (if not nil) at once and then after a pause that doubles.
-func (b *Local) await(ctx context.Context, name string, c *consumer, declare bool, missing func()) (*queue, error) {
+func (b *Local) await(ctx context.Context, name string, c *consumer, declare bool, missing func(), h Handler) (*queue, error) {
 	pause := missingPause
 	var again <-chan time.Time // when to call missing again; nil: now
 	for {
 		q, declared, err := b.join(name, c, declare)
 		if !errors.Is(err, errMissing) {
 			return q, err
+		}
+		if m, ok := b.takeTold(name); ok {
+			if e, err := Decode(m.data); err == nil {
+				_ = h(ctx, Delivery{Envelope: e}) // not a queue's: nothing to settle
+			}
+			continue
 		}
 		if again == nil {
 			if missing != nil {
@@ -367,7 +442,7 @@ func (b *Local) await(ctx context.Context, name string, c *consumer, declare boo
 // consumed again, o.Lost runs.
 func (b *Local) consume(ctx context.Context, name string, h Handler, declare bool, o InboxOptions) error {
 	c := &consumer{queue: name}
-	q, err := b.await(ctx, name, c, declare, o.Missing)
+	q, err := b.await(ctx, name, c, declare, o.Missing, h)
 	if err != nil {
 		return err
 	}
@@ -379,10 +454,15 @@ func (b *Local) consume(ctx context.Context, name string, h Handler, declare boo
 
 	pause := time.Duration(0)
 	for {
+		if m, ok := b.takeTold(name); ok {
+			if e, err := Decode(m.data); err == nil {
+				_ = h(ctx, Delivery{Envelope: e}) // not the queue's: nothing to settle
+			}
+		}
 		m, wait, err := b.next(q, c)
 		if errors.Is(err, errDeleted) {
 			b.leave(q, c)
-			if q, err = b.await(ctx, name, c, declare, o.Missing); err != nil {
+			if q, err = b.await(ctx, name, c, declare, o.Missing, h); err != nil {
 				return err
 			}
 			b.log.Warn().Str("queue", name).Msg("queue deleted under its consumer; consuming it again")

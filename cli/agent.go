@@ -279,19 +279,38 @@ func postAgentNamed(c *ucli.Context, cl *client, name, op string) (api.AgentView
 	return a, err
 }
 
+// acceptAtOnce is how many pending agents `agent accept --all-pending`
+// accepts without --max: more is what a flood of invented names looks
+// like, or a fleet installed at once, and only the operator knows which.
+const acceptAtOnce = 10
+
 // agentAcceptCommand is `tether agent accept NAME... | --all-pending`: it
 // accepts each agent named, or every pending one, and says which it
 // accepted. One it cannot accept does not stop the others; the command then
 // exits 1 naming it.
+//
+// Anyone who reaches the broker can say hello under a name, labels and
+// facts of their choice, so --all-pending does not enroll more than the
+// operator says they expect: beyond acceptAtOnce it wants --max N (the
+// hosts they installed), and when more than that wait it accepts none and
+// shows them. A filter on labels or facts would not do: an agent says
+// them itself.
 func agentAcceptCommand(term *terminal) *ucli.Command {
 	cmd := remoteCommand(term, "accept", "accept discovered agents (NAME..., or --all-pending): they are enrolled and get their desired state", "[NAME]...", []ucli.Flag{
-		&ucli.BoolFlag{Name: "all-pending", Usage: "accept every agent waiting for acceptance"},
+		&ucli.BoolFlag{Name: "all-pending", Usage: "accept every agent waiting for acceptance (at most --max)"},
+		&ucli.IntFlag{Name: "max", Value: acceptAtOnce, Usage: "with --all-pending: accept none unless at most this many wait; pass the number of hosts you installed"},
+		&ucli.BoolFlag{Name: "dry-run", Usage: "with --all-pending: list the agents it would accept, accept none"},
 	}, func(c *ucli.Context, cl *client, asJSON bool) error {
 		names := c.Args().Slice()
+		all := c.Bool("all-pending")
 		switch {
-		case c.Bool("all-pending") && len(names) > 0:
+		case all && len(names) > 0:
 			return usageError("name agents or pass --all-pending, not both (see 'tether agent accept --help')")
-		case c.Bool("all-pending"):
+		case !all && (c.IsSet("max") || c.Bool("dry-run")):
+			return usageError("--max and --dry-run go with --all-pending (see 'tether agent accept --help')")
+		case c.IsSet("max") && c.Int("max") < 1:
+			return usageError("--max %d: want the number of agents you expect to wait, 1 or more", c.Int("max"))
+		case all:
 			p, err := envPath(cl, "/agents")
 			if err != nil {
 				return err
@@ -300,10 +319,36 @@ func agentAcceptCommand(term *terminal) *ucli.Command {
 			if err := cl.call(c.Context, "GET", p, nil, &as); err != nil {
 				return err
 			}
+			var pending []api.AgentView
 			for _, a := range as {
 				if a.State == record.AgentPending {
-					names = append(names, a.Name)
+					pending = append(pending, a)
 				}
+			}
+			limit := c.Int("max")
+			if c.Bool("dry-run") || len(pending) > limit {
+				if asJSON {
+					if err := writeJSON(term.stdout, pending); err != nil {
+						return err
+					}
+				} else if err := pendingTable(term, pending); err != nil {
+					return err
+				}
+				if len(pending) > limit {
+					how := fmt.Sprintf("pass --max %d if you installed that many hosts", len(pending))
+					if c.IsSet("max") {
+						how = fmt.Sprintf("more than the %d you expected (--max): some are not your hosts, or more were installed; %s", limit, how)
+					} else {
+						how = fmt.Sprintf("more than %d at once: %s", limit, how)
+					}
+					return fmt.Errorf("%d agents wait for acceptance, none accepted: %s, or accept them by name "+
+						"(anyone who reaches the broker can say hello under a name, labels and facts of their choice; tether agent reject NAME refuses one)",
+						len(pending), how)
+				}
+				return nil
+			}
+			for _, a := range pending {
+				names = append(names, a.Name)
 			}
 		case len(names) == 0:
 			return usageError("name the agents to accept: tether agent accept NAME... (or --all-pending; tether agent list shows them)")
@@ -338,8 +383,28 @@ func agentAcceptCommand(term *terminal) *ucli.Command {
 	})
 	cmd.Description = "Accepting an agent enrolls it: the server takes its events and sends it its desired state.\n\n" +
 		"   tether agent accept web-7 web-8\n" +
-		"   tether agent accept --all-pending     # every agent `tether agent list` shows as pending"
+		"   tether agent accept --all-pending             # every agent `tether agent list` shows as pending, if at most 10\n" +
+		"   tether agent accept --all-pending --dry-run   # which those are\n" +
+		"   tether agent accept --all-pending --max 40    # the 40 hosts just installed: none if more wait\n\n" +
+		"Anyone who reaches the broker can say hello under a name, labels and facts of their choice, and wait\n" +
+		"as a pending agent: --all-pending accepts more than 10 only with --max, and none when more wait than\n" +
+		"--max says. Hosts enrolled by token (tether agent token create) need no acceptance."
 	return cmd
+}
+
+// pendingTable shows agents waiting for acceptance: what an operator
+// checks before accepting them.
+func pendingTable(term *terminal, as []api.AgentView) error {
+	t := newTable(term, "NAME", "FIRST SEEN", "LAST SEEN", "KEY", "OS/ARCH", "LABELS", "NOTE")
+	for _, a := range as {
+		var labels []string
+		for k, v := range a.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		sort.Strings(labels)
+		t.row(a.Name, a.FirstSeen.Local().Format(time.DateTime), a.LastSeen.Local().Format(time.DateTime), a.Key, platformOf(a.Facts), strings.Join(labels, ","), a.Note)
+	}
+	return t.flush()
 }
 
 // namedAction is a command that applies an agent action to the agent NAME.

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -319,5 +320,49 @@ func TestAgentListShowsNote(t *testing.T) {
 	}
 	if code, out, _ := invoke(t, "agent", "list"); code != 0 || strings.Contains(out, "waiting for an operator") {
 		t.Fatalf("an accepted agent still shows why it was not: %s", out)
+	}
+}
+
+// `tether agent accept --all-pending` enrolls no flood: beyond 10 pending
+// agents it wants --max, accepts none when more wait than --max says, and
+// shows them; --dry-run shows them and accepts none.
+func TestAcceptAllPendingIsBounded(t *testing.T) {
+	a := newTestAPI(t)
+	for i := range 12 {
+		a.pendingAgent(t, fmt.Sprintf("ghost-%02d", i))
+	}
+	pending := func() int {
+		t.Helper()
+		n, err := a.st.CountAgents(context.Background(), "prod", record.AgentPending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	code, out, errs := invoke(t, "agent", "accept", "--all-pending")
+	if code != 1 || !strings.Contains(errs, "12 agents wait for acceptance, none accepted") || !strings.Contains(errs, "pass --max 12") ||
+		!strings.Contains(out, "ghost-00") || !strings.Contains(out, "ghost-11") || !strings.Contains(out, "FIRST SEEN") {
+		t.Fatalf("accept --all-pending with 12 pending: exit %d, want 1, the agents shown and --max asked for\n%s%s", code, out, errs)
+	}
+	if n := pending(); n != 12 {
+		t.Fatalf("%d pending after a refused --all-pending, want 12", n)
+	}
+	code, out, errs = invoke(t, "agent", "accept", "--all-pending", "--max", "11")
+	if code != 1 || !strings.Contains(errs, "more than the 11 you expected") {
+		t.Fatalf("accept --all-pending --max 11 with 12 pending: exit %d, want 1 and the count named\n%s%s", code, out, errs)
+	}
+	code, out, errs = invoke(t, "agent", "accept", "--all-pending", "--max", "20", "--dry-run", "-o", "json")
+	var views []api.AgentView
+	if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 12 || pending() != 12 {
+		t.Fatalf("accept --all-pending --dry-run: exit %d, %d agents listed, %d pending; want 0, 12, 12\n%s%s", code, len(views), pending(), out, errs)
+	}
+	code, out, errs = invoke(t, "agent", "accept", "--all-pending", "--max", "12")
+	if code != 0 || strings.Count(out, ": accepted") != 12 || pending() != 0 {
+		t.Fatalf("accept --all-pending --max 12: exit %d, %d pending left\n%s%s", code, pending(), out, errs)
+	}
+	for _, args := range [][]string{{"agent", "accept", "web", "--max", "3"}, {"agent", "accept", "--all-pending", "--max", "0"}} {
+		if code, _, errs := invoke(t, args...); code != exitUsage {
+			t.Fatalf("tether %s: exit %d, want %d\n%s", strings.Join(args, " "), code, exitUsage, errs)
+		}
 	}
 }

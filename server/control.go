@@ -83,7 +83,6 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	}
 	was := a
 	wasAccepted := false // a rejected agent leaves the inventory
-	wasRejected := a.State == record.AgentRejected
 	switch action {
 	case record.AgentAccept:
 		if a.State == record.AgentAccepted {
@@ -119,10 +118,13 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	switch action {
 	case record.AgentAccept:
 		// Enrolled now; it gets its state at once if connected, else on
-		// its next hello. A rejected agent had its inbox deleted, and
-		// the agent may not declare it: the server declares it again,
-		// as it did on the agent's hello (a pending agent's is there).
-		if wasRejected {
+		// its next hello. A pending agent has no inbox (pending.go), a
+		// rejected one had it deleted, and the agent may not declare
+		// it: the server declares it now for an agent that said hello
+		// (which nudges it to look for it), or was rejected; one never
+		// heard from gets it at its first hello, as commands for it
+		// would only pile up.
+		if was.Connected || was.State == record.AgentRejected {
 			if err := s.bus.DeclareInbox(ctx, env, name); err != nil {
 				s.log.Warn().Err(err).Str("agent", name).Msg("cannot declare the accepted agent's inbox; it is declared on its next hello")
 			}
@@ -131,7 +133,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}
 	case record.AgentReject:
-		if err := s.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}); err != nil {
+		if err := s.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}, wasAccepted); err != nil {
 			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
 		}
 		s.revoke(ctx, env, name)

@@ -76,11 +76,11 @@ func brokerRig(t *testing.T, fb *fakeBroker, enrollment record.Enrollment) *rig 
 }
 
 // A squatter says hello first under a pending name with a key of its own
-// (and a token that does not hold: its refusal waits in the inbox), and
-// reads the inbox; then the host the name is for says hello with a valid
-// enrollment token and another key, which takes the name. The squatter's
-// key is cut off the broker, and the inbox starts over: the first command
-// in it is the new key's enrollment, nothing queued before.
+// (and a token that does not hold: it is told so, and gets no inbox: a
+// pending agent has none, so nothing can be queued for the squatter's
+// key); then the host the name is for says hello with a valid enrollment
+// token and another key, which takes the name. The squatter's key is cut
+// off the broker, and the inbox the host gets holds its enrollment first.
 func TestRekeyOfAPendingNameCutsTheOldKeyOff(t *testing.T) {
 	fb := &fakeBroker{}
 	r := brokerRig(t, fb, record.EnrollToken)
@@ -89,13 +89,13 @@ func TestRekeyOfAPendingNameCutsTheOldKeyOff(t *testing.T) {
 	if e := r.next(server.EventAgentDiscovered); e.Agent != "new" || !strings.Contains(e.Error, "token") {
 		t.Fatalf("discovery %+v: want new refused for its token", e)
 	}
-	// Something queued for the squatter's key: a command in the inbox.
+	// Nothing can be queued for the squatter's key: no inbox.
 	leftover, err := bus.NewSigner(squatter, 0).Seal(bus.KindPause, "test", "new", bus.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.bus.Send(r.ctx, leftover, bus.SendOptions{}); err != nil {
-		t.Fatalf("send to the pending agent's inbox: %v", err)
+	if err := r.bus.Send(r.ctx, leftover, bus.SendOptions{}); !errors.Is(err, bus.ErrNoInbox) {
+		t.Fatalf("send to the pending agent: %v, want %v (a pending agent has no inbox)", err, bus.ErrNoInbox)
 	}
 
 	secret, err := model.NewEnrollmentToken(r.srv.PublicKey())

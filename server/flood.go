@@ -247,8 +247,11 @@ func (s *Server) sumUpAlerts(ctx context.Context) {
 		case now := <-tick.C:
 			for _, sum := range s.flood.summaries(now) {
 				who := "agent " + sum.agent
-				if sum.agent == "" {
+				switch sum.agent {
+				case "":
 					who = "invented agent names (too many to track one by one)"
+				case unknownSigner:
+					who = "events no key the server knows signed"
 				}
 				msg := fmt.Sprintf("%d more security alerts about %s within %s were counted, not stored one by one; the last: %s",
 					sum.count, who, s.flood.window, sum.last)

@@ -35,11 +35,18 @@ func (s *Server) handle(ctx context.Context, d bus.Delivery) error {
 		s.handled.Add(1)
 		return nil
 	}
+	// What is refused, and alerted, is the sender's (origin.go).
+	ctx = withOrigin(ctx, &origin{d: d})
 	err := s.ingest(ctx, e)
+	refused := errors.Is(err, bus.ErrReject)
+	var from publisher
+	if refused {
+		from = s.senderOf(ctx, e)
+	}
 	switch {
 	case err == nil:
 		s.count(e.Kind, "ok")
-	case errors.Is(err, bus.ErrReject) && !s.flood.deadLetter(e.Env, e.Agent, time.Now()):
+	case refused && !s.flood.deadLetter(from.env, from.agent, time.Now()):
 		// A flood of refused events: the first of each window are
 		// dead-lettered for inspection, the rest dropped.
 		s.count(e.Kind, "dropped")
@@ -61,6 +68,16 @@ func (s *Server) count(k bus.Kind, outcome string) {
 }
 
 func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
+	if o := originOf(ctx); o != nil {
+		// Where the broker vouches for the publisher, an event from
+		// another agent's login is refused whatever key signed it (a key
+		// in other hands, a captured message replayed): nothing it says
+		// — its sequence number least of all — is believed.
+		if from, ok := s.published(o.d); ok && (from.env != e.Env || from.agent != e.Agent) {
+			s.security(ctx, e, fmt.Sprintf("a %s claiming to be agent %s/%s came from another agent's broker login: refused", e.Kind, e.Env, e.Agent))
+			return fmt.Errorf("%w: %s: published by agent %s/%s's broker login", bus.ErrReject, e, from.env, from.agent)
+		}
+	}
 	if e.Kind == bus.KindHello {
 		// Decoded and verified once, for the rate, the repeat and the
 		// hello itself.
@@ -86,12 +103,14 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 	}
 	byPrevious, err := s.verifyAgent(ctx, &a, cached, e)
 	if errors.Is(err, bus.ErrBadSignature) {
+		markClaimed(ctx, false)
 		s.security(ctx, e, "event signed by another key than the agent's")
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	if err != nil {
 		return err
 	}
+	markClaimed(ctx, true)
 	if err := checkSeq(a, e.Seq); err != nil {
 		s.security(ctx, e, err.Error())
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
@@ -123,6 +142,9 @@ func (s *Server) ingest(ctx context.Context, e *bus.Envelope) error {
 		// Dropped, yet signed by the agent: it lives.
 		s.heard(a, e)
 		return nil
+	}
+	if numberedBehind(a, e) {
+		s.resync(ctx, a, e)
 	}
 	if err := s.agentEvent(ctx, a, e, byPrevious); err != nil {
 		return err
@@ -478,9 +500,23 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 		// discovery rate, an agent the server does not know is not
 		// recorded (it says hello again later); one with a valid
 		// enrollment token, or in an open environment, is.
-		s.SecurityAlert(ctx, e.Env, discoveryName, fmt.Sprintf("agents the server does not know say hello faster than %d a minute (after the first %d) in %s: %s not recorded (it says hello again later)",
+		s.refuseDiscovery(ctx, e.Env, "rate", fmt.Sprintf("agents the server does not know say hello faster than %d a minute (after the first %d) in %s: %s not recorded (it says hello again later)",
 			discoveriesPerMinute, discoveryBurst, e.Env, e.Agent))
 		return fmt.Errorf("%w: %s: too many agents discovered at once", bus.ErrReject, e)
+	}
+	if discovered && a.State != record.AgentAccepted {
+		// Nor may they, however slowly they come: at most max_pending
+		// wait for an operator at once.
+		ok, n, err := s.reservePending(ctx, e.Env, env.Settings.MaxPending, now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			s.refuseDiscovery(ctx, e.Env, "max_pending", fmt.Sprintf("%d agents wait for acceptance in %s, its max_pending: %s, not known to the server, is not recorded (it says hello again later); "+
+				"accept or reject those waiting (tether agent list --env %s), or raise max_pending (tether env settings set max_pending N)",
+				n, e.Env, e.Agent, e.Env))
+			return fmt.Errorf("%w: %s: %d agents wait for acceptance already (max_pending)", bus.ErrReject, e, n)
+		}
 	}
 	if rekeyed && a.State != record.AgentAccepted {
 		s.security(ctx, e, fmt.Sprintf("hello from pending agent %s's name with another key (%s), and an enrollment token that does not hold: %s",
@@ -519,9 +555,12 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	}
 	// The server alone declares inboxes, with their arguments, and binds
 	// them (an agent may only read its own): the answer to this hello, and
-	// every command after it, needs one. Never for a rejected agent, which
-	// has no business on the broker.
-	if a.State != record.AgentRejected {
+	// every command after it, needs one. Only for an accepted agent: a
+	// pending one is sent nothing but a refusal (told through its claim
+	// queue), and must cost the broker nothing durable (pending.go); it
+	// gets its inbox when it is accepted. A rejected one has no business
+	// on the broker.
+	if a.State == record.AgentAccepted {
 		if err := s.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
 			return fmt.Errorf("declare the inbox of %s/%s: %w", a.Env, a.Name, err)
 		}
@@ -545,7 +584,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 		if protocolRefused != nil {
 			told.Protocol = bus.Protocol
 		}
-		return s.refuse(ctx, a, told)
+		return s.refuse(ctx, a, told, a.State == record.AgentAccepted)
 	}
 	if a.State != record.AgentAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
@@ -647,11 +686,19 @@ func keyName(pub []byte) string {
 	return model.Fingerprint(pub)
 }
 
-// refuse tells an agent it is not enrolled, so it slows its hellos down.
-func (s *Server) refuse(ctx context.Context, a record.Agent, body bus.Rejected) error {
+// refuse tells an agent it is not enrolled, so it slows its hellos down:
+// in its inbox when it has one (inbox: it was accepted), else through its
+// claim queue (pending.go), which reaches it while it is connected.
+func (s *Server) refuse(ctx context.Context, a record.Agent, body bus.Rejected, inbox bool) error {
 	e, err := s.signer.Seal(bus.KindRejected, a.Env, a.Name, body)
 	if err != nil {
 		return err
+	}
+	if !inbox {
+		if err := s.tell(ctx, e); err != nil {
+			s.log.Info().Err(err).Str("env", a.Env).Str("agent", a.Name).Msg("refused agent not told; it is told at its next hello")
+		}
+		return nil
 	}
 	if err := s.bus.Send(ctx, e, bus.SendOptions{Expiration: time.Hour}); err != nil && !errors.Is(err, bus.ErrNoInbox) {
 		return err
@@ -663,31 +710,16 @@ func (s *Server) refuse(ctx context.Context, a record.Agent, body bus.Rejected) 
 // hello, when a hello brought it), then hands it to the scheduler, which
 // sends what it misses.
 func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error {
-	env, err := s.store.GetEnv(ctx, a.Env)
+	body, err := s.enrolled(ctx, a, hello)
 	if err != nil {
 		return err
 	}
-	var released int64
-	switch v, err := s.store.ReleasedVersion(ctx, a.Env); {
-	case err == nil:
-		released = v.Number
-	case !errors.Is(err, model.ErrNotFound):
-		return err
-	}
-	// An agent a staged rollout has not reached holds the version it is
-	// pinned to: told the released one, it would refuse its own as older.
-	if pin, ok, err := s.store.AgentPin(ctx, a.Env, a.Name); err != nil {
-		return err
-	} else if ok {
-		released = pin
-	}
 	// The rollover of the server's key comes with it, when the agent
 	// lacks it (answerHello).
-	paused := a.Paused || env.Settings.Halted
-	if err := s.answerHello(ctx, a, bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
-		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy, EventsAlive: true}); err != nil {
+	if err := s.answerHello(ctx, a, body); err != nil {
 		return err
 	}
+	paused := *body.Paused
 	// Agents older than the pause in the answer learn it this way.
 	if paused {
 		if err := s.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
@@ -699,6 +731,34 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	}
 	s.feed.publish(Event{Kind: EventAgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
 	return nil
+}
+
+// enrolled is what an accepted agent is told when it is enrolled (the
+// answer to hello, when a hello brought it): the server's key, the last
+// sequence number accepted from it, the environment's incarnation and the
+// version it is to hold, whether it is paused, the drift policy.
+func (s *Server) enrolled(ctx context.Context, a record.Agent, hello string) (bus.Enrolled, error) {
+	env, err := s.store.GetEnv(ctx, a.Env)
+	if err != nil {
+		return bus.Enrolled{}, err
+	}
+	var released int64
+	switch v, err := s.store.ReleasedVersion(ctx, a.Env); {
+	case err == nil:
+		released = v.Number
+	case !errors.Is(err, model.ErrNotFound):
+		return bus.Enrolled{}, err
+	}
+	// An agent a staged rollout has not reached holds the version it is
+	// pinned to: told the released one, it would refuse its own as older.
+	if pin, ok, err := s.store.AgentPin(ctx, a.Env, a.Name); err != nil {
+		return bus.Enrolled{}, err
+	} else if ok {
+		released = pin
+	}
+	paused := a.Paused || env.Settings.Halted
+	return bus.Enrolled{Hello: hello, LastSeq: uint64(max(a.LastSeq, 0)), Env: env.Incarnation(), Generation: released,
+		Paused: &paused, DriftPolicy: env.Settings.DriftPolicy, EventsAlive: true}, nil
 }
 
 // results records a batch of results, tells agents waiting on them, and
@@ -866,9 +926,13 @@ func (s *Server) commit(ctx context.Context, b store.ResultBatch, events []Event
 	return fresh, err
 }
 
-// security logs, stores and publishes a security alert about an event.
+// security logs, stores and publishes a security alert about an event,
+// filed under its sender (origin.go), who pays for it: never under the
+// agent a forgery claims to be.
 func (s *Server) security(ctx context.Context, e *bus.Envelope, what string) {
-	s.alertSecurity(ctx, e.Env, e.Agent, what, fmt.Sprintf("%s (%s message %s)", what, e.Kind, e.ID))
+	from := s.senderOf(ctx, e)
+	what += from.describe(e)
+	s.alertSecurity(ctx, from.env, from.agent, what, fmt.Sprintf("%s (%s message %s)", what, e.Kind, e.ID))
 }
 
 // SecurityAlert raises a security alert about agent in env that no

@@ -17,7 +17,8 @@ import (
 // advisory lock, held by a connection, lost when that connection or the
 // process dies). The leader runs the environment's periodic triggers:
 // deploy interval (retry failed and unfinished) and repair interval (verify
-// everything). Reactive scheduling (releases, agents coming online,
+// everything), and forgets pending agents past pending_expiry (pending.go).
+// Reactive scheduling (releases, agents coming online,
 // operators' deploys) runs on whichever replica receives it: it is
 // idempotent.
 
@@ -125,7 +126,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 	// Polls of the source run beside the loop, one at a time: a slow
 	// repository holds up no retry or repair.
 	p, polls := s.cfg.Sources.(poller)
-	var lastPoll time.Time
+	var lastPoll, lastPendingSweep time.Time
 	polling := make(chan bool, 1) // holds the failing flag between polls
 	polling <- false
 	var pollWG sync.WaitGroup
@@ -158,6 +159,10 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 			}
 		}
 		e, err := s.store.GetEnv(ctx, env)
+		if err == nil && time.Since(lastPendingSweep) >= s.cfg.PendingSweep {
+			s.sweepPending(ctx, env, time.Duration(e.Settings.PendingExpiry), lastPendingSweep.IsZero())
+			lastPendingSweep = time.Now()
+		}
 		if err == nil {
 			now := time.Now()
 			if d := time.Duration(e.Settings.DeployInterval); d > 0 && now.Sub(lastRetry) >= d {

@@ -194,22 +194,25 @@ func TestForgedKeyRolloverIsRefused(t *testing.T) {
 		signer ed25519.PrivateKey
 		body   bus.KeyRollover
 		want   string
+		// about is whom the alert is filed under: the sender, an
+		// unknown signer for what no key of web's signed.
+		about string
 	}{
 		{"signed by another key", mallory,
-			bus.KeyRollover{NewKey: pub(mallory), Proof: bus.ProveKey(mallory, "test", "web", pub(mallory))}, "another key"},
-		{"no proof", key, bus.KeyRollover{NewKey: pub(next)}, "proof"},
+			bus.KeyRollover{NewKey: pub(mallory), Proof: bus.ProveKey(mallory, "test", "web", pub(mallory))}, "another key", "(unknown signer)"},
+		{"no proof", key, bus.KeyRollover{NewKey: pub(next)}, "proof", "web"},
 		{"proof by another key", key,
-			bus.KeyRollover{NewKey: pub(next), Proof: bus.ProveKey(mallory, "test", "web", pub(key))}, "proof"},
+			bus.KeyRollover{NewKey: pub(next), Proof: bus.ProveKey(mallory, "test", "web", pub(key))}, "proof", "web"},
 		{"proof for another agent", key,
-			bus.KeyRollover{NewKey: pub(next), Proof: bus.ProveKey(next, "test", "db", pub(key))}, "proof"},
-		{"no new key", key, bus.KeyRollover{}, "not an ed25519"},
+			bus.KeyRollover{NewKey: pub(next), Proof: bus.ProveKey(next, "test", "db", pub(key))}, "proof", "web"},
+		{"no new key", key, bus.KeyRollover{}, "not an ed25519", "web"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r.forge(c.signer, uint64(r.lastSeq("web"))+1, bus.KindKeyRollover, "web", c.body)
 			e := r.next(server.EventSecurity)
-			if e.Agent != "web" || !strings.Contains(e.Alert.Message, c.want) {
-				t.Fatalf("security alert %q about %s: want %q about web", e.Alert.Message, e.Agent, c.want)
+			if e.Agent != c.about || !strings.Contains(e.Alert.Message, c.want) {
+				t.Fatalf("security alert %q about %s: want %q about %s", e.Alert.Message, e.Agent, c.want, c.about)
 			}
 			got, err := r.store.GetAgent(r.ctx, "test", "web")
 			if err != nil || !bytes.Equal(got.PublicKey, pub(key)) || len(got.PreviousKey) != 0 {

@@ -52,6 +52,11 @@ func (r *rig) inboxAgent(name string, withKex bool) *inboxAgent {
 	if err := r.bus.DeclareInbox(r.ctx, "test", name); err != nil {
 		r.t.Fatal(err)
 	}
+	// It holds its name's claim, as an agent does: what the server tells
+	// an agent without an inbox reaches it.
+	if claim, err := r.bus.Claim(r.ctx, "test", name); err == nil {
+		r.t.Cleanup(claim.Release)
+	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
 	go func() {

@@ -103,6 +103,9 @@ type Config struct {
 	// ConnectionSweep is how often the agents' broker connections are
 	// counted (default 5s).
 	ConnectionSweep time.Duration
+	// PendingSweep is how often an environment's leader forgets the
+	// pending agents not heard from for its pending_expiry (default 1m).
+	PendingSweep time.Duration
 	// Stream configures the stored event log the event stream follows
 	// (its retention: Stream.Keep).
 	Stream notify.StreamConfig
@@ -149,7 +152,7 @@ func (s *Server) deleteInbox(ctx context.Context, env, name string) error {
 func Default() Config {
 	return Config{Consumers: 8, MaxBatch: 256, Writers: 2, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, AgentCacheListenTTL: 10 * time.Minute, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
 		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
-		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second}
+		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second, PendingSweep: time.Minute}
 }
 
 // withDefaults fills the zero (or negative) fields of c from Default.
@@ -168,6 +171,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.AgentEventRate, def.AgentEventRate)
 	orDefault(&c.FloodWindow, def.FloodWindow)
 	orDefault(&c.ConnectionSweep, def.ConnectionSweep)
+	orDefault(&c.PendingSweep, def.PendingSweep)
 	if c.MaxAgentConnections == 0 {
 		c.MaxAgentConnections = def.MaxAgentConnections
 	}
@@ -223,6 +227,16 @@ type Server struct {
 	handled    atomic.Uint64
 	// flood bounds what one sender costs (see flood.go).
 	flood *floodGuard
+	// agentLogins says the server answers the broker's authentication
+	// backend (BrokerAuth): agents log in as themselves, and the broker
+	// lets each publish under its own name only (origin.go).
+	agentLogins atomic.Bool
+	// resynced bounds how often an agent is told to number past (seqsync.go).
+	resynced resyncs
+	// pending counts pending agents for their cap, and refusals gates
+	// the alerts of refused discoveries (pending.go).
+	pending  pendingCounts
+	refusals refusalAlerts
 	// revoked takes rejected agents whose connections closeRevoked
 	// closes again.
 	revoked chan revocation
@@ -484,5 +498,9 @@ func (s *Server) Deploy(ctx context.Context, env string, req scheduler.DeployReq
 // for this server's agents (see package brokerauth), reading their records
 // from the store and raising the server's security alerts.
 func (s *Server) BrokerAuth(cfg brokerauth.Config) (*brokerauth.Backend, error) {
-	return brokerauth.New(cfg, s.store, s, s.log)
+	b, err := brokerauth.New(cfg, s.store, s, s.log)
+	if err == nil {
+		s.agentLogins.Store(true)
+	}
+	return b, err
 }

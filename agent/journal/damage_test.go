@@ -135,6 +135,12 @@ func TestDamage(t *testing.T) {
 		{name: "the last record cut short", harm: func(t *testing.T, dir string) {
 			rewrite(t, dir, func(b []byte) []byte { return append(b, b[recordOffsets(t, b)[1]:][:30]...) })
 		}, torn: true},
+		{name: "half the log cut off", harm: func(t *testing.T, dir string) {
+			rewrite(t, dir, func(b []byte) []byte { return b[:len(b)/2] })
+		}, error: "the file was cut short after the fact (not by a crash)"},
+		{name: "the log cut at a record's start", harm: func(t *testing.T, dir string) {
+			rewrite(t, dir, func(b []byte) []byte { offs := recordOffsets(t, b); return b[:offs[len(offs)-3]] })
+		}, error: "committed records are lost"},
 		{name: "the log emptied", harm: func(t *testing.T, dir string) {
 			rewrite(t, dir, func([]byte) []byte { return nil })
 		}, error: "wal.1: the file is empty, or lost its beginning"},
@@ -314,4 +320,96 @@ func mustKey(t *testing.T, pemBytes []byte) ed25519.PrivateKey {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// TestTornTailOrCutShort: a crash tears at most the record being written,
+// after everything committed: the torn tail is cut, and every committed
+// record stays. A log cut short after the fact (half of it gone: a disk
+// that filled, a copy that stopped) lost committed records: Open says so,
+// how much, and what to do. The journal tells the two apart by the
+// committed length its identity file records each time it is written
+// (here the sequence-number reservation); a cut past that length, in what
+// was committed after it, looks like a torn tail and is taken for one.
+func TestTornTailOrCutShort(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, "a", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	commit := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := j.Begin().Seen(fmt.Sprint("c", i)).Out(uint64(i+1), []byte("e")).Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	commit(0, 20)
+	if err := j.ReserveSeq(1024); err != nil { // records the length of 20 commits
+		t.Fatal(err)
+	}
+	commit(20, 30)
+	// The machine loses power: what is on disk is what each case starts
+	// from.
+	crashed := func(t *testing.T) string {
+		t.Helper()
+		to := t.TempDir()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Name() == "lock" {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(to, e.Name()), mustRead(t, filepath.Join(dir, e.Name())), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return to
+	}
+	cut := func(t *testing.T, d string, f func(b []byte, offs []int) []byte) {
+		t.Helper()
+		p := filepath.Join(d, walName(1))
+		b := mustRead(t, p)
+		if err := os.WriteFile(p, f(b, recordOffsets(t, b)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("torn tail", func(t *testing.T) {
+		d := crashed(t)
+		cut(t, d, func(b []byte, offs []int) []byte { return append(b, b[offs[1]:offs[2]-5]...) })
+		j, err := Open(d, "a", Config{})
+		if err != nil {
+			t.Fatalf("open after a crash that tore the last write: %v", err)
+		}
+		defer j.Close()
+		if !j.Seen("c29") || j.OutboxLen() != 30 {
+			t.Fatalf("after a torn tail: c29 seen %v, outbox %d; want every committed record", j.Seen("c29"), j.OutboxLen())
+		}
+		if r := j.Repairs(); len(r) != 1 || !strings.Contains(r[0], "torn tail") {
+			t.Fatalf("repairs %q, want the torn tail reported", r)
+		}
+	})
+	t.Run("half cut off", func(t *testing.T) {
+		d := crashed(t)
+		cut(t, d, func(b []byte, _ []int) []byte { return b[:len(b)/2] })
+		_, err := Open(d, "a", Config{})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "cut short after the fact") ||
+			!strings.Contains(err.Error(), "committed records are lost") || !strings.Contains(err.Error(), "tether agent reset-journal "+d) {
+			t.Fatalf("open of a log cut in half: got %v, want ErrCorrupt saying committed records are lost and how to reset", err)
+		}
+	})
+	t.Run("cut after the last mark", func(t *testing.T) {
+		d := crashed(t)
+		cut(t, d, func(b []byte, offs []int) []byte { return b[:offs[26]+5] }) // the header and 25 commits, then 5 bytes
+		j, err := Open(d, "a", Config{})
+		if err != nil {
+			t.Fatalf("open of a log cut past its last recorded committed length: %v", err)
+		}
+		defer j.Close()
+		if !j.Seen("c24") || j.Seen("c25") {
+			t.Fatalf("c24 seen %v, c25 seen %v: want the log up to the cut", j.Seen("c24"), j.Seen("c25"))
+		}
+	})
 }

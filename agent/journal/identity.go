@@ -59,6 +59,18 @@ type identity struct {
 	// a configuration (enrollment token, --server-key) that still names
 	// it starts the agent; nothing it signs is taken.
 	PreviousServerKey []byte `json:"previous_server_key,omitempty"`
+	// Committed is how much of the log was known committed when the
+	// identity was last written (at each identity change, and when the
+	// journal is closed): a log found shorter than that lost committed
+	// records, which a crash cannot do (a crash tears at most the record
+	// being written, after everything committed).
+	Committed *logMark `json:"committed,omitempty"`
+}
+
+// logMark says that log N held Size bytes of committed records.
+type logMark struct {
+	N    int   `json:"log"`
+	Size int64 `json:"size"`
 }
 
 // fresh reports whether the identity says nothing happened yet: no
@@ -98,10 +110,14 @@ func (j *Journal) readIdentity() (id identity, ok bool, err error) {
 	return f.identity, true, nil
 }
 
-// writeIdentity replaces the identity file (synced unless NoSync).
+// writeIdentity replaces the identity file (synced unless NoSync), with
+// the log's committed length as known now.
 func (j *Journal) writeIdentity(id identity) error {
 	if j.dir == "" {
 		return nil
+	}
+	if m := j.committed.Load(); m != nil {
+		id.Committed = m
 	}
 	b, err := json.MarshalIndent(identityFileForm{identity: id, Check: id.checksum()}, "", "  ")
 	if err != nil {

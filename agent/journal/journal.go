@@ -26,7 +26,8 @@
 // The key and the identity are kept apart from the log and replaced only
 // atomically: damage to the log never costs the agent its identity. A torn
 // tail of the log (the last record, cut short by a crash) is dropped; damage
-// before it, a missing log or snapshot, stops Open with ErrCorrupt saying
+// before it, a missing log or snapshot, a log cut short below the
+// committed length the identity records, stops Open with ErrCorrupt saying
 // what is damaged, and Reset moves the log aside so the agent can start
 // over from an empty one, keeping its identity.
 //
@@ -45,6 +46,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/model"
@@ -176,6 +178,11 @@ type Journal struct {
 	kex  *ecdh.PrivateKey
 	lock *os.File
 
+	// committed is the log's length known committed (synced), which the
+	// identity file records each time it is written (writeIdentity reads
+	// it without the locks below).
+	committed atomic.Pointer[logMark]
+
 	// idMu guards the identity and the keys; it is never held with the
 	// locks below.
 	idMu sync.Mutex
@@ -243,6 +250,7 @@ func Open(dir, agent string, cfg Config) (*Journal, error) {
 		j.lock = lock
 	}
 	if err := j.load(agent); err != nil {
+		j.broken = err // closed as found: nothing is recorded of it
 		j.Close()
 		return nil, err
 	}
@@ -260,19 +268,35 @@ func (j *Journal) unlock() {
 	}
 }
 
-// Close closes the journal's files and releases the directory.
+// Close closes the journal's files and releases the directory. A journal
+// closed whole records its log's length in the identity file: a log found
+// shorter at the next open lost committed records (load).
 func (j *Journal) Close() error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	var err error
+	whole := false
 	if j.wal != nil {
+		whole = j.broken == nil && (j.cfg.NoSync || j.wal.Sync() == nil)
+		if whole {
+			j.committed.Store(&logMark{N: j.walN, Size: j.walSize})
+		}
 		err = j.wal.Close()
 		j.wal = nil
 	}
-	j.unlock()
 	if j.broken == nil {
 		j.broken = errors.New("journal is closed")
 	}
+	j.mu.Unlock()
+	if whole {
+		j.idMu.Lock()
+		if werr := j.writeIdentity(j.id); werr != nil && err == nil {
+			err = werr
+		}
+		j.idMu.Unlock()
+	}
+	j.unlock()
 	return err
 }
 
@@ -541,7 +565,7 @@ func (j *Journal) syncTo(n uint64) error {
 		defer j.mu.Unlock()
 		return fmt.Errorf("journal: %w", j.broken)
 	}
-	f, target := j.wal, j.written
+	f, target, mark := j.wal, j.written, logMark{N: j.walN, Size: j.walSize}
 	j.mu.Unlock()
 	err := f.Sync()
 	j.mu.Lock()
@@ -556,6 +580,9 @@ func (j *Journal) syncTo(n uint64) error {
 		return fmt.Errorf("journal: %w", j.broken)
 	}
 	j.synced = max(j.synced, target)
+	if mark.N == j.walN {
+		j.committed.Store(&mark)
+	}
 	return nil
 }
 

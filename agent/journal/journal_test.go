@@ -208,8 +208,11 @@ func TestTornTailIsCut(t *testing.T) {
 		}
 	}
 	j.Close()
-	wal := filepath.Join(dir, walName(1))
+	wal, idPath := filepath.Join(dir, walName(1)), filepath.Join(dir, identityFile)
 	good, _ := os.ReadFile(wal)
+	// Each case starts from the files as closed here: the identity
+	// records the log's committed length, which a case's reopen moves on.
+	id, _ := os.ReadFile(idPath)
 	cases := map[string][]byte{
 		"half a header":  {0x10, 0},
 		"short payload":  {0x10, 0, 0, 0, 1, 2, 3, 4, '[', '{'},
@@ -218,6 +221,9 @@ func TestTornTailIsCut(t *testing.T) {
 	for name, tail := range cases {
 		t.Run(name, func(t *testing.T) {
 			if err := os.WriteFile(wal, append(append([]byte{}, good...), tail...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(idPath, id, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			j, err := Open(dir, "a", Config{})

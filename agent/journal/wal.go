@@ -158,7 +158,11 @@ func (j *Journal) load(agent string) error {
 			}
 			continue
 		}
-		info, err := j.replay(n, agent)
+		var committed int64
+		if haveID && id.Committed != nil && id.Committed.N == n {
+			committed = id.Committed.Size
+		}
+		info, err := j.replay(n, agent, committed)
 		if err != nil {
 			return err
 		}
@@ -229,7 +233,11 @@ func (j *Journal) load(agent string) error {
 				walName(info.n), info.cut, info.torn))
 		}
 	}
-	return j.openLast(agent, infos, committed && !newFormat)
+	if err := j.openLast(agent, infos, committed && !newFormat); err != nil {
+		return err
+	}
+	j.committed.Store(&logMark{N: j.walN, Size: j.walSize})
+	return nil
 }
 
 // olderFloor is the sequence-number floor of a journal of the older
@@ -362,8 +370,12 @@ func (j *Journal) logs() ([]int, error) {
 }
 
 // replay applies the records of log n. A torn tail is cut off; damage
-// before it is an error.
-func (j *Journal) replay(n int, agent string) (logInfo, error) {
+// before it is an error, and so is a log that ends (torn or not) before
+// committed, the length the identity file says it had committed: it was
+// cut short after the fact (a disk that filled up, a copy or restore
+// that stopped half way), not by a crash, and the records it lost were
+// committed. Such a log is left as it is, for reset-journal to move aside.
+func (j *Journal) replay(n int, agent string, committed int64) (logInfo, error) {
 	info := logInfo{n: n, torn: -1}
 	name := walName(n)
 	path := filepath.Join(j.dir, name)
@@ -408,7 +420,21 @@ func (j *Journal) replay(n int, agent string) (logInfo, error) {
 		}
 		good += headerSize + int64(len(payload))
 	}
+	// Cut short after the fact: a log that still begins with its header
+	// (else the messages below say more) and ends before committed.
+	cutShort := func() error {
+		held := fmt.Sprintf("ends at byte %d", size)
+		if good < size {
+			held = fmt.Sprintf("holds whole records up to byte %d, then %d bytes that cannot be read", good, size-good)
+		}
+		return j.damaged(name, "the file was cut short after the fact (not by a crash): it %s, but its first %d bytes were committed; "+
+			"the last %d bytes of committed records are lost: what the agent journaled last (desired state it took, results, "+
+			"commands it accepted, events not yet sent to the server)", held, committed, committed-good)
+	}
 	if good == size {
+		if good > 0 && good < committed {
+			return info, cutShort()
+		}
 		return info, nil
 	}
 	// What follows the last good record is a torn tail only if no whole
@@ -419,6 +445,9 @@ func (j *Journal) replay(n int, agent string) (logInfo, error) {
 	}
 	if at := laterRecord(rest); at >= 0 {
 		return info, j.damaged(name, "the record at byte %d cannot be read, and a whole record follows it at byte %d", good, good+int64(at))
+	}
+	if good > 0 && good < committed {
+		return info, cutShort()
 	}
 	if err := f.Truncate(good); err != nil {
 		return info, fmt.Errorf("journal: cut the torn end of %s: %w", path, err)
@@ -505,6 +534,7 @@ func (j *Journal) compact() error {
 	}
 	j.wal, j.walSize, j.walN, j.snapSize, j.st.Wal = f, size, next, int64(len(b)), next
 	j.st.ServerKey = nil
+	j.committed.Store(&logMark{N: next, Size: size})
 	return nil
 }
 
@@ -555,6 +585,13 @@ func Reset(dir string) (string, error) {
 		return "", fmt.Errorf("journal: %w", err)
 	}
 	f.Close()
+	// The length committed was the old log's.
+	if id.Committed != nil {
+		id.Committed = nil
+		if err := j.writeIdentity(id); err != nil {
+			return "", err
+		}
+	}
 	if !moved {
 		return "", nil
 	}

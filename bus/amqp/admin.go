@@ -142,6 +142,39 @@ func (a *Admin) do(ctx context.Context, method, path, reason string, out any) er
 	return nil
 }
 
+// DeleteInboxes deletes the inboxes of env's agents with what they hold,
+// on one channel: a channel opened and closed per queue is what the broker
+// pays most for, and pending agents' inboxes (an older server declared
+// them) may be thousands. A missing inbox is no error.
+func (b *Bus) DeleteInboxes(ctx context.Context, env string, agents []string) error {
+	return b.withChannel(ctx, func(conn *amqp.Connection, ch *amqp.Channel) error {
+		var opened []*amqp.Channel
+		defer func() {
+			for _, c := range opened {
+				_ = c.Close()
+			}
+		}()
+		for _, a := range agents {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			_, err := ch.QueueDelete(b.InboxQueue(env, a), false, false, false)
+			if isAMQPError(err, amqp.NotFound) {
+				// The broker closed the channel over it: go on on another.
+				if ch, err = openChannel(conn); err != nil {
+					return err
+				}
+				opened = append(opened, ch)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("delete inbox %s: %w", b.InboxQueue(env, a), err)
+			}
+		}
+		return nil
+	})
+}
+
 // DeleteInbox deletes the inbox of env/agent with the commands it holds
 // (an agent revoked or deleted). A missing inbox is no error.
 func (b *Bus) DeleteInbox(ctx context.Context, env, agent string) error {

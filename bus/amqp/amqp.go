@@ -683,6 +683,11 @@ func (b *Bus) publishConfirmed(ctx context.Context, exchange, key string, msg am
 			return err
 		}
 		msg.Timestamp = time.Now()
+		if exchange == b.eventsExchange() {
+			// The login this connection has, which the broker checks:
+			// the server knows who published the event.
+			msg.UserId = s.user
+		}
 		messagesPublished.Add(1)
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 		if err != nil {

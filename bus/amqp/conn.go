@@ -25,6 +25,11 @@ type session struct {
 	// nudges (nudge.go); nil until needed.
 	nudgeMu sync.Mutex
 	nudgeCh *amqp.Channel
+	// user is the agent's own broker login (Config.Login) the session
+	// logged in with, which its events name (user_id): the broker checks
+	// it, and the server learns who published each event. "" for a
+	// login of the URL's.
+	user string
 }
 
 // supervise keeps a connection open until the bus closes: it dials with
@@ -111,6 +116,11 @@ func (b *Bus) dial() (*session, error) {
 		return nil, err
 	}
 	s := &session{conn: conn}
+	if b.cfg.Login != nil && len(conn.Config.SASL) > 0 {
+		if plain, ok := conn.Config.SASL[0].(*amqp.PlainAuth); ok {
+			s.user = plain.Username
+		}
+	}
 	if err := b.declareTopology(s); err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("declare the topology on %s: %w", redactURL(b.cfg.URL), err)

@@ -119,6 +119,10 @@ type consumer struct {
 	// env and agent name an inbox's agent.
 	env, agent string
 	sub        *subscription
+	// told brings what the server tells an agent that has no inbox
+	// (Tell), handed to h between deliveries, or while the consumer
+	// waits for the inbox; nil but for an agent's inbox consumer.
+	told chan *bus.Envelope
 }
 
 // Why a subscription ended, besides a lost connection or a channel error.
@@ -168,30 +172,40 @@ func (b *Bus) consume(ctx context.Context, c *consumer) error {
 	defer b.subs.leave(c.sub)
 	// An agent's inbox consumer also looks when the server nudges it
 	// (nudge.go), at most once per nudgeLookGap.
+	// What the server tells an agent without an inbox (Tell) comes
+	// through the claim queue too, and is handed to c.h.
 	var nudged chan struct{}
 	var looked time.Time
 	if c.inbox && b.cfg.Agent {
 		nudged = b.nudges.signal(b.ClaimQueue(c.env, c.agent))
+		c.told = b.nudges.toldTo(b.ClaimQueue(c.env, c.agent))
 	}
 	pauseFor := func(d time.Duration) error {
 		t := time.NewTimer(d)
 		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-nudged:
-			if gap := nudgeLookGap - time.Since(looked); gap > 0 {
-				select {
-				case <-time.After(gap):
-				case <-ctx.Done():
-					return ctx.Err()
+		for {
+			select {
+			case <-t.C:
+			case e := <-c.told:
+				// Not a queue's message: nothing to acknowledge,
+				// nothing to dead-letter.
+				_ = c.h(ctx, bus.Delivery{Envelope: e})
+				continue
+			case <-nudged:
+				if gap := nudgeLookGap - time.Since(looked); gap > 0 {
+					select {
+					case <-time.After(gap):
+					case <-ctx.Done():
+						return ctx.Err()
+					}
 				}
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-b.closing:
+				return bus.ErrClosed
 			}
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-b.closing:
-			return bus.ErrClosed
+			return nil
 		}
-		return nil
 	}
 	if c.lookAfter > 0 {
 		if err := pauseFor(c.lookAfter); err != nil {
@@ -383,6 +397,11 @@ func (b *Bus) consumeOn(ctx context.Context, s *session, c *consumer, pause *bac
 			default:
 				probe = b.sendProbe(probeCtx, c.probe, &wg, probed)
 			}
+		case e := <-c.told:
+			// An inbox an older server declared for a pending agent:
+			// what the server tells it comes through its claim queue
+			// (not the inbox's: the subscription's checks ignore it).
+			_ = c.h(ctx, bus.Delivery{Envelope: e})
 		case r := <-probed:
 			switch {
 			case r.id != probe:
@@ -510,7 +529,7 @@ func (b *Bus) handle(ctx context.Context, queue string, d amqp.Delivery, h bus.H
 	if err != nil {
 		return b.reject(ctx, queue, d, err, acks)
 	}
-	herr := h(ctx, bus.Delivery{Envelope: e, Redelivered: d.Redelivered})
+	herr := h(ctx, bus.Delivery{Envelope: e, Redelivered: d.Redelivered, Login: d.UserId, RoutingKey: d.RoutingKey})
 	switch {
 	case herr == nil:
 		if pause.ok() {

@@ -1,6 +1,8 @@
 package amqp
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -8,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tetherhq/tether/bus"
 )
 
 // Nudges. An agent never enrolled has no inbox until the server heard its
@@ -26,6 +30,9 @@ import (
 
 const (
 	nudgeType = "tether.nudge"
+	// toldType marks what the server tells an agent that has no inbox
+	// (Tell): a signed envelope, not a nudge.
+	toldType = "tether.told"
 	// nudgeTTL: a nudge no agent takes (it is not connected) expires.
 	nudgeTTL = "60000"
 	// nudgeLookGap is the least time between two looks for an inbox
@@ -58,6 +65,41 @@ type nudges struct {
 	// listening counts the nudge consumers of each claim queue.
 	listening map[string]int
 	tags      int
+	// told holds, by claim queue, the last envelope the server told the
+	// agent (Tell) until its inbox consumer takes it.
+	told map[string]chan *bus.Envelope
+}
+
+// toldTo returns where what the server tells the agent of claim queue name
+// waits for its inbox consumer: the latest only.
+func (n *nudges) toldTo(name string) chan *bus.Envelope {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.told == nil {
+		n.told = map[string]chan *bus.Envelope{}
+	}
+	c, ok := n.told[name]
+	if !ok {
+		c = make(chan *bus.Envelope, 1)
+		n.told[name] = c
+	}
+	return c
+}
+
+// hear keeps e as the latest told to the agent of claim queue name.
+func (n *nudges) hear(name string, e *bus.Envelope) {
+	c := n.toldTo(name)
+	for {
+		select {
+		case c <- e:
+			return
+		default:
+		}
+		select {
+		case <-c: // an older one: the latest stands
+		default:
+		}
+	}
 }
 
 // listens reports whether nudges to claim queue name are listened for.
@@ -151,11 +193,55 @@ func (b *Bus) listenNudges(s *session, name string) {
 	// closed) or the channel does.
 	go func() {
 		defer b.nudges.listen(name, -1)
-		for range deliveries {
+		for d := range deliveries {
+			if d.Type == toldType {
+				// The server's answer to an agent without an inbox
+				// (pending): a refusal, the one kind that may come so.
+				if e, err := bus.Decode(d.Body); err == nil && e.Kind == bus.KindRejected {
+					b.nudges.hear(name, e)
+				}
+				continue
+			}
 			select {
 			case sig <- struct{}{}:
 			default:
 			}
 		}
 	}()
+}
+
+// Tell implements what the server tells an agent that has no inbox (a
+// pending one, see docs/protocol.md): e, through the default exchange to
+// the agent's claim queue, which its connection holds while it runs and
+// the broker drops with it. Nothing durable is made: e is not persistent,
+// expires after ttl, and goes nowhere when the agent is not connected (it
+// hears it at its next hello). Only a refusal (bus.KindRejected) may be
+// told: the agent takes nothing else this way.
+func (b *Bus) Tell(ctx context.Context, e *bus.Envelope, ttl time.Duration) error {
+	if e.Kind != bus.KindRejected {
+		return fmt.Errorf("tell %s: only %s is told to an agent without an inbox", e, bus.KindRejected)
+	}
+	if b.cfg.Agent || b.nudges.refused.Load() {
+		return nil
+	}
+	data, err := bus.Encode(e)
+	if err != nil {
+		return err
+	}
+	sl, err := b.takeSlot(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.giveSlot(sl)
+	ch := b.keptChannel(ctx, sl)
+	if ch == nil {
+		return fmt.Errorf("tell %s: %w", e, amqp.ErrClosed)
+	}
+	msg := amqp.Publishing{Type: toldType, ContentType: "application/json", Body: data,
+		Expiration: strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)}
+	if err := ch.PublishWithContext(ctx, "", b.ClaimQueue(e.Env, e.Agent), false, false, msg); err != nil {
+		sl.drop()
+		return fmt.Errorf("tell %s: %w", e, err)
+	}
+	return nil
 }

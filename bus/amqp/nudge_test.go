@@ -189,3 +189,58 @@ func TestForgedNudgesAreBounded(t *testing.T) {
 		t.Fatal("no nudge made the agent look: the flood did not reach it")
 	}
 }
+
+// TestTellReachesAnAgentWithoutInbox: what the server tells an agent that
+// has no inbox (a pending one refused) reaches the handler of its inbox
+// consumer, which waits for the inbox, through its claim queue; nothing
+// is declared for it on the broker. Only a refusal is told, and nothing
+// reaches an agent not connected: it is not queued.
+func TestTellReachesAnAgentWithoutInbox(t *testing.T) {
+	n := node.Node(t)
+	cfg := amqptest.Config(t)
+	cfg.URL = n.URL
+	srv := amqptest.Open(t, cfg)
+	acfg := cfg
+	acfg.Agent = true
+	agent := amqptest.Open(t, acfg)
+	ctx := context.Background()
+	_, key, _ := bus.GenerateKey()
+	refusal, err := bus.NewSigner(key, 0).Seal(bus.KindRejected, "prod", "web", bus.Rejected{Reason: "unknown or revoked enrollment token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not connected yet: told to nobody, kept nowhere.
+	if err := srv.Tell(ctx, refusal, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := agent.Claim(ctx, "prod", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claim.Release()
+	got := consumeInbox(t, agent, "prod", "web", bus.LookAfter(time.Hour))
+	select {
+	case id := <-got:
+		t.Fatalf("the agent got %s, told before it was connected: want nothing kept for it", id)
+	case <-time.After(time.Second):
+	}
+	if err := srv.Tell(ctx, refusal, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	arrives(t, got, refusal.ID, "a refusal told to the agent without an inbox")
+	conn, err := amqp091.Dial(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclarePassive(srv.InboxQueue("prod", "web"), true, false, false, false, nil); err == nil || !strings.Contains(err.Error(), "NOT_FOUND") {
+		t.Fatalf("look for web's inbox: %v, want NOT_FOUND (nothing declared for an agent told)", err)
+	}
+	if err := srv.Tell(ctx, command(t, "prod", "web"), time.Minute); err == nil {
+		t.Fatal("a pause told to an agent without an inbox: want it refused (only a refusal is told)")
+	}
+}

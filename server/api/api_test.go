@@ -249,16 +249,21 @@ func testFlow(t *testing.T, st store.Store) {
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/deploy", nil, nil); code != "no_agents" {
 		t.Fatalf("deploy with only a pending agent: %s, want no_agents", code)
 	}
+	// One recorded but never connected: accepted, it has no inbox until
+	// its first hello, and nothing can be sent to it.
+	if err := st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-0", PublicKey: make([]byte, 32), KeyAgreementKey: kex.PublicKey().Bytes(),
+		LastSeen: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	var ag api.AgentView
-	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/accept", nil, &ag, 200)
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-0/accept", nil, &ag, 200)
 	var d record.Deployment
 	if _, code := r.do(r.admin, "POST", "/api/v1/envs/prod/dryrun", nil, &d); code != "no_agents" {
 		t.Fatalf("dry run to an agent that never connected: %q, want no_agents", code)
 	}
-	// The agent connects (its inbox exists).
-	if err := r.bus.DeclareInbox(context.Background(), "prod", "web-1"); err != nil {
-		t.Fatal(err)
-	}
+	r.must(r.admin, "DELETE", "/api/v1/envs/prod/agents/web-0", nil, nil, 200)
+	// web-1 said hello: accepted, it gets its inbox at once.
+	r.must(r.admin, "POST", "/api/v1/envs/prod/agents/web-1/accept", nil, &ag, 200)
 	if ag.State != record.AgentAccepted || !ag.Online || !strings.HasPrefix(ag.Key, "SHA256:") {
 		t.Fatalf("accepted agent %+v", ag)
 	}
@@ -315,7 +320,7 @@ func testFlow(t *testing.T, st store.Store) {
 			t.Fatalf("audit actor %q", e.Actor)
 		}
 	}
-	want := "env.settings env.deploy env.resume env.halt env.dryrun agent.resume agent.pause agent.accept version.export version.export version.export env.create"
+	want := "env.settings env.deploy env.resume env.halt env.dryrun agent.resume agent.pause agent.accept agent.delete agent.accept version.export version.export version.export env.create"
 	if got := strings.Join(actions, " "); got != want {
 		t.Fatalf("audit log:\n got %s\nwant %s", got, want)
 	}

@@ -63,6 +63,15 @@ type EnvSettings struct {
 	Enrollment Enrollment `json:"enrollment"`
 	// Release is how a release reaches the agents: at once, or in waves.
 	Release ReleaseStrategy `json:"release"`
+	// MaxPending bounds the agents waiting for acceptance: beyond, the
+	// hellos of agents the server does not know are refused (an
+	// enrollment token that holds is not bound by it). A name anyone who
+	// reaches the broker may invent must not fill the agent list.
+	MaxPending int `json:"max_pending"`
+	// PendingExpiry: a pending agent not heard from for this long is
+	// forgotten (an agent that still waits says hello again, and is
+	// listed again).
+	PendingExpiry Duration `json:"pending_expiry"`
 }
 
 // Enrollment is an environment's policy for newly discovered agents.
@@ -89,8 +98,21 @@ func DefaultEnvSettings() EnvSettings {
 		VersionsToKeep: 100,
 		Enrollment:     EnrollManual,
 		Release:        DefaultReleaseStrategy(),
+		MaxPending:     DefaultMaxPending,
+		PendingExpiry:  Duration(DefaultPendingExpiry),
 	}
 }
+
+// Defaults of the pending agents' settings: room for a site's hosts
+// installed at once (as many as the server records at once before it
+// slows discoveries down), and a day to accept them, which an agent that
+// still waits outlives by saying hello again (at least every 30 minutes).
+const (
+	DefaultMaxPending    = 1000
+	DefaultPendingExpiry = 24 * time.Hour
+	// maxPendingBound bounds max_pending itself.
+	maxPendingBound = 100_000
+)
 
 // ErrInvalidSetting is returned (wrapped) for an unknown setting or a bad value.
 var ErrInvalidSetting = errors.New("invalid setting")
@@ -98,7 +120,7 @@ var ErrInvalidSetting = errors.New("invalid setting")
 // settingKeys are the settings operators name, in the order they are shown.
 var settingKeys = []string{
 	"auto_deploy", "auto_release", "deploy_interval", "repair_interval", "drift_policy",
-	"enrollment", "purge_on_delete", "versions_to_keep", "halted",
+	"enrollment", "max_pending", "pending_expiry", "purge_on_delete", "versions_to_keep", "halted",
 	"release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance",
 }
 
@@ -120,6 +142,10 @@ func (s EnvSettings) Get(key string) (string, error) {
 		return string(s.DriftPolicy), nil
 	case "enrollment":
 		return string(s.Enrollment), nil
+	case "max_pending":
+		return strconv.Itoa(s.MaxPending), nil
+	case "pending_expiry":
+		return s.PendingExpiry.String(), nil
 	case "purge_on_delete":
 		return strconv.FormatBool(s.PurgeOnDelete), nil
 	case "versions_to_keep":
@@ -150,6 +176,10 @@ func (s *EnvSettings) Set(key, value string) error {
 		next.DriftPolicy = model.DriftPolicy(value)
 	case "enrollment":
 		next.Enrollment = Enrollment(value)
+	case "max_pending":
+		next.MaxPending, err = strconv.Atoi(value)
+	case "pending_expiry":
+		next.PendingExpiry, err = ParseDuration(value)
 	case "purge_on_delete":
 		next.PurgeOnDelete, err = strconv.ParseBool(value)
 	case "versions_to_keep":
@@ -185,6 +215,10 @@ func (s EnvSettings) Validate() error {
 		return fmt.Errorf("%w: enrollment %q: want manual, token or open", ErrInvalidSetting, s.Enrollment)
 	case s.VersionsToKeep < 0:
 		return fmt.Errorf("%w: versions_to_keep %d: want 0 (keep all) or more", ErrInvalidSetting, s.VersionsToKeep)
+	case s.MaxPending < 1 || s.MaxPending > maxPendingBound:
+		return fmt.Errorf("%w: max_pending %d: want 1 to %d (the agents that may wait for acceptance at once)", ErrInvalidSetting, s.MaxPending, maxPendingBound)
+	case s.PendingExpiry < Duration(time.Minute):
+		return fmt.Errorf("%w: pending_expiry %s: want at least 1m (how long a pending agent not heard from is kept)", ErrInvalidSetting, s.PendingExpiry)
 	}
 	if err := s.Release.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSetting, err)

@@ -469,7 +469,8 @@ func (s *Scheduler) sentOr(env, agent string, held int64) int64 {
 
 func (s *Scheduler) setSent(env, agent string, gen int64) {
 	s.mu.Lock()
-	s.sent[agentKey{env, agent}] = gen
+	k := agentKey{env, agent}
+	s.sent[k], s.sentAt[k] = gen, s.now()
 	s.mu.Unlock()
 }
 

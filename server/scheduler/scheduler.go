@@ -110,8 +110,12 @@ type Scheduler struct {
 	// not one per agent saying hello at once. Taken before mu.
 	indexMu sync.Mutex
 	mu      sync.Mutex
-	// sent is the generation last sent to each agent, to skip re-sending.
-	sent map[agentKey]int64
+	// sent is the generation last sent to each agent, to skip re-sending,
+	// and sentAt when it was sent (Retry).
+	sent   map[agentKey]int64
+	sentAt map[agentKey]time.Time
+	// now is the clock of sentAt (time.Now; tests move it).
+	now func() time.Time
 	// released holds, per environment, who waits for what in the
 	// released version (read page by page: slices are read from the
 	// store when sent, never all held at once).
@@ -143,6 +147,8 @@ func NewWith(cfg FanoutConfig, store Store, send Sender, signer *bus.Signer, sea
 		seal:     seal,
 		log:      log.With().Str("component", "scheduler").Logger(),
 		sent:     map[agentKey]int64{},
+		sentAt:   map[agentKey]time.Time{},
+		now:      time.Now,
 		released: map[string]*releasedVersion{},
 	}
 }
@@ -343,7 +349,8 @@ var unfinished = []model.ResourceState{model.StateAvailable, model.StateDeployin
 
 // Retry is the deploy-interval trigger: it deploys the released version
 // again to the active agents (accepted, not paused) that hold failed or
-// unfinished resources. It does nothing when the environment is halted or
+// unfinished resources, after their desired state when they last reported
+// an older generation. It does nothing when the environment is halted or
 // does not deploy automatically. A retry nobody took within the interval
 // expires: the next one is on its way.
 func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, error) {
@@ -371,6 +378,23 @@ func (s *Scheduler) Retry(ctx context.Context, envName string) (Deployment, erro
 	if err != nil || len(targets) == 0 {
 		return Deployment{}, err
 	}
+	// What was sent to an agent may never have reached it: an agent may
+	// consume or purge its own inbox (the broker cannot refuse a purge to
+	// its consumer), or a client with rights on the broker may. A retry
+	// goes by the generation the agent last reported, not by what this
+	// server sent a whole interval ago or more: an agent still behind is
+	// sent its desired state again (the agent takes a copy it holds
+	// already as a no-op). What was sent within the interval (a release
+	// under way) may still be on its way: not sent twice.
+	s.mu.Lock()
+	now := s.now()
+	for _, a := range targets {
+		k := agentKey{a.Env, a.Name}
+		if at, ok := s.sentAt[k]; !ok || now.Sub(at) >= time.Duration(env.Settings.DeployInterval) {
+			s.sent[k] = a.Generation
+		}
+	}
+	s.mu.Unlock()
 	return s.dispatch(ctx, envName, env.Settings.DriftPolicy, v.Number, targets,
 		DeployRequest{Operation: record.OpDeploy, Trigger: record.DeployByDeployInterval, Who: record.WhoServer},
 		bus.SendOptions{Expiration: time.Duration(env.Settings.DeployInterval)})
@@ -503,7 +527,7 @@ func (s *Scheduler) sync(ctx context.Context, env, agent string, held, to int64)
 	}
 	s.log.Debug().Str("env", env).Str("agent", agent).Str("kind", string(e.Kind)).Msg("sent")
 	s.mu.Lock()
-	s.sent[key] = to
+	s.sent[key], s.sentAt[key] = to, s.now()
 	s.mu.Unlock()
 	return true, nil
 }

@@ -370,6 +370,12 @@ func TestPeriodicTriggers(t *testing.T) {
 	if err != nil || len(fresh) != 2 {
 		t.Fatal(err)
 	}
+	// Their reports said the generation they hold (the server records it).
+	for _, n := range []string{"web", "db"} {
+		if _, err := f.store.SetAgentGeneration(f.ctx, "prod", n, gen); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.rec.take()
 	d, err := f.s.Retry(f.ctx, "prod")
 	if err != nil {
@@ -384,6 +390,26 @@ func TestPeriodicTriggers(t *testing.T) {
 	if exp := f.rec.opts[len(f.rec.opts)-1].Expiration; exp != time.Duration(settings.DeployInterval) {
 		t.Fatalf("retry expires after %s, want the deploy interval %s", exp, time.Duration(settings.DeployInterval))
 	}
+	// An agent that reports an older generation than it was sent (its
+	// inbox emptied under it) is sent its desired state again first,
+	// once what was sent had a whole interval to arrive.
+	if _, err := f.store.SetAgentGeneration(f.ctx, "prod", "db", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Retry(f.ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[db:deploy]" {
+		t.Fatalf("retry within an interval of the release to an agent reporting generation 0 sent %s, want the deploy alone (the release may be on its way)", got)
+	}
+	f.s.now = func() time.Time { return time.Now().Add(time.Duration(settings.DeployInterval)) }
+	if _, err := f.s.Retry(f.ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.rec.take()); got != "[db:desired.full db:deploy]" {
+		t.Fatalf("retry an interval after the release to an agent reporting generation 0 sent %s, want its desired state, then the deploy", got)
+	}
+	f.s.now = time.Now
 
 	// Verify: a dry run under drift policy alert, a repair under heal,
 	// to every active agent.

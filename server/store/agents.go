@@ -221,6 +221,20 @@ func (s *SQL) DeleteAgent(ctx context.Context, env, name string, events ...recor
 	}))
 }
 
+// ExpirePendingAgents implements Store. One statement decides and
+// deletes, so that an operator's acceptance, or a hello, through another
+// replica is never undone by it.
+func (s *SQL) ExpirePendingAgents(ctx context.Context, env string, before time.Time, limit int) ([]string, error) {
+	names, err := queryAll(ctx, s.db, func(r Row) (string, error) {
+		var n string
+		err := r.Scan(&n)
+		return n, err
+	}, `DELETE FROM agents WHERE env = $1 AND state = 'pending' AND last_seen < $2 AND name IN (
+		SELECT name FROM agents WHERE env = $1 AND state = 'pending' AND last_seen < $2 ORDER BY name LIMIT $3)
+		RETURNING name`, env, before, limitOf(limit))
+	return names, wrap("expire pending agents of "+env, err)
+}
+
 const agentColumns = `env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol, facts_seq`
 
 func scanAgent(r Row) (record.Agent, error) {

@@ -189,6 +189,10 @@ type Store interface {
 	ListAgentsAfter(ctx context.Context, env, after string, limit int) ([]record.Agent, error)
 	// CountAgents counts the environment's agents in state.
 	CountAgents(ctx context.Context, env string, state record.AgentState) (int, error)
+	// ExpirePendingAgents forgets at most limit of the environment's
+	// pending agents last heard from before before, and returns their
+	// names. An agent accepted or heard from meanwhile stays.
+	ExpirePendingAgents(ctx context.Context, env string, before time.Time, limit int) ([]string, error)
 	// CountStatuses counts the environment's resource statuses f
 	// matches, of version (0: of any version).
 	CountStatuses(ctx context.Context, env string, f record.StatusFilter, version int64) (int, error)

@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentReport", testAgentReport},
 		{"AgentUpsertIf", testAgentUpsertIf},
 		{"AgentState", testAgentState},
+		{"ExpirePendingAgents", testExpirePendingAgents},
 		{"ResultsSeeAgent", testResultsSeeAgent},
 		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
@@ -438,6 +439,54 @@ func testAgentReport(t *testing.T, s store.Store) {
 // testAgentState: an operator's decision is written alone, from a copy
 // read before the agent reported; what it reported meanwhile stays. A
 // decision taken from a copy read before another decision is refused.
+// testExpirePendingAgents: pending agents last heard from before the
+// cut-off are forgotten, a page at a time; accepted and rejected ones, and
+// pending ones heard from since, stay.
+func testExpirePendingAgents(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	now := time.Now().Truncate(time.Microsecond)
+	old, fresh := now.Add(-48*time.Hour), now.Add(-time.Minute)
+	for _, a := range []record.Agent{
+		{Env: "prod", Name: "ghost-1", State: record.AgentPending, LastSeen: old},
+		{Env: "prod", Name: "ghost-2", State: record.AgentPending, LastSeen: old},
+		{Env: "prod", Name: "ghost-3", State: record.AgentPending, LastSeen: old},
+		{Env: "prod", Name: "waits", State: record.AgentPending, LastSeen: fresh},
+		{Env: "prod", Name: "web", State: record.AgentAccepted, LastSeen: old},
+		{Env: "prod", Name: "bad", State: record.AgentRejected, LastSeen: old},
+		{Env: "dev", Name: "ghost-1", State: record.AgentPending, LastSeen: old},
+	} {
+		a.PublicKey, a.FirstSeen = []byte{1}, a.LastSeen
+		mustAgent(t, s, a)
+	}
+	cut := now.Add(-24 * time.Hour)
+	got, err := s.ExpirePendingAgents(ctx, "prod", cut, 2)
+	if err != nil || !slices.Equal(got, []string{"ghost-1", "ghost-2"}) {
+		t.Fatalf("first page: %v, %v; want ghost-1 and ghost-2", got, err)
+	}
+	got, err = s.ExpirePendingAgents(ctx, "prod", cut, 2)
+	if err != nil || !slices.Equal(got, []string{"ghost-3"}) {
+		t.Fatalf("second page: %v, %v; want ghost-3", got, err)
+	}
+	if got, err := s.ExpirePendingAgents(ctx, "prod", cut, 2); err != nil || len(got) != 0 {
+		t.Fatalf("third page: %v, %v; want none", got, err)
+	}
+	agents, err := s.ListAgents(ctx, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, a := range agents {
+		left = append(left, a.Name)
+	}
+	if !slices.Equal(left, []string{"bad", "waits", "web"}) {
+		t.Fatalf("agents of prod left: %v; want bad, waits and web", left)
+	}
+	if _, err := s.GetAgent(ctx, "dev", "ghost-1"); err != nil {
+		t.Fatalf("another environment's pending agent: %v; want it kept", err)
+	}
+}
+
 func testAgentState(t *testing.T, s store.Store) {
 	mustEnv(t, s, "prod")
 	seen := time.Now().Add(-time.Hour).Truncate(time.Microsecond)

@@ -1051,8 +1051,12 @@ type EnvSettings struct {
 	DriftPolicy    DriftPolicy      `json:"drift_policy"`
 	Enrollment     EnrollmentPolicy `json:"enrollment"`
 	Halted         bool             `json:"halted"`
-	PurgeOnDelete  bool             `json:"purge_on_delete"`
-	Release        ReleaseStrategy  `json:"release"`
+	MaxPending     int64            `json:"max_pending"`
+
+	// PendingExpiry a duration as 90s, 10m or 1h30m (a number is read as nanoseconds)
+	PendingExpiry string          `json:"pending_expiry"`
+	PurgeOnDelete bool            `json:"purge_on_delete"`
+	Release       ReleaseStrategy `json:"release"`
 
 	// RepairInterval a duration as 90s, 10m or 1h30m (a number is read as nanoseconds)
 	RepairInterval string `json:"repair_interval"`

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/server/record"
+)
+
+// Pending agents. Anyone who reaches the broker may make a key and say
+// hello under a name the server does not know: the server records a
+// pending agent, for an operator to accept. What that costs is bounded:
+//   - nothing on the broker: a pending agent has no inbox (the server
+//     declares one when the agent is accepted, and nudges the agent to
+//     look for it); what the server has to tell it before — that it is
+//     refused — goes through its claim queue, held by its own connection
+//     and dropped with it (teller);
+//   - at most the environment's max_pending records: beyond, the hellos
+//     of agents the server does not know are refused, with one security
+//     alert per refusalAlertEvery, not one per hello;
+//   - for pending_expiry: a pending agent not heard from for that long is
+//     forgotten by the environment's leader (sweepPending), with anything
+//     an older server declared for it on the broker.
+
+// teller is a bus that can tell an agent without an inbox something
+// (found by type assertion): see bus/amqp's Tell.
+type teller interface {
+	Tell(ctx context.Context, e *bus.Envelope, ttl time.Duration) error
+}
+
+// inboxesDeleter is a bus that deletes many inboxes at once (found by
+// type assertion).
+type inboxesDeleter interface {
+	DeleteInboxes(ctx context.Context, env string, agents []string) error
+}
+
+// toldFor is how long what the server tells an agent without an inbox
+// waits for it: the agent is told again at its next hello.
+const toldFor = time.Minute
+
+// tell has an agent without an inbox hear e, where the bus can; an agent
+// not connected hears it at its next hello.
+func (s *Server) tell(ctx context.Context, e *bus.Envelope) error {
+	if t, ok := s.bus.(teller); ok {
+		return t.Tell(ctx, e, toldFor)
+	}
+	return nil
+}
+
+// deleteInboxes deletes env's agents' inboxes with what they hold.
+func (s *Server) deleteInboxes(ctx context.Context, env string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	if d, ok := s.bus.(inboxesDeleter); ok {
+		return d.DeleteInboxes(ctx, env, names)
+	}
+	for _, n := range names {
+		if err := s.deleteInbox(ctx, env, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pendingCountFor is how long a count of an environment's pending agents
+// is used before it is counted again: a flood of hellos at the cap costs
+// one count a while, not one per hello.
+const pendingCountFor = 2 * time.Second
+
+// pendingCounts caches each environment's count of pending agents, for
+// the cap.
+type pendingCounts struct {
+	mu sync.Mutex
+	m  map[string]pendingCount
+}
+
+type pendingCount struct {
+	n  int
+	at time.Time
+}
+
+// reservePending counts one more pending agent of env if fewer than max
+// wait, and reports whether it did, with how many wait. The count is read
+// from the store at most pendingCountFor ago, and counted on in between,
+// under one lock: hellos handled at once cannot all take the last place.
+// (Replicas count apart: with several, the bound is approximate, by at
+// most what the others recorded within pendingCountFor.)
+func (s *Server) reservePending(ctx context.Context, env string, max int, now time.Time) (bool, int, error) {
+	c := &s.pending
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got, ok := c.m[env]
+	if !ok || now.Sub(got.at) >= pendingCountFor {
+		n, err := s.store.CountAgents(ctx, env, record.AgentPending)
+		if err != nil {
+			return false, 0, err
+		}
+		if c.m == nil || len(c.m) > maxSenders {
+			c.m = map[string]pendingCount{}
+		}
+		got = pendingCount{n: n, at: now}
+	}
+	if got.n >= max {
+		c.m[env] = got
+		return false, got.n, nil
+	}
+	got.n++
+	c.m[env] = got
+	return true, got.n, nil
+}
+
+// refusalAlertEvery is how often refusals of one kind in one environment
+// (discoveries beyond the rate, or beyond max_pending) raise a security
+// alert: the first at once, then one per period saying how many more.
+const refusalAlertEvery = 10 * time.Minute
+
+// refusalAlerts gates the alerts of refused discoveries.
+type refusalAlerts struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+// pass reports whether a refusal of key raises an alert now, and how many
+// refusals of key were held back since the last one.
+func (g *refusalAlerts) pass(key string, now time.Time) (bool, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last == nil || len(g.last) > maxSenders {
+		g.last, g.held = map[string]time.Time{}, map[string]int{}
+	}
+	if last, ok := g.last[key]; ok && now.Sub(last) < refusalAlertEvery {
+		g.held[key]++
+		return false, 0
+	}
+	held := g.held[key]
+	g.last[key], g.held[key] = now, 0
+	return true, held
+}
+
+// refuseDiscovery raises the security alert of a refused discovery in env
+// (reason names the kind, what says it), at most one per
+// refusalAlertEvery and kind.
+func (s *Server) refuseDiscovery(ctx context.Context, env, reason, what string) {
+	s.metrics.security.Inc()
+	ok, held := s.refusals.pass(env+"/"+reason, time.Now())
+	if !ok {
+		s.metrics.securityHeld.Inc()
+		return
+	}
+	if held > 0 {
+		what += fmt.Sprintf(" (%d more refused since the last alert of this kind)", held)
+	}
+	s.alertSecurity(ctx, env, discoveryName, what, what)
+}
+
+// pendingPage is how many pending agents one statement forgets.
+const pendingPage = 500
+
+// sweepPending forgets env's pending agents not heard from for expiry, and
+// deletes what an older server declared for them on the broker. Once per
+// leadership (first) it also deletes the inboxes of every pending agent:
+// servers before this one declared an inbox at every pending agent's
+// hello, which stays on the broker until deleted.
+func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Duration, first bool) {
+	before, total := time.Now().Add(-expiry), 0
+	for ctx.Err() == nil {
+		names, err := s.store.ExpirePendingAgents(ctx, env, before, pendingPage)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("env", env).Msg("cannot forget the pending agents not heard from; retrying in a minute")
+			}
+			return
+		}
+		for _, n := range names {
+			s.agents.forget(env, n)
+		}
+		if err := s.deleteInboxes(ctx, env, names); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Str("env", env).Msg("cannot delete the inboxes of forgotten pending agents (declared by an older server); they go with the environment")
+		}
+		total += len(names)
+		if len(names) < pendingPage {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info().Str("env", env).Int("agents", total).Dur("pending_expiry", expiry).
+			Msg("forgot pending agents not heard from within pending_expiry")
+	}
+	if !first {
+		return
+	}
+	cleaned := 0
+	for after := ""; ctx.Err() == nil; {
+		page, err := s.store.ListAgentsAfter(ctx, env, after, pendingPage)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("env", env).Msg("cannot list the pending agents whose inboxes an older server declared; trying again at the next lead")
+			}
+			return
+		}
+		var names []string
+		for _, a := range page {
+			if a.State == record.AgentPending {
+				names = append(names, a.Name)
+			}
+		}
+		if err := s.deleteInboxes(ctx, env, names); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("env", env).Msg("cannot delete the inboxes an older server declared for pending agents; trying again at the next lead")
+			}
+			return
+		}
+		cleaned += len(names)
+		if len(page) < pendingPage {
+			break
+		}
+		after = page[len(page)-1].Name
+	}
+	if cleaned > 0 {
+		s.log.Info().Str("env", env).Int("agents", cleaned).
+			Msg("no inbox for pending agents: deleted those an older server declared (each agent gets one when it is accepted)")
+	}
+}
