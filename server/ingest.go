@@ -970,12 +970,23 @@ func (s *Server) alertSecurity(ctx context.Context, env, agent, what, message st
 	s.storeAlert(ctx, record.Alert{At: now.UTC(), Env: env, Agent: agent, Kind: record.AlertSecurity, Message: message})
 }
 
-// storeAlert records a security alert and streams it.
+// storeAlert records a security alert and streams it: its event is
+// appended to the event log in the alert's transaction. An alert the
+// store does not take (no such environment, the database away) is
+// still streamed, appended in the background.
 func (s *Server) storeAlert(ctx context.Context, alert record.Alert) {
-	if err := s.store.RecordAlerts(ctx, []record.Alert{alert}); err != nil && !errors.Is(err, model.ErrNotFound) {
+	ev := Event{Kind: EventSecurity, Env: alert.Env, Agent: alert.Agent, Error: alert.Message, Alert: &alert, At: alert.At}
+	events, err := inLog(&ev)
+	if err == nil {
+		if err = s.store.RecordAlerts(ctx, []record.Alert{alert}, events...); err == nil {
+			s.logged(ev)
+			return
+		}
+	}
+	if !errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Err(err).Msg("cannot store the security alert; it was logged above")
 	}
-	s.feed.publish(Event{Kind: EventSecurity, Env: alert.Env, Agent: alert.Agent, Error: alert.Message, Alert: &alert})
+	s.feed.publish(ev)
 }
 
 // committer writes result batches in groups: each of its writers takes
