@@ -581,7 +581,11 @@ func (a *API) HTTPServer(h http.Handler) *http.Server {
 // the largest upload would give it, and a body of any size that keeps
 // the pace is read whole. A request without a body has no read deadline
 // once its headers are read: nothing more is read but the next request,
-// or the client going away (which ends an event stream).
+// or the client going away (which ends an event stream). Neither has one
+// once its body is read whole: net/http cancels a request's context when
+// its connection's read deadline passes, even while the handler works,
+// so a deadline left behind would cut short a plan that waits on its
+// agents.
 func (a *API) bodyDeadline(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rc := http.NewResponseController(w)
@@ -595,7 +599,7 @@ func (a *API) bodyDeadline(h http.Handler) http.Handler {
 		// A shallow copy: the server still sees the body it made, to
 		// read what the handler leaves of it.
 		paced := req.WithContext(req.Context())
-		paced.Body = &pacedBody{ReadCloser: req.Body, rc: rc, start: start, grace: a.cfg.ReadTimeout, rate: float64(a.cfg.MinUploadRate)}
+		paced.Body = &pacedBody{ReadCloser: req.Body, rc: rc, start: start, grace: a.cfg.ReadTimeout, rate: float64(a.cfg.MinUploadRate), size: req.ContentLength}
 		h.ServeHTTP(w, paced)
 	})
 }
@@ -607,14 +611,21 @@ type pacedBody struct {
 	start time.Time
 	grace time.Duration
 	rate  float64 // bytes a second
+	size  int64   // the body's length, -1 if unknown
 	n     int64
+	done  bool
 }
 
 func (b *pacedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		b.n += int64(n)
-		// Writers that cannot (a test recorder) have no deadline to move.
+	b.n += int64(n)
+	// Writers that cannot (a test recorder) have no deadline to move.
+	switch {
+	case b.done:
+	case err == io.EOF || (b.size >= 0 && b.n >= b.size):
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case n > 0:
 		_ = b.rc.SetReadDeadline(b.start.Add(b.grace + time.Duration(float64(b.n)/b.rate*float64(time.Second))))
 	}
 	return n, err

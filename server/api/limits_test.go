@@ -786,3 +786,26 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// A request whose body is read whole keeps its context however long its
+// handler works: a plan waiting on an agent that does not answer outlives
+// read-timeout (net/http cancels the request when a read deadline left
+// on its connection passes).
+func TestLongHandlerOutlivesReadTimeout(t *testing.T) {
+	cfg := api.Config{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond}
+	st := openSQLite(t)
+	r := newRigWith(t, st, cfg, zerolog.Nop())
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	if err := st.UpsertAgent(context.Background(), record.Agent{Env: "prod", Name: "web-1", State: record.AgentAccepted, Connected: true, LastSeen: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.bus.DeclareInbox(context.Background(), "prod", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions", api.ExportRequest{Resources: []model.Resource{file("web-1", "/a", "1")}}, nil, 201)
+	var p record.Plan
+	r.must(r.admin, "POST", "/api/v1/envs/prod/versions/1/plan", api.PlanRequest{Timeout: "1s"}, &p, 200)
+	if len(p.NotAnswered) != 1 || p.NotAnswered[0] != "web-1" {
+		t.Fatalf("plan %+v: want web-1 not answering", p)
+	}
+}
