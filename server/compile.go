@@ -279,7 +279,7 @@ func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) 
 	if err != nil {
 		return err
 	}
-	s.feed.publish(Event{Kind: EventCompileStarted, Env: env, Compile: &c})
+	s.feed.Publish(Event{Kind: EventCompileStarted, Env: env, Compile: &c})
 	ph := &phases{}
 	// An operator's request compiles whatever the inputs: to see a
 	// report of the model as it is, or after something the inputs do
@@ -300,7 +300,7 @@ func (s *Server) compile(ctx context.Context, env string, b compilequeue.Batch) 
 	if _, err := s.store.PruneCompiles(context.WithoutCancel(ctx), env, compileReportsKept); err != nil {
 		s.log.Warn().Err(err).Str("env", env).Msg("cannot prune old compile reports")
 	}
-	s.feed.publish(Event{Kind: EventCompileFinished, Env: env, Compile: &done})
+	s.feed.Publish(Event{Kind: EventCompileFinished, Env: env, Compile: &done})
 	if done.Outcome == record.CompileFailed {
 		return fmt.Errorf("compile %s: %s", env, firstError(done.Diagnostics))
 	}

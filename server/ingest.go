@@ -16,6 +16,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/secret"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
 )
@@ -235,7 +236,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 			// disconnects nothing.
 			return err
 		}
-		s.feed.publish(Event{Kind: EventAgentOffline, Env: a.Env, Agent: a.Name})
+		s.feed.Publish(Event{Kind: EventAgentOffline, Env: a.Env, Agent: a.Name})
 		return nil
 	case bus.KindFacts:
 		var body bus.Facts
@@ -259,7 +260,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 		}); err != nil || !newer {
 			return err
 		}
-		s.feed.publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
+		s.feed.Publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
 		if changed {
 			s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 		}
@@ -579,7 +580,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	if refusal != "" {
 		s.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", refusal).
 			Msg("agent not enrolled")
-		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: refusal})
+		s.feed.Publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: refusal})
 		told := bus.Rejected{Reason: refusal}
 		if protocolRefused != nil {
 			told.Protocol = bus.Protocol
@@ -589,7 +590,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	if a.State != record.AgentAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 			Msg("agent discovered; waiting for an operator to accept it")
-		s.feed.publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
+		s.feed.Publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
 		return nil
 	}
 	switch {
@@ -729,7 +730,7 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 	if err := s.sched.Online(ctx, a); err != nil {
 		return err
 	}
-	s.feed.publish(Event{Kind: EventAgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
+	s.feed.Publish(Event{Kind: EventAgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
 	return nil
 }
 
@@ -807,10 +808,10 @@ func (s *Server) results(ctx context.Context, a record.Agent, e *bus.Envelope, b
 	for i := range body.Results {
 		r := base
 		r.Kind, r.Result = EventResult, &body.Results[i]
-		s.feed.publishLogged(r)
+		s.feed.Logged(r)
 	}
 	if body.Done {
-		s.feed.publishLogged(done)
+		s.feed.Logged(done)
 	}
 	return nil
 }
@@ -844,7 +845,7 @@ func (s *Server) compliance(ctx context.Context, a record.Agent, e *bus.Envelope
 		return err
 	}
 	for _, d := range drifts {
-		s.feed.publishLogged(d)
+		s.feed.Logged(d)
 	}
 	return nil
 }
@@ -913,7 +914,7 @@ func (s *Server) commit(ctx context.Context, b store.ResultBatch, events []Event
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	for _, e := range events {
-		le, err := loggedEvent(e)
+		le, err := event.ToLog(e)
 		if err != nil {
 			return false, fmt.Errorf("%w: event %s is not JSON: %w", bus.ErrReject, e.Kind, err)
 		}
@@ -951,7 +952,7 @@ func (s *Server) SecurityNotice(_ context.Context, org, what string) {
 	s.metrics.security.Inc()
 	s.log.Warn().Str("org", org).Msg("security: " + what)
 	now := time.Now().UTC()
-	s.feed.publish(Event{Kind: EventSecurity, At: now, Error: what, Alert: &record.Alert{At: now, Kind: record.AlertSecurity, Message: what}})
+	s.feed.Publish(Event{Kind: EventSecurity, At: now, Error: what, Alert: &record.Alert{At: now, Kind: record.AlertSecurity, Message: what}})
 }
 
 func (s *Server) alertSecurity(ctx context.Context, env, agent, what, message string) {
@@ -986,7 +987,7 @@ func (s *Server) storeAlert(ctx context.Context, alert record.Alert) {
 	if !errors.Is(err, model.ErrNotFound) {
 		s.log.Warn().Err(err).Msg("cannot store the security alert; it was logged above")
 	}
-	s.feed.publish(ev)
+	s.feed.Publish(ev)
 }
 
 // committer writes result batches in groups: each of its writers takes

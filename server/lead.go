@@ -199,7 +199,7 @@ func (s *Server) trigger(ctx context.Context, log zerolog.Logger, what string, r
 		log.Warn().Err(err).Msg(what + ": not every agent was reached; the next run tries again")
 	case len(d.Agents) > 0:
 		log.Info().Str("deploy_id", d.ID).Str("operation", string(d.Operation)).Int("agents", len(d.Agents)).Msg(what)
-		s.feed.publish(Event{Kind: EventScheduled, Env: env, DeployID: d.ID, Generation: d.Generation, Operation: d.Operation})
+		s.feed.Publish(Event{Kind: EventScheduled, Env: env, DeployID: d.ID, Generation: d.Generation, Operation: d.Operation})
 	}
 }
 

@@ -86,7 +86,7 @@ func (s *Server) Plan(ctx context.Context, env string, n int64, req record.PlanR
 		return record.Plan{}, fmt.Errorf("plan %s: %w: no agent online to ask (offline: %s): start them (tether agent run)",
 			env, record.ErrNoAgents, model.Clip(strings.Join(offline, ", "), 1024))
 	}
-	sub := s.feed.subscribe()
+	sub := s.feed.Subscribe()
 	defer sub.Close()
 	sent := map[string]bool{}
 	for _, a := range online {

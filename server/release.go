@@ -187,7 +187,7 @@ func (s *Server) startRelease(ctx context.Context, env string, n int64) (record.
 	if err := s.store.RecordDeploy(context.WithoutCancel(ctx), d, nil); err != nil {
 		s.log.Warn().Err(err).Str("env", env).Str("release", rel.ID).Msg("cannot list the release's deploy yet; its fan-out lists it")
 	}
-	s.feed.publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
+	s.feed.Publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
 	s.releases.add(rel)
 	return rel, nil
 }
@@ -299,7 +299,7 @@ func (s *Server) fanOut(ctx context.Context, r record.Release) {
 		if _, err := s.store.UpdateRelease(ctx, p); err != nil && ctx.Err() == nil {
 			log.Warn().Err(err).Msg("cannot record a release's progress; the fan-out goes on")
 		}
-		s.feed.publish(Event{Kind: EventReleaseProgress, Env: p.Env, Generation: p.Version, Release: &p})
+		s.feed.Publish(Event{Kind: EventReleaseProgress, Env: p.Env, Generation: p.Version, Release: &p})
 	}
 	// A resumed release counts again from zero: agents reached already
 	// are up to date now.
@@ -336,7 +336,7 @@ func (s *Server) fanOut(ctx context.Context, r record.Release) {
 	}
 	log.Info().Str("state", string(done.State)).Int("agents", done.Agents).Int("sent", done.Sent).Int("up_to_date", done.UpToDate).
 		Int("pending", done.PendingCount).Dur("took", time.Since(started)).Msg("release fanned out")
-	s.feed.publish(Event{Kind: EventReleaseDone, Env: r.Env, Generation: r.Version, Release: &done})
+	s.feed.Publish(Event{Kind: EventReleaseDone, Env: r.Env, Generation: r.Version, Release: &done})
 	s.prune(ctx, r.Env)
 	if _, err := s.store.PruneReleases(ctx, r.Env, releasesToKeep); err != nil && ctx.Err() == nil {
 		log.Warn().Err(err).Msg("cannot prune old releases; the next release tries again")

@@ -85,7 +85,7 @@ func (s *Server) startRollout(ctx context.Context, env string, n int64, ro *reco
 	}
 	s.log.Info().Str("env", env).Str("release", rel.ID).Int64("version", n).Int("waves", len(ro.Waves)).Int64("previous", ro.Previous).
 		Msg("staged rollout started: agents outside the first wave keep their version until their wave")
-	s.feed.publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
+	s.feed.Publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
 	s.releases.add(rel)
 	return rel, nil
 }
@@ -107,7 +107,7 @@ func (s *Server) AbortRelease(ctx context.Context, env, id string) (record.Relea
 	r, err := s.store.AbortRelease(ctx, env, id, "aborted by an operator: the agents not reached keep the version they had until the next release")
 	if err == nil {
 		s.log.Info().Str("env", env).Str("release", id).Msg("staged rollout aborted")
-		s.feed.publish(Event{Kind: EventReleaseDone, Env: env, Generation: r.Version, Release: &r})
+		s.feed.Publish(Event{Kind: EventReleaseDone, Env: env, Generation: r.Version, Release: &r})
 	}
 	return r, err
 }
@@ -310,6 +310,6 @@ func (s *Server) recordRollout(ctx context.Context, cur record.Release) error {
 	if out.State != record.ReleaseRunning {
 		kind = EventReleaseDone
 	}
-	s.feed.publish(Event{Kind: kind, Env: out.Env, Generation: out.Version, Release: &out})
+	s.feed.Publish(Event{Kind: kind, Env: out.Env, Generation: out.Version, Release: &out})
 	return nil
 }

@@ -141,7 +141,7 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	}
 	s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("previous_key", bus.Fingerprint(signer)).
 		Str("key", bus.Fingerprint(body.NewKey)).Msg("agent key rolled over")
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "key rolled over"})
+	s.feed.Publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "key rolled over"})
 	return s.acceptKey(ctx, cur, e)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
@@ -290,7 +291,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	s.sender = notify.NewSender(st, cfg.Webhooks, log)
 	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
 	s.committer.logged = s.stream.Appended
-	s.feed = newFeed(s.logEvent)
+	s.feed = event.NewFeed(s.logEvent, s.stream.Appended)
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	return s, nil
 }
@@ -316,7 +317,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 func (s *Server) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
 
 // Subscribe follows the server's live events.
-func (s *Server) Subscribe() *Subscription { return s.feed.subscribe() }
+func (s *Server) Subscribe() *Subscription { return s.feed.Subscribe() }
 
 // Run ingests agents' events, runs the fan-outs of releases and leads the
 // schedulers of the environments no other replica leads, until ctx ends.

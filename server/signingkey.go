@@ -284,7 +284,7 @@ func (s *Server) rolloverAck(ctx context.Context, a record.Agent, e *bus.Envelop
 		what = "takes the server's new signing key alone"
 	}
 	s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("server_keys", strings.Join(body.ServerKeys, ",")).Msg("agent " + what)
-	s.feed.publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: what})
+	s.feed.Publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: what})
 	return nil
 }
 
