@@ -43,7 +43,7 @@ setup:
 ## (it names what `make setup` would install, when tests will skip for want of it)
 test: lint
 	@.ci/setup --check
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-faults
 
 ## test-faults: the tests that restart the broker, alone (one package at a time)
