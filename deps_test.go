@@ -63,6 +63,7 @@ var rules = map[string]rule{
 	"server/notify":                     {internal: []string{"model", "server/record"}},
 	"server/event":                      {internal: []string{"model", "server/record"}},
 	"server/enroll":                     {internal: []string{"server/record"}},
+	"server/release":                    {internal: []string{"bus", "model", "server/record", "server/event", "server/scheduler", "server/store"}},
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/brokerauth":                 {internal: []string{"bus", "model", "server/record"}},
 	"server/source":                     {internal: []string{"model/gitfetch", "model/durable"}},

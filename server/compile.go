@@ -478,7 +478,7 @@ func (s *Server) runCompile(ctx context.Context, c *record.Compile, force bool, 
 	t = time.Now()
 	// The fan-out runs in the background, as for any release: the
 	// compile's report does not wait for it.
-	if _, err := s.startRelease(ctx, c.Env, v.Number); err != nil {
+	if _, err := s.releases.StartRelease(ctx, c.Env, v.Number); err != nil {
 		s.log.Error().Err(err).Str("env", c.Env).Int64("version", v.Number).Msg("version released but its fan-out could not be recorded; agents get it on their next hello")
 	}
 	since(&ph.fanout, t)

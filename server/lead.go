@@ -141,7 +141,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 		case <-wake.C:
 		}
 		s.resumeAbandoned(ctx, env)
-		s.resumeReleases(ctx, env)
+		s.releases.Resume(ctx, env)
 		var pollEvery time.Duration
 		if polls && s.compiles.Load() != nil {
 			pollEvery, _ = p.pollInterval(ctx, env)

@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/release"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store"
 )
@@ -241,8 +242,8 @@ type Server struct {
 	// revoked takes rejected agents whose connections closeRevoked
 	// closes again.
 	revoked chan revocation
-	// releases are the releases whose fan-out Run runs (release.go).
-	releases *releaseQueue
+	// releases releases versions; Run runs their fan-outs.
+	releases *release.Releaser
 	// compiles is the compile queue while Run runs and the server
 	// compiles (Config.Sources); nil otherwise.
 	compiles atomic.Pointer[compilequeue.Queue]
@@ -286,13 +287,13 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		metrics:    m,
 		revoked:    make(chan revocation, 256),
 		flood:      newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
-		releases:   newReleaseQueue(),
 	}
 	s.sender = notify.NewSender(st, cfg.Webhooks, log)
 	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
 	s.committer.logged = s.stream.Appended
 	s.feed = event.NewFeed(s.logEvent, s.stream.Appended)
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
+	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
 	return s, nil
 }
 
@@ -348,7 +349,7 @@ func (s *Server) Run(parent context.Context) error {
 	go func() { defer wg.Done(); s.watchSigningKeys(ctx) }()
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
 	go func() { defer wg.Done(); s.seen.run(ctx) }()
-	go func() { defer wg.Done(); s.runReleases(ctx) }()
+	go func() { defer wg.Done(); s.releases.Run(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
 	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
 	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()

@@ -1,4 +1,4 @@
-package server
+package release
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -33,8 +34,8 @@ var rolloutEvery = 500 * time.Millisecond
 // before it, 0 if none) and pins the agents outside the first wave to
 // prev. It runs before the store releases n, so no agent outside the
 // first wave is ever sent n before its wave.
-func (s *Server) planRollout(ctx context.Context, env string, n, prev int64, st record.ReleaseStrategy) (*record.Rollout, int, error) {
-	all, err := s.store.ListAgents(ctx, env)
+func (r *Releaser) planRollout(ctx context.Context, env string, n, prev int64, st record.ReleaseStrategy) (*record.Rollout, int, error) {
+	all, err := r.store.ListAgents(ctx, env)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -44,7 +45,7 @@ func (s *Server) planRollout(ctx context.Context, env string, n, prev int64, st 
 			accepted = append(accepted, a)
 		}
 	}
-	waits, _, err := s.store.VersionWaits(ctx, env, n)
+	waits, _, err := r.store.VersionWaits(ctx, env, n)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -65,7 +66,7 @@ func (s *Server) planRollout(ctx context.Context, env string, n, prev int64, st 
 	}
 	// An agent pinned already (left on its version by an aborted rollout)
 	// keeps that version.
-	if err := s.store.PinAgents(ctx, env, prev, later); err != nil {
+	if err := r.store.PinAgents(ctx, env, prev, later); err != nil {
 		return nil, 0, err
 	}
 	return ro, len(accepted), nil
@@ -73,57 +74,57 @@ func (s *Server) planRollout(ctx context.Context, env string, n, prev int64, st 
 
 // startRollout records a staged release of version n of env with its
 // plan and queues its driver.
-func (s *Server) startRollout(ctx context.Context, env string, n int64, ro *record.Rollout, agents int) (record.Release, error) {
+func (r *Releaser) startRollout(ctx context.Context, env string, n int64, ro *record.Rollout, agents int) (record.Release, error) {
 	ctx = context.WithoutCancel(ctx)
-	rel, err := s.store.StartRelease(ctx, record.Release{Env: env, Version: n})
+	rel, err := r.store.StartRelease(ctx, record.Release{Env: env, Version: n})
 	if err != nil {
 		return rel, err
 	}
 	rel.Agents, rel.Rollout = agents, ro
-	if rel, err = s.store.UpdateRelease(ctx, rel); err != nil {
+	if rel, err = r.store.UpdateRelease(ctx, rel); err != nil {
 		return rel, err
 	}
-	s.log.Info().Str("env", env).Str("release", rel.ID).Int64("version", n).Int("waves", len(ro.Waves)).Int64("previous", ro.Previous).
+	r.log.Info().Str("env", env).Str("release", rel.ID).Int64("version", n).Int("waves", len(ro.Waves)).Int64("previous", ro.Previous).
 		Msg("staged rollout started: agents outside the first wave keep their version until their wave")
-	s.feed.Publish(Event{Kind: EventReleaseStarted, Env: env, Generation: n, Release: &rel})
-	s.releases.add(rel)
+	r.feed.Publish(event.Event{Kind: event.ReleaseStarted, Env: env, Generation: n, Release: &rel})
+	r.queue.add(rel)
 	return rel, nil
 }
 
-// ContinueRelease tells the staged rollout id of env to go on: to its
-// next wave whatever the current one's agents reported, or past a halt
-// (the failures so far are accepted; the threshold counts the next ones).
-func (s *Server) ContinueRelease(ctx context.Context, env, id string) (record.Release, error) {
-	r, err := s.store.ContinueRelease(ctx, env, id)
+// Continue tells the staged rollout id of env to go on: to its next wave
+// whatever the current one's agents reported, or past a halt (the
+// failures so far are accepted; the threshold counts the next ones).
+func (r *Releaser) Continue(ctx context.Context, env, id string) (record.Release, error) {
+	rel, err := r.store.ContinueRelease(ctx, env, id)
 	if err == nil {
-		s.log.Info().Str("env", env).Str("release", id).Msg("staged rollout: an operator continues it")
+		r.log.Info().Str("env", env).Str("release", id).Msg("staged rollout: an operator continues it")
 	}
-	return r, err
+	return rel, err
 }
 
-// AbortRelease ends the staged rollout id of env: no further wave is
-// sent; the agents not reached keep their version until the next release.
-func (s *Server) AbortRelease(ctx context.Context, env, id string) (record.Release, error) {
-	r, err := s.store.AbortRelease(ctx, env, id, "aborted by an operator: the agents not reached keep the version they had until the next release")
+// Abort ends the staged rollout id of env: no further wave is sent; the
+// agents not reached keep their version until the next release.
+func (r *Releaser) Abort(ctx context.Context, env, id string) (record.Release, error) {
+	rel, err := r.store.AbortRelease(ctx, env, id, "aborted by an operator: the agents not reached keep the version they had until the next release")
 	if err == nil {
-		s.log.Info().Str("env", env).Str("release", id).Msg("staged rollout aborted")
-		s.feed.Publish(Event{Kind: EventReleaseDone, Env: env, Generation: r.Version, Release: &r})
+		r.log.Info().Str("env", env).Str("release", id).Msg("staged rollout aborted")
+		r.feed.Publish(event.Event{Kind: event.ReleaseDone, Env: env, Generation: rel.Version, Release: &rel})
 	}
-	return r, err
+	return rel, err
 }
 
-// driveRollout runs staged release r until it is done, aborted or
+// driveRollout runs staged release rel until it is done, aborted or
 // superseded, or ctx ends (the next leader resumes it from the store).
-func (s *Server) driveRollout(ctx context.Context, r record.Release, log zerolog.Logger) {
+func (r *Releaser) driveRollout(ctx context.Context, rel record.Release, log zerolog.Logger) {
 	t := time.NewTicker(rolloutEvery)
 	defer t.Stop()
 	for {
-		done, err := s.rolloutStep(ctx, r.Env, r.ID, log)
+		done, err := r.rolloutStep(ctx, rel.Env, rel.ID, log)
 		if err != nil && ctx.Err() == nil {
 			log.Warn().Err(err).Msg("staged rollout: cannot read or record where it stands; trying again")
 		}
 		if done {
-			s.prune(ctx, r.Env)
+			r.prune(ctx, rel.Env)
 			return
 		}
 		select {
@@ -137,8 +138,8 @@ func (s *Server) driveRollout(ctx context.Context, r record.Release, log zerolog
 // rolloutStep reads where the rollout stands, acts on it (an operator's
 // continue, a wave to send, a threshold passed, a wave finished) and
 // records it. done says the rollout ended.
-func (s *Server) rolloutStep(ctx context.Context, env, id string, log zerolog.Logger) (bool, error) {
-	cur, err := s.store.GetRelease(ctx, env, id)
+func (r *Releaser) rolloutStep(ctx context.Context, env, id string, log zerolog.Logger) (bool, error) {
+	cur, err := r.store.GetRelease(ctx, env, id)
 	if err != nil {
 		return errors.Is(err, model.ErrNotFound), err
 	}
@@ -150,15 +151,15 @@ func (s *Server) rolloutStep(ctx context.Context, env, id string, log zerolog.Lo
 	if err != nil {
 		return false, err
 	}
-	if v, err := s.store.ReleasedVersion(ctx, env); err != nil {
+	if v, err := r.store.ReleasedVersion(ctx, env); err != nil {
 		return false, err
 	} else if v.Number != cur.Version {
 		ro.Stage, cur.State = record.StageDone, record.ReleaseDone
 		cur.Note = fmt.Sprintf("superseded by version %d: the agents this rollout had not reached get that one", v.Number)
-		return true, s.recordRollout(ctx, cur)
+		return true, r.recordRollout(ctx, cur)
 	}
 	if len(ro.Waves) == 0 {
-		return true, s.finishRollout(ctx, cur, log) // no accepted agent when released
+		return true, r.finishRollout(ctx, cur, log) // no accepted agent when released
 	}
 	advance := false
 	if ro.Asked > ro.Continues {
@@ -169,17 +170,17 @@ func (s *Server) rolloutStep(ctx context.Context, env, id string, log zerolog.Lo
 	}
 	if advance {
 		if ro.Wave+1 >= len(ro.Waves) {
-			return true, s.finishRollout(ctx, cur, log)
+			return true, r.finishRollout(ctx, cur, log)
 		}
 		ro.Wave++
 		ro.Stage = record.StageDeploying
 	}
 	if ro.Sent <= ro.Wave && ro.Wave < len(ro.Waves) {
-		if err := s.sendWave(ctx, &cur); err != nil {
+		if err := r.sendWave(ctx, &cur); err != nil {
 			return false, err
 		}
 	}
-	if err := s.waveStates(ctx, &cur); err != nil {
+	if err := r.waveStates(ctx, &cur); err != nil {
 		return false, err
 	}
 	reached, failed := 0, failedAgents(ro)
@@ -195,7 +196,7 @@ func (s *Server) rolloutStep(ctx context.Context, env, id string, log zerolog.Lo
 	case ro.Stage == record.StageDeploying && ro.Waves[ro.Wave].PendingCount == 0:
 		switch {
 		case ro.Wave+1 >= len(ro.Waves):
-			return true, s.finishRollout(ctx, cur, log)
+			return true, r.finishRollout(ctx, cur, log)
 		case ro.Strategy.Advance == record.AdvanceAuto:
 			ro.Wave++
 			ro.Stage = record.StageDeploying
@@ -206,19 +207,19 @@ func (s *Server) rolloutStep(ctx context.Context, env, id string, log zerolog.Lo
 	if after, err := json.Marshal(cur); err != nil || bytes.Equal(before, after) {
 		return false, err // nothing new
 	}
-	return false, s.recordRollout(ctx, cur)
+	return false, r.recordRollout(ctx, cur)
 }
 
 // sendWave unpins the current wave's agents and fans the version out to
 // them, adding what it did to cur's counts.
-func (s *Server) sendWave(ctx context.Context, cur *record.Release) error {
+func (r *Releaser) sendWave(ctx context.Context, cur *record.Release) error {
 	ro := cur.Rollout
 	w := ro.Waves[ro.Wave]
-	if err := s.store.UnpinAgents(ctx, cur.Env, w.Agents); err != nil {
+	if err := r.store.UnpinAgents(ctx, cur.Env, w.Agents); err != nil {
 		return err
 	}
 	sub := record.Release{ID: cur.ID, Env: cur.Env, Version: cur.Version}
-	sub, err := s.sched.ReleasedTo(ctx, sub, w.Agents, nil)
+	sub, err := r.fanout.ReleasedTo(ctx, sub, w.Agents, nil)
 	cur.Sent += sub.Sent
 	cur.UpToDate += sub.UpToDate
 	for _, p := range sub.Pending {
@@ -229,7 +230,7 @@ func (s *Server) sendWave(ctx context.Context, cur *record.Release) error {
 	}
 	ro.Sent = ro.Wave + 1
 	ro.Stage = record.StageDeploying
-	s.log.Info().Str("env", cur.Env).Str("release", cur.ID).Int("wave", ro.Wave+1).Str("name", w.Name).Int("agents", len(w.Agents)).
+	r.log.Info().Str("env", cur.Env).Str("release", cur.ID).Int("wave", ro.Wave+1).Str("name", w.Name).Int("agents", len(w.Agents)).
 		Msg("staged rollout: wave sent")
 	return nil
 }
@@ -238,8 +239,8 @@ func (s *Server) sendWave(ctx context.Context, cur *record.Release) error {
 // resource of the version deployed, or nothing to deploy), failed (a
 // resource failed, was skipped for a failed requirement, or has no
 // handler) and are still pending.
-func (s *Server) waveStates(ctx context.Context, cur *record.Release) error {
-	rows, err := s.store.Statuses(ctx, cur.Env, record.StatusFilter{})
+func (r *Releaser) waveStates(ctx context.Context, cur *record.Release) error {
+	rows, err := r.store.Statuses(ctx, cur.Env, record.StatusFilter{})
 	if err != nil {
 		return err
 	}
@@ -291,25 +292,25 @@ func failedAgents(ro *record.Rollout) int {
 }
 
 // finishRollout records a rollout whose every wave was sent.
-func (s *Server) finishRollout(ctx context.Context, cur record.Release, log zerolog.Logger) error {
+func (r *Releaser) finishRollout(ctx context.Context, cur record.Release, log zerolog.Logger) error {
 	cur.Rollout.Stage, cur.State = record.StageDone, record.ReleaseDone
 	log.Info().Int("waves", len(cur.Rollout.Waves)).Int("failed", failedAgents(cur.Rollout)).Msg("staged rollout done: every wave was sent")
-	return s.recordRollout(ctx, cur)
+	return r.recordRollout(ctx, cur)
 }
 
 // recordRollout stores where the rollout stands and publishes it.
-func (s *Server) recordRollout(ctx context.Context, cur record.Release) error {
-	out, err := s.store.UpdateRelease(ctx, cur)
+func (r *Releaser) recordRollout(ctx context.Context, cur record.Release) error {
+	out, err := r.store.UpdateRelease(ctx, cur)
 	if errors.Is(err, model.ErrConflict) {
 		return nil // aborted meanwhile: the next step sees it
 	}
 	if err != nil {
 		return err
 	}
-	kind := EventReleaseProgress
+	kind := event.ReleaseProgress
 	if out.State != record.ReleaseRunning {
-		kind = EventReleaseDone
+		kind = event.ReleaseDone
 	}
-	s.feed.Publish(Event{Kind: kind, Env: out.Env, Generation: out.Version, Release: &out})
+	r.feed.Publish(event.Event{Kind: kind, Env: out.Env, Generation: out.Version, Release: &out})
 	return nil
 }

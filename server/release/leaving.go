@@ -1,4 +1,4 @@
-package server
+package release
 
 import (
 	"context"
@@ -11,24 +11,24 @@ import (
 	"github.com/tetherhq/tether/server/store"
 )
 
-// ReleasePreview says what releasing version n of env would take away
+// Preview says what releasing version n of env would take away
 // from its accepted agents, as things stand: for each agent, the
 // resources of the version it holds that n does not have, and whether it
 // would leave the model. Nothing is released. An agent holds the version
 // it last took (its generation), whatever the released version is: after
 // a staged rollout stopped half way, or one still under way, agents hold
 // different versions, and each is compared with n from its own.
-func (s *Server) ReleasePreview(ctx context.Context, env string, n int64) (record.ReleasePreview, error) {
-	e, err := s.store.GetEnv(ctx, env)
+func (r *Releaser) Preview(ctx context.Context, env string, n int64) (record.ReleasePreview, error) {
+	e, err := r.store.GetEnv(ctx, env)
 	if err != nil {
 		return record.ReleasePreview{}, err
 	}
-	v, err := s.store.GetVersion(ctx, env, n, false)
+	v, err := r.store.GetVersion(ctx, env, n, false)
 	if err != nil {
 		return record.ReleasePreview{}, fmt.Errorf("preview the release of version %d of %s: %w", n, env, err)
 	}
 	p := record.ReleasePreview{Env: env, Version: n, Leaving: []record.Leaving{}, Staged: e.Settings.Release.Staged()}
-	switch rel, err := s.store.ReleasedVersion(ctx, env); {
+	switch rel, err := r.store.ReleasedVersion(ctx, env); {
 	case err == nil:
 		p.Released = rel.Number
 	case !errors.Is(err, model.ErrNotFound):
@@ -43,7 +43,7 @@ func (s *Server) ReleasePreview(ctx context.Context, env string, n int64) (recor
 	default:
 		p.Rollback = p.Released > n
 	}
-	all, err := s.store.ListAgents(ctx, env)
+	all, err := r.store.ListAgents(ctx, env)
 	if err != nil {
 		return record.ReleasePreview{}, err
 	}
@@ -53,7 +53,7 @@ func (s *Server) ReleasePreview(ctx context.Context, env string, n int64) (recor
 			accepted = append(accepted, a)
 		}
 	}
-	if p.Leaving, err = s.leaving(ctx, env, n, p.Released, accepted); err != nil {
+	if p.Leaving, err = r.leaving(ctx, env, n, p.Released, accepted); err != nil {
 		return record.ReleasePreview{}, err
 	}
 	for _, l := range p.Leaving {
@@ -84,7 +84,7 @@ func purgeNote(st record.EnvSettings, leaving bool) string {
 //
 // Hashes are compared, without reading bodies; the bodies of the
 // resources that leave are read for their purged flag.
-func (s *Server) leaving(ctx context.Context, env string, n, released int64, agents []record.Agent) ([]record.Leaving, error) {
+func (r *Releaser) leaving(ctx context.Context, env string, n, released int64, agents []record.Agent) ([]record.Leaving, error) {
 	kept := map[int64]bool{n: true}
 	holds := func(gen int64) (int64, error) {
 		if gen == 0 {
@@ -92,7 +92,7 @@ func (s *Server) leaving(ctx context.Context, env string, n, released int64, age
 		}
 		ok, seen := kept[gen]
 		if !seen {
-			_, err := s.store.GetVersion(ctx, env, gen, false)
+			_, err := r.store.GetVersion(ctx, env, gen, false)
 			switch {
 			case err == nil:
 				ok = true
@@ -128,23 +128,23 @@ func (s *Server) leaving(ctx context.Context, env string, n, released int64, age
 		for len(names) > 0 {
 			page := names[:min(len(names), store.MaxSlicesAtOnce)]
 			names = names[len(page):]
-			had, err := s.store.SliceHashes(ctx, env, h, page)
+			had, err := r.store.SliceHashes(ctx, env, h, page)
 			if err != nil {
 				return nil, err
 			}
-			will, err := s.store.SliceHashes(ctx, env, n, page)
+			will, err := r.store.SliceHashes(ctx, env, n, page)
 			if err != nil {
 				return nil, err
 			}
 			for i, name := range page {
 				stays := make(map[model.ID]bool, len(will[i]))
-				for _, r := range will[i] {
-					stays[r.ID] = true
+				for _, res := range will[i] {
+					stays[res.ID] = true
 				}
 				var ids []model.ID
-				for _, r := range had[i] {
-					if !stays[r.ID] {
-						ids = append(ids, r.ID)
+				for _, res := range had[i] {
+					if !stays[res.ID] {
+						ids = append(ids, res.ID)
 					}
 				}
 				if len(ids) > 0 {
@@ -157,13 +157,13 @@ func (s *Server) leaving(ctx context.Context, env string, n, released int64, age
 		for len(gone) > 0 {
 			chunk := gone[:min(len(gone), store.MaxSlicesAtOnce)]
 			gone = gone[len(chunk):]
-			rs, err := s.store.ResourcesByID(ctx, env, h, chunk)
+			rs, err := r.store.ResourcesByID(ctx, env, h, chunk)
 			if err != nil {
 				return nil, err
 			}
-			for _, r := range rs {
-				if r.Purged {
-					purged[r.ID] = true
+			for _, res := range rs {
+				if res.Purged {
+					purged[res.ID] = true
 				}
 			}
 		}

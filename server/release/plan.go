@@ -1,4 +1,4 @@
-package server
+package release
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -33,34 +34,34 @@ import (
 // log instead, which holds the resources a deploy would change but not
 // the unchanged ones nor the end of the answer: such an agent is shown
 // with the changes found and named as not answering in full.
-func (s *Server) Plan(ctx context.Context, env string, n int64, req record.PlanRequest) (record.Plan, error) {
+func (r *Releaser) Plan(ctx context.Context, env string, n int64, req record.PlanRequest) (record.Plan, error) {
 	if req.Timeout <= 0 {
 		req.Timeout = record.DefaultPlanTimeout
 	}
 	if req.Timeout > record.MaxPlanTimeout {
 		return record.Plan{}, fmt.Errorf("%w: plan timeout %s: at most %s", model.ErrInvalid, req.Timeout, record.MaxPlanTimeout)
 	}
-	e, err := s.store.GetEnv(ctx, env)
+	e, err := r.store.GetEnv(ctx, env)
 	if err != nil {
 		return record.Plan{}, err
 	}
-	if _, err := s.store.GetVersion(ctx, env, n, false); err != nil {
+	if _, err := r.store.GetVersion(ctx, env, n, false); err != nil {
 		return record.Plan{}, fmt.Errorf("plan version %d of %s: %w", n, env, err)
 	}
 	p := record.Plan{ID: uuid.NewString(), Env: env, Version: n, Agents: []record.PlanAgent{}, NotAnswered: []string{}, Timeout: req.Timeout}
-	switch rel, err := s.store.ReleasedVersion(ctx, env); {
+	switch rel, err := r.store.ReleasedVersion(ctx, env); {
 	case err == nil:
 		p.Released = rel.Number
 	case !errors.Is(err, model.ErrNotFound):
 		return record.Plan{}, err
 	}
-	targets, err := s.planTargets(ctx, env, req.Agents)
+	targets, err := r.planTargets(ctx, env, req.Agents)
 	if err != nil {
 		return record.Plan{}, err
 	}
 	// What a release takes away is the store's to say, for every agent
 	// asked, online or not: an agent answers only about its part of n.
-	leaving, err := s.leaving(ctx, env, n, p.Released, targets)
+	leaving, err := r.leaving(ctx, env, n, p.Released, targets)
 	if err != nil {
 		return record.Plan{}, err
 	}
@@ -86,12 +87,12 @@ func (s *Server) Plan(ctx context.Context, env string, n int64, req record.PlanR
 		return record.Plan{}, fmt.Errorf("plan %s: %w: no agent online to ask (offline: %s): start them (tether agent run)",
 			env, record.ErrNoAgents, model.Clip(strings.Join(offline, ", "), 1024))
 	}
-	sub := s.feed.Subscribe()
+	sub := r.feed.Subscribe()
 	defer sub.Close()
 	sent := map[string]bool{}
 	for _, a := range online {
 		pa := planAgent(&p, a.Name)
-		err := s.sched.SendPlan(ctx, env, a, n, p.ID, req.Timeout)
+		err := r.fanout.SendPlan(ctx, env, a, n, p.ID, req.Timeout)
 		switch {
 		case err == nil:
 			sent[a.Name] = true
@@ -103,15 +104,15 @@ func (s *Server) Plan(ctx context.Context, env string, n int64, req record.PlanR
 		case ctx.Err() != nil:
 			return record.Plan{}, ctx.Err()
 		default:
-			s.log.Warn().Err(err).Str("env", env).Str("agent", a.Name).Str("plan", p.ID).Msg("plan not sent")
+			r.log.Warn().Err(err).Str("env", env).Str("agent", a.Name).Str("plan", p.ID).Msg("plan not sent")
 			pa.Outcome, pa.Note = record.PlanFailed, "not sent: "+err.Error()
 		}
 	}
-	if err := s.gatherPlan(ctx, sub, &p, sent, req.Timeout); err != nil {
+	if err := r.gatherPlan(ctx, sub, &p, sent, req.Timeout); err != nil {
 		return record.Plan{}, err
 	}
 	if len(sent) > 0 {
-		s.planFromLog(ctx, &p, sent)
+		r.planFromLog(ctx, &p, sent)
 	}
 	for i := range p.Agents {
 		if o := p.Agents[i].Outcome; o == record.PlanNoAnswer || o == record.PlanOffline || o == record.PlanUnreached {
@@ -123,10 +124,10 @@ func (s *Server) Plan(ctx context.Context, env string, n int64, req record.PlanR
 
 // planTargets returns the accepted agents of env, or those named (each
 // must be accepted).
-func (s *Server) planTargets(ctx context.Context, env string, names []string) ([]record.Agent, error) {
+func (r *Releaser) planTargets(ctx context.Context, env string, names []string) ([]record.Agent, error) {
 	var out []record.Agent
 	if len(names) == 0 {
-		all, err := s.store.ListAgents(ctx, env)
+		all, err := r.store.ListAgents(ctx, env)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +138,7 @@ func (s *Server) planTargets(ctx context.Context, env string, names []string) ([
 		}
 	}
 	for _, name := range names {
-		a, err := s.store.GetAgent(ctx, env, name)
+		a, err := r.store.GetAgent(ctx, env, name)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", name, err)
 		}
@@ -166,7 +167,7 @@ func planAgent(p *record.Plan, name string) *record.PlanAgent {
 
 // gatherPlan reads the live feed until every agent sent the plan finished
 // its answer, or timeout passes.
-func (s *Server) gatherPlan(ctx context.Context, sub *Subscription, p *record.Plan, sent map[string]bool, timeout time.Duration) error {
+func (r *Releaser) gatherPlan(ctx context.Context, sub *event.Subscription, p *record.Plan, sent map[string]bool, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	results := map[string][]model.Result{}
@@ -184,11 +185,11 @@ func (s *Server) gatherPlan(ctx context.Context, sub *Subscription, p *record.Pl
 		}
 		pa := planAgent(p, ev.Agent)
 		switch ev.Kind {
-		case EventResult:
+		case event.Result:
 			if ev.Result != nil {
 				results[ev.Agent] = append(results[ev.Agent], *ev.Result)
 			}
-		case EventDeployDone:
+		case event.DeployDone:
 			if pa.Outcome != record.PlanNoAnswer {
 				continue // a redelivered end
 			}
@@ -224,7 +225,7 @@ func addPlanResults(pa *record.PlanAgent, results []model.Result) {
 
 // planFromLog fills in, from the action log, the agents whose answers
 // another replica ingested (see Plan).
-func (s *Server) planFromLog(ctx context.Context, p *record.Plan, sent map[string]bool) {
+func (r *Releaser) planFromLog(ctx context.Context, p *record.Plan, sent map[string]bool) {
 	missing := false
 	for i := range p.Agents {
 		missing = missing || sent[p.Agents[i].Name] && p.Agents[i].Outcome == record.PlanNoAnswer
@@ -232,9 +233,9 @@ func (s *Server) planFromLog(ctx context.Context, p *record.Plan, sent map[strin
 	if !missing {
 		return
 	}
-	acts, err := s.store.DeployActions(ctx, p.Env, p.ID, 10000)
+	acts, err := r.store.DeployActions(ctx, p.Env, p.ID, 10000)
 	if err != nil {
-		s.log.Warn().Err(err).Str("env", p.Env).Str("plan", p.ID).Msg("cannot read the plan's answers from the action log")
+		r.log.Warn().Err(err).Str("env", p.Env).Str("plan", p.ID).Msg("cannot read the plan's answers from the action log")
 		return
 	}
 	byAgent := map[string][]model.Result{}
