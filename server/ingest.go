@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/trust"
 )
 
 // Ingest: several consumers take agents' events off the server queues at
@@ -204,7 +205,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return s.rolloverAck(ctx, a, e, body)
+		return s.keys.RolloverAck(ctx, a, e, body)
 	case bus.KindHeartbeat:
 		var body bus.Heartbeat
 		if err := e.DecodeBody(&body); err != nil {
@@ -333,7 +334,7 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	if err := checkFacts(body.Labels, body.Facts); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
-	if err := checkServerKeys(body.ServerKeys); err != nil {
+	if err := trust.CheckServerKeys(body.ServerKeys); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
 	if len(body.KeyAgreementKey) > 0 {
@@ -716,8 +717,8 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 		return err
 	}
 	// The rollover of the server's key comes with it, when the agent
-	// lacks it (answerHello).
-	if err := s.answerHello(ctx, a, body); err != nil {
+	// lacks it (AnswerHello).
+	if err := s.keys.AnswerHello(ctx, a, body); err != nil {
 		return err
 	}
 	paused := *body.Paused
