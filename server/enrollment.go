@@ -11,6 +11,7 @@ import (
 	"github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server/enroll"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/trust"
 )
 
 // Enrollment: a hello, checked, is carried through the state machine of
@@ -100,7 +101,7 @@ func checkHello(body bus.Hello) error {
 	if err := checkFacts(body.Labels, body.Facts); err != nil {
 		return err
 	}
-	if err := checkServerKeys(body.ServerKeys); err != nil {
+	if err := trust.CheckServerKeys(body.ServerKeys); err != nil {
 		return err
 	}
 	if len(body.KeyAgreementKey) > 0 {

@@ -203,7 +203,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return s.rolloverAck(ctx, a, e, body)
+		return s.keys.RolloverAck(ctx, a, e, body)
 	case bus.KindHeartbeat:
 		var body bus.Heartbeat
 		if err := e.DecodeBody(&body); err != nil {
@@ -422,8 +422,8 @@ func (s *Server) enroll(ctx context.Context, a record.Agent, hello string) error
 		return err
 	}
 	// The rollover of the server's key comes with it, when the agent
-	// lacks it (answerHello).
-	if err := s.answerHello(ctx, a, body); err != nil {
+	// lacks it (AnswerHello).
+	if err := s.keys.AnswerHello(ctx, a, body); err != nil {
 		return err
 	}
 	paused := *body.Paused

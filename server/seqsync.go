@@ -71,7 +71,7 @@ func (s *Server) resync(ctx context.Context, a record.Agent, e *bus.Envelope) {
 		a.Name, e.Seq, a.LastSeq, a.LastSeq, a.Name, a.Env))
 	body, err := s.enrolled(ctx, a, "")
 	if err == nil {
-		err = s.answerHello(ctx, a, body)
+		err = s.keys.AnswerHello(ctx, a, body)
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Str("env", a.Env).Str("agent", a.Name).

@@ -26,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/server/release"
 	"github.com/tetherhq/tether/server/scheduler"
 	"github.com/tetherhq/tether/server/store"
+	"github.com/tetherhq/tether/server/trust"
 )
 
 // Config configures a server. Zero values take the defaults (Default).
@@ -223,7 +224,6 @@ type Server struct {
 	seen       *seenWriter
 	// notifyTurn holds the one RunNotify running.
 	notifyTurn chan struct{}
-	sealers    sealers
 	log        zerolog.Logger
 	metrics    *Metrics
 	handled    atomic.Uint64
@@ -247,10 +247,9 @@ type Server struct {
 	// compiles is the compile queue while Run runs and the server
 	// compiles (Config.Sources); nil otherwise.
 	compiles atomic.Pointer[compilequeue.Queue]
-	// keys are the signing keys as last read from the store (see
-	// signingkey.go); keysMu guards them and the signer's switches.
-	keysMu sync.Mutex
-	keys   keySet
+	// keys are the signing keys, their rollover and the sealing of
+	// sensitive values (package trust).
+	keys *trust.Keys
 }
 
 // New returns a server over st and b.
@@ -276,7 +275,6 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		store:      st,
 		bus:        b,
 		signer:     signer,
-		keys:       keySet{current: cfg.Key},
 		dedup:      bus.NewDedup(1 << 16),
 		agents:     newAgentCache(st, cfg.AgentCacheTTL, cfg.AgentCacheListenTTL),
 		agentLocks: new(agentLocks),
@@ -292,6 +290,8 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
 	s.committer.logged = s.stream.Appended
 	s.feed = event.NewFeed(s.logEvent, s.stream.Appended)
+	s.keys = trust.New(trust.Config{Keyring: cfg.Keyring, Refresh: cfg.SigningKeyRefresh},
+		trust.Services{Store: st, Bus: b, Signer: signer, Feed: s.feed, Touch: s.touch, RecordFailed: s.recordFailed, Log: log})
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
 	return s, nil
@@ -341,12 +341,12 @@ func (s *Server) Run(parent context.Context) error {
 	}
 	// Runs after cancel below: the compile running ends with ctx.
 	defer stopCompiles()
-	if err := s.LoadSigningKeys(ctx); err != nil {
+	if err := s.keys.Load(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	wg.Add(7)
-	go func() { defer wg.Done(); s.watchSigningKeys(ctx) }()
+	go func() { defer wg.Done(); s.keys.Watch(ctx) }()
 	go func() { defer wg.Done(); s.committer.run(ctx) }()
 	go func() { defer wg.Done(); s.seen.run(ctx) }()
 	go func() { defer wg.Done(); s.releases.Run(ctx) }()
@@ -464,7 +464,7 @@ func (s *Server) prepareExport(ctx context.Context, resources []model.Resource) 
 		}
 		model.MarkSensitive(&resources[i])
 	}
-	if err := s.sealAtRest(ctx, resources); err != nil {
+	if err := s.keys.SealAtRest(ctx, resources); err != nil {
 		return model.Hash{}, fmt.Errorf("export: %w", err)
 	}
 	setHash, err := model.SetHash(resources)

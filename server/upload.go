@@ -58,7 +58,7 @@ func (u *Upload) flush(ctx context.Context) error {
 	if len(u.batch) == 0 {
 		return nil
 	}
-	if err := u.s.sealAtRest(ctx, u.batch); err != nil {
+	if err := u.s.keys.SealAtRest(ctx, u.batch); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	if err := u.set.Add(u.batch); err != nil {

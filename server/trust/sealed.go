@@ -1,16 +1,13 @@
-package server
+package trust
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server/record"
-	"github.com/tetherhq/tether/server/scheduler"
-	"github.com/tetherhq/tether/server/store"
 )
 
 // The master key of sealed values is kept in the store's secrets, shared
@@ -20,28 +17,22 @@ import (
 // beside the model), as it is.
 const masterKeyName = "sealed-values-master-key"
 
-// sealers holds the sealer of sensitive values once its master key is read.
-type sealers struct {
-	mu     sync.Mutex
-	sealer *secret.Sealer
-}
-
 // sealer returns the sealer of sensitive values, reading its master key
 // from the store (making it, the first time any replica needs it) once.
-func (s *Server) sealer(ctx context.Context) (*secret.Sealer, error) {
-	s.sealers.mu.Lock()
-	defer s.sealers.mu.Unlock()
-	if s.sealers.sealer != nil {
-		return s.sealers.sealer, nil
+func (k *Keys) sealer(ctx context.Context) (*secret.Sealer, error) {
+	k.sealMu.Lock()
+	defer k.sealMu.Unlock()
+	if k.sealing != nil {
+		return k.sealing, nil
 	}
-	ring := s.cfg.Keyring
+	ring := k.cfg.Keyring
 	aad := secretAAD(masterKeyName)
-	stored, err := s.store.Secret(ctx, masterKeyName, func() ([]byte, error) {
-		k, err := secret.GenerateMasterKey()
+	stored, err := k.store.Secret(ctx, masterKeyName, func() ([]byte, error) {
+		key, err := secret.GenerateMasterKey()
 		if err != nil || ring == nil {
-			return k, err
+			return key, err
 		}
-		return ring.Seal(k, aad)
+		return ring.Seal(key, aad)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("master key of sealed values: %w", err)
@@ -51,10 +42,10 @@ func (s *Server) sealer(ctx context.Context) (*secret.Sealer, error) {
 	case inClear(masterKeyName, stored) && ring != nil:
 		// Made by a server without a keyring: sealed in place (another
 		// server doing it at once makes ErrConflict: sealed either way).
-		if err := seal(ctx, s.store, ring, masterKeyName, stored, stored); err != nil && !errors.Is(err, model.ErrConflict) {
+		if err := seal(ctx, k.store, ring, masterKeyName, stored, stored); err != nil && !errors.Is(err, model.ErrConflict) {
 			return nil, fmt.Errorf("master key of sealed values: %w", err)
 		}
-		s.log.Warn().Str("key_id", ring.KeyID()).Msg("the master key of sealed values was in clear in the database: it is sealed now; older database backups still hold it in clear")
+		k.log.Warn().Str("key_id", ring.KeyID()).Msg("the master key of sealed values was in clear in the database: it is sealed now; older database backups still hold it in clear")
 	case inClear(masterKeyName, stored):
 	case ring == nil:
 		return nil, errors.New("the master key of sealed values is sealed with a key file, and this server has none: start it with the key file (--key-file)")
@@ -67,16 +58,16 @@ func (s *Server) sealer(ctx context.Context) (*secret.Sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sealers.sealer = sealer
+	k.sealing = sealer
 	return sealer, nil
 }
 
-// sealAtRest seals every sensitive value of resources in clear under the
+// SealAtRest seals every sensitive value of resources in clear under the
 // server's key: the only form they are hashed, stored and sent in. A
 // sensitive value that is the redaction marker itself is refused: such a
 // set was copied from redacted output (tether compile -o json without
 // --show-sensitive) and would deploy the marker.
-func (s *Server) sealAtRest(ctx context.Context, resources []model.Resource) error {
+func (k *Keys) SealAtRest(ctx context.Context, resources []model.Resource) error {
 	var sealer *secret.Sealer
 	for i := range resources {
 		r := &resources[i]
@@ -93,7 +84,7 @@ func (s *Server) sealAtRest(ctx context.Context, resources []model.Resource) err
 		}
 		if sealer == nil {
 			var err error
-			if sealer, err = s.sealer(ctx); err != nil {
+			if sealer, err = k.sealer(ctx); err != nil {
 				return err
 			}
 		}
@@ -104,21 +95,12 @@ func (s *Server) sealAtRest(ctx context.Context, resources []model.Resource) err
 	return nil
 }
 
-// sealFunc is a scheduler.Sealer of a function.
-type sealFunc func(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error)
-
-func (f sealFunc) SealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
-	return f(ctx, env, agent, resources)
-}
-
-var _ scheduler.Sealer = sealFunc(nil)
-
-// sealFor is the scheduler's Sealer: resources' sealed values sealed
+// SealFor is the scheduler's Sealer: resources' sealed values sealed
 // again to the agent's key-agreement key, read from the store (the key of
 // its latest hello). An agent without one (older than sealed values) is
 // sent nothing sensitive: record.ErrNoKeyAgreement. The slice given is
 // never changed: a copy is returned when anything is sealed.
-func (s *Server) sealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
+func (k *Keys) SealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
 	var out []model.Resource
 	var key []byte
 	var sealer *secret.Sealer
@@ -127,17 +109,17 @@ func (s *Server) sealFor(ctx context.Context, env, agent string, resources []mod
 			continue
 		}
 		if out == nil {
-			a, err := s.store.GetAgent(ctx, env, agent)
+			a, err := k.store.GetAgent(ctx, env, agent)
 			if err != nil {
 				return nil, err
 			}
 			if len(a.KeyAgreementKey) == 0 {
 				err := fmt.Errorf("agent %s: %w: it runs a tether agent older than sealed values, and its desired state holds sensitive values (%s): "+
 					"they are never sent in clear; upgrade the agent, and it gets them on its next start", agent, record.ErrNoKeyAgreement, resources[i].ID)
-				s.failUnsendable(ctx, env, agent, resources)
+				k.failUnsendable(ctx, env, agent, resources)
 				return nil, err
 			}
-			if sealer, err = s.sealer(ctx); err != nil {
+			if sealer, err = k.sealer(ctx); err != nil {
 				return nil, err
 			}
 			key = a.KeyAgreementKey
@@ -160,8 +142,8 @@ func (s *Server) sealFor(ctx context.Context, env, agent string, resources []mod
 // that cannot be sent them as failed, saying why, so that the status of
 // each (and the action log) names the reason. Failing to is logged: the
 // fan-out's answer says it too.
-func (s *Server) failUnsendable(ctx context.Context, env, agent string, resources []model.Resource) {
-	b := store.ResultBatch{Env: env, Agent: agent}
+func (k *Keys) failUnsendable(ctx context.Context, env, agent string, resources []model.Resource) {
+	var results []model.Result
 	for i := range resources {
 		r := &resources[i]
 		if len(r.Sealed) == 0 {
@@ -171,10 +153,10 @@ func (s *Server) failUnsendable(ctx context.Context, env, agent string, resource
 		if err != nil {
 			continue
 		}
-		b.Results = append(b.Results, model.Result{ID: r.ID, State: model.StateFailed, Hash: h,
+		results = append(results, model.Result{ID: r.ID, State: model.StateFailed, Hash: h,
 			Message: "not sent: the agent has no key-agreement key (a tether agent older than sealed values) and sensitive values are never sent in clear: upgrade the agent"})
 	}
-	if _, err := s.store.RecordResults(ctx, []store.ResultBatch{b}); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Str("agent", agent).Msg("cannot record why resources were not sent")
+	if err := k.recordFailed(ctx, env, agent, results); err != nil {
+		k.log.Warn().Err(err).Str("env", env).Str("agent", agent).Msg("cannot record why resources were not sent")
 	}
 }
