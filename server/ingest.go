@@ -262,7 +262,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 		}
 		s.feed.Publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
 		if changed {
-			s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+			s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 		}
 		return nil
 	default:
@@ -595,9 +595,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	}
 	switch {
 	case !wasAccepted:
-		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
+		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
 	case factsChanged:
-		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, e.ID)
 }
