@@ -58,7 +58,8 @@ var rules = map[string]rule{
 	"server/store/postgres/pgtest":      {internal: []string{"server/store/postgres", "model/testenv"}},
 	"server/scheduler":                  {internal: []string{"model", "model/graph", "server/record", "bus"}},
 	"server/clientlimit":                {external: []string{"golang.org/x/time"}},
-	"server/compilequeue":               {internal: []string{"server/record"}},
+	"server/compile":                    {internal: []string{"model", "model/lang", "server/record", "server/store", "server/event", "server/webhook", "server/compile/queue", "server/compile/source"}},
+	"server/compile/queue":              {internal: []string{"server/record"}},
 	"server/webhook":                    {},
 	"server/notify":                     {internal: []string{"model", "server/record"}},
 	"server/event":                      {internal: []string{"model", "server/record"}},
@@ -67,12 +68,12 @@ var rules = map[string]rule{
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/trust":                      {internal: []string{"bus", "model", "model/secret", "server/event", "server/record"}},
 	"server/brokerauth":                 {internal: []string{"bus", "model", "server/record"}},
-	"server/source":                     {internal: []string{"model/gitfetch", "model/durable"}},
+	"server/compile/source":             {internal: []string{"model/gitfetch", "model/durable"}},
 	"server/console":                    {internal: []string{"model", "server/record"}},
 	"server/api":                        {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
 	"server/api/internal/openapiclient": {external: []string{"github.com/oapi-codegen/runtime"}}, // the client generated from the OpenAPI document, for the API's tests
 	"server/api/internal/openapigen":    {},                                                      // tests only: writes the OpenAPI document and the generated client
-	"server":                            {internal: []string{"server/*", "server/store/*", "bus", "model", "model/lang", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
+	"server":                            {internal: []string{"server/*", "server/store/*", "bus", "model", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                               {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
 	"cli/agentcli":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
 	"cli/tether-agent":                  {internal: []string{"cli/agentcli"}}, // the agent-only binary's main

@@ -30,11 +30,11 @@ import (
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
 	"github.com/tetherhq/tether/server/brokerauth"
+	"github.com/tetherhq/tether/server/compile/source"
 	"github.com/tetherhq/tether/server/keyring"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/scheduler"
-	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/store/postgres"
 )

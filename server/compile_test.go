@@ -23,7 +23,7 @@ import (
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
-	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/compile/queue"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
@@ -393,7 +393,7 @@ func TestFactStormCoalesces(t *testing.T) {
 	}
 	// Within a second, at most three compiles (a 200 ms settle, then one
 	// start every 500 ms); a loaded machine may stretch the storm itself.
-	most := max(3, 1+int((spread+compilequeue.Default().Gap-1)/compilequeue.Default().Gap))
+	most := max(3, 1+int((spread+queue.Default().Gap-1)/queue.Default().Gap))
 	t.Logf("%d fact changes over %s compiled %d times", facts, spread.Round(time.Millisecond), len(storm))
 	if len(storm) == 0 || len(storm) > most || facts != n {
 		t.Fatalf("%d compiles for a storm of %s, folding %d fact changes: want 1 to %d, folding %d", len(storm), spread, facts, most, n)

@@ -162,7 +162,7 @@ func (s *Server) AgentAction(ctx context.Context, env, name string, action recor
 	if action == record.AgentAccept || wasAccepted {
 		// The live inventory changed: the model may place resources
 		// on the agent, or take them away.
-		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+		s.compiles.Trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}
 	return a, nil
 }
@@ -182,7 +182,7 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 		return err
 	}
 	s.agents.forgetEnv(name)
-	s.forgetSource(ctx, name)
+	s.compiles.ForgetSource(ctx, name)
 	if d, ok := s.bus.(inboxDeleter); ok {
 		for i, a := range agents {
 			if err := d.DeleteInbox(ctx, name, a.Name); err != nil {
@@ -231,7 +231,7 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
 	s.logged(deleted)
 	if a.State == record.AgentAccepted {
-		s.triggerCompile(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+		s.compiles.Trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}
 	return a, nil
 }

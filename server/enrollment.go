@@ -406,9 +406,9 @@ func (s *Server) answer(ctx context.Context, g *greeting) error {
 	}
 	switch {
 	case !g.wasAccepted:
-		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
+		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
 	case g.factsChanged:
-		s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, g.e.ID)
 }

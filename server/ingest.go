@@ -261,7 +261,7 @@ func (s *Server) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope
 		}
 		s.feed.Publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
 		if changed {
-			s.triggerCompile(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+			s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 		}
 		return nil
 	default:

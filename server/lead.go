@@ -125,7 +125,6 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 	defer wake.Stop()
 	// Polls of the source run beside the loop, one at a time: a slow
 	// repository holds up no retry or repair.
-	p, polls := s.cfg.Sources.(poller)
 	var lastPoll, lastPendingSweep time.Time
 	polling := make(chan bool, 1) // holds the failing flag between polls
 	polling <- false
@@ -140,22 +139,19 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 			return
 		case <-wake.C:
 		}
-		s.resumeAbandoned(ctx, env)
+		s.compiles.ResumeAbandoned(ctx, env)
 		s.releases.Resume(ctx, env)
-		var pollEvery time.Duration
-		if polls && s.compiles.Load() != nil {
-			pollEvery, _ = p.pollInterval(ctx, env)
-			if pollEvery > 0 && time.Since(lastPoll) >= pollEvery {
-				select {
-				case failing := <-polling:
-					lastPoll = time.Now()
-					pollWG.Add(1)
-					go func() {
-						defer pollWG.Done()
-						polling <- s.poll(ctx, env, failing)
-					}()
-				default: // the last poll still runs
-				}
+		pollEvery, _ := s.compiles.PollInterval(ctx, env)
+		if pollEvery > 0 && time.Since(lastPoll) >= pollEvery {
+			select {
+			case failing := <-polling:
+				lastPoll = time.Now()
+				pollWG.Add(1)
+				go func() {
+					defer pollWG.Done()
+					polling <- s.compiles.Poll(ctx, env, failing)
+				}()
+			default: // the last poll still runs
 			}
 		}
 		e, err := s.store.GetEnv(ctx, env)

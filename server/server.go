@@ -17,9 +17,8 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
-	"github.com/tetherhq/tether/model/lang"
 	"github.com/tetherhq/tether/server/brokerauth"
-	"github.com/tetherhq/tether/server/compilequeue"
+	"github.com/tetherhq/tether/server/compile"
 	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
@@ -154,7 +153,7 @@ func (s *Server) deleteInbox(ctx context.Context, env, name string) error {
 // fields; a nil Key is generated.
 func Default() Config {
 	return Config{Consumers: 8, MaxBatch: 256, Writers: 2, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, AgentCacheListenTTL: 10 * time.Minute, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
-		CompileSettle: compilequeue.Default().Settle, CompileTimeout: lang.DefaultTimeout, AgentEventRate: 200, FloodWindow: time.Minute,
+		CompileSettle: compile.Default().Settle, CompileTimeout: compile.Default().Timeout, AgentEventRate: 200, FloodWindow: time.Minute,
 		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second, PendingSweep: time.Minute}
 }
 
@@ -196,10 +195,8 @@ func (c Config) Validate() error {
 	if c.Key != nil && len(c.Key) != ed25519.PrivateKeySize {
 		return fmt.Errorf("%w: the signing key has %d bytes: want an ed25519 private key (%d)", ErrConfig, len(c.Key), ed25519.PrivateKeySize)
 	}
-	if c.CompileSettle != 0 {
-		if err := (compilequeue.Config{Settle: c.CompileSettle}).Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
+	if err := (compile.Config{Settle: c.CompileSettle}).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := c.Webhooks.Policy.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -244,9 +241,9 @@ type Server struct {
 	revoked chan revocation
 	// releases releases versions; Run runs their fan-outs.
 	releases *release.Releaser
-	// compiles is the compile queue while Run runs and the server
-	// compiles (Config.Sources); nil otherwise.
-	compiles atomic.Pointer[compilequeue.Queue]
+	// compiles compiles environments' models while Run runs and the
+	// server has Config.Sources.
+	compiles *compile.Compiler
 	// keys are the signing keys, their rollover and the sealing of
 	// sensitive values (package trust).
 	keys *trust.Keys
@@ -294,6 +291,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		trust.Services{Store: st, Bus: b, Signer: signer, Feed: s.feed, Touch: s.touch, RecordFailed: s.recordFailed, Log: log})
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
+	s.compiles = s.newCompiler()
 	return s, nil
 }
 
@@ -335,7 +333,7 @@ func (s *Server) Run(parent context.Context) error {
 	defer stopNotify()
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	stopCompiles, err := s.startCompiles(ctx)
+	stopCompiles, err := s.compiles.Start(ctx)
 	if err != nil {
 		return err
 	}

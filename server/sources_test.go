@@ -18,8 +18,8 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/gitfetch/gittest"
 	"github.com/tetherhq/tether/server"
+	"github.com/tetherhq/tether/server/compile/source"
 	"github.com/tetherhq/tether/server/record"
-	"github.com/tetherhq/tether/server/source"
 	"github.com/tetherhq/tether/server/store"
 )
 

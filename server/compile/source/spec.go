@@ -3,6 +3,11 @@
 // go-git, so the server needs no git binary) or an uploaded tar archive. Everything it writes stays
 // inside the destination directory and within Limits; anything it refuses is
 // an error classified by one of the sentinels below.
+//
+// It fetches and resolves, nothing more: which environment has which
+// source, and when it is compiled, are the compiler's (package compile);
+// it never touches the store (the compiler keeps there what Encode
+// returns).
 package source
 
 import (

@@ -1,4 +1,4 @@
-// Package compilequeue decides when the server compiles an environment's
+// Package queue decides when the server compiles an environment's
 // model. Many things ask for a compile (an operator, a webhook, a poll, an
 // agent accepted or deleted, facts that changed), often in bursts: a
 // thousand agents reporting new facts within a second. The queue folds them
@@ -11,7 +11,11 @@
 // sooner than a gap after it started. Each
 // environment with work has one worker goroutine, owned by the Queue; a
 // trigger never starts one of its own.
-package compilequeue
+//
+// The queue only decides when: what a compile does (its source, its
+// report, its release) is the Func it is given, and it knows nothing of
+// the store or the server.
+package queue
 
 import (
 	"context"

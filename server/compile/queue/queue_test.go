@@ -1,4 +1,4 @@
-package compilequeue
+package queue
 
 import (
 	"context"
