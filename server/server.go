@@ -2,6 +2,20 @@
 // each agent must do (scheduler), ingests what agents report, and publishes
 // live events. The embedded mode runs it on the SQLite store and the
 // in-process bus; server mode on PostgreSQL and RabbitMQ. Same code.
+//
+// This package's root is the wiring: Server, Config, New and Run connect
+// the rooms below it — live events (event), enrollment's state machine
+// (enroll), trust and keys (trust), the compiler (compile), releases and
+// rollouts (release), scheduling (scheduler), storage (store), the API
+// (api) and the console (console) — and keeps the Server methods the API
+// and the command line call, most of them one line handing over to a
+// room. The rooms never import the root: each declares what it needs of
+// the rest, and New hands it over. The file groups still in the root are
+// named for their job: enrollment.go (carrying out enroll's decisions),
+// ingest.go, seen.go, flood.go, origin.go, seqsync.go, pending.go,
+// rollover.go, revoke.go, brokerconns.go (what agents send, and who may
+// send it), control.go and lead.go (operators' actions, and the lead of
+// each environment). docs/architecture.md has the map.
 package server
 
 import (
