@@ -11,7 +11,15 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/record"
 )
+
+// eventRoutes are the routes of the live events.
+func (a *API) eventRoutes() []route {
+	return []route{
+		{method: "GET", path: "/events", role: record.RoleViewer, summary: "Live events as server-sent events", query: []param{{name: "env", typ: of[string](), desc: "the events of this environment only"}}, stream: true, serve: a.events},
+	}
+}
 
 // events streams live events as server-sent events: "id: <id>", "event:
 // <kind>" and "data: <json>" per event, a comment every KeepAlive while

@@ -14,6 +14,13 @@ import (
 	"github.com/tetherhq/tether/server/record"
 )
 
+// openapiRoutes are the routes of this API's own description.
+func (a *API) openapiRoutes() []route {
+	return []route{
+		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", out: of[map[string]any](), serve: a.openapi},
+	}
+}
+
 // openapi serves an OpenAPI 3.0 document built from the route table, so it
 // lists exactly what is served, with the role each operation needs and
 // the types of what it reads and answers.

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -75,54 +74,4 @@ func (a *API) agentFilter(r *request, p pageQuery) (record.AgentFilter, error) {
 		}
 	}
 	return f, nil
-}
-
-// Summary counts an environment's agents and resources, for an overview
-// of the fleet.
-type Summary struct {
-	Agents    AgentCounts    `json:"agents"`
-	Resources ResourceCounts `json:"resources"`
-}
-
-// AgentCounts counts agents: accepted ones online and offline, pending,
-// rejected and paused ones.
-type AgentCounts struct {
-	Online   int `json:"online"`
-	Offline  int `json:"offline"`
-	Pending  int `json:"pending"`
-	Rejected int `json:"rejected"`
-	Paused   int `json:"paused"`
-}
-
-// ResourceCounts counts the resources of the released version, by state
-// and by compliance.
-type ResourceCounts struct {
-	Total        int                         `json:"total"`
-	ByState      map[model.ResourceState]int `json:"by_state"`
-	ByCompliance map[model.Compliance]int    `json:"by_compliance"`
-}
-
-func (a *API) summary(r *request) (int, any, error) {
-	env, err := a.existingEnv(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	// The store counts: an environment's agents are never read to count
-	// them.
-	ac, err := a.svc.Agents.CountAgentsByState(r.ctx(), env, a.onlineSince())
-	if err != nil {
-		return 0, nil, err
-	}
-	s := Summary{Agents: AgentCounts(ac)}
-	counts, err := a.svc.Resources.StatusCounts(r.ctx(), env)
-	if err != nil {
-		return 0, nil, err
-	}
-	s.Resources = ResourceCounts{ByState: map[model.ResourceState]int{}, ByCompliance: map[model.Compliance]int{}}
-	for _, c := range counts {
-		s.Resources.Total += c.N
-		s.Resources.ByState[c.State] += c.N
-		s.Resources.ByCompliance[c.Compliance] += c.N
-	}
-	return http.StatusOK, s, nil
 }

@@ -36,10 +36,37 @@ type OrgRequest struct {
 	Name string `json:"name"`
 }
 
+// peopleRoutes are the routes of users and organizations.
+func (a *API) peopleRoutes() []route {
+	return []route{
+		{method: "GET", path: "/users", role: record.RoleAdmin, global: true, summary: "List the organization's users (a server admin names another organization with org)", query: []param{pOrg}, out: of[[]record.User](), serve: a.listUsers},
+		{method: "POST", path: "/users", role: record.RoleAdmin, global: true, action: "user.create", summary: "Create a user with a password and roles (role: in every environment of the organization; roles: per environment)", query: []param{pOrg}, in: of[UserRequest](), out: of[record.User](), ok: []int{http.StatusCreated}, serve: a.createUser},
+		{method: "GET", path: "/users/:name", role: record.RoleAdmin, global: true, summary: "Show a user with its roles", query: []param{pOrg}, out: of[record.User](), serve: a.getUser},
+		{method: "PATCH", path: "/users/:name", role: record.RoleViewer, anyone: true, action: "user.update", summary: "Change a user's roles or password (a new password ends the user's sessions); users may change their own password with current_password", query: []param{pOrg}, in: of[UserUpdate](), out: of[record.User](), serve: a.updateUser},
+		{method: "DELETE", path: "/users/:name", role: record.RoleAdmin, global: true, action: "user.delete", summary: "Delete a user with its sessions and the tokens it owns", query: []param{pOrg}, serve: a.deleteUser},
+		{method: "GET", path: "/orgs", role: record.RoleAdmin, global: true, server: true, summary: "List organizations (server admins)", out: of[[]record.Org](), serve: a.listOrgs},
+		{method: "POST", path: "/orgs", role: record.RoleAdmin, global: true, server: true, action: "org.create", summary: "Create an organization (server admins); then create its first admin with POST /users?org=", in: of[OrgRequest](), out: of[record.Org](), ok: []int{http.StatusCreated}, serve: a.createOrg},
+		{method: "DELETE", path: "/orgs/:org", role: record.RoleAdmin, global: true, server: true, action: "org.delete", summary: "Delete an organization without environments, with its users and tokens (server admins)", serve: a.deleteOrg},
+	}
+}
+
+// org is the organization a users route acts in (userOrg).
+func (in *input) org() string { return take(in, in.r.userOrg) }
+
+// orgBody decodes the body of a users route into v, then reads the
+// organization it acts in.
+func (in *input) orgBody(v any) string {
+	in.body(v)
+	return in.org()
+}
+
+// user is the :name parameter of a users route.
+func (in *input) user() string { return take(in, in.r.userName) }
+
 // userOrg is the organization a users route acts in: the caller's, or,
 // for a server admin, the one named by ?org=. An organization the caller
 // may not see answers not_found, as a missing one.
-func (a *API) userOrg(r *request) (string, error) {
+func (r *request) userOrg() (string, error) {
 	org := r.QueryParam("org")
 	if org == "" || org == r.who.Org {
 		return r.who.Org, nil
@@ -50,7 +77,7 @@ func (a *API) userOrg(r *request) (string, error) {
 	if !r.who.ServerAdmin() {
 		return "", newError("not_found", "", "organization %s not found", clip(org))
 	}
-	orgs, err := a.svc.People.ListOrgs(r.ctx())
+	orgs, err := r.api.svc.People.ListOrgs(r.ctx())
 	if err != nil {
 		return "", err
 	}
@@ -85,22 +112,17 @@ func (a *API) checkRoles(r *request, org string, roles map[string]record.Role, a
 }
 
 func (a *API) listUsers(r *request) (int, any, error) {
-	org, err := a.userOrg(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	us, err := a.svc.People.ListUsers(r.ctx(), org)
-	return http.StatusOK, nonNil(us), err
+	in := r.input()
+	org := in.org()
+	return listing(in, func() ([]record.User, error) { return a.svc.People.ListUsers(r.ctx(), org) })
 }
 
 func (a *API) createUser(r *request) (int, any, error) {
+	in := r.input()
 	var req UserRequest
-	if err := a.decode(r, &req); err != nil {
-		return 0, nil, err
-	}
-	org, err := a.userOrg(r)
-	if err != nil {
-		return 0, nil, err
+	org := in.orgBody(&req)
+	if in.err != nil {
+		return 0, nil, in.err
 	}
 	if err := record.ValidateUserName(req.Name); err != nil {
 		return 0, nil, newError("invalid", "", "%v", err)
@@ -117,8 +139,7 @@ func (a *API) createUser(r *request) (int, any, error) {
 	}
 	now := a.now().UTC()
 	u := record.User{ID: newID(), Org: org, Name: req.Name, Role: req.Role, Roles: req.Roles, Password: hash, CreatedBy: r.who.Name, CreatedAt: now, PasswordChangedAt: now}
-	r.SetParamNames("name")
-	r.SetParamValues(req.Name)
+	r.naming("name", req.Name)
 	if err := a.svc.People.CreateUser(r.ctx(), u); err != nil {
 		if errors.Is(err, model.ErrExists) {
 			return 0, nil, newError("exists", "choose another name, or change that user (tether user grant, tether user passwd)", "user %s already exists", req.Name)
@@ -140,33 +161,21 @@ func (r *request) userName() (string, error) {
 }
 
 func (a *API) getUser(r *request) (int, any, error) {
-	name, err := r.userName()
-	if err != nil {
-		return 0, nil, err
-	}
-	org, err := a.userOrg(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	u, err := a.svc.People.GetUser(r.ctx(), org, name)
-	return http.StatusOK, u, err
+	in := r.input()
+	name, org := in.user(), in.org()
+	return answer(in, func() (record.User, error) { return a.svc.People.GetUser(r.ctx(), org, name) })
 }
 
 // updateUser changes a user's roles or password: an organization admin
 // changes anyone's; a user may change their own password, giving the
 // current one.
 func (a *API) updateUser(r *request) (int, any, error) {
-	name, err := r.userName()
-	if err != nil {
-		return 0, nil, err
-	}
+	in := r.input()
+	name := in.user()
 	var req UserUpdate
-	if err := a.decode(r, &req); err != nil {
-		return 0, nil, err
-	}
-	org, err := a.userOrg(r)
-	if err != nil {
-		return 0, nil, err
+	org := in.orgBody(&req)
+	if in.err != nil {
+		return 0, nil, in.err
 	}
 	admin := r.who.Role == record.RoleAdmin && !r.who.Scoped()
 	self := r.who.UserID != "" && org == r.who.Org && name == r.who.Name && r.who.Kind == record.PrincipalUser
@@ -185,6 +194,7 @@ func (a *API) updateUser(r *request) (int, any, error) {
 		return 0, nil, newError("invalid", "", "nothing to change: give role, roles or password")
 	}
 	var hash string
+	var err error
 	if req.Password != "" {
 		if hash, err = a.hashPassword(r.ctx(), req.Password); err != nil {
 			return 0, nil, err
@@ -240,24 +250,19 @@ func (a *API) updateUser(r *request) (int, any, error) {
 }
 
 func (a *API) deleteUser(r *request) (int, any, error) {
-	name, err := r.userName()
-	if err != nil {
-		return 0, nil, err
-	}
-	org, err := a.userOrg(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	if r.who.Kind == record.PrincipalUser && org == r.who.Org && name == r.who.Name {
-		return 0, nil, newError("conflict", "ask another admin to delete you", "you cannot delete yourself")
-	}
-	r.auditOrg = org
-	return http.StatusNoContent, nil, a.svc.People.DeleteUser(r.ctx(), org, name)
+	in := r.input()
+	name, org := in.user(), in.org()
+	return removed(in, func() error {
+		if r.who.Kind == record.PrincipalUser && org == r.who.Org && name == r.who.Name {
+			return newError("conflict", "ask another admin to delete you", "you cannot delete yourself")
+		}
+		r.auditOrg = org
+		return a.svc.People.DeleteUser(r.ctx(), org, name)
+	})
 }
 
 func (a *API) listOrgs(r *request) (int, any, error) {
-	os, err := a.svc.People.ListOrgs(r.ctx())
-	return http.StatusOK, nonNil(os), err
+	return listing(r.input(), func() ([]record.Org, error) { return a.svc.People.ListOrgs(r.ctx()) })
 }
 
 func (a *API) createOrg(r *request) (int, any, error) {
@@ -269,8 +274,7 @@ func (a *API) createOrg(r *request) (int, any, error) {
 		return 0, nil, newError("invalid", "", "%v", err)
 	}
 	o := record.Org{Name: req.Name, CreatedAt: a.now().UTC()}
-	r.SetParamNames("org")
-	r.SetParamValues(req.Name)
+	r.naming("org", req.Name)
 	if err := a.svc.People.CreateOrg(r.ctx(), o); err != nil {
 		if errors.Is(err, model.ErrExists) {
 			return 0, nil, newError("exists", "choose another name", "organization %s already exists", req.Name)

@@ -2,13 +2,9 @@ package api
 
 import (
 	"fmt"
-	"maps"
 	"net/http"
-	"reflect"
-	"slices"
 	"time"
 
-	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -20,39 +16,27 @@ type PlanRequest struct {
 	Timeout string   `json:"timeout,omitempty"`
 }
 
+// planRoutes are the routes that say what a version would do before it
+// is released.
+func (a *API) planRoutes() []route {
+	return []route{
+		{method: "GET", path: "/envs/:env/versions/:n/release-preview", role: record.RoleViewer, summary: "What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away", out: of[record.ReleasePreview](), serve: a.releasePreview},
+		{method: "POST", path: "/envs/:env/versions/:n/plan", role: record.RoleViewer, action: "version.plan", summary: "Plan a version before releasing it: each live agent dry-runs its part of the version (not released, nothing changed on any host) and the answer says, per agent and per attribute, what a deploy would change (current → desired, sensitive values redacted), naming the agents that did not answer within timeout (default 30s, at most 90s)", in: of[PlanRequest](), inOptional: true, out: of[record.Plan](), wait: true, serve: a.plan},
+	}
+}
+
 func (a *API) plan(r *request) (int, any, error) {
-	env, err := a.existingEnv(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	n, err := r.number("n")
-	if err != nil {
-		return 0, nil, err
-	}
+	in := r.input()
+	env, n := in.existingEnv(), in.version()
 	var req PlanRequest
-	if r.Request().ContentLength != 0 {
-		if err := a.decode(r, &req); err != nil {
-			return 0, nil, err
-		}
+	in.optionalBody(&req)
+	in.check(validAgentNames(req.Agents))
+	timeout := take(in, func() (time.Duration, error) { return planTimeout(req.Timeout) })
+	plans := take(in, func() (Plans, error) { return a.plans(r, env, n, "this server answers no plans") })
+	if in.err != nil {
+		return 0, nil, in.err
 	}
-	if err := validAgentNames(req.Agents); err != nil {
-		return 0, nil, err
-	}
-	timeout := record.DefaultPlanTimeout
-	if req.Timeout != "" {
-		if timeout, err = time.ParseDuration(req.Timeout); err != nil || timeout <= 0 || timeout > record.MaxPlanTimeout {
-			return 0, nil, newError("invalid", "give a duration such as 30s", "timeout %q: want a duration above 0 and at most %s", clip(req.Timeout), record.MaxPlanTimeout)
-		}
-	}
-	if a.svc.Plans == nil {
-		return 0, nil, newError("conflict", "", "this server answers no plans")
-	}
-	if _, err := a.svc.Versions.GetVersion(r.ctx(), env, n, false); isNotFound(err) {
-		return 0, nil, a.missingVersion(r, env, n)
-	} else if err != nil {
-		return 0, nil, err
-	}
-	p, err := a.svc.Plans.Plan(r.ctx(), env, n, record.PlanRequest{Agents: req.Agents, Timeout: timeout, OfflineAfter: a.cfg.OfflineAfter})
+	p, err := plans.Plan(r.ctx(), env, n, record.PlanRequest{Agents: req.Agents, Timeout: timeout, OfflineAfter: a.cfg.OfflineAfter})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -60,127 +44,34 @@ func (a *API) plan(r *request) (int, any, error) {
 	return http.StatusOK, p, nil
 }
 
+// planTimeout reads a plan's timeout (default record.DefaultPlanTimeout).
+func planTimeout(s string) (time.Duration, error) {
+	if s == "" {
+		return record.DefaultPlanTimeout, nil
+	}
+	timeout, err := time.ParseDuration(s)
+	if err != nil || timeout <= 0 || timeout > record.MaxPlanTimeout {
+		return 0, newError("invalid", "give a duration such as 30s", "timeout %q: want a duration above 0 and at most %s", clip(s), record.MaxPlanTimeout)
+	}
+	return timeout, nil
+}
+
+// plans returns the server's plans to plan or preview version n of env,
+// once the version is found there; a server without them answers
+// conflict (none says so).
+func (a *API) plans(r *request, env string, n int64, none string) (Plans, error) {
+	if a.svc.Plans == nil {
+		return nil, newError("conflict", "", "%s", none)
+	}
+	return a.svc.Plans, a.versionThere(r, env, n)
+}
+
 // releasePreview says what releasing a version would take away from each
 // accepted agent, before it is released: what a client asks its user to
 // confirm.
 func (a *API) releasePreview(r *request) (int, any, error) {
-	env, err := a.existingEnv(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	n, err := r.number("n")
-	if err != nil {
-		return 0, nil, err
-	}
-	if a.svc.Plans == nil {
-		return 0, nil, newError("conflict", "", "this server previews no releases")
-	}
-	if _, err := a.svc.Versions.GetVersion(r.ctx(), env, n, false); isNotFound(err) {
-		return 0, nil, a.missingVersion(r, env, n)
-	} else if err != nil {
-		return 0, nil, err
-	}
-	p, err := a.svc.Plans.ReleasePreview(r.ctx(), env, n)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, p, nil
-}
-
-// MaxDiffDetails bounds the resources whose attribute changes a diff
-// shows; the others are counted in Added, Removed and Changed only.
-const MaxDiffDetails = 1000
-
-// ResourceDiff is what changed in one resource between two versions.
-type ResourceDiff struct {
-	ID model.ID `json:"id"`
-	// Change is added, removed or changed.
-	Change string `json:"change"`
-	// Attributes are the attributes that differ, by name; requires,
-	// subscribes and purged are shown as attributes too.
-	Attributes []AttributeChange `json:"attributes"`
-}
-
-// AttributeChange is one attribute's value in the older version (Old) and
-// the newer (New); nil where it has none. A sensitive value is shown as
-// model.RedactedValue, and Sensitive is set.
-type AttributeChange struct {
-	Name      string `json:"name"`
-	Old       any    `json:"old"`
-	New       any    `json:"new"`
-	Sensitive bool   `json:"sensitive,omitempty"`
-}
-
-// Resource diff changes.
-const (
-	DiffAdded   = "added"
-	DiffRemoved = "removed"
-	DiffChanged = "changed"
-)
-
-// attributeChanges compares a resource in two versions (prev or next nil:
-// added or removed), by attribute, sorted by name. Sensitive values are
-// compared by their sealed digests (or in clear, where not sealed) and
-// never shown.
-func attributeChanges(prev, next *model.Resource) []AttributeChange {
-	type side struct {
-		val       any
-		has, sens bool
-		cmp       any
-	}
-	read := func(r *model.Resource) map[string]side {
-		out := map[string]side{}
-		if r == nil {
-			return out
-		}
-		for k, v := range r.Attributes {
-			s := side{val: v, has: true, cmp: v}
-			if r.IsSensitive(k) {
-				s.val, s.sens = model.RedactedValue, true
-			}
-			out[k] = s
-		}
-		for k, v := range r.Sealed {
-			out[k] = side{val: model.RedactedValue, has: true, sens: true, cmp: v.Digest}
-		}
-		if len(r.Requires) > 0 {
-			out["requires"] = side{val: idStrings(r.Requires), has: true, cmp: idStrings(r.Requires)}
-		}
-		if len(r.Subscribes) > 0 {
-			out["subscribes"] = side{val: idStrings(r.Subscribes), has: true, cmp: idStrings(r.Subscribes)}
-		}
-		if r.Purged {
-			out["purged"] = side{val: true, has: true, cmp: true}
-		}
-		return out
-	}
-	a, b := read(prev), read(next)
-	names := map[string]bool{}
-	for k := range a {
-		names[k] = true
-	}
-	for k := range b {
-		names[k] = true
-	}
-	var out []AttributeChange
-	for _, k := range slices.Sorted(maps.Keys(names)) {
-		x, y := a[k], b[k]
-		if x.has == y.has && x.sens == y.sens && reflect.DeepEqual(x.cmp, y.cmp) {
-			continue
-		}
-		out = append(out, AttributeChange{Name: k, Old: x.val, New: y.val, Sensitive: x.sens || y.sens})
-	}
-	if out == nil {
-		out = []AttributeChange{}
-	}
-	return out
-}
-
-func idStrings(ids []model.ID) []string {
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = id.String()
-	}
-	slices.Sort(out)
-	return out
+	in := r.input()
+	env, n := in.existingEnv(), in.version()
+	plans := take(in, func() (Plans, error) { return a.plans(r, env, n, "this server previews no releases") })
+	return answer(in, func() (record.ReleasePreview, error) { return plans.ReleasePreview(r.ctx(), env, n) })
 }

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
-	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/clientlimit"
 	"github.com/tetherhq/tether/server/record"
 )
@@ -69,129 +68,16 @@ type route struct {
 	serve func(r *request) (int, any, error)
 }
 
-// request is one call, authenticated.
-type request struct {
-	echo.Context
-	api *API
-	// who calls; token is the calling token (for a user, one made up of
-	// the user's ID and name, which handlers record as who did a thing).
-	who   record.Principal
-	token record.Token
-	// session is the session the request came with, if it came with one.
-	session *session
-	// auditOrg is the organization the audit entry is of, when not the
-	// caller's (a server admin managing another organization's users).
-	auditOrg string
-	// bodyMax bounds the body; upload says which limit it is.
-	bodyMax int64
-	upload  bool
-	// detail is what the audit log says of the change beyond its target.
-	detail string
-}
-
+// routes is the route table: every noun's routes, each kept in the
+// noun's file with the handlers that serve them.
 func (a *API) routes() []route {
-	const (
-		created  = http.StatusCreated
-		accepted = http.StatusAccepted
+	return slices.Concat(
+		a.envRoutes(), a.settingsRoutes(), a.versionRoutes(), a.planRoutes(), a.releaseRoutes(),
+		a.resourceRoutes(), a.summaryRoutes(), a.agentRoutes(), a.deployRoutes(), a.sourceRoutes(),
+		a.compileRoutes(), a.enrollmentRoutes(), a.alertRoutes(), a.tokenRoutes(), a.auditRoutes(),
+		a.eventRoutes(), a.sessionRoutes(), a.peopleRoutes(), a.serverRoutes(), a.openapiRoutes(),
+		a.webhookRoutes(),
 	)
-	agentQuery := []param{
-		{name: "state", typ: of[record.AgentState](), desc: "agents in this state"},
-		{name: "online", typ: of[bool](), desc: "agents online (true) or not (false)"},
-		{name: "label", typ: of[string](), desc: "agents with this label: key=value, or key for any value"},
-		pQ, pPage, pOffset,
-	}
-	resourceQuery := []param{
-		pAgent,
-		{name: "type", typ: of[string](), desc: "resources of this type"},
-		{name: "state", typ: of[model.ResourceState](), desc: "resources in this state"},
-		{name: "compliance", typ: of[model.Compliance](), desc: "resources of this compliance"},
-		pQ, pPage, pOffset,
-	}
-	resourceID := []param{{name: "id", typ: of[string](), desc: "the resource's ID, URL-escaped: file[web-1,path=/etc/motd]"}}
-	return append([]route{
-		{method: "GET", path: "/envs", role: record.RoleViewer, summary: "List environments (those the token may see)", out: of[[]record.Environment](), serve: a.listEnvs},
-		{method: "POST", path: "/envs", role: record.RoleAdmin, global: true, action: "env.create", summary: "Create an environment", in: of[EnvRequest](), out: of[record.Environment](), ok: []int{created}, serve: a.createEnv},
-		{method: "GET", path: "/envs/:env", role: record.RoleViewer, summary: "Show an environment", out: of[record.Environment](), serve: a.getEnv},
-		{method: "DELETE", path: "/envs/:env", role: record.RoleAdmin, global: true, action: "env.delete", summary: "Delete an environment and everything in it", serve: a.deleteEnv},
-		{method: "GET", path: "/envs/:env/settings", role: record.RoleViewer, summary: "Show an environment's settings, key → value", out: of[map[string]string](), serve: a.getSettings},
-		{method: "PATCH", path: "/envs/:env/settings", role: record.RoleOperator, action: "env.settings", summary: "Change settings: {key: value}; answers them all, key → value", in: of[map[string]string](), out: of[map[string]string](), serve: a.patchSettings},
-		{method: "POST", path: "/envs/:env/halt", role: record.RoleOperator, action: "env.halt", summary: "Halt the environment: its agents change nothing on their hosts (no deploy, repair or heal) until resumed", out: of[record.Environment](), serve: a.halt(true)},
-		{method: "POST", path: "/envs/:env/resume", role: record.RoleOperator, action: "env.resume", summary: "Resume a halted environment: what its agents missed is deployed at once", out: of[record.Environment](), serve: a.halt(false)},
-
-		{method: "GET", path: "/envs/:env/versions", role: record.RoleViewer, summary: "List versions, newest first", out: of[[]model.Version](), serve: a.listVersions},
-		{method: "POST", path: "/envs/:env/versions", role: record.RoleOperator, action: "version.export", summary: "Upload a compiled resource set as a new version (200 when the newest version held it already; release=true releases it too: 202 with the release's id, its fan-out in the background)",
-			query: []param{{name: "release", typ: of[bool](), desc: "release the version too"}}, in: of[ExportRequest](), out: of[ExportResponse](), ok: []int{http.StatusOK, created, accepted}, upload: true, serve: a.putVersion},
-		{method: "GET", path: "/envs/:env/versions/:n", role: record.RoleViewer, summary: "Show a version (with its resources, sensitive values redacted, if resources=true)", query: []param{{name: "resources", typ: of[bool](), desc: "list its resources too"}}, out: of[model.Version](), serve: a.getVersion},
-		{method: "GET", path: "/envs/:env/versions/:n/diff", role: record.RoleViewer, summary: "What changed from version `from` (default: the released one, or n-1) to n", query: []param{{name: "from", typ: of[int64](), desc: "the version to compare with (0: the empty set)"}}, out: of[Diff](), serve: a.diffVersions},
-		{method: "POST", path: "/envs/:env/versions/:n/release", role: record.RoleOperator, action: "version.release", summary: "Release a version: answers at once (202) with the release's id; its fan-out to agents runs in the background (GET /envs/{env}/releases/{id}). The released version answers 200 with already_released", out: of[record.Released](), ok: []int{http.StatusOK, accepted}, serve: a.release},
-		{method: "GET", path: "/envs/:env/versions/:n/release-preview", role: record.RoleViewer, summary: "What releasing a version would take away, before it is released: per accepted agent, the resources it holds (of the version it holds) that the version does not have, each orphaned (left on the host as it is) or absent (purged already), and the agents that would leave the model (the version has nothing for them); nothing is released. Clients ask their user to confirm a release that takes anything away", out: of[record.ReleasePreview](), serve: a.releasePreview},
-		{method: "POST", path: "/envs/:env/versions/:n/plan", role: record.RoleViewer, action: "version.plan", summary: "Plan a version before releasing it: each live agent dry-runs its part of the version (not released, nothing changed on any host) and the answer says, per agent and per attribute, what a deploy would change (current → desired, sensitive values redacted), naming the agents that did not answer within timeout (default 30s, at most 90s)", in: of[PlanRequest](), inOptional: true, out: of[record.Plan](), wait: true, serve: a.plan},
-		{method: "GET", path: "/envs/:env/releases", role: record.RoleViewer, summary: "The environment's releases, newest first, with how far each fan-out to agents got", query: []param{pLimit}, out: of[[]record.Release](), serve: a.listReleases},
-		{method: "GET", path: "/envs/:env/releases/:id", role: record.RoleViewer, summary: "One release: its version, state (running, done, failed), agents to reach, sent, up to date, and those pending with why and what brings them the version", out: of[record.Release](), serve: a.getRelease},
-		{method: "POST", path: "/envs/:env/releases/:id/continue", role: record.RoleOperator, action: "release.continue", summary: "Continue a staged rollout: send its next wave now (whatever the current wave's agents reported), or go on past a halt (the failures so far are accepted)", out: of[record.Release](), serve: a.rolloutVerb("continue")},
-		{method: "POST", path: "/envs/:env/releases/:id/abort", role: record.RoleOperator, action: "release.abort", summary: "Abort a staged rollout: no further wave is sent; agents not reached keep the version they had until the next release", out: of[record.Release](), serve: a.rolloutVerb("abort")},
-
-		{method: "GET", path: "/envs/:env/resources", role: record.RoleViewer, summary: "List resources with their state and compliance; with limit, a page of them (offset, q: text in the ID; the header X-Total-Count says how many match)", query: resourceQuery, out: of[[]record.ResourceStatus](), total: true, serve: a.listResources},
-		{method: "GET", path: "/envs/:env/resources/:id", role: record.RoleViewer, summary: "Show a resource of the released version (id URL-escaped)", pathParams: resourceID, out: of[ResourceView](), serve: a.getResource},
-		{method: "GET", path: "/envs/:env/resources/:id/log", role: record.RoleViewer, summary: "A resource's action log, newest first", pathParams: resourceID, query: []param{pLimit}, out: of[[]record.Action](), serve: a.resourceLog},
-		{method: "GET", path: "/envs/:env/resources/:id/history", role: record.RoleViewer, summary: "The versions that hold a resource, with its hash in each", pathParams: resourceID, out: of[[]record.ResourceHash](), serve: a.resourceHistory},
-
-		{method: "GET", path: "/envs/:env/summary", role: record.RoleViewer, summary: "Count the environment's agents (online, offline, pending, rejected, paused) and resources (by state and by compliance)", out: of[Summary](), serve: a.summary},
-		{method: "GET", path: "/envs/:env/agents", role: record.RoleViewer, summary: "List agents, online or not; state (pending, accepted, rejected), online (true, false), label (key=value or key) and q (text in the name or a label) filter them; with limit, a page of them (offset; the header X-Total-Count says how many match)", query: agentQuery, out: of[[]AgentView](), total: true, serve: a.listAgents},
-		{method: "GET", path: "/envs/:env/agents/:name", role: record.RoleViewer, summary: "Show an agent with its facts", out: of[AgentView](), serve: a.getAgent},
-		{method: "GET", path: "/envs/:env/inventory", role: record.RoleViewer, summary: "The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads", out: of[model.Inventory](), serve: a.inventory},
-		{method: "DELETE", path: "/envs/:env/agents/:name", role: record.RoleOperator, action: "agent.delete", summary: "Delete an agent: its record and what it reported are forgotten (its resources are available again) and its inbox removed from the broker; if it says hello again it is a new agent (pending, or accepted as the enrollment policy says). Answers with the agent as it was", out: of[AgentView](), serve: a.deleteAgent},
-		{method: "POST", path: "/envs/:env/agents/:name/accept", role: record.RoleOperator, action: "agent.accept", summary: "Accept a discovered agent", out: of[AgentView](), serve: a.agentAction(record.AgentAccept)},
-		{method: "POST", path: "/envs/:env/agents/:name/reject", role: record.RoleOperator, action: "agent.reject", summary: "Reject an agent", out: of[AgentView](), serve: a.agentAction(record.AgentReject)},
-		{method: "POST", path: "/envs/:env/agents/:name/pause", role: record.RoleOperator, action: "agent.pause", summary: "Pause an agent: it changes nothing on its host (no deploy, repair or heal) until resumed", out: of[AgentView](), serve: a.agentAction(record.AgentPause)},
-		{method: "POST", path: "/envs/:env/agents/:name/resume", role: record.RoleOperator, action: "agent.resume", summary: "Resume a paused agent: what it missed is deployed at once", out: of[AgentView](), serve: a.agentAction(record.AgentResume)},
-		{method: "POST", path: "/envs/:env/agents/:name/facts-refresh", role: record.RoleOperator, action: "agent.facts-refresh", summary: "Ask an agent to report its facts again; its record is updated when the report arrives (202, the agent as recorded now)", out: of[AgentView](), ok: []int{accepted}, serve: a.factsRefresh},
-		{method: "POST", path: "/envs/:env/agents/:name/rotate-key", role: record.RoleOperator, action: "agent.rotate-key", summary: "Ask an agent to replace its key by a signed rollover; its key changes when the rollover arrives (202, the agent as recorded now)", out: of[AgentView](), ok: []int{accepted}, serve: a.rotateKey},
-
-		{method: "POST", path: "/envs/:env/deploy", role: record.RoleOperator, action: "env.deploy", summary: "Deploy the released version", in: of[OperationRequest](), inOptional: true, out: of[record.Deployment](), ok: []int{accepted}, serve: a.operation(record.OpDeploy)},
-		{method: "POST", path: "/envs/:env/repair", role: record.RoleOperator, action: "env.repair", summary: "Verify everything and repair drift", in: of[OperationRequest](), inOptional: true, out: of[record.Deployment](), ok: []int{accepted}, serve: a.operation(record.OpRepair)},
-		{method: "POST", path: "/envs/:env/dryrun", role: record.RoleViewer, action: "env.dryrun", summary: "Ask agents what a deploy would change", in: of[OperationRequest](), inOptional: true, out: of[record.Deployment](), ok: []int{accepted}, serve: a.operation(record.OpDryRun)},
-		{method: "GET", path: "/envs/:env/source", role: record.RoleViewer, summary: "Where the server reads the environment's model: a git repository or an uploaded archive (credentials are never shown)", out: of[record.SourceView](), serve: a.getSource},
-		{method: "PUT", path: "/envs/:env/source", role: record.RoleOperator, action: "env.source.set", summary: "Make a git repository the environment's source, and compile it (the answer shows a new webhook secret once)", in: of[record.SourceRequest](), out: of[record.SourceView](), serve: a.setSource},
-		{method: "PUT", path: "/envs/:env/source/archive", role: record.RoleOperator, action: "env.source.upload", summary: "Make an uploaded tar or tar.gz archive the environment's source, and compile it", query: []param{{name: "subdir", typ: of[string](), desc: "the model's directory in the archive"}}, raw: []string{"application/gzip", "application/x-tar"}, upload: true, out: of[record.SourceView](), serve: a.uploadSource},
-		{method: "DELETE", path: "/envs/:env/source", role: record.RoleOperator, action: "env.source.delete", summary: "Remove the environment's source: the server compiles it no more; what it released stays", serve: a.deleteSource},
-		{method: "POST", path: "/envs/:env/compile/hook", summary: "A git host's push webhook (GitHub, GitLab, Gitea, Forgejo): no token; authenticated by the source's webhook secret (HMAC signature, GitLab signing or secret token). A push of the ref the source follows asks for a compile (202)", raw: []string{"application/json", "application/x-www-form-urlencoded"}, maxBody: webhookMaxBody, out: of[record.WebhookResult](), ok: []int{http.StatusOK, accepted}, serve: a.webhook},
-		{method: "POST", path: "/envs/:env/compile", role: record.RoleOperator, action: "env.compile", summary: "Ask the server to compile the environment's model from its source (202 with the compile queue's state; 409 when the environment has no source)", out: of[record.CompileRequest](), ok: []int{accepted}, serve: a.requestCompile},
-		{method: "GET", path: "/envs/:env/compiles", role: record.RoleViewer, summary: "The server's compiles of the environment's model, newest first", query: []param{pLimit}, out: of[[]record.Compile](), serve: a.listCompiles},
-		{method: "GET", path: "/envs/:env/compiles/:id", role: record.RoleViewer, summary: "One compile's report: triggers, revision, outcome, diagnostics, resources per agent, version", out: of[record.Compile](), serve: a.getCompile},
-		{method: "GET", path: "/envs/:env/deploys", role: record.RoleViewer, summary: "The environment's deploys, repairs and dry runs, newest first: trigger, who asked, version, agents asked, answered, ok and failed, outcome", query: []param{pAgent, {name: "kind", typ: of[record.Operation](), desc: "deploys of this kind"}, pLimit}, out: of[[]record.Deploy](), serve: a.listDeploys},
-		{method: "GET", path: "/envs/:env/deploys/:id", role: record.RoleViewer, summary: "What a deploy, repair or dry run reported: the deploy with each agent's outcome, the agents that have not answered yet (waiting), and the actions (the dry-run report)", pathParams: []param{pUUID}, out: of[Report](), serve: a.deployReport},
-
-		{method: "GET", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, summary: "List the environment's enrollment tokens (never their secrets)", out: of[[]record.EnrollmentToken](), serve: a.listEnrollTokens},
-		{method: "POST", path: "/envs/:env/enrollment-tokens", role: record.RoleOperator, action: "enrollment_token.create", summary: "Create an enrollment token: agents that say hello with it are accepted (enrollment policy token); its secret is shown once", in: of[EnrollmentTokenRequest](), out: of[NewEnrollmentToken](), ok: []int{created}, serve: a.createEnrollToken},
-		{method: "DELETE", path: "/envs/:env/enrollment-tokens/:id", role: record.RoleOperator, action: "enrollment_token.revoke", summary: "Revoke an enrollment token (agents it enrolled stay enrolled)", pathParams: []param{pUUID}, serve: a.revokeEnrollToken},
-		{method: "GET", path: "/envs/:env/alerts", role: record.RoleViewer, summary: "Compliance and security alerts, newest first", query: []param{pAgent, {name: "kind", typ: of[string](), enum: record.AlertKindFilters(), desc: "alerts of this kind, or of this family (compile: every compile kind)"}, pLimit}, out: of[[]record.Alert](), serve: a.listAlerts},
-
-		{method: "GET", path: "/tokens", role: record.RoleAdmin, global: true, summary: "List the organization's API tokens", out: of[[]record.Token](), serve: a.listTokens},
-		{method: "POST", path: "/tokens", role: record.RoleAdmin, global: true, action: "token.create", summary: "Create an API token; its secret is shown once. It is owned by the calling user (whose rights bound it), by the user named, or by the organization (org_owned)", in: of[TokenRequest](), out: of[NewToken](), ok: []int{created}, serve: a.createToken},
-		{method: "DELETE", path: "/tokens/:id", role: record.RoleAdmin, global: true, action: "token.revoke", summary: "Revoke an API token", pathParams: []param{pUUID}, serve: a.revokeToken},
-		{method: "GET", path: "/audit", role: record.RoleAdmin, global: true, summary: "The audit log, newest first", query: []param{{name: "env", typ: of[string](), desc: "entries of this environment"}, pLimit}, out: of[[]record.AuditEntry](), serve: a.listAudit},
-
-		{method: "GET", path: "/events", role: record.RoleViewer, summary: "Live events as server-sent events", query: []param{{name: "env", typ: of[string](), desc: "the events of this environment only"}}, stream: true, serve: a.events},
-		{method: "POST", path: "/session", action: "session.login", summary: "Log in with a user name and password: sets the session cookie tether_session and answers the session with its CSRF token (throttled per user name and address: 429 with Retry-After)", in: of[SessionRequest](), out: of[SessionView](), serve: a.login},
-		{method: "GET", path: "/session", role: record.RoleViewer, summary: "The session of the cookie sent: its user and CSRF token (changes made with the cookie send it as X-CSRF-Token)", out: of[SessionView](), serve: a.getSession},
-		{method: "DELETE", path: "/session", role: record.RoleViewer, action: "session.logout", summary: "Log out: end the session of the cookie sent", serve: a.logout},
-		{method: "GET", path: "/users", role: record.RoleAdmin, global: true, summary: "List the organization's users (a server admin names another organization with org)", query: []param{pOrg}, out: of[[]record.User](), serve: a.listUsers},
-		{method: "POST", path: "/users", role: record.RoleAdmin, global: true, action: "user.create", summary: "Create a user with a password and roles (role: in every environment of the organization; roles: per environment)", query: []param{pOrg}, in: of[UserRequest](), out: of[record.User](), ok: []int{created}, serve: a.createUser},
-		{method: "GET", path: "/users/:name", role: record.RoleAdmin, global: true, summary: "Show a user with its roles", query: []param{pOrg}, out: of[record.User](), serve: a.getUser},
-		{method: "PATCH", path: "/users/:name", role: record.RoleViewer, anyone: true, action: "user.update", summary: "Change a user's roles or password (a new password ends the user's sessions); users may change their own password with current_password", query: []param{pOrg}, in: of[UserUpdate](), out: of[record.User](), serve: a.updateUser},
-		{method: "DELETE", path: "/users/:name", role: record.RoleAdmin, global: true, action: "user.delete", summary: "Delete a user with its sessions and the tokens it owns", query: []param{pOrg}, serve: a.deleteUser},
-		{method: "GET", path: "/orgs", role: record.RoleAdmin, global: true, server: true, summary: "List organizations (server admins)", out: of[[]record.Org](), serve: a.listOrgs},
-		{method: "POST", path: "/orgs", role: record.RoleAdmin, global: true, server: true, action: "org.create", summary: "Create an organization (server admins); then create its first admin with POST /users?org=", in: of[OrgRequest](), out: of[record.Org](), ok: []int{created}, serve: a.createOrg},
-		{method: "DELETE", path: "/orgs/:org", role: record.RoleAdmin, global: true, server: true, action: "org.delete", summary: "Delete an organization without environments, with its users and tokens (server admins)", serve: a.deleteOrg},
-		{method: "GET", path: "/whoami", role: record.RoleViewer, summary: "The calling token", out: of[Whoami](), serve: a.whoami},
-		{method: "GET", path: "/server", role: record.RoleViewer, summary: "The server's public key and its fingerprint (agents pin it with --server-key)", out: of[ServerInfo](), serve: a.serverInfo},
-		{method: "GET", path: "/server/signing-key", role: record.RoleAdmin, global: true, summary: "Where a rollover of the server's signing key stands, and which agents are not ready for its next step", out: of[record.SigningKeyStatus](), serve: a.signingKeyStatus},
-		{method: "POST", path: "/server/signing-key/new", role: record.RoleAdmin, global: true, action: "server.signing-key.new", summary: "Make the server's next signing key and announce it to every accepted agent (server.rollover)", out: of[record.SigningKeyStatus](), serve: a.signingKeyStep("new")},
-		{method: "POST", path: "/server/signing-key/switch", role: record.RoleAdmin, global: true, action: "server.signing-key.switch", summary: "Make every server sign with the next key, once every accepted agent took it (or force); answers after the switch", in: of[SigningKeyRequest](), inOptional: true, out: of[record.SigningKeyStatus](), serve: a.signingKeyStep("switch")},
-		{method: "POST", path: "/server/signing-key/retire", role: record.RoleAdmin, global: true, action: "server.signing-key.retire", summary: "Forget the key the servers signed with before the switch, once every accepted agent takes the new one (or force)", in: of[SigningKeyRequest](), inOptional: true, out: of[record.SigningKeyStatus](), serve: a.signingKeyStep("retire")},
-		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", out: of[map[string]any](), serve: a.openapi},
-	}, a.webhookRoutes()...)
 }
 
 // build makes the public handler, or (ops) the operations one.
@@ -395,27 +281,6 @@ func (a *API) trusted(addr netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// audit records a change that was made. The change stands if the record
-// cannot be written; that is logged. Its texts are clipped, never refused.
-func (a *API) audit(r *request, rt route) {
-	var target []string
-	for _, name := range r.ParamNames() {
-		if name != "env" {
-			v, _ := url.PathUnescape(r.Param(name))
-			target = append(target, v)
-		}
-	}
-	org := r.who.Org
-	if r.auditOrg != "" {
-		org = r.auditOrg
-	}
-	e := record.AuditEntry{Org: org, Actor: model.Clip(r.who.Actor(), model.MaxAuditLen), Action: rt.action, Env: r.Param("env"),
-		Target: model.Clip(strings.Join(target, " "), model.MaxAuditLen), Detail: model.Clip(r.detail, model.MaxAuditLen)}
-	if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
-		a.log.Error().Err(err).Str("action", rt.action).Str("actor", e.Actor).Msg("audit log entry lost")
-	}
 }
 
 // readyz runs the readiness checks. The public answer says which check

@@ -43,6 +43,16 @@ type session struct {
 	secret string
 }
 
+// sessionRoutes are the routes of logins, and of who calls.
+func (a *API) sessionRoutes() []route {
+	return []route{
+		{method: "POST", path: "/session", action: "session.login", summary: "Log in with a user name and password: sets the session cookie tether_session and answers the session with its CSRF token (throttled per user name and address: 429 with Retry-After)", in: of[SessionRequest](), out: of[SessionView](), serve: a.login},
+		{method: "GET", path: "/session", role: record.RoleViewer, summary: "The session of the cookie sent: its user and CSRF token (changes made with the cookie send it as X-CSRF-Token)", out: of[SessionView](), serve: a.getSession},
+		{method: "DELETE", path: "/session", role: record.RoleViewer, action: "session.logout", summary: "Log out: end the session of the cookie sent", serve: a.logout},
+		{method: "GET", path: "/whoami", role: record.RoleViewer, summary: "The calling token", out: of[Whoami](), serve: a.whoami},
+	}
+}
+
 // sessionSecret returns the request's session cookie, if any.
 func sessionSecret(req *http.Request) string {
 	c, err := req.Cookie(SessionCookie)
@@ -196,10 +206,7 @@ type SessionView struct {
 }
 
 func (a *API) people() (People, error) {
-	if a.svc.People == nil {
-		return nil, newError("conflict", "use a bearer token", "this server has no users")
-	}
-	return a.svc.People, nil
+	return present(a.svc.People, newError("conflict", "use a bearer token", "this server has no users"))
 }
 
 // login checks a user name and password and starts a session. Failures
@@ -343,12 +350,6 @@ func (a *API) loginFailed(r *request, org, name, client string, now time.Time) {
 	}
 }
 
-func (a *API) recordAudit(r *request, e record.AuditEntry) {
-	if err := a.svc.Records.RecordAudit(r.ctx(), e); err != nil {
-		a.log.Error().Err(err).Str("action", e.Action).Msg("audit log entry lost")
-	}
-}
-
 func (a *API) getSession(r *request) (int, any, error) {
 	if r.session == nil {
 		return 0, nil, newError("unauthorized", "log in (POST /api/v1/session)", "no session: this request came with a bearer token")
@@ -370,6 +371,22 @@ func (a *API) logout(r *request) (int, any, error) {
 	r.SetCookie(&http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.Request().TLS != nil || a.cfg.SecureCookies, MaxAge: -1})
 	return http.StatusNoContent, nil, nil
+}
+
+// Whoami is who calls: the calling token (for a user, the user's ID, name
+// and organization-wide role), with the organization and every role.
+type Whoami struct {
+	record.Token
+	Kind        string                 `json:"kind"`
+	Roles       map[string]record.Role `json:"roles,omitempty"`
+	User        string                 `json:"user,omitempty"`
+	ServerAdmin bool                   `json:"server_admin,omitempty"`
+}
+
+func (a *API) whoami(r *request) (int, any, error) {
+	w := Whoami{Token: r.token, Kind: r.who.Kind, Roles: r.who.Roles, User: r.who.UserID, ServerAdmin: r.who.ServerAdmin()}
+	w.Org = r.who.Org
+	return http.StatusOK, w, nil
 }
 
 // newID returns a fresh ID for a user.

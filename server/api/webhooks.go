@@ -36,6 +36,9 @@ func (a *API) webhookRoutes() []route {
 	}
 }
 
+// webhook is the :id parameter of a webhook's route.
+func (in *input) webhook() int64 { return take(in, in.r.webhookID) }
+
 // webhookID parses the :id parameter.
 func (r *request) webhookID() (int64, error) {
 	id, err := strconv.ParseInt(r.Param("id"), 10, 64)
@@ -45,62 +48,29 @@ func (r *request) webhookID() (int64, error) {
 	return id, nil
 }
 
-// envWebhook parses the :env and :id parameters.
-func (r *request) envWebhook() (string, int64, error) {
-	env, err := r.envName()
-	if err != nil {
-		return "", 0, err
-	}
-	id, err := r.webhookID()
-	return env, id, err
-}
-
-// webhookOf parses the :env and :id parameters of a webhook's route and
-// returns them with the server's webhooks.
-func (a *API) webhookOf(r *request) (string, int64, Webhooks, error) {
-	env, id, err := r.envWebhook()
-	if err != nil {
-		return "", 0, nil, err
-	}
-	wh, err := a.webhooks()
-	return env, id, wh, err
+// webhookOf reads the :env and :id parameters of a webhook's route, and
+// the server's webhooks.
+func (in *input) webhookOf() (env string, id int64, wh Webhooks) {
+	return in.env(), in.webhook(), take(in, in.r.api.webhooks)
 }
 
 func (a *API) webhooks() (Webhooks, error) {
-	if a.svc.Webhooks == nil {
-		return nil, newError("conflict", "", "this server has no webhooks")
-	}
-	return a.svc.Webhooks, nil
+	return present(a.svc.Webhooks, newError("conflict", "", "this server has no webhooks"))
 }
 
 func (a *API) listWebhooks(r *request) (int, any, error) {
-	env, err := r.envName()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
-	if err != nil {
-		return 0, nil, err
-	}
-	list, err := wh.ListWebhooks(r.ctx(), env)
-	if list == nil {
-		list = []record.Webhook{}
-	}
-	return http.StatusOK, list, err
+	in := r.input()
+	env, wh := in.env(), take(in, a.webhooks)
+	return listing(in, func() ([]record.Webhook, error) { return wh.ListWebhooks(r.ctx(), env) })
 }
 
 func (a *API) createWebhook(r *request) (int, any, error) {
-	env, err := r.envName()
-	if err != nil {
-		return 0, nil, err
-	}
-	wh, err := a.webhooks()
-	if err != nil {
-		return 0, nil, err
-	}
+	in := r.input()
+	env, wh := in.env(), take(in, a.webhooks)
 	var req record.WebhookRequest
-	if err := a.decode(r, &req); err != nil {
-		return 0, nil, err
+	in.body(&req)
+	if in.err != nil {
+		return 0, nil, in.err
 	}
 	if req.Name == "" || req.URL == nil {
 		return 0, nil, newError("invalid", "", "name and url are required: a webhook posts to url, and name tells it from the others")
@@ -112,29 +82,24 @@ func (a *API) createWebhook(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	r.SetParamNames("env", "id")
-	r.SetParamValues(env, strconv.FormatInt(w.ID, 10))
+	r.naming("env", env, "id", strconv.FormatInt(w.ID, 10))
 	r.detail = fmt.Sprintf("%s → %s", w.Name, w.URL)
 	return http.StatusCreated, w, nil
 }
 
 func (a *API) getWebhook(r *request) (int, any, error) {
-	env, id, wh, err := a.webhookOf(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	w, err := wh.GetWebhook(r.ctx(), env, id)
-	return http.StatusOK, w, err
+	in := r.input()
+	env, id, wh := in.webhookOf()
+	return answer(in, func() (record.Webhook, error) { return wh.GetWebhook(r.ctx(), env, id) })
 }
 
 func (a *API) updateWebhook(r *request) (int, any, error) {
-	env, id, wh, err := a.webhookOf(r)
-	if err != nil {
-		return 0, nil, err
-	}
+	in := r.input()
+	env, id, wh := in.webhookOf()
 	var req record.WebhookRequest
-	if err := a.decode(r, &req); err != nil {
-		return 0, nil, err
+	in.body(&req)
+	if in.err != nil {
+		return 0, nil, in.err
 	}
 	w, err := wh.UpdateWebhook(r.ctx(), env, id, req)
 	if err != nil {
@@ -145,35 +110,30 @@ func (a *API) updateWebhook(r *request) (int, any, error) {
 }
 
 func (a *API) deleteWebhook(r *request) (int, any, error) {
-	env, id, wh, err := a.webhookOf(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusNoContent, nil, wh.DeleteWebhook(r.ctx(), env, id)
+	in := r.input()
+	env, id, wh := in.webhookOf()
+	return removed(in, func() error { return wh.DeleteWebhook(r.ctx(), env, id) })
 }
 
 func (a *API) webhookDeliveries(r *request) (int, any, error) {
-	env, id, wh, err := a.webhookOf(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	limit, err := r.limit()
-	if err != nil {
-		return 0, nil, err
-	}
-	// A webhook of another environment is not found, rather than listed
-	// as having no deliveries.
-	if _, err := wh.GetWebhook(r.ctx(), env, id); err != nil {
-		return 0, nil, err
-	}
-	list, err := wh.WebhookDeliveries(r.ctx(), env, id, limit)
-	return http.StatusOK, nonNil(list), err
+	in := r.input()
+	env, id, wh := in.webhookOf()
+	limit := in.limit()
+	return listing(in, func() ([]record.Delivery, error) {
+		// A webhook of another environment is not found, rather than
+		// listed as having no deliveries.
+		if _, err := wh.GetWebhook(r.ctx(), env, id); err != nil {
+			return nil, err
+		}
+		return wh.WebhookDeliveries(r.ctx(), env, id, limit)
+	})
 }
 
 func (a *API) testWebhook(r *request) (int, any, error) {
-	env, id, wh, err := a.webhookOf(r)
-	if err != nil {
-		return 0, nil, err
+	in := r.input()
+	env, id, wh := in.webhookOf()
+	if in.err != nil {
+		return 0, nil, in.err
 	}
 	d, err := wh.TestWebhook(r.ctx(), env, id)
 	return http.StatusAccepted, d, err
