@@ -36,16 +36,30 @@ func streamOpened(opened chan struct{}) func(http.Handler) http.Handler {
 	}
 }
 
+// firstWrite calls wrote once the stream's first bytes were flushed to
+// the client (a write alone sits in the server's buffer: a server stopped
+// then would leave the client with no answer at all).
 type firstWrite struct {
 	http.ResponseWriter
-	wrote func()
+	wrote   func()
+	written bool
 }
 
 func (w *firstWrite) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
-	w.wrote()
+	w.written = w.written || n > 0
 	return n, err
 }
+
+func (w *firstWrite) FlushError() error {
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if err == nil && w.written {
+		w.wrote()
+	}
+	return err
+}
+
+func (w *firstWrite) Flush() { _ = w.FlushError() }
 
 func (w *firstWrite) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
