@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"cmp"
@@ -118,7 +118,7 @@ func (a *connAlerts) due(now time.Time) map[agentKey]int {
 
 // boundConnections sweeps the broker's connections every ConnectionSweep
 // while this replica holds the sweeping lease, until ctx ends.
-func (s *Server) boundConnections(ctx context.Context) {
+func (s *Ingester) boundConnections(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.ConnectionSweep)
 	defer tick.Stop()
 	var lease store.Lease
@@ -165,7 +165,7 @@ func (s *Server) boundConnections(ctx context.Context) {
 
 // sweepConnections closes the agents' connections beyond the limit, and
 // raises the alerts due.
-func (s *Server) sweepConnections(ctx context.Context, alerts *connAlerts, now time.Time) error {
+func (s *Ingester) sweepConnections(ctx context.Context, alerts *connAlerts, now time.Time) error {
 	conns, err := s.cfg.Broker.Connections(ctx)
 	if err != nil {
 		return err
@@ -184,7 +184,7 @@ func (s *Server) sweepConnections(ctx context.Context, alerts *connAlerts, now t
 		if closed == 0 {
 			continue
 		}
-		s.metrics.brokerClosed.WithLabelValues("over_limit").Add(float64(closed))
+		s.metrics.BrokerClosed("over_limit", closed)
 		s.log.Info().Str("env", over.env).Str("agent", over.name).Int("connections", over.total).Int("closed", closed).
 			Msg("closed the agent's newest broker connections, beyond its limit")
 		if alerts.closed(over.agentKey, closed, now) {

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"bytes"
@@ -81,7 +81,7 @@ func markClaimed(ctx context.Context, ok bool) {
 // published is what the broker vouches for of a delivery: the login it
 // names, or, where agents log in as themselves, the agent of its routing
 // key; ok is false when it vouches for nothing.
-func (s *Server) published(d bus.Delivery) (publisher, bool) {
+func (s *Ingester) published(d bus.Delivery) (publisher, bool) {
 	if l, err := bus.ParseBrokerUser(d.Login); err == nil {
 		return publisher{env: l.Env, agent: l.Agent, by: byLogin}, true
 	}
@@ -95,7 +95,7 @@ func (s *Server) published(d bus.Delivery) (publisher, bool) {
 
 // senderOf finds the sender of the event ctx handles (e, when ctx carries
 // no origin: the in-process bus's tests).
-func (s *Server) senderOf(ctx context.Context, e *bus.Envelope) publisher {
+func (s *Ingester) senderOf(ctx context.Context, e *bus.Envelope) publisher {
 	o := originOf(ctx)
 	if o == nil {
 		return publisher{env: e.Env, agent: e.Agent, by: byKey}
@@ -107,7 +107,7 @@ func (s *Server) senderOf(ctx context.Context, e *bus.Envelope) publisher {
 	return *o.found
 }
 
-func (s *Server) findSender(ctx context.Context, o *origin) publisher {
+func (s *Ingester) findSender(ctx context.Context, o *origin) publisher {
 	e := o.d.Envelope
 	if w, ok := s.published(o.d); ok {
 		return w

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"bytes"
@@ -198,7 +198,7 @@ func (b *bucket) take(rate, burst float64, now time.Time) bool {
 // (its previous key too, while that holds), so nobody without the key can
 // spend an agent's hellos. The others are refused further on, or bounded
 // as discoveries.
-func (s *Server) helloOverRate(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
+func (s *Ingester) helloOverRate(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
 	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
 	if err != nil {
 		return false // unknown (bounded as a discovery), or the store away (hello fails on its own)
@@ -237,7 +237,7 @@ func (g *floodGuard) summaries(now time.Time) []summary {
 
 // sumUpAlerts stores, every second until ctx ends, one alert per sender
 // whose held-back alerts' window is over.
-func (s *Server) sumUpAlerts(ctx context.Context) {
+func (s *Ingester) sumUpAlerts(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

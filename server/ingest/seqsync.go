@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func numberedBehind(a record.Agent, e *bus.Envelope) bool {
 
 // resync tells the agent a, whose heartbeat e is numbered behind, to
 // number past the highest number accepted from it.
-func (s *Server) resync(ctx context.Context, a record.Agent, e *bus.Envelope) {
+func (s *Ingester) resync(ctx context.Context, a record.Agent, e *bus.Envelope) {
 	if !s.resynced.due(a.Env, a.Name, time.Now()) {
 		return
 	}

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -45,7 +45,7 @@ type revocation struct {
 // What fails is logged: the agent is rejected in the store whatever the
 // broker says, and where the broker asks the server about each agent it
 // cannot log in again.
-func (s *Server) revoke(ctx context.Context, env, name string) {
+func (s *Ingester) revoke(ctx context.Context, env, name string) {
 	s.cutOff(ctx, revocation{env: env, name: name, why: "the agent was rejected"})
 	if err := s.deleteInbox(ctx, env, name); err != nil {
 		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
@@ -55,7 +55,7 @@ func (s *Server) revoke(ctx context.Context, env, name string) {
 // cutOff closes r's connections now (when the server has the broker's
 // management API) and hands r to closeRevoked to close again what
 // connects meanwhile.
-func (s *Server) cutOff(ctx context.Context, r revocation) {
+func (s *Ingester) cutOff(ctx context.Context, r revocation) {
 	if s.cfg.Broker == nil {
 		return
 	}
@@ -67,11 +67,11 @@ func (s *Server) cutOff(ctx context.Context, r revocation) {
 	}
 }
 
-func (s *Server) closeConnections(ctx context.Context, r revocation) {
+func (s *Ingester) closeConnections(ctx context.Context, r revocation) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	n, err := s.cfg.Broker.CloseAgentConnections(ctx, r.env, r.name, r.key)
-	s.metrics.brokerClosed.WithLabelValues("revoked").Add(float64(n))
+	s.metrics.BrokerClosed("revoked", n)
 	log := s.log.With().Str("env", r.env).Str("agent", r.name).Str("why", r.why).Logger()
 	if r.key != nil {
 		log = log.With().Str("key", bus.Fingerprint(r.key)).Logger()
@@ -86,7 +86,7 @@ func (s *Server) closeConnections(ctx context.Context, r revocation) {
 
 // closeRevoked closes again the connections cut off lately, on the
 // reclose schedule, until ctx ends.
-func (s *Server) closeRevoked(ctx context.Context) {
+func (s *Ingester) closeRevoked(ctx context.Context) {
 	var pending []revocation
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 )
 
@@ -37,7 +38,7 @@ const RotateKeyExpiry = time.Hour
 // with the new key starts the previous key's grace. A copy of the agent
 // from the cache (cached) that verifies neither is read again from the
 // store: the key may have rolled over through another replica.
-func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, e *bus.Envelope) (byPrevious bool, err error) {
+func (s *Ingester) verifyAgent(ctx context.Context, a *record.Agent, cached bool, e *bus.Envelope) (byPrevious bool, err error) {
 	now := time.Now()
 	for fresh := !cached; ; fresh = true {
 		if err := bus.Verify(e, a.PublicKey); err == nil {
@@ -67,7 +68,7 @@ func (s *Server) verifyAgent(ctx context.Context, a *record.Agent, cached bool, 
 // more on the broker: the connections still logged in with it are closed
 // (the agent logs in anew as it switches; whoever else holds the old key
 // is cut off). Its inbox stays.
-func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Time) error {
+func (s *Ingester) markSwitched(ctx context.Context, a *record.Agent, now time.Time) error {
 	next := *a
 	next.PreviousUntil = new(now.Add(PreviousKeyGrace).UTC())
 	ok, err := s.store.SetAgentKey(ctx, next, a.PublicKey)
@@ -92,7 +93,7 @@ func (s *Server) markSwitched(ctx context.Context, a *record.Agent, now time.Tim
 // the proposal was signed by the agent's previous key: the agent proposing
 // again the key it rolled over to, which it has not heard was accepted
 // (answered again), or someone else holding that key (refused).
-func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.KeyRollover, byPrevious bool) error {
+func (s *Ingester) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.KeyRollover, byPrevious bool) error {
 	signer := ed25519.PublicKey(a.PublicKey)
 	if byPrevious {
 		signer = ed25519.PublicKey(a.PreviousKey)
@@ -141,12 +142,12 @@ func (s *Server) rollover(ctx context.Context, a record.Agent, e *bus.Envelope, 
 	}
 	s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("previous_key", bus.Fingerprint(signer)).
 		Str("key", bus.Fingerprint(body.NewKey)).Msg("agent key rolled over")
-	s.feed.Publish(Event{Kind: EventAgentChanged, Env: a.Env, Agent: a.Name, Error: "key rolled over"})
+	s.feed.Publish(event.Event{Kind: event.AgentChanged, Env: a.Env, Agent: a.Name, Error: "key rolled over"})
 	return s.acceptKey(ctx, cur, e)
 }
 
 // acceptKey tells the agent its new key is the one the server verifies.
-func (s *Server) acceptKey(ctx context.Context, a record.Agent, rollover *bus.Envelope) error {
+func (s *Ingester) acceptKey(ctx context.Context, a record.Agent, rollover *bus.Envelope) error {
 	e, err := s.signer.Seal(bus.KindKeyAccepted, a.Env, a.Name, bus.KeyAccepted{Key: a.PublicKey, Rollover: rollover.ID})
 	if err != nil {
 		return err
@@ -159,7 +160,7 @@ func (s *Server) acceptKey(ctx context.Context, a record.Agent, rollover *bus.En
 
 // RotateKey asks an accepted agent to replace its key, and returns the
 // agent as recorded now: its key changes when its rollover arrives.
-func (s *Server) RotateKey(ctx context.Context, env, name string) (record.Agent, error) {
+func (s *Ingester) RotateKey(ctx context.Context, env, name string) (record.Agent, error) {
 	a, err := s.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err

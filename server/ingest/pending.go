@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -43,7 +43,7 @@ const toldFor = time.Minute
 
 // tell has an agent without an inbox hear e, where the bus can; an agent
 // not connected hears it at its next hello.
-func (s *Server) tell(ctx context.Context, e *bus.Envelope) error {
+func (s *Ingester) tell(ctx context.Context, e *bus.Envelope) error {
 	if t, ok := s.bus.(teller); ok {
 		return t.Tell(ctx, e, toldFor)
 	}
@@ -51,7 +51,7 @@ func (s *Server) tell(ctx context.Context, e *bus.Envelope) error {
 }
 
 // deleteInboxes deletes env's agents' inboxes with what they hold.
-func (s *Server) deleteInboxes(ctx context.Context, env string, names []string) error {
+func (s *Ingester) deleteInboxes(ctx context.Context, env string, names []string) error {
 	if len(names) == 0 {
 		return nil
 	}
@@ -89,7 +89,7 @@ type pendingCount struct {
 // under one lock: hellos handled at once cannot all take the last place.
 // (Replicas count apart: with several, the bound is approximate, by at
 // most what the others recorded within pendingCountFor.)
-func (s *Server) reservePending(ctx context.Context, env string, max int, now time.Time) (bool, int, error) {
+func (s *Ingester) reservePending(ctx context.Context, env string, max int, now time.Time) (bool, int, error) {
 	c := &s.pending
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -145,11 +145,11 @@ func (g *refusalAlerts) pass(key string, now time.Time) (bool, int) {
 // refuseDiscovery raises the security alert of a refused discovery in env
 // (reason names the kind, what says it), at most one per
 // refusalAlertEvery and kind.
-func (s *Server) refuseDiscovery(ctx context.Context, env, reason, what string) {
-	s.metrics.security.Inc()
+func (s *Ingester) refuseDiscovery(ctx context.Context, env, reason, what string) {
+	s.metrics.Security()
 	ok, held := s.refusals.pass(env+"/"+reason, time.Now())
 	if !ok {
-		s.metrics.securityHeld.Inc()
+		s.metrics.SecurityHeld()
 		return
 	}
 	if held > 0 {
@@ -161,12 +161,12 @@ func (s *Server) refuseDiscovery(ctx context.Context, env, reason, what string) 
 // pendingPage is how many pending agents one statement forgets.
 const pendingPage = 500
 
-// sweepPending forgets env's pending agents not heard from for expiry, and
+// SweepPending forgets env's pending agents not heard from for expiry, and
 // deletes what an older server declared for them on the broker. Once per
 // leadership (first) it also deletes the inboxes of every pending agent:
 // servers before this one declared an inbox at every pending agent's
 // hello, which stays on the broker until deleted.
-func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Duration, first bool) {
+func (s *Ingester) SweepPending(ctx context.Context, env string, expiry time.Duration, first bool) {
 	before, total := time.Now().Add(-expiry), 0
 	for ctx.Err() == nil {
 		names, err := s.store.ExpirePendingAgents(ctx, env, before, pendingPage)

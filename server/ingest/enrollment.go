@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server/enroll"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/trust"
 )
@@ -55,7 +56,7 @@ type greeting struct {
 // hello records a discovered agent and, when the environment's enrollment
 // policy accepts it, enrolls it and hands it to the scheduler. It handles
 // a hello, decoded and its signature verified by the key it presents.
-func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) error {
+func (s *Ingester) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) error {
 	if err := checkHello(body); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
@@ -116,7 +117,7 @@ func checkHello(body bus.Hello) error {
 // readHello reads the agent's record and asks the hello table what the
 // hello does to it: a refusal raises a security alert and dead-letters the
 // hello.
-func (s *Server) readHello(ctx context.Context, g *greeting) error {
+func (s *Ingester) readHello(ctx context.Context, g *greeting) error {
 	e, body := g.e, g.body
 	g.since = s.agents.since(e.Env, e.Agent)
 	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
@@ -248,7 +249,7 @@ func (g *greeting) take() {
 // its token when the table says so, and bounds the agents the server does
 // not know: beyond the discovery rate or max_pending, one is not
 // recorded.
-func (s *Server) admit(ctx context.Context, g *greeting) error {
+func (s *Ingester) admit(ctx context.Context, g *greeting) error {
 	a, e := &g.a, g.e
 	if len(g.was.KeyAgreementKey) == 0 && len(g.body.KeyAgreementKey) > 0 && g.wasAccepted && g.step != enroll.Discover {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(g.body.KeyAgreementKey)).
@@ -297,7 +298,7 @@ func (s *Server) admit(ctx context.Context, g *greeting) error {
 }
 
 // admission carries out what the admission table decided.
-func (s *Server) admission(ctx context.Context, g *greeting, then enroll.Admission) error {
+func (s *Ingester) admission(ctx context.Context, g *greeting, then enroll.Admission) error {
 	a := &g.a
 	switch then {
 	case enroll.Accept:
@@ -324,7 +325,7 @@ func (s *Server) admission(ctx context.Context, g *greeting, then enroll.Admissi
 // writeHello writes the record the hello made, if it is still the one
 // read, and what goes with it: a new key's sequence started over, its
 // rollover's switch, the old key cut off, the inbox of an accepted agent.
-func (s *Server) writeHello(ctx context.Context, g *greeting) error {
+func (s *Ingester) writeHello(ctx context.Context, g *greeting) error {
 	a, rekeyed := &g.a, g.step == enroll.Rekey
 	if rekeyed {
 		if err := s.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
@@ -374,7 +375,7 @@ func (s *Server) writeHello(ctx context.Context, g *greeting) error {
 // answer tells the agent what became of its hello: refused, waiting for
 // an operator, or enrolled (its compile triggered when it was just
 // accepted, or its facts changed).
-func (s *Server) answer(ctx context.Context, g *greeting) error {
+func (s *Ingester) answer(ctx context.Context, g *greeting) error {
 	a := g.a
 	rekeyed := g.step == enroll.Rekey
 	if rekeyed {
@@ -391,7 +392,7 @@ func (s *Server) answer(ctx context.Context, g *greeting) error {
 	if g.refusal != "" {
 		s.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", g.refusal).
 			Msg("agent not enrolled")
-		s.feed.Publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: g.refusal})
+		s.feed.Publish(event.Event{Kind: event.AgentDiscovered, Env: a.Env, Agent: a.Name, Error: g.refusal})
 		told := bus.Rejected{Reason: g.refusal}
 		if g.protocolRefused != nil {
 			told.Protocol = bus.Protocol
@@ -401,14 +402,14 @@ func (s *Server) answer(ctx context.Context, g *greeting) error {
 	if a.State != record.AgentAccepted {
 		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 			Msg("agent discovered; waiting for an operator to accept it")
-		s.feed.Publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
+		s.feed.Publish(event.Event{Kind: event.AgentDiscovered, Env: a.Env, Agent: a.Name})
 		return nil
 	}
 	switch {
 	case !g.wasAccepted:
-		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
+		s.trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
 	case g.factsChanged:
-		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+		s.trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
 	return s.enroll(ctx, a, g.e.ID)
 }
