@@ -4,8 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/server/ingest"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/trust"
 )
 
 // The ingest of what agents send is package ingest's: the server hands
@@ -81,3 +83,8 @@ func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agen
 func (s *Server) RotateKey(ctx context.Context, env, name string) (record.Agent, error) {
 	return s.ingester.RotateKey(ctx, env, name)
 }
+
+var (
+	_ ingest.Keys = (*trust.Keys)(nil)
+	_ ingest.Bus  = bus.Bus(nil)
+)

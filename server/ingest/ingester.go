@@ -264,5 +264,3 @@ func (s *Ingester) deleteInbox(ctx context.Context, env, name string) error {
 	}
 	return nil
 }
-
-var _ Bus = bus.Bus(nil)
