@@ -16,14 +16,14 @@ import (
 // delete.
 
 // AgentAction accepts, rejects, pauses or resumes an agent.
-func (s *Ingester) AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error) {
+func (in *Ingester) AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error) {
 	if !action.Valid() {
 		return record.Agent{}, fmt.Errorf("%w: agent action %q", model.ErrInvalid, action)
 	}
-	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
+	unlock := sync.OnceFunc(in.agentLocks.lock(env, name))
 	defer unlock()
-	since := s.agents.since(env, name)
-	a, err := s.store.GetAgent(ctx, env, name)
+	since := in.agents.since(env, name)
+	a, err := in.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err
 	}
@@ -56,10 +56,10 @@ func (s *Ingester) AgentAction(ctx context.Context, env, name string, action rec
 	if err != nil {
 		return a, err
 	}
-	if err := s.store.SetAgentState(ctx, a, was, events...); err != nil {
+	if err := in.store.SetAgentState(ctx, a, was, events...); err != nil {
 		return a, err
 	}
-	s.agents.putRead(a, since)
+	in.agents.putRead(a, since)
 	unlock()
 	switch action {
 	case record.AgentAccept:
@@ -71,21 +71,21 @@ func (s *Ingester) AgentAction(ctx context.Context, env, name string, action rec
 		// heard from gets it at its first hello, as commands for it
 		// would only pile up.
 		if was.Connected || was.State == record.AgentRejected {
-			if err := s.bus.DeclareInbox(ctx, env, name); err != nil {
-				s.log.Warn().Err(err).Str("agent", name).Msg("cannot declare the accepted agent's inbox; it is declared on its next hello")
+			if err := in.bus.DeclareInbox(ctx, env, name); err != nil {
+				in.log.Warn().Err(err).Str("agent", name).Msg("cannot declare the accepted agent's inbox; it is declared on its next hello")
 			}
 		}
-		if err := s.enroll(ctx, a, ""); err != nil {
-			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
+		if err := in.enroll(ctx, a, ""); err != nil {
+			in.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
 		}
 	case record.AgentReject:
-		if err := s.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}, wasAccepted); err != nil {
-			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
+		if err := in.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}, wasAccepted); err != nil {
+			in.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
 		}
-		s.revoke(ctx, env, name)
+		in.revoke(ctx, env, name)
 	case record.AgentPause, record.AgentResume:
 		halted := false
-		if e, err := s.store.GetEnv(ctx, env); err == nil {
+		if e, err := in.store.GetEnv(ctx, env); err == nil {
 			halted = e.Settings.Halted
 		}
 		switch {
@@ -93,22 +93,22 @@ func (s *Ingester) AgentAction(ctx context.Context, env, name string, action rec
 			// The halt keeps it paused; the environment's resume
 			// resumes it.
 		case a.Paused:
-			if err := s.sched.Pause(ctx, env, name, true); err != nil {
-				s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its pause; it is on its next hello")
+			if err := in.sched.Pause(ctx, env, name, true); err != nil {
+				in.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its pause; it is on its next hello")
 			}
 		default:
-			if err := s.sched.Pause(ctx, env, name, false); err != nil {
-				s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its resume")
+			if err := in.sched.Pause(ctx, env, name, false); err != nil {
+				in.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its resume")
 			} else {
-				s.catchup(ctx, env, name)
+				in.catchup(ctx, env, name)
 			}
 		}
 	}
-	s.feed.Logged(changed)
+	in.feed.Logged(changed)
 	if action == record.AgentAccept || wasAccepted {
 		// The live inventory changed: the model may place resources
 		// on the agent, or take them away.
-		s.trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+		in.trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}
 	return a, nil
 }
@@ -119,10 +119,10 @@ func (s *Ingester) AgentAction(ctx context.Context, env, name string, action rec
 // the broker's management API. Its claim queue is the agent's own (exclusive to its
 // connection): it goes with the connection. An agent that says hello
 // again is a new one: pending, or accepted as the enrollment policy says.
-func (s *Ingester) DeleteAgent(ctx context.Context, env, name string) (record.Agent, error) {
-	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
+func (in *Ingester) DeleteAgent(ctx context.Context, env, name string) (record.Agent, error) {
+	unlock := sync.OnceFunc(in.agentLocks.lock(env, name))
 	defer unlock()
-	a, err := s.store.GetAgent(ctx, env, name)
+	a, err := in.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return a, err
 	}
@@ -131,31 +131,31 @@ func (s *Ingester) DeleteAgent(ctx context.Context, env, name string) (record.Ag
 	if err != nil {
 		return a, err
 	}
-	if err := s.store.DeleteAgent(ctx, env, name, events...); err != nil {
+	if err := in.store.DeleteAgent(ctx, env, name, events...); err != nil {
 		return a, err
 	}
-	s.agents.forget(env, name)
+	in.agents.forget(env, name)
 	unlock()
-	if err := s.deleteInbox(ctx, env, name); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
+	if err := in.deleteInbox(ctx, env, name); err != nil {
+		in.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
 	}
-	if s.cfg.Broker != nil {
+	if in.cfg.Broker != nil {
 		// Once: should it come back, it is a new agent, not one to keep
 		// out.
-		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
+		in.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
 	}
-	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
-	s.feed.Logged(deleted)
+	in.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
+	in.feed.Logged(deleted)
 	if a.State == record.AgentAccepted {
-		s.trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
+		in.trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
 	}
 	return a, nil
 }
 
 // catchup deploys what an agent missed while paused, now: an operator's
 // resume does not wait for the next deploy-interval retry.
-func (s *Ingester) catchup(ctx context.Context, env string, names ...string) {
-	if _, err := s.sched.Catchup(ctx, env, names...); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Strs("agents", names).Msg("what was missed while paused is not deployed now; it is with the next deploy-interval retry or deploy")
+func (in *Ingester) catchup(ctx context.Context, env string, names ...string) {
+	if _, err := in.sched.Catchup(ctx, env, names...); err != nil {
+		in.log.Warn().Err(err).Str("env", env).Strs("agents", names).Msg("what was missed while paused is not deployed now; it is with the next deploy-interval retry or deploy")
 	}
 }

@@ -25,53 +25,53 @@ import (
 
 // Handle ingests one event. A nil return acknowledges it; ErrReject
 // dead-letters it; any other error returns it to the queue for a retry.
-func (s *Ingester) Handle(ctx context.Context, d bus.Delivery) error {
+func (in *Ingester) Handle(ctx context.Context, d bus.Delivery) error {
 	e := d.Envelope
-	if s.dedup.Has(e.ID) {
-		s.count(e.Kind, "duplicate")
-		s.handled.Add(1)
+	if in.dedup.Has(e.ID) {
+		in.count(e.Kind, "duplicate")
+		in.handled.Add(1)
 		return nil
 	}
 	// What is refused, and alerted, is the sender's (origin.go).
 	ctx = withOrigin(ctx, &origin{d: d})
-	err := s.ingest(ctx, e)
+	err := in.ingest(ctx, e)
 	refused := errors.Is(err, bus.ErrReject)
 	var from publisher
 	if refused {
-		from = s.senderOf(ctx, e)
+		from = in.senderOf(ctx, e)
 	}
 	switch {
 	case err == nil:
-		s.count(e.Kind, "ok")
-	case refused && !s.flood.deadLetter(from.env, from.agent, time.Now()):
+		in.count(e.Kind, "ok")
+	case refused && !in.flood.deadLetter(from.env, from.agent, time.Now()):
 		// A flood of refused events: the first of each window are
 		// dead-lettered for inspection, the rest dropped.
-		s.count(e.Kind, "dropped")
+		in.count(e.Kind, "dropped")
 		err = nil
 	case errors.Is(err, bus.ErrReject):
-		s.count(e.Kind, "rejected")
+		in.count(e.Kind, "rejected")
 	default:
-		s.count(e.Kind, "retry")
+		in.count(e.Kind, "retry")
 	}
 	if err == nil || errors.Is(err, bus.ErrReject) {
-		s.dedup.Add(e.ID) // final: a redelivery changes nothing
-		s.handled.Add(1)
+		in.dedup.Add(e.ID) // final: a redelivery changes nothing
+		in.handled.Add(1)
 	}
 	return err
 }
 
-func (s *Ingester) count(k bus.Kind, outcome string) {
-	s.metrics.Event(string(k), outcome)
+func (in *Ingester) count(k bus.Kind, outcome string) {
+	in.metrics.Event(string(k), outcome)
 }
 
-func (s *Ingester) ingest(ctx context.Context, e *bus.Envelope) error {
+func (in *Ingester) ingest(ctx context.Context, e *bus.Envelope) error {
 	if o := originOf(ctx); o != nil {
 		// Where the broker vouches for the publisher, an event from
 		// another agent's login is refused whatever key signed it (a key
 		// in other hands, a captured message replayed): nothing it says
 		// — its sequence number least of all — is believed.
-		if from, ok := s.published(o.d); ok && (from.env != e.Env || from.agent != e.Agent) {
-			s.security(ctx, e, fmt.Sprintf("a %s claiming to be agent %s/%s came from another agent's broker login: refused", e.Kind, e.Env, e.Agent))
+		if from, ok := in.published(o.d); ok && (from.env != e.Env || from.agent != e.Agent) {
+			in.security(ctx, e, fmt.Sprintf("a %s claiming to be agent %s/%s came from another agent's broker login: refused", e.Kind, e.Env, e.Agent))
 			return fmt.Errorf("%w: %s: published by agent %s/%s's broker login", bus.ErrReject, e, from.env, from.agent)
 		}
 	}
@@ -85,23 +85,23 @@ func (s *Ingester) ingest(ctx context.Context, e *bus.Envelope) error {
 		if err := bus.Verify(e, body.PublicKey); err != nil {
 			return fmt.Errorf("%w: hello not signed by the key it presents: %w", bus.ErrReject, err)
 		}
-		if s.helloOverRate(ctx, e, body) || s.helloRepeated(ctx, e, body) {
+		if in.helloOverRate(ctx, e, body) || in.helloRepeated(ctx, e, body) {
 			return nil
 		}
-		return s.hello(ctx, e, body)
+		return in.hello(ctx, e, body)
 	}
-	a, cached, err := s.agents.get(ctx, e.Env, e.Agent)
+	a, cached, err := in.agents.get(ctx, e.Env, e.Agent)
 	if errors.Is(err, model.ErrNotFound) {
-		s.security(ctx, e, "event from an unknown agent")
+		in.security(ctx, e, "event from an unknown agent")
 		return fmt.Errorf("%w: %s: unknown agent", bus.ErrReject, e)
 	}
 	if err != nil {
 		return err
 	}
-	byPrevious, err := s.verifyAgent(ctx, &a, cached, e)
+	byPrevious, err := in.verifyAgent(ctx, &a, cached, e)
 	if errors.Is(err, bus.ErrBadSignature) {
 		markClaimed(ctx, false)
-		s.security(ctx, e, "event signed by another key than the agent's")
+		in.security(ctx, e, "event signed by another key than the agent's")
 		return fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
 	if err != nil {
@@ -109,7 +109,7 @@ func (s *Ingester) ingest(ctx context.Context, e *bus.Envelope) error {
 	}
 	markClaimed(ctx, true)
 	if err := checkSeq(a, e.Seq); err != nil {
-		s.security(ctx, e, err.Error())
+		in.security(ctx, e, err.Error())
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
 	if e.Kind == bus.KindSecurity && a.State != record.AgentRejected {
@@ -123,31 +123,31 @@ func (s *Ingester) ingest(ctx context.Context, e *bus.Envelope) error {
 		for i := range told {
 			told[i] = model.Clip(told[i], 300)
 		}
-		s.security(ctx, e, fmt.Sprintf("agent %s refused %d command(s) not from this server or taking it back: %s",
+		in.security(ctx, e, fmt.Sprintf("agent %s refused %d command(s) not from this server or taking it back: %s",
 			a.Name, body.Count, strings.Join(told, "; ")))
 		if a.State == record.AgentAccepted {
-			s.heard(a, e)
+			in.heard(a, e)
 		}
 		return nil
 	}
 	if a.State != record.AgentAccepted {
 		return fmt.Errorf("%w: %s: agent %s is %s", bus.ErrReject, e, a.Name, a.State)
 	}
-	if !s.flood.allow(a.Env, a.Name, time.Now()) {
-		s.count(e.Kind, "over_rate")
-		s.security(ctx, e, fmt.Sprintf("agent %s sends more than %g events a second: the excess is dropped", a.Name, s.flood.rate))
+	if !in.flood.allow(a.Env, a.Name, time.Now()) {
+		in.count(e.Kind, "over_rate")
+		in.security(ctx, e, fmt.Sprintf("agent %s sends more than %g events a second: the excess is dropped", a.Name, in.flood.rate))
 		// Dropped, yet signed by the agent: it lives.
-		s.heard(a, e)
+		in.heard(a, e)
 		return nil
 	}
 	if numberedBehind(a, e) {
-		s.resync(ctx, a, e)
+		in.resync(ctx, a, e)
 	}
-	if err := s.agentEvent(ctx, a, e, byPrevious); err != nil {
+	if err := in.agentEvent(ctx, a, e, byPrevious); err != nil {
 		return err
 	}
 	if e.Kind != bus.KindGoodbye {
-		s.heard(a, e)
+		in.heard(a, e)
 	}
 	return nil
 }
@@ -158,14 +158,14 @@ func (s *Ingester) ingest(ctx context.Context, e *bus.Envelope) error {
 // second (seenWriter). Only an event numbered past every one recorded of
 // the agent counts: a captured event replayed (it verifies: the agent
 // signed it once) must not keep a host that went silent looking alive.
-func (s *Ingester) heard(a record.Agent, e *bus.Envelope) {
+func (in *Ingester) heard(a record.Agent, e *bus.Envelope) {
 	seq := int64(e.Seq)
 	if seq <= a.LastSeq {
 		return
 	}
 	now := time.Now().UTC()
-	s.seen.mark(a.Env, a.Name, seq, now)
-	s.agents.update(a.Env, a.Name, func(c *record.Agent) {
+	in.seen.mark(a.Env, a.Name, seq, now)
+	in.agents.update(a.Env, a.Name, func(c *record.Agent) {
 		if seq > c.LastSeq {
 			c.LastSeen, c.LastSeq = now, seq
 		}
@@ -173,34 +173,34 @@ func (s *Ingester) heard(a record.Agent, e *bus.Envelope) {
 }
 
 // agentEvent handles an event of an accepted agent, verified.
-func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope, byPrevious bool) error {
+func (in *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelope, byPrevious bool) error {
 	switch e.Kind {
 	case bus.KindResourceStatus, bus.KindDryRunResult:
 		var body bus.ResourceStatus
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return s.results(ctx, a, e, body)
+		return in.results(ctx, a, e, body)
 	case bus.KindCompliance:
 		var body bus.Compliance
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return s.compliance(ctx, a, e, body)
+		return in.compliance(ctx, a, e, body)
 	case bus.KindStateRequest:
-		return s.sched.StateRequest(ctx, a.Env, a.Name)
+		return in.sched.StateRequest(ctx, a.Env, a.Name)
 	case bus.KindKeyRollover:
 		var body bus.KeyRollover
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return s.rollover(ctx, a, e, body, byPrevious)
+		return in.rollover(ctx, a, e, body, byPrevious)
 	case bus.KindServerRolloverAck:
 		var body bus.ServerRolloverAck
 		if err := e.DecodeBody(&body); err != nil {
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
-		return s.keys.RolloverAck(ctx, a, e, body)
+		return in.keys.RolloverAck(ctx, a, e, body)
 	case bus.KindHeartbeat:
 		var body bus.Heartbeat
 		if err := e.DecodeBody(&body); err != nil {
@@ -212,7 +212,7 @@ func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelo
 			// with the others' within a second.
 			return nil
 		}
-		_, err := s.Touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+		_, err := in.Touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = true
 			if body.Protocol != "" {
 				// Older agents say neither: what their hello said stands.
@@ -222,7 +222,7 @@ func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelo
 		})
 		return err
 	case bus.KindGoodbye:
-		latest, err := s.Touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+		latest, err := in.Touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			a.Connected = false
 			return true
 		})
@@ -232,7 +232,7 @@ func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelo
 			// disconnects nothing.
 			return err
 		}
-		s.feed.Publish(event.Event{Kind: event.AgentOffline, Env: a.Env, Agent: a.Name})
+		in.feed.Publish(event.Event{Kind: event.AgentOffline, Env: a.Env, Agent: a.Name})
 		return nil
 	case bus.KindFacts:
 		var body bus.Facts
@@ -243,7 +243,7 @@ func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelo
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
 		newer, changed := false, false
-		if _, err := s.Touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
+		if _, err := in.Touch(ctx, a.Env, a.Name, e.Seq, func(a *record.Agent) bool {
 			if int64(e.Seq) <= a.FactsSeq {
 				// Older than the facts recorded (delivered late, or a
 				// captured report replayed): they stay.
@@ -256,13 +256,13 @@ func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelo
 		}); err != nil || !newer {
 			return err
 		}
-		s.feed.Publish(event.Event{Kind: event.AgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
+		in.feed.Publish(event.Event{Kind: event.AgentChanged, Env: a.Env, Agent: a.Name, Error: "facts"})
 		if changed {
-			s.trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+			in.trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 		}
 		return nil
 	default:
-		s.log.Info().Str("kind", string(e.Kind)).Str("agent", a.Name).Msg("event kind not handled by this server version; ignored")
+		in.log.Info().Str("kind", string(e.Kind)).Str("agent", a.Name).Msg("event kind not handled by this server version; ignored")
 		return nil
 	}
 }
@@ -280,10 +280,10 @@ func (s *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envelo
 // and replayed — is not news of now: whether the agent is connected, its
 // version and when it was seen stay as they are. It reports whether the
 // event was the latest (and fn wrote).
-func (s *Ingester) Touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) (bool, error) {
-	defer s.agentLocks.lock(env, name)()
-	since := s.agents.since(env, name)
-	a, err := s.store.GetAgent(ctx, env, name)
+func (in *Ingester) Touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) (bool, error) {
+	defer in.agentLocks.lock(env, name)()
+	since := in.agents.since(env, name)
+	a, err := in.store.GetAgent(ctx, env, name)
 	if err != nil {
 		return false, err
 	}
@@ -300,10 +300,10 @@ func (s *Ingester) Touch(ctx context.Context, env, name string, seq uint64, fn f
 	if a.ServerKeysSeq < read.ServerKeysSeq {
 		a.ServerKeys, a.ServerKeysSeq = read.ServerKeys, read.ServerKeysSeq
 	}
-	if known, err := s.store.SetAgentReport(ctx, a); err != nil || !known {
+	if known, err := in.store.SetAgentReport(ctx, a); err != nil || !known {
 		return false, err // not known: deleted meanwhile, and not brought back
 	}
-	s.agents.putRead(a, since)
+	in.agents.putRead(a, since)
 	return latest, nil
 }
 
@@ -312,12 +312,12 @@ func (s *Ingester) Touch(ctx context.Context, env, name string, seq uint64, fn f
 // lock, so that no read-modify-write of this server puts the older one
 // back), not a read and a write of the whole record, and the cached copy
 // takes it, so the agent's next reports write nothing.
-func (s *Ingester) recordGeneration(ctx context.Context, a record.Agent, generation int64) error {
-	defer s.agentLocks.lock(a.Env, a.Name)()
-	if _, err := s.store.SetAgentGeneration(ctx, a.Env, a.Name, generation); err != nil {
+func (in *Ingester) recordGeneration(ctx context.Context, a record.Agent, generation int64) error {
+	defer in.agentLocks.lock(a.Env, a.Name)()
+	if _, err := in.store.SetAgentGeneration(ctx, a.Env, a.Name, generation); err != nil {
 		return err
 	}
-	s.agents.update(a.Env, a.Name, func(c *record.Agent) { c.Generation = generation })
+	in.agents.update(a.Env, a.Name, func(c *record.Agent) { c.Generation = generation })
 	return nil
 }
 
@@ -340,12 +340,12 @@ type answerWaiter interface {
 // were busiest. An inbox emptied meanwhile (deleted and declared again,
 // or read) gets the hello handled in full: a repeat is never what stands
 // between an agent and its answer.
-func (s *Ingester) helloRepeated(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
-	w, ok := s.bus.(answerWaiter)
+func (in *Ingester) helloRepeated(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
+	w, ok := in.bus.(answerWaiter)
 	if !ok || body.Repeats == 0 {
 		return false
 	}
-	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
+	a, _, err := in.agents.get(ctx, e.Env, e.Agent)
 	if err != nil || a.State != record.AgentAccepted || !a.Connected || a.LastSeq <= 0 || body.Repeats > uint64(a.LastSeq) ||
 		!bytes.Equal(a.PublicKey, body.PublicKey) || !bytes.Equal(a.KeyAgreementKey, body.KeyAgreementKey) ||
 		a.Generation != body.Generation || !sameFacts(a.Labels, a.Facts, body.Labels, body.Facts) ||
@@ -356,8 +356,8 @@ func (s *Ingester) helloRepeated(ctx context.Context, e *bus.Envelope, body bus.
 	if err != nil || !waiting {
 		return false
 	}
-	s.seen.mark(a.Env, a.Name, int64(e.Seq), time.Now().UTC())
-	s.count(e.Kind, "repeated")
+	in.seen.mark(a.Env, a.Name, int64(e.Seq), time.Now().UTC())
+	in.count(e.Kind, "repeated")
 	return true
 }
 
@@ -373,10 +373,10 @@ const maxVersionLen = 100
 // more (once its cache expired: closeRevoked closes it again meanwhile).
 // What fails is logged: the new key is the agent's whatever the broker
 // says.
-func (s *Ingester) startOver(ctx context.Context, a record.Agent, held []byte) {
-	s.cutOff(ctx, revocation{env: a.Env, name: a.Name, key: held, why: "another key took the agent's name"})
-	if err := s.deleteInbox(ctx, a.Env, a.Name); err != nil {
-		s.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
+func (in *Ingester) startOver(ctx context.Context, a record.Agent, held []byte) {
+	in.cutOff(ctx, revocation{env: a.Env, name: a.Name, key: held, why: "another key took the agent's name"})
+	if err := in.deleteInbox(ctx, a.Env, a.Name); err != nil {
+		in.log.Error().Err(err).Str("env", a.Env).Str("agent", a.Name).
 			Msg("cannot delete the inbox of an agent whose name took another key: what was queued for the old key stays there")
 	}
 }
@@ -393,18 +393,18 @@ func keyName(pub []byte) string {
 // refuse tells an agent it is not enrolled, so it slows its hellos down:
 // in its inbox when it has one (inbox: it was accepted), else through its
 // claim queue (pending.go), which reaches it while it is connected.
-func (s *Ingester) refuse(ctx context.Context, a record.Agent, body bus.Rejected, inbox bool) error {
-	e, err := s.signer.Seal(bus.KindRejected, a.Env, a.Name, body)
+func (in *Ingester) refuse(ctx context.Context, a record.Agent, body bus.Rejected, inbox bool) error {
+	e, err := in.signer.Seal(bus.KindRejected, a.Env, a.Name, body)
 	if err != nil {
 		return err
 	}
 	if !inbox {
-		if err := s.tell(ctx, e); err != nil {
-			s.log.Info().Err(err).Str("env", a.Env).Str("agent", a.Name).Msg("refused agent not told; it is told at its next hello")
+		if err := in.tell(ctx, e); err != nil {
+			in.log.Info().Err(err).Str("env", a.Env).Str("agent", a.Name).Msg("refused agent not told; it is told at its next hello")
 		}
 		return nil
 	}
-	if err := s.bus.Send(ctx, e, bus.SendOptions{Expiration: time.Hour}); err != nil && !errors.Is(err, bus.ErrNoInbox) {
+	if err := in.bus.Send(ctx, e, bus.SendOptions{Expiration: time.Hour}); err != nil && !errors.Is(err, bus.ErrNoInbox) {
 		return err
 	}
 	return nil
@@ -413,27 +413,27 @@ func (s *Ingester) refuse(ctx context.Context, a record.Agent, body bus.Rejected
 // enroll tells an accepted agent so, with the server's key (answering
 // hello, when a hello brought it), then hands it to the scheduler, which
 // sends what it misses.
-func (s *Ingester) enroll(ctx context.Context, a record.Agent, hello string) error {
-	body, err := s.enrolled(ctx, a, hello)
+func (in *Ingester) enroll(ctx context.Context, a record.Agent, hello string) error {
+	body, err := in.enrolled(ctx, a, hello)
 	if err != nil {
 		return err
 	}
 	// The rollover of the server's key comes with it, when the agent
 	// lacks it (AnswerHello).
-	if err := s.keys.AnswerHello(ctx, a, body); err != nil {
+	if err := in.keys.AnswerHello(ctx, a, body); err != nil {
 		return err
 	}
 	paused := *body.Paused
 	// Agents older than the pause in the answer learn it this way.
 	if paused {
-		if err := s.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
+		if err := in.sched.Pause(ctx, a.Env, a.Name, true); err != nil {
 			return err
 		}
 	}
-	if err := s.sched.Online(ctx, a); err != nil {
+	if err := in.sched.Online(ctx, a); err != nil {
 		return err
 	}
-	s.feed.Publish(event.Event{Kind: event.AgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
+	in.feed.Publish(event.Event{Kind: event.AgentOnline, Env: a.Env, Agent: a.Name, Generation: a.Generation})
 	return nil
 }
 
@@ -441,13 +441,13 @@ func (s *Ingester) enroll(ctx context.Context, a record.Agent, hello string) err
 // answer to hello, when a hello brought it): the server's key, the last
 // sequence number accepted from it, the environment's incarnation and the
 // version it is to hold, whether it is paused, the drift policy.
-func (s *Ingester) enrolled(ctx context.Context, a record.Agent, hello string) (bus.Enrolled, error) {
-	env, err := s.store.GetEnv(ctx, a.Env)
+func (in *Ingester) enrolled(ctx context.Context, a record.Agent, hello string) (bus.Enrolled, error) {
+	env, err := in.store.GetEnv(ctx, a.Env)
 	if err != nil {
 		return bus.Enrolled{}, err
 	}
 	var released int64
-	switch v, err := s.store.ReleasedVersion(ctx, a.Env); {
+	switch v, err := in.store.ReleasedVersion(ctx, a.Env); {
 	case err == nil:
 		released = v.Number
 	case !errors.Is(err, model.ErrNotFound):
@@ -455,7 +455,7 @@ func (s *Ingester) enrolled(ctx context.Context, a record.Agent, hello string) (
 	}
 	// An agent a staged rollout has not reached holds the version it is
 	// pinned to: told the released one, it would refuse its own as older.
-	if pin, ok, err := s.store.AgentPin(ctx, a.Env, a.Name); err != nil {
+	if pin, ok, err := in.store.AgentPin(ctx, a.Env, a.Name); err != nil {
 		return bus.Enrolled{}, err
 	} else if ok {
 		released = pin
@@ -467,12 +467,12 @@ func (s *Ingester) enrolled(ctx context.Context, a record.Agent, hello string) (
 
 // results records a batch of results, tells agents waiting on them, and
 // publishes them live.
-func (s *Ingester) results(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.ResourceStatus) error {
+func (in *Ingester) results(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.ResourceStatus) error {
 	for i := range body.Results {
 		// A well-signed report about another agent's resource is a
 		// compromised or misconfigured agent: nothing of it is recorded.
 		if id := body.Results[i].ID; id.Agent != a.Name {
-			s.security(ctx, e, "results for another agent's resource "+id.String())
+			in.security(ctx, e, "results for another agent's resource "+id.String())
 			return fmt.Errorf("%w: %s: agent %s reported %s, which is not its resource", bus.ErrReject, e, a.Name, id)
 		}
 		body.Results[i].DryRun = e.Kind == bus.KindDryRunResult
@@ -491,41 +491,41 @@ func (s *Ingester) results(ctx context.Context, a record.Agent, e *bus.Envelope,
 	if body.Done {
 		logged = append(logged, done)
 	}
-	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
+	fresh, err := in.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation,
 		DeployID: body.DeployID, Results: body.Results, Done: body.Done, Error: body.Error}, logged)
 	if err != nil || !fresh {
 		return err
 	}
-	s.metrics.Results(len(body.Results))
+	in.metrics.Results(len(body.Results))
 	// The generation held is the latest batch's word: an older one,
 	// handled late, or replayed once its number was forgotten (after
 	// KeepIngested), says nothing of now.
 	if body.Generation != a.Generation && e.Kind == bus.KindResourceStatus && int64(e.Seq) > a.LastSeq {
-		if err := s.recordGeneration(ctx, a, body.Generation); err != nil {
-			s.log.Warn().Err(err).Str("agent", a.Name).Msg("cannot record the generation the agent holds; its next hello will")
+		if err := in.recordGeneration(ctx, a, body.Generation); err != nil {
+			in.log.Warn().Err(err).Str("agent", a.Name).Msg("cannot record the generation the agent holds; its next hello will")
 		}
 	}
-	if err := s.sched.ResultsRecorded(ctx, a.Env, body.Results); err != nil {
-		s.log.Warn().Err(err).Msg("cannot tell waiting agents about results")
+	if err := in.sched.ResultsRecorded(ctx, a.Env, body.Results); err != nil {
+		in.log.Warn().Err(err).Msg("cannot tell waiting agents about results")
 	}
 	for i := range body.Results {
 		r := base
 		r.Kind, r.Result = event.Result, &body.Results[i]
-		s.feed.Logged(r)
+		in.feed.Logged(r)
 	}
 	if body.Done {
-		s.feed.Logged(done)
+		in.feed.Logged(done)
 	}
 	return nil
 }
 
 // compliance records an agent's drift reports as alerts, which set the
 // resources' compliance, and publishes them live.
-func (s *Ingester) compliance(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.Compliance) error {
+func (in *Ingester) compliance(ctx context.Context, a record.Agent, e *bus.Envelope, body bus.Compliance) error {
 	alerts := make([]record.Alert, 0, len(body.Reports))
 	for _, r := range body.Reports {
 		if r.ID.Agent != a.Name {
-			s.security(ctx, e, "drift report about another agent's resource "+r.ID.String())
+			in.security(ctx, e, "drift report about another agent's resource "+r.ID.String())
 			return fmt.Errorf("%w: %s: agent %s reported drift of %s, which is not its resource", bus.ErrReject, e, a.Name, r.ID)
 		}
 		if !r.Compliance.Valid() || r.Compliance == model.ComplianceUnknown {
@@ -543,12 +543,12 @@ func (s *Ingester) compliance(ctx context.Context, a record.Agent, e *bus.Envelo
 	for i := range alerts {
 		drifts[i] = event.Event{Kind: event.Drift, At: now, Env: a.Env, Agent: a.Name, Generation: body.Generation, Alert: &alerts[i]}
 	}
-	fresh, err := s.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts}, drifts)
+	fresh, err := in.commit(ctx, store.ResultBatch{Env: a.Env, Agent: a.Name, Seq: e.Seq, Version: body.Generation, Alerts: alerts}, drifts)
 	if err != nil || !fresh {
 		return err
 	}
 	for _, d := range drifts {
-		s.feed.Logged(d)
+		in.feed.Logged(d)
 	}
 	return nil
 }
@@ -612,7 +612,7 @@ func driftMessage(r bus.DriftReport) string {
 // commit writes one batch with whatever other batches are waiting (group
 // commit), and events to the event log in its transaction, and reports
 // whether it was new (if not, the events were logged when it was).
-func (s *Ingester) commit(ctx context.Context, b store.ResultBatch, events []event.Event) (bool, error) {
+func (in *Ingester) commit(ctx context.Context, b store.ResultBatch, events []event.Event) (bool, error) {
 	if err := store.CheckBatch(&b); err != nil {
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}
@@ -623,7 +623,7 @@ func (s *Ingester) commit(ctx context.Context, b store.ResultBatch, events []eve
 		}
 		b.Events = append(b.Events, le)
 	}
-	fresh, err := s.committer.commit(ctx, b)
+	fresh, err := in.committer.commit(ctx, b)
 	if errors.Is(err, model.ErrInvalid) {
 		return false, fmt.Errorf("%w: %w", bus.ErrReject, err)
 	}

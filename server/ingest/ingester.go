@@ -210,20 +210,20 @@ type agentListener interface {
 // closed again, the held-back alerts summed up, the store's notices of
 // agents changed, and the bound on agents' broker connections. The
 // consumers calling Handle are the caller's.
-func (s *Ingester) Run(ctx context.Context) {
+func (in *Ingester) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(4)
-	go func() { defer wg.Done(); s.committer.run(ctx) }()
-	go func() { defer wg.Done(); s.seen.run(ctx) }()
-	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
-	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()
-	if l, ok := s.store.(agentListener); ok {
+	go func() { defer wg.Done(); in.committer.run(ctx) }()
+	go func() { defer wg.Done(); in.seen.run(ctx) }()
+	go func() { defer wg.Done(); in.closeRevoked(ctx) }()
+	go func() { defer wg.Done(); in.sumUpAlerts(ctx) }()
+	if l, ok := in.store.(agentListener); ok {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = l.ListenAgents(ctx, s.agents.setListening, s.agents.forget) }()
+		go func() { defer wg.Done(); _ = l.ListenAgents(ctx, in.agents.setListening, in.agents.forget) }()
 	}
-	if s.cfg.Broker != nil && s.cfg.MaxAgentConnections > 0 {
+	if in.cfg.Broker != nil && in.cfg.MaxAgentConnections > 0 {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.boundConnections(ctx) }()
+		go func() { defer wg.Done(); in.boundConnections(ctx) }()
 	}
 	wg.Wait()
 }
@@ -238,17 +238,17 @@ type Stats struct {
 }
 
 // Stats returns the ingest counters.
-func (s *Ingester) Stats() Stats {
-	return Stats{Events: s.handled.Load(), Transactions: s.committer.commits.Load(), Written: s.committer.written.Load()}
+func (in *Ingester) Stats() Stats {
+	return Stats{Events: in.handled.Load(), Transactions: in.committer.commits.Load(), Written: in.committer.written.Load()}
 }
 
 // AgentLogins says the server answers the broker's authentication
 // backend: agents log in as themselves, so the routing key of what they
 // publish names its sender (origin.go).
-func (s *Ingester) AgentLogins() { s.agentLogins.Store(true) }
+func (in *Ingester) AgentLogins() { in.agentLogins.Store(true) }
 
 // ForgetEnv drops the copies of env's agents (env was deleted).
-func (s *Ingester) ForgetEnv(env string) { s.agents.forgetEnv(env) }
+func (in *Ingester) ForgetEnv(env string) { in.agents.forgetEnv(env) }
 
 // inboxDeleter is a bus that can delete an agent's inbox (found by type
 // assertion).
@@ -258,8 +258,8 @@ type inboxDeleter interface {
 
 // deleteInbox deletes env/name's inbox with what it holds, where the bus
 // can; a bus that cannot has nothing kept per agent.
-func (s *Ingester) deleteInbox(ctx context.Context, env, name string) error {
-	if d, ok := s.bus.(inboxDeleter); ok {
+func (in *Ingester) deleteInbox(ctx context.Context, env, name string) error {
+	if d, ok := in.bus.(inboxDeleter); ok {
 		return d.DeleteInbox(ctx, env, name)
 	}
 	return nil
