@@ -65,6 +65,7 @@ var rules = map[string]rule{
 	"server/event":                      {internal: []string{"model", "server/record"}},
 	"server/enroll":                     {internal: []string{"server/record"}},
 	"server/release":                    {internal: []string{"bus", "model", "server/record", "server/event", "server/scheduler", "server/store"}},
+	"server/ingest":                     {internal: []string{"bus", "model", "model/secret", "server/enroll", "server/event", "server/record", "server/scheduler", "server/store", "server/trust"}},
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/trust":                      {internal: []string{"bus", "model", "model/secret", "server/event", "server/record"}},
 	"server/brokerauth":                 {internal: []string{"bus", "model", "server/record"}},

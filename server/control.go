@@ -3,9 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
-	"sync"
 
-	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
 )
@@ -69,104 +67,6 @@ func (s *Server) catchup(ctx context.Context, env string, names ...string) {
 	}
 }
 
-// AgentAction accepts, rejects, pauses or resumes an agent.
-func (s *Server) AgentAction(ctx context.Context, env, name string, action record.AgentAction) (record.Agent, error) {
-	if !action.Valid() {
-		return record.Agent{}, fmt.Errorf("%w: agent action %q", model.ErrInvalid, action)
-	}
-	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
-	defer unlock()
-	since := s.agents.since(env, name)
-	a, err := s.store.GetAgent(ctx, env, name)
-	if err != nil {
-		return a, err
-	}
-	was := a
-	wasAccepted := false // a rejected agent leaves the inventory
-	switch action {
-	case record.AgentAccept:
-		if a.State == record.AgentAccepted {
-			return a, nil
-		}
-		a.State = record.AgentAccepted
-	case record.AgentReject:
-		wasAccepted = a.State == record.AgentAccepted
-		a.State = record.AgentRejected
-	case record.AgentPause, record.AgentResume:
-		if a.State != record.AgentAccepted {
-			return a, fmt.Errorf("%w: agent %s is %s: accept it first", model.ErrConflict, name, a.State)
-		}
-		a.Paused = action == record.AgentPause
-	}
-	if a.State == record.AgentAccepted {
-		a.Note = ""
-	} else if a.State == record.AgentRejected {
-		a.Note = "rejected by an operator"
-	}
-	// The decision alone is written: what the agent reported meanwhile
-	// (through another replica) stays. Its event is logged with it.
-	changed := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: string(action)}
-	events, err := inLog(&changed)
-	if err != nil {
-		return a, err
-	}
-	if err := s.store.SetAgentState(ctx, a, was, events...); err != nil {
-		return a, err
-	}
-	s.agents.putRead(a, since)
-	unlock()
-	switch action {
-	case record.AgentAccept:
-		// Enrolled now; it gets its state at once if connected, else on
-		// its next hello. A pending agent has no inbox (pending.go), a
-		// rejected one had it deleted, and the agent may not declare
-		// it: the server declares it now for an agent that said hello
-		// (which nudges it to look for it), or was rejected; one never
-		// heard from gets it at its first hello, as commands for it
-		// would only pile up.
-		if was.Connected || was.State == record.AgentRejected {
-			if err := s.bus.DeclareInbox(ctx, env, name); err != nil {
-				s.log.Warn().Err(err).Str("agent", name).Msg("cannot declare the accepted agent's inbox; it is declared on its next hello")
-			}
-		}
-		if err := s.enroll(ctx, a, ""); err != nil {
-			s.log.Info().Err(err).Str("agent", name).Msg("accepted agent is not connected; it is enrolled on its next hello")
-		}
-	case record.AgentReject:
-		if err := s.refuse(ctx, a, bus.Rejected{Reason: "rejected by an operator"}, wasAccepted); err != nil {
-			s.log.Info().Err(err).Str("agent", name).Msg("rejected agent not told; it is on its next hello")
-		}
-		s.revoke(ctx, env, name)
-	case record.AgentPause, record.AgentResume:
-		halted := false
-		if e, err := s.store.GetEnv(ctx, env); err == nil {
-			halted = e.Settings.Halted
-		}
-		switch {
-		case !a.Paused && halted:
-			// The halt keeps it paused; the environment's resume
-			// resumes it.
-		case a.Paused:
-			if err := s.sched.Pause(ctx, env, name, true); err != nil {
-				s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its pause; it is on its next hello")
-			}
-		default:
-			if err := s.sched.Pause(ctx, env, name, false); err != nil {
-				s.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its resume")
-			} else {
-				s.catchup(ctx, env, name)
-			}
-		}
-	}
-	s.logged(changed)
-	if action == record.AgentAccept || wasAccepted {
-		// The live inventory changed: the model may place resources
-		// on the agent, or take them away.
-		s.compiles.Trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
-	}
-	return a, nil
-}
-
 // DeleteEnv deletes an environment with everything in it, and its agents'
 // inboxes from the broker: an agent of a deleted environment has nothing
 // left to read, and its hello is refused. Their connections are not
@@ -181,7 +81,7 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 	if err := s.store.DeleteEnv(ctx, name); err != nil {
 		return err
 	}
-	s.agents.forgetEnv(name)
+	s.ingester.ForgetEnv(name)
 	s.compiles.ForgetSource(ctx, name)
 	if d, ok := s.bus.(inboxDeleter); ok {
 		for i, a := range agents {
@@ -195,45 +95,6 @@ func (s *Server) DeleteEnv(ctx context.Context, name string) error {
 	}
 	s.log.Info().Str("env", name).Int("agents", len(agents)).Msg("environment deleted, with its agents' inboxes")
 	return nil
-}
-
-// DeleteAgent forgets an agent: its record and what it reported go from
-// the store (store.DeleteAgent), its inbox (with what was queued for it)
-// from the broker, and its connections are closed where the server has
-// the broker's management API. Its claim queue is the agent's own (exclusive to its
-// connection): it goes with the connection. An agent that says hello
-// again is a new one: pending, or accepted as the enrollment policy says.
-func (s *Server) DeleteAgent(ctx context.Context, env, name string) (record.Agent, error) {
-	unlock := sync.OnceFunc(s.agentLocks.lock(env, name))
-	defer unlock()
-	a, err := s.store.GetAgent(ctx, env, name)
-	if err != nil {
-		return a, err
-	}
-	deleted := Event{Kind: EventAgentChanged, Env: env, Agent: name, Error: "deleted"}
-	events, err := inLog(&deleted)
-	if err != nil {
-		return a, err
-	}
-	if err := s.store.DeleteAgent(ctx, env, name, events...); err != nil {
-		return a, err
-	}
-	s.agents.forget(env, name)
-	unlock()
-	if err := s.deleteInbox(ctx, env, name); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the deleted agent's inbox; delete the queue on the broker")
-	}
-	if s.cfg.Broker != nil {
-		// Once: should it come back, it is a new agent, not one to keep
-		// out.
-		s.closeConnections(ctx, revocation{env: env, name: name, why: "the agent was deleted"})
-	}
-	s.log.Info().Str("env", env).Str("agent", name).Str("was", string(a.State)).Msg("agent deleted")
-	s.logged(deleted)
-	if a.State == record.AgentAccepted {
-		s.compiles.Trigger(ctx, env, record.Trigger{Kind: record.TriggerAgent, By: name})
-	}
-	return a, nil
 }
 
 // RefreshFacts asks an accepted agent to report its facts again and

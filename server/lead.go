@@ -17,7 +17,7 @@ import (
 // advisory lock, held by a connection, lost when that connection or the
 // process dies). The leader runs the environment's periodic triggers:
 // deploy interval (retry failed and unfinished) and repair interval (verify
-// everything), and forgets pending agents past pending_expiry (pending.go).
+// everything), and forgets pending agents past pending_expiry (server/ingest/pending.go).
 // Reactive scheduling (releases, agents coming online,
 // operators' deploys) runs on whichever replica receives it: it is
 // idempotent.
@@ -156,7 +156,7 @@ func (s *Server) schedule(ctx context.Context, env string, lease store.Lease) {
 		}
 		e, err := s.store.GetEnv(ctx, env)
 		if err == nil && time.Since(lastPendingSweep) >= s.cfg.PendingSweep {
-			s.sweepPending(ctx, env, time.Duration(e.Settings.PendingExpiry), lastPendingSweep.IsZero())
+			s.ingester.SweepPending(ctx, env, time.Duration(e.Settings.PendingExpiry), lastPendingSweep.IsZero())
 			lastPendingSweep = time.Now()
 		}
 		if err == nil {

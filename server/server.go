@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -34,6 +33,7 @@ import (
 	"github.com/tetherhq/tether/server/brokerauth"
 	"github.com/tetherhq/tether/server/compile"
 	"github.com/tetherhq/tether/server/event"
+	"github.com/tetherhq/tether/server/ingest"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/release"
@@ -112,7 +112,7 @@ type Config struct {
 	Broker BrokerAdmin
 	// MaxAgentConnections bounds the broker connections of one agent
 	// (its environment and name, whatever key it logs in with) where
-	// Broker is set: beyond, the newest are closed (see brokerconns.go).
+	// Broker is set: beyond, the newest are closed (see server/ingest/brokerconns.go).
 	// Zero takes the default, 2 (a primary and a standby); negative: no
 	// bound.
 	MaxAgentConnections int
@@ -129,38 +129,14 @@ type Config struct {
 	Webhooks notify.SenderConfig
 }
 
-// BrokerAdmin does to the broker what its clients cannot.
-type BrokerAdmin interface {
-	// CloseAgentConnections closes the connections of env/name logged in
-	// with key, or with any key when key is nil, and returns how many.
-	CloseAgentConnections(ctx context.Context, env, name string, key ed25519.PublicKey) (int, error)
-	// Connections lists the broker's client connections.
-	Connections(ctx context.Context) ([]bus.BrokerConnection, error)
-	// CloseConnection closes one connection, telling its client reason;
-	// one gone already is no error.
-	CloseConnection(ctx context.Context, name, reason string) error
-}
-
-// agentListener is a store that tells of changes of agents' records made
-// by any process (found by type assertion; PostgreSQL's does): the ingest
-// path's copies of agents are then trusted longer (AgentCacheListenTTL).
-type agentListener interface {
-	ListenAgents(ctx context.Context, listening func(bool), changed func(env, name string)) error
-}
+// BrokerAdmin does to the broker what its clients cannot (see package
+// ingest).
+type BrokerAdmin = ingest.BrokerAdmin
 
 // inboxDeleter is a bus that can delete an agent's inbox (found by type
 // assertion).
 type inboxDeleter interface {
 	DeleteInbox(ctx context.Context, env, agent string) error
-}
-
-// deleteInbox deletes env/name's inbox with what it holds, where the bus
-// can; a bus that cannot has nothing kept per agent.
-func (s *Server) deleteInbox(ctx context.Context, env, name string) error {
-	if d, ok := s.bus.(inboxDeleter); ok {
-		return d.DeleteInbox(ctx, env, name)
-	}
-	return nil
 }
 
 // Default returns the configuration New uses for zero (or negative)
@@ -220,39 +196,20 @@ func (c Config) Validate() error {
 
 // Server is one server process's core.
 type Server struct {
-	cfg        Config
-	store      store.Store
-	bus        bus.Bus
-	sched      *scheduler.Scheduler
-	signer     *bus.Signer
-	feed       *Feed
-	stream     *notify.Stream
-	sender     *notify.Sender
-	dedup      *bus.Dedup
-	agents     *agentCache
-	agentLocks *agentLocks
-	committer  *committer
-	seen       *seenWriter
+	cfg    Config
+	store  store.Store
+	bus    bus.Bus
+	sched  *scheduler.Scheduler
+	signer *bus.Signer
+	feed   *Feed
+	stream *notify.Stream
+	sender *notify.Sender
+	// ingester ingests what agents send (package ingest).
+	ingester *ingest.Ingester
 	// notifyTurn holds the one RunNotify running.
 	notifyTurn chan struct{}
 	log        zerolog.Logger
 	metrics    *Metrics
-	handled    atomic.Uint64
-	// flood bounds what one sender costs (see flood.go).
-	flood *floodGuard
-	// agentLogins says the server answers the broker's authentication
-	// backend (BrokerAuth): agents log in as themselves, and the broker
-	// lets each publish under its own name only (origin.go).
-	agentLogins atomic.Bool
-	// resynced bounds how often an agent is told to number past (seqsync.go).
-	resynced resyncs
-	// pending counts pending agents for their cap, and refusals gates
-	// the alerts of refused discoveries (pending.go).
-	pending  pendingCounts
-	refusals refusalAlerts
-	// revoked takes rejected agents whose connections closeRevoked
-	// closes again.
-	revoked chan revocation
 	// releases releases versions; Run runs their fan-outs.
 	releases *release.Releaser
 	// compiles compiles environments' models while Run runs and the
@@ -286,41 +243,20 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 		store:      st,
 		bus:        b,
 		signer:     signer,
-		dedup:      bus.NewDedup(1 << 16),
-		agents:     newAgentCache(st, cfg.AgentCacheTTL, cfg.AgentCacheListenTTL),
-		agentLocks: new(agentLocks),
-		committer:  newCommitter(st, cfg.MaxBatch, cfg.Writers, m),
-		seen:       newSeenWriter(st, log),
 		notifyTurn: make(chan struct{}, 1),
 		log:        log,
 		metrics:    m,
-		revoked:    make(chan revocation, 256),
-		flood:      newFloodGuard(cfg.FloodWindow, cfg.AgentEventRate),
 	}
 	s.sender = notify.NewSender(st, cfg.Webhooks, log)
 	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
-	s.committer.logged = s.stream.Appended
 	s.feed = event.NewFeed(s.logEvent, s.stream.Appended)
 	s.keys = trust.New(trust.Config{Keyring: cfg.Keyring, Refresh: cfg.SigningKeyRefresh},
 		trust.Services{Store: st, Bus: b, Signer: signer, Feed: s.feed, Touch: s.touch, RecordFailed: s.recordFailed, Log: log})
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
 	s.compiles = s.newCompiler()
+	s.ingester = s.newIngester()
 	return s, nil
-}
-
-// IngestStats counts what the ingest path did since the server started.
-type IngestStats struct {
-	// Events handled for good: written, duplicates dropped, rejected.
-	Events uint64 `json:"events"`
-	// Transactions that wrote events, and the events they wrote.
-	Transactions uint64 `json:"transactions"`
-	Written      uint64 `json:"written"`
-}
-
-// IngestStats returns the ingest counters.
-func (s *Server) IngestStats() IngestStats {
-	return IngestStats{Events: s.handled.Load(), Transactions: s.committer.commits.Load(), Written: s.committer.written.Load()}
 }
 
 // Metrics returns the server's metrics.
@@ -357,22 +293,11 @@ func (s *Server) Run(parent context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(7)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.keys.Watch(ctx) }()
-	go func() { defer wg.Done(); s.committer.run(ctx) }()
-	go func() { defer wg.Done(); s.seen.run(ctx) }()
+	go func() { defer wg.Done(); s.ingester.Run(ctx) }()
 	go func() { defer wg.Done(); s.releases.Run(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()
-	go func() { defer wg.Done(); s.closeRevoked(ctx) }()
-	go func() { defer wg.Done(); s.sumUpAlerts(ctx) }()
-	if l, ok := s.store.(agentListener); ok {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = l.ListenAgents(ctx, s.agents.setListening, s.agents.forget) }()
-	}
-	if s.cfg.Broker != nil && s.cfg.MaxAgentConnections > 0 {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.boundConnections(ctx) }()
-	}
 	defer wg.Wait()
 
 	consumers := []bus.Queue{bus.QueueCompliance}
@@ -381,7 +306,7 @@ func (s *Server) Run(parent context.Context) error {
 	}
 	errs := make(chan error, len(consumers))
 	for _, q := range consumers {
-		go func() { errs <- s.bus.ConsumeEvents(ctx, q, s.handle) }()
+		go func() { errs <- s.bus.ConsumeEvents(ctx, q, s.ingester.Handle) }()
 	}
 	err = <-errs
 	cancel()
@@ -514,7 +439,7 @@ func (s *Server) Deploy(ctx context.Context, env string, req scheduler.DeployReq
 func (s *Server) BrokerAuth(cfg brokerauth.Config) (*brokerauth.Backend, error) {
 	b, err := brokerauth.New(cfg, s.store, s, s.log)
 	if err == nil {
-		s.agentLogins.Store(true)
+		s.ingester.AgentLogins()
 	}
 	return b, err
 }

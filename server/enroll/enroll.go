@@ -4,7 +4,7 @@
 // whether the agent is then enrolled (state × policy × token → an
 // admission). It decides; it does nothing: no store, no broker, no clock
 // of its own. The server reads the record, asks, and carries the step out
-// (server/enrollment.go), so that every way in and out of enrollment is in
+// (server/ingest/enrollment.go), so that every way in and out of enrollment is in
 // the two tables below, each row tested.
 package enroll
 

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -43,23 +43,23 @@ const toldFor = time.Minute
 
 // tell has an agent without an inbox hear e, where the bus can; an agent
 // not connected hears it at its next hello.
-func (s *Server) tell(ctx context.Context, e *bus.Envelope) error {
-	if t, ok := s.bus.(teller); ok {
+func (in *Ingester) tell(ctx context.Context, e *bus.Envelope) error {
+	if t, ok := in.bus.(teller); ok {
 		return t.Tell(ctx, e, toldFor)
 	}
 	return nil
 }
 
 // deleteInboxes deletes env's agents' inboxes with what they hold.
-func (s *Server) deleteInboxes(ctx context.Context, env string, names []string) error {
+func (in *Ingester) deleteInboxes(ctx context.Context, env string, names []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	if d, ok := s.bus.(inboxesDeleter); ok {
+	if d, ok := in.bus.(inboxesDeleter); ok {
 		return d.DeleteInboxes(ctx, env, names)
 	}
 	for _, n := range names {
-		if err := s.deleteInbox(ctx, env, n); err != nil {
+		if err := in.deleteInbox(ctx, env, n); err != nil {
 			return err
 		}
 	}
@@ -89,13 +89,13 @@ type pendingCount struct {
 // under one lock: hellos handled at once cannot all take the last place.
 // (Replicas count apart: with several, the bound is approximate, by at
 // most what the others recorded within pendingCountFor.)
-func (s *Server) reservePending(ctx context.Context, env string, max int, now time.Time) (bool, int, error) {
-	c := &s.pending
+func (in *Ingester) reservePending(ctx context.Context, env string, max int, now time.Time) (bool, int, error) {
+	c := &in.pending
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	got, ok := c.m[env]
 	if !ok || now.Sub(got.at) >= pendingCountFor {
-		n, err := s.store.CountAgents(ctx, env, record.AgentPending)
+		n, err := in.store.CountAgents(ctx, env, record.AgentPending)
 		if err != nil {
 			return false, 0, err
 		}
@@ -145,42 +145,42 @@ func (g *refusalAlerts) pass(key string, now time.Time) (bool, int) {
 // refuseDiscovery raises the security alert of a refused discovery in env
 // (reason names the kind, what says it), at most one per
 // refusalAlertEvery and kind.
-func (s *Server) refuseDiscovery(ctx context.Context, env, reason, what string) {
-	s.metrics.security.Inc()
-	ok, held := s.refusals.pass(env+"/"+reason, time.Now())
+func (in *Ingester) refuseDiscovery(ctx context.Context, env, reason, what string) {
+	in.metrics.Security()
+	ok, held := in.refusals.pass(env+"/"+reason, time.Now())
 	if !ok {
-		s.metrics.securityHeld.Inc()
+		in.metrics.SecurityHeld()
 		return
 	}
 	if held > 0 {
 		what += fmt.Sprintf(" (%d more refused since the last alert of this kind)", held)
 	}
-	s.alertSecurity(ctx, env, discoveryName, what, what)
+	in.alertSecurity(ctx, env, discoveryName, what, what)
 }
 
 // pendingPage is how many pending agents one statement forgets.
 const pendingPage = 500
 
-// sweepPending forgets env's pending agents not heard from for expiry, and
+// SweepPending forgets env's pending agents not heard from for expiry, and
 // deletes what an older server declared for them on the broker. Once per
 // leadership (first) it also deletes the inboxes of every pending agent:
 // servers before this one declared an inbox at every pending agent's
 // hello, which stays on the broker until deleted.
-func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Duration, first bool) {
+func (in *Ingester) SweepPending(ctx context.Context, env string, expiry time.Duration, first bool) {
 	before, total := time.Now().Add(-expiry), 0
 	for ctx.Err() == nil {
-		names, err := s.store.ExpirePendingAgents(ctx, env, before, pendingPage)
+		names, err := in.store.ExpirePendingAgents(ctx, env, before, pendingPage)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn().Err(err).Str("env", env).Msg("cannot forget the pending agents not heard from; retrying in a minute")
+				in.log.Warn().Err(err).Str("env", env).Msg("cannot forget the pending agents not heard from; retrying in a minute")
 			}
 			return
 		}
 		for _, n := range names {
-			s.agents.forget(env, n)
+			in.agents.forget(env, n)
 		}
-		if err := s.deleteInboxes(ctx, env, names); err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Str("env", env).Msg("cannot delete the inboxes of forgotten pending agents (declared by an older server); they go with the environment")
+		if err := in.deleteInboxes(ctx, env, names); err != nil && ctx.Err() == nil {
+			in.log.Warn().Err(err).Str("env", env).Msg("cannot delete the inboxes of forgotten pending agents (declared by an older server); they go with the environment")
 		}
 		total += len(names)
 		if len(names) < pendingPage {
@@ -188,7 +188,7 @@ func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Durat
 		}
 	}
 	if total > 0 {
-		s.log.Info().Str("env", env).Int("agents", total).Dur("pending_expiry", expiry).
+		in.log.Info().Str("env", env).Int("agents", total).Dur("pending_expiry", expiry).
 			Msg("forgot pending agents not heard from within pending_expiry")
 	}
 	if !first {
@@ -196,10 +196,10 @@ func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Durat
 	}
 	cleaned := 0
 	for after := ""; ctx.Err() == nil; {
-		page, err := s.store.ListAgentsAfter(ctx, env, after, pendingPage)
+		page, err := in.store.ListAgentsAfter(ctx, env, after, pendingPage)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn().Err(err).Str("env", env).Msg("cannot list the pending agents whose inboxes an older server declared; trying again at the next lead")
+				in.log.Warn().Err(err).Str("env", env).Msg("cannot list the pending agents whose inboxes an older server declared; trying again at the next lead")
 			}
 			return
 		}
@@ -209,9 +209,9 @@ func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Durat
 				names = append(names, a.Name)
 			}
 		}
-		if err := s.deleteInboxes(ctx, env, names); err != nil {
+		if err := in.deleteInboxes(ctx, env, names); err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn().Err(err).Str("env", env).Msg("cannot delete the inboxes an older server declared for pending agents; trying again at the next lead")
+				in.log.Warn().Err(err).Str("env", env).Msg("cannot delete the inboxes an older server declared for pending agents; trying again at the next lead")
 			}
 			return
 		}
@@ -222,7 +222,7 @@ func (s *Server) sweepPending(ctx context.Context, env string, expiry time.Durat
 		after = page[len(page)-1].Name
 	}
 	if cleaned > 0 {
-		s.log.Info().Str("env", env).Int("agents", cleaned).
+		in.log.Info().Str("env", env).Int("agents", cleaned).
 			Msg("no inbox for pending agents: deleted those an older server declared (each agent gets one when it is accepted)")
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"bytes"
@@ -198,17 +198,17 @@ func (b *bucket) take(rate, burst float64, now time.Time) bool {
 // (its previous key too, while that holds), so nobody without the key can
 // spend an agent's hellos. The others are refused further on, or bounded
 // as discoveries.
-func (s *Server) helloOverRate(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
-	a, _, err := s.agents.get(ctx, e.Env, e.Agent)
+func (in *Ingester) helloOverRate(ctx context.Context, e *bus.Envelope, body bus.Hello) bool {
+	a, _, err := in.agents.get(ctx, e.Env, e.Agent)
 	if err != nil {
 		return false // unknown (bounded as a discovery), or the store away (hello fails on its own)
 	}
 	now := time.Now()
-	if !(bytes.Equal(body.PublicKey, a.PublicKey) || a.PreviousHolds(body.PublicKey, now)) || s.flood.hello(e.Env, e.Agent, now) {
+	if !(bytes.Equal(body.PublicKey, a.PublicKey) || a.PreviousHolds(body.PublicKey, now)) || in.flood.hello(e.Env, e.Agent, now) {
 		return false
 	}
-	s.count(e.Kind, "over_rate")
-	s.security(ctx, e, fmt.Sprintf("agent %s says hello more than %d times at once, then once a second: the excess is dropped", a.Name, helloBurst))
+	in.count(e.Kind, "over_rate")
+	in.security(ctx, e, fmt.Sprintf("agent %s says hello more than %d times at once, then once a second: the excess is dropped", a.Name, helloBurst))
 	return true
 }
 
@@ -237,7 +237,7 @@ func (g *floodGuard) summaries(now time.Time) []summary {
 
 // sumUpAlerts stores, every second until ctx ends, one alert per sender
 // whose held-back alerts' window is over.
-func (s *Server) sumUpAlerts(ctx context.Context) {
+func (in *Ingester) sumUpAlerts(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -245,7 +245,7 @@ func (s *Server) sumUpAlerts(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			for _, sum := range s.flood.summaries(now) {
+			for _, sum := range in.flood.summaries(now) {
 				who := "agent " + sum.agent
 				switch sum.agent {
 				case "":
@@ -254,10 +254,10 @@ func (s *Server) sumUpAlerts(ctx context.Context) {
 					who = "events no key the server knows signed"
 				}
 				msg := fmt.Sprintf("%d more security alerts about %s within %s were counted, not stored one by one; the last: %s",
-					sum.count, who, s.flood.window, sum.last)
-				s.log.Warn().Str("env", sum.env).Str("agent", sum.agent).Int("alerts", sum.count).Msg("security: " + msg)
+					sum.count, who, in.flood.window, sum.last)
+				in.log.Warn().Str("env", sum.env).Str("agent", sum.agent).Int("alerts", sum.count).Msg("security: " + msg)
 				alert := record.Alert{At: now.UTC(), Env: sum.env, Agent: sum.agent, Kind: record.AlertSecurity, Message: msg}
-				s.storeAlert(ctx, alert)
+				in.storeAlert(ctx, alert)
 			}
 		}
 	}

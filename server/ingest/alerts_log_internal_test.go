@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
@@ -24,10 +22,7 @@ func TestSecurityAlertsLoggedWithThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s, err := New(Config{}, st, bus.NewLocal(zerolog.Nop()), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestIngester(t, st)
 	if _, err := s.EnsureEnv(ctx, "prod", record.DefaultEnvSettings()); err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +33,8 @@ func TestSecurityAlertsLoggedWithThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var e Event
-	if len(logged) != 1 || json.Unmarshal(logged[0].Data, &e) != nil || e.Kind != EventSecurity || e.Agent != "web" {
+	var e event.Event
+	if len(logged) != 1 || json.Unmarshal(logged[0].Data, &e) != nil || e.Kind != event.Security || e.Agent != "web" {
 		t.Fatalf("the event log holds %+v after the alert, want its security.alert", logged)
 	}
 	if alerts, err := st.Alerts(ctx, record.AlertFilter{Env: "prod", Kinds: []record.AlertKind{record.AlertSecurity}}); err != nil || len(alerts) != 1 {
@@ -50,7 +45,7 @@ func TestSecurityAlertsLoggedWithThem(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		got, err := sub.Next(wctx)
 		cancel()
-		if err != nil || got.Kind != EventSecurity || got.Env != want {
+		if err != nil || got.Kind != event.Security || got.Env != want {
 			t.Fatalf("the subscriber got %+v (%v), want the security alert of %s", got, err, want)
 		}
 	}

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/secret"
 	"github.com/tetherhq/tether/server/enroll"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/trust"
 )
@@ -55,7 +56,7 @@ type greeting struct {
 // hello records a discovered agent and, when the environment's enrollment
 // policy accepts it, enrolls it and hands it to the scheduler. It handles
 // a hello, decoded and its signature verified by the key it presents.
-func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) error {
+func (in *Ingester) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) error {
 	if err := checkHello(body); err != nil {
 		return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 	}
@@ -63,9 +64,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 	// its version and why, and told so; it is not enrolled, whatever its
 	// state or token (which stays unused).
 	g := &greeting{e: e, body: body, protocolRefused: bus.CheckProtocol(body.Protocol)}
-	env, err := s.store.GetEnv(ctx, e.Env)
+	env, err := in.store.GetEnv(ctx, e.Env)
 	if errors.Is(err, model.ErrNotFound) {
-		s.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
+		in.log.Warn().Str("env", e.Env).Str("agent", e.Agent).Msg("hello for an environment that does not exist")
 		return fmt.Errorf("%w: %s: no environment %q", bus.ErrReject, e, e.Env)
 	}
 	if err != nil {
@@ -75,9 +76,9 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 		return fmt.Errorf("%w: %s: sequence number past the protocol's limit", bus.ErrReject, e)
 	}
 	g.env, g.now = env, time.Now().UTC()
-	unlock := s.agentLocks.lock(e.Env, e.Agent)
+	unlock := in.agentLocks.lock(e.Env, e.Agent)
 	defer unlock()
-	if err := s.readHello(ctx, g); err != nil {
+	if err := in.readHello(ctx, g); err != nil {
 		return err
 	}
 	if g.protocolRefused != nil && int64(e.Seq) <= g.a.LastSeq {
@@ -87,13 +88,13 @@ func (s *Server) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) err
 		return nil
 	}
 	g.take()
-	if err := s.admit(ctx, g); err != nil {
+	if err := in.admit(ctx, g); err != nil {
 		return err
 	}
-	if err := s.writeHello(ctx, g); err != nil {
+	if err := in.writeHello(ctx, g); err != nil {
 		return err
 	}
-	return s.answer(ctx, g)
+	return in.answer(ctx, g)
 }
 
 // checkHello refuses a hello no honest agent says.
@@ -116,10 +117,10 @@ func checkHello(body bus.Hello) error {
 // readHello reads the agent's record and asks the hello table what the
 // hello does to it: a refusal raises a security alert and dead-letters the
 // hello.
-func (s *Server) readHello(ctx context.Context, g *greeting) error {
+func (in *Ingester) readHello(ctx context.Context, g *greeting) error {
 	e, body := g.e, g.body
-	g.since = s.agents.since(e.Env, e.Agent)
-	a, err := s.store.GetAgent(ctx, e.Env, e.Agent)
+	g.since = in.agents.since(e.Env, e.Agent)
+	a, err := in.store.GetAgent(ctx, e.Env, e.Agent)
 	found := err == nil
 	switch {
 	case errors.Is(err, model.ErrNotFound):
@@ -134,7 +135,7 @@ func (s *Server) readHello(ctx context.Context, g *greeting) error {
 	case enroll.Discover:
 		a = record.Agent{Env: e.Env, Name: e.Agent, State: record.AgentPending, PublicKey: body.PublicKey, FirstSeen: g.now}
 	case enroll.Refuse:
-		s.security(ctx, e, refusalMessage(d.Why, a, body))
+		in.security(ctx, e, refusalMessage(d.Why, a, body))
 		return fmt.Errorf("%w: %s %s", bus.ErrReject, e, refusalError(d.Why, a))
 	case enroll.Rekey:
 		// A new key starts a new sequence (once it is accepted): nothing
@@ -148,7 +149,7 @@ func (s *Server) readHello(ctx context.Context, g *greeting) error {
 		// key holds until it does, the record keeps the new one, and its
 		// rollover, which follows this hello, is acknowledged again.
 		if err := checkSeq(a, e.Seq); err != nil {
-			s.security(ctx, e, err.Error())
+			in.security(ctx, e, err.Error())
 			return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
 		}
 	}
@@ -248,16 +249,16 @@ func (g *greeting) take() {
 // its token when the table says so, and bounds the agents the server does
 // not know: beyond the discovery rate or max_pending, one is not
 // recorded.
-func (s *Server) admit(ctx context.Context, g *greeting) error {
+func (in *Ingester) admit(ctx context.Context, g *greeting) error {
 	a, e := &g.a, g.e
 	if len(g.was.KeyAgreementKey) == 0 && len(g.body.KeyAgreementKey) > 0 && g.wasAccepted && g.step != enroll.Discover {
-		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(g.body.KeyAgreementKey)).
+		in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key_agreement_key", keyName(g.body.KeyAgreementKey)).
 			Msg("agent presents a key-agreement key (upgraded): sensitive values are sealed to it from now on")
 	}
 	policy, hasToken := g.env.Settings.Enrollment, g.body.Token != ""
 	if g.protocolRefused != nil {
 		g.refusal = g.protocolRefused.Error()
-	} else if err := s.admission(ctx, g, enroll.Admit(a.State, policy, hasToken)); err != nil {
+	} else if err := in.admission(ctx, g, enroll.Admit(a.State, policy, hasToken)); err != nil {
 		return err
 	}
 	a.Note = enroll.Note(a.State, policy, hasToken, g.refusal)
@@ -265,31 +266,31 @@ func (s *Server) admit(ctx context.Context, g *greeting) error {
 		a.Note, a.Connected = "protocol not supported: "+g.refusal, false
 	}
 	discovered := g.step == enroll.Discover && a.State != record.AgentAccepted
-	if discovered && !s.flood.discover(e.Env, g.now) {
+	if discovered && !in.flood.discover(e.Env, g.now) {
 		// Invented names must not fill the agent list: beyond the
 		// discovery rate, an agent the server does not know is not
 		// recorded (it says hello again later); one with a valid
 		// enrollment token, or in an open environment, is.
-		s.refuseDiscovery(ctx, e.Env, "rate", fmt.Sprintf("agents the server does not know say hello faster than %d a minute (after the first %d) in %s: %s not recorded (it says hello again later)",
+		in.refuseDiscovery(ctx, e.Env, "rate", fmt.Sprintf("agents the server does not know say hello faster than %d a minute (after the first %d) in %s: %s not recorded (it says hello again later)",
 			discoveriesPerMinute, discoveryBurst, e.Env, e.Agent))
 		return fmt.Errorf("%w: %s: too many agents discovered at once", bus.ErrReject, e)
 	}
 	if discovered {
 		// Nor may they, however slowly they come: at most max_pending
 		// wait for an operator at once.
-		ok, n, err := s.reservePending(ctx, e.Env, g.env.Settings.MaxPending, g.now)
+		ok, n, err := in.reservePending(ctx, e.Env, g.env.Settings.MaxPending, g.now)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			s.refuseDiscovery(ctx, e.Env, "max_pending", fmt.Sprintf("%d agents wait for acceptance in %s, its max_pending: %s, not known to the server, is not recorded (it says hello again later); "+
+			in.refuseDiscovery(ctx, e.Env, "max_pending", fmt.Sprintf("%d agents wait for acceptance in %s, its max_pending: %s, not known to the server, is not recorded (it says hello again later); "+
 				"accept or reject those waiting (tether agent list --env %s), or raise max_pending (tether env settings set max_pending N)",
 				n, e.Env, e.Agent, e.Env))
 			return fmt.Errorf("%w: %s: %d agents wait for acceptance already (max_pending)", bus.ErrReject, e, n)
 		}
 	}
 	if g.step == enroll.Rekey && a.State != record.AgentAccepted {
-		s.security(ctx, e, fmt.Sprintf("hello from pending agent %s's name with another key (%s), and an enrollment token that does not hold: %s",
+		in.security(ctx, e, fmt.Sprintf("hello from pending agent %s's name with another key (%s), and an enrollment token that does not hold: %s",
 			a.Name, bus.Fingerprint(g.body.PublicKey), g.refusal))
 		return fmt.Errorf("%w: %s presents another key and no valid token", bus.ErrReject, e)
 	}
@@ -297,7 +298,7 @@ func (s *Server) admit(ctx context.Context, g *greeting) error {
 }
 
 // admission carries out what the admission table decided.
-func (s *Server) admission(ctx context.Context, g *greeting, then enroll.Admission) error {
+func (in *Ingester) admission(ctx context.Context, g *greeting, then enroll.Admission) error {
 	a := &g.a
 	switch then {
 	case enroll.Accept:
@@ -305,11 +306,11 @@ func (s *Server) admission(ctx context.Context, g *greeting, then enroll.Admissi
 	case enroll.Rejected:
 		g.refusal = "rejected by an operator"
 	case enroll.UseToken:
-		tok, err := s.store.UseEnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token), g.now)
+		tok, err := in.store.UseEnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token), g.now)
 		switch {
 		case err == nil:
 			a.State = record.AgentAccepted
-			s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
+			in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
 		case errors.Is(err, model.ErrNotFound):
 			g.refusal = "unknown or revoked enrollment token"
 		case errors.Is(err, model.ErrConflict):
@@ -324,37 +325,37 @@ func (s *Server) admission(ctx context.Context, g *greeting, then enroll.Admissi
 // writeHello writes the record the hello made, if it is still the one
 // read, and what goes with it: a new key's sequence started over, its
 // rollover's switch, the old key cut off, the inbox of an accepted agent.
-func (s *Server) writeHello(ctx context.Context, g *greeting) error {
+func (in *Ingester) writeHello(ctx context.Context, g *greeting) error {
 	a, rekeyed := &g.a, g.step == enroll.Rekey
 	if rekeyed {
-		if err := s.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
+		if err := in.store.ResetSequence(ctx, a.Env, a.Name); err != nil {
 			return err
 		}
 		// A mark of the old key not written yet would put its number
 		// back, and the new key's events would be older news.
-		s.seen.forget(a.Env, a.Name)
+		in.seen.forget(a.Env, a.Name)
 	}
-	if wrote, err := s.store.UpsertAgentIf(ctx, *a, g.was); err != nil {
+	if wrote, err := in.store.UpsertAgentIf(ctx, *a, g.was); err != nil {
 		return err
 	} else if !wrote {
 		// Handled again, from the record as it is now.
 		return fmt.Errorf("hello of %s/%s: its record changed meanwhile (an operator's action?); trying again", a.Env, a.Name)
 	}
 	if rekeyed {
-		if ok, err := s.store.SetAgentKey(ctx, *a, g.heldKey); err != nil {
+		if ok, err := in.store.SetAgentKey(ctx, *a, g.heldKey); err != nil {
 			return err
 		} else if !ok {
 			return fmt.Errorf("hello of %s/%s: its key changed meanwhile; trying again", a.Env, a.Name)
 		}
 	}
-	s.agents.putRead(*a, g.since)
+	in.agents.putRead(*a, g.since)
 	if g.switched {
-		if err := s.markSwitched(ctx, a, g.now); err != nil {
+		if err := in.markSwitched(ctx, a, g.now); err != nil {
 			return err
 		}
 	}
 	if rekeyed {
-		s.startOver(ctx, *a, g.heldKey)
+		in.startOver(ctx, *a, g.heldKey)
 	}
 	// The server alone declares inboxes, with their arguments, and binds
 	// them (an agent may only read its own): the answer to this hello, and
@@ -364,7 +365,7 @@ func (s *Server) writeHello(ctx context.Context, g *greeting) error {
 	// gets its inbox when it is accepted. A rejected one has no business
 	// on the broker.
 	if a.State == record.AgentAccepted {
-		if err := s.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
+		if err := in.bus.DeclareInbox(ctx, a.Env, a.Name); err != nil {
 			return fmt.Errorf("declare the inbox of %s/%s: %w", a.Env, a.Name, err)
 		}
 	}
@@ -374,41 +375,41 @@ func (s *Server) writeHello(ctx context.Context, g *greeting) error {
 // answer tells the agent what became of its hello: refused, waiting for
 // an operator, or enrolled (its compile triggered when it was just
 // accepted, or its facts changed).
-func (s *Server) answer(ctx context.Context, g *greeting) error {
+func (in *Ingester) answer(ctx context.Context, g *greeting) error {
 	a := g.a
 	rekeyed := g.step == enroll.Rekey
 	if rekeyed {
-		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Msg("agent presents a new key; its sequence starts over")
+		in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Msg("agent presents a new key; its sequence starts over")
 	}
 	if g.wentBack != "" {
-		s.security(ctx, g.e, g.wentBack)
+		in.security(ctx, g.e, g.wentBack)
 	} else if g.body.Generation == 0 && g.heldBefore > 0 && !rekeyed && !g.stale {
 		// An empty journal: a standby that took over, or a journal
 		// started over. Not a step back anyone could force.
-		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Int64("held_before", g.heldBefore).
+		in.log.Info().Str("env", a.Env).Str("agent", a.Name).Int64("held_before", g.heldBefore).
 			Msg("agent starts from an empty journal; it is sent its whole desired state")
 	}
 	if g.refusal != "" {
-		s.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", g.refusal).
+		in.log.Warn().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).Str("reason", g.refusal).
 			Msg("agent not enrolled")
-		s.feed.Publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name, Error: g.refusal})
+		in.feed.Publish(event.Event{Kind: event.AgentDiscovered, Env: a.Env, Agent: a.Name, Error: g.refusal})
 		told := bus.Rejected{Reason: g.refusal}
 		if g.protocolRefused != nil {
 			told.Protocol = bus.Protocol
 		}
-		return s.refuse(ctx, a, told, a.State == record.AgentAccepted)
+		return in.refuse(ctx, a, told, a.State == record.AgentAccepted)
 	}
 	if a.State != record.AgentAccepted {
-		s.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
+		in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("key", bus.Fingerprint(a.PublicKey)).
 			Msg("agent discovered; waiting for an operator to accept it")
-		s.feed.Publish(Event{Kind: EventAgentDiscovered, Env: a.Env, Agent: a.Name})
+		in.feed.Publish(event.Event{Kind: event.AgentDiscovered, Env: a.Env, Agent: a.Name})
 		return nil
 	}
 	switch {
 	case !g.wasAccepted:
-		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
+		in.trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerAgent, By: a.Name})
 	case g.factsChanged:
-		s.compiles.Trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
+		in.trigger(ctx, a.Env, record.Trigger{Kind: record.TriggerFacts, By: a.Name})
 	}
-	return s.enroll(ctx, a, g.e.ID)
+	return in.enroll(ctx, a, g.e.ID)
 }

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -45,34 +45,34 @@ type revocation struct {
 // What fails is logged: the agent is rejected in the store whatever the
 // broker says, and where the broker asks the server about each agent it
 // cannot log in again.
-func (s *Server) revoke(ctx context.Context, env, name string) {
-	s.cutOff(ctx, revocation{env: env, name: name, why: "the agent was rejected"})
-	if err := s.deleteInbox(ctx, env, name); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
+func (in *Ingester) revoke(ctx context.Context, env, name string) {
+	in.cutOff(ctx, revocation{env: env, name: name, why: "the agent was rejected"})
+	if err := in.deleteInbox(ctx, env, name); err != nil {
+		in.log.Warn().Err(err).Str("env", env).Str("agent", name).Msg("cannot delete the rejected agent's inbox")
 	}
 }
 
 // cutOff closes r's connections now (when the server has the broker's
 // management API) and hands r to closeRevoked to close again what
 // connects meanwhile.
-func (s *Server) cutOff(ctx context.Context, r revocation) {
-	if s.cfg.Broker == nil {
+func (in *Ingester) cutOff(ctx context.Context, r revocation) {
+	if in.cfg.Broker == nil {
 		return
 	}
-	s.closeConnections(ctx, r)
+	in.closeConnections(ctx, r)
 	r.at = time.Now()
 	select {
-	case s.revoked <- r:
+	case in.revoked <- r:
 	default: // Run is not running, or a storm of cut-offs: once is done
 	}
 }
 
-func (s *Server) closeConnections(ctx context.Context, r revocation) {
+func (in *Ingester) closeConnections(ctx context.Context, r revocation) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	n, err := s.cfg.Broker.CloseAgentConnections(ctx, r.env, r.name, r.key)
-	s.metrics.brokerClosed.WithLabelValues("revoked").Add(float64(n))
-	log := s.log.With().Str("env", r.env).Str("agent", r.name).Str("why", r.why).Logger()
+	n, err := in.cfg.Broker.CloseAgentConnections(ctx, r.env, r.name, r.key)
+	in.metrics.BrokerClosed("revoked", n)
+	log := in.log.With().Str("env", r.env).Str("agent", r.name).Str("why", r.why).Logger()
 	if r.key != nil {
 		log = log.With().Str("key", bus.Fingerprint(r.key)).Logger()
 	}
@@ -86,7 +86,7 @@ func (s *Server) closeConnections(ctx context.Context, r revocation) {
 
 // closeRevoked closes again the connections cut off lately, on the
 // reclose schedule, until ctx ends.
-func (s *Server) closeRevoked(ctx context.Context) {
+func (in *Ingester) closeRevoked(ctx context.Context) {
 	var pending []revocation
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -94,13 +94,13 @@ func (s *Server) closeRevoked(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-s.revoked:
+		case r := <-in.revoked:
 			pending = append(pending, r)
 		case now := <-tick.C:
 			kept := pending[:0]
 			for _, r := range pending {
 				if now.Sub(r.at) >= reclose[r.next] {
-					s.closeConnections(ctx, r)
+					in.closeConnections(ctx, r)
 					r.next++
 				}
 				if r.next < len(reclose) {

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
+	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store/sqlite"
 )
@@ -30,10 +29,7 @@ func TestIngestLogsInItsTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s, err := New(Config{}, st, bus.NewLocal(zerolog.Nop()), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestIngester(t, st)
 	if _, err := s.EnsureEnv(ctx, "prod", record.DefaultEnvSettings()); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +84,7 @@ func TestIngestLogsInItsTransaction(t *testing.T) {
 	if strings.Join(kinds, " ") != "resource.results deploy.done compliance.drift" {
 		t.Fatalf("the log when the commits returned: %v, want resource.results deploy.done compliance.drift", kinds)
 	}
-	for _, want := range []EventKind{EventResult, EventResult, EventResult, EventDeployDone, EventDrift} {
+	for _, want := range []event.Kind{event.Result, event.Result, event.Result, event.DeployDone, event.Drift} {
 		e, err := sub.Next(ctx)
 		if err != nil || e.Kind != want {
 			t.Fatalf("subscriber got %s (%v), want %s", e.Kind, err, want)

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -62,19 +62,19 @@ func numberedBehind(a record.Agent, e *bus.Envelope) bool {
 
 // resync tells the agent a, whose heartbeat e is numbered behind, to
 // number past the highest number accepted from it.
-func (s *Server) resync(ctx context.Context, a record.Agent, e *bus.Envelope) {
-	if !s.resynced.due(a.Env, a.Name, time.Now()) {
+func (in *Ingester) resync(ctx context.Context, a record.Agent, e *bus.Envelope) {
+	if !in.resynced.due(a.Env, a.Name, time.Now()) {
 		return
 	}
-	s.security(ctx, e, fmt.Sprintf("agent %s's heartbeat is numbered %d, far below the %d accepted from its key: a message numbered %d was signed with its key "+
+	in.security(ctx, e, fmt.Sprintf("agent %s's heartbeat is numbered %d, far below the %d accepted from its key: a message numbered %d was signed with its key "+
 		"elsewhere (its key in other hands? rotate it: tether agent rotate-key %s --env %s), or an old heartbeat was replayed; the agent is told to number past it",
 		a.Name, e.Seq, a.LastSeq, a.LastSeq, a.Name, a.Env))
-	body, err := s.enrolled(ctx, a, "")
+	body, err := in.enrolled(ctx, a, "")
 	if err == nil {
-		err = s.keys.AnswerHello(ctx, a, body)
+		err = in.keys.AnswerHello(ctx, a, body)
 	}
 	if err != nil {
-		s.log.Warn().Err(err).Str("env", a.Env).Str("agent", a.Name).
+		in.log.Warn().Err(err).Str("env", a.Env).Str("agent", a.Name).
 			Msg("agent not told to number its events past the highest accepted; it is at its next hello")
 	}
 }

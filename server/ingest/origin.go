@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"bytes"
@@ -81,11 +81,11 @@ func markClaimed(ctx context.Context, ok bool) {
 // published is what the broker vouches for of a delivery: the login it
 // names, or, where agents log in as themselves, the agent of its routing
 // key; ok is false when it vouches for nothing.
-func (s *Server) published(d bus.Delivery) (publisher, bool) {
+func (in *Ingester) published(d bus.Delivery) (publisher, bool) {
 	if l, err := bus.ParseBrokerUser(d.Login); err == nil {
 		return publisher{env: l.Env, agent: l.Agent, by: byLogin}, true
 	}
-	if s.agentLogins.Load() {
+	if in.agentLogins.Load() {
 		if env, agent, _, ok := bus.ParseEventKey(d.RoutingKey); ok {
 			return publisher{env: env, agent: agent, by: byLogin}, true
 		}
@@ -95,21 +95,21 @@ func (s *Server) published(d bus.Delivery) (publisher, bool) {
 
 // senderOf finds the sender of the event ctx handles (e, when ctx carries
 // no origin: the in-process bus's tests).
-func (s *Server) senderOf(ctx context.Context, e *bus.Envelope) publisher {
+func (in *Ingester) senderOf(ctx context.Context, e *bus.Envelope) publisher {
 	o := originOf(ctx)
 	if o == nil {
 		return publisher{env: e.Env, agent: e.Agent, by: byKey}
 	}
 	if o.found == nil {
-		w := s.findSender(ctx, o)
+		w := in.findSender(ctx, o)
 		o.found = &w
 	}
 	return *o.found
 }
 
-func (s *Server) findSender(ctx context.Context, o *origin) publisher {
+func (in *Ingester) findSender(ctx context.Context, o *origin) publisher {
 	e := o.d.Envelope
-	if w, ok := s.published(o.d); ok {
+	if w, ok := in.published(o.d); ok {
 		return w
 	}
 	claimed := publisher{env: e.Env, agent: e.Agent, by: byKey}
@@ -118,7 +118,7 @@ func (s *Server) findSender(ctx context.Context, o *origin) publisher {
 	}
 	now := time.Now()
 	signedBy := func(env, name string) bool {
-		a, _, err := s.agents.get(ctx, env, name)
+		a, _, err := in.agents.get(ctx, env, name)
 		if err != nil {
 			return false
 		}
@@ -132,7 +132,7 @@ func (s *Server) findSender(ctx context.Context, o *origin) publisher {
 		// agent's if that key is its own, or the name is not known yet.
 		var h bus.Hello
 		if e.DecodeBody(&h) == nil && !o.forged {
-			a, _, err := s.agents.get(ctx, e.Env, e.Agent)
+			a, _, err := in.agents.get(ctx, e.Env, e.Agent)
 			if err != nil || bytes.Equal(a.PublicKey, h.PublicKey) || (a.State == record.AgentAccepted && a.PreviousHolds(h.PublicKey, now)) {
 				return claimed
 			}

@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"cmp"
@@ -118,8 +118,8 @@ func (a *connAlerts) due(now time.Time) map[agentKey]int {
 
 // boundConnections sweeps the broker's connections every ConnectionSweep
 // while this replica holds the sweeping lease, until ctx ends.
-func (s *Server) boundConnections(ctx context.Context) {
-	tick := time.NewTicker(s.cfg.ConnectionSweep)
+func (in *Ingester) boundConnections(ctx context.Context) {
+	tick := time.NewTicker(in.cfg.ConnectionSweep)
 	defer tick.Stop()
 	var lease store.Lease
 	defer func() {
@@ -145,19 +145,19 @@ func (s *Server) boundConnections(ctx context.Context) {
 			}
 		}
 		if lease == nil {
-			l, ok, err := s.store.Lead(ctx, connectionsLease)
+			l, ok, err := in.store.Lead(ctx, connectionsLease)
 			if err != nil || !ok {
 				continue // another replica sweeps, or the store is away
 			}
 			lease = l
 		}
-		err := s.sweepConnections(ctx, alerts, now)
+		err := in.sweepConnections(ctx, alerts, now)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
-			s.log.Warn().Err(err).Msg("cannot count agents' broker connections through the management API; trying again")
+			in.log.Warn().Err(err).Msg("cannot count agents' broker connections through the management API; trying again")
 			failing = true
 		case err == nil && failing:
-			s.log.Info().Msg("counting agents' broker connections again")
+			in.log.Info().Msg("counting agents' broker connections again")
 			failing = false
 		}
 	}
@@ -165,17 +165,17 @@ func (s *Server) boundConnections(ctx context.Context) {
 
 // sweepConnections closes the agents' connections beyond the limit, and
 // raises the alerts due.
-func (s *Server) sweepConnections(ctx context.Context, alerts *connAlerts, now time.Time) error {
-	conns, err := s.cfg.Broker.Connections(ctx)
+func (in *Ingester) sweepConnections(ctx context.Context, alerts *connAlerts, now time.Time) error {
+	conns, err := in.cfg.Broker.Connections(ctx)
 	if err != nil {
 		return err
 	}
-	limit := s.cfg.MaxAgentConnections
+	limit := in.cfg.MaxAgentConnections
 	for _, over := range overLimit(conns, limit) {
 		closed := 0
 		for _, c := range over.excess {
-			if err := s.cfg.Broker.CloseConnection(ctx, c.Name, overLimitReason); err != nil {
-				s.log.Warn().Err(err).Str("env", over.env).Str("agent", over.name).Str("connection", c.Name).
+			if err := in.cfg.Broker.CloseConnection(ctx, c.Name, overLimitReason); err != nil {
+				in.log.Warn().Err(err).Str("env", over.env).Str("agent", over.name).Str("connection", c.Name).
 					Msg("cannot close a broker connection beyond the agent's limit; trying again on the next sweep")
 				continue
 			}
@@ -184,18 +184,18 @@ func (s *Server) sweepConnections(ctx context.Context, alerts *connAlerts, now t
 		if closed == 0 {
 			continue
 		}
-		s.metrics.brokerClosed.WithLabelValues("over_limit").Add(float64(closed))
-		s.log.Info().Str("env", over.env).Str("agent", over.name).Int("connections", over.total).Int("closed", closed).
+		in.metrics.BrokerClosed("over_limit", closed)
+		in.log.Info().Str("env", over.env).Str("agent", over.name).Int("connections", over.total).Int("closed", closed).
 			Msg("closed the agent's newest broker connections, beyond its limit")
 		if alerts.closed(over.agentKey, closed, now) {
-			s.SecurityAlert(ctx, over.env, over.name, fmt.Sprintf(
+			in.SecurityAlert(ctx, over.env, over.name, fmt.Sprintf(
 				"agent %s held %d broker connections, more than the %d allowed: the %d newest were closed "+
 					"(is a copy of its key in other hands, or do more processes than a primary and a standby run it?)",
 				over.name, over.total, limit, closed))
 		}
 	}
 	for k, n := range alerts.due(now) {
-		s.SecurityAlert(ctx, k.env, k.name, fmt.Sprintf("%d more broker connections of agent %s, beyond the %d allowed, were closed within %s",
+		in.SecurityAlert(ctx, k.env, k.name, fmt.Sprintf("%d more broker connections of agent %s, beyond the %d allowed, were closed within %s",
 			n, k.name, limit, alerts.every))
 	}
 	return nil

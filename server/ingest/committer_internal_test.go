@@ -1,4 +1,4 @@
-package server
+package ingest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/server/store"
 )
@@ -54,7 +55,7 @@ func TestCommitterWritersOverlap(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &heldTransactions{entered: make(chan []store.ResultBatch, 2), release: make(chan struct{})}
-	c := newCommitter(st, 1, 2, newMetrics())
+	c := newCommitter(st, 1, 2, func(int, time.Duration) {})
 	go c.run(ctx)
 	done := make(chan error, 2)
 	for _, agent := range agentsOfWriters(c) {
@@ -90,7 +91,7 @@ func TestCommitterKeepsAnAgentsOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &heldTransactions{entered: make(chan []store.ResultBatch, 8), release: make(chan struct{})}
-	c := newCommitter(st, 8, 2, newMetrics())
+	c := newCommitter(st, 8, 2, func(int, time.Duration) {})
 	go c.run(ctx)
 	agent := agentsOfWriters(c)[0]
 	in := c.in[c.writerOf("prod", agent)]
