@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/compile"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/store"
@@ -32,33 +31,6 @@ func StoredSources(st store.Store, opts SourceOptions) Sources {
 
 // WebhookPath is where the push webhook of env is received.
 func WebhookPath(env string) string { return compile.WebhookPath(env) }
-
-// newCompiler returns the server's compiler, configured by cfg.
-func (s *Server) newCompiler() *compile.Compiler {
-	return compile.New(compile.Config{Sources: s.cfg.Sources, Settle: s.cfg.CompileSettle, Timeout: s.cfg.CompileTimeout}, compile.Services{
-		Store:    s.store,
-		Exporter: compileServices{s},
-		Releaser: compileServices{s},
-		Feed:     s.feed,
-		Counted:  func(o record.CompileOutcome) { s.metrics.compiles.WithLabelValues(string(o)).Inc() },
-	}, s.log)
-}
-
-// compileServices stores and releases the compiler's versions as the
-// server stores and releases any.
-type compileServices struct{ s *Server }
-
-func (c compileServices) PrepareExport(ctx context.Context, resources []model.Resource) (model.Hash, error) {
-	return c.s.prepareExport(ctx, resources)
-}
-
-func (c compileServices) ExportPrepared(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta, setHash model.Hash) (model.Version, bool, error) {
-	return c.s.exportPrepared(ctx, env, resources, meta, setHash)
-}
-
-func (c compileServices) StartRelease(ctx context.Context, env string, n int64) (record.Release, error) {
-	return c.s.releases.StartRelease(ctx, env, n)
-}
 
 var (
 	_ compile.Exporter = compileServices{}

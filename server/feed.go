@@ -42,13 +42,3 @@ var inLog = event.InLog
 // the event log (inLog), to this process's subscribers, and wakes the
 // streams and webhooks that follow the log.
 func (s *Server) logged(events ...Event) { s.feed.Logged(events...) }
-
-// logEvent hands an event to the stored event log.
-func (s *Server) logEvent(e Event) {
-	le, err := event.ToLog(e)
-	if err != nil {
-		s.log.Error().Err(err).Str("kind", string(e.Kind)).Msg("an event that is not JSON is not logged")
-		return
-	}
-	s.stream.Append(le)
-}

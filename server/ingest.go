@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"time"
 
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/server/ingest"
@@ -26,34 +25,8 @@ const PreviousKeyGrace = ingest.PreviousKeyGrace
 // agent's inbox: an agent away longer is asked again by its operator.
 const RotateKeyExpiry = ingest.RotateKeyExpiry
 
-// newIngester returns the server's ingester, configured by cfg, counting
-// into the server's metrics.
-func (s *Server) newIngester() *ingest.Ingester {
-	m, c := s.metrics, s.cfg
-	return ingest.New(ingest.Config{MaxBatch: c.MaxBatch, Writers: c.Writers, AgentCacheTTL: c.AgentCacheTTL, AgentCacheListenTTL: c.AgentCacheListenTTL,
-		AgentEventRate: c.AgentEventRate, FloodWindow: c.FloodWindow, Broker: c.Broker, MaxAgentConnections: c.MaxAgentConnections, ConnectionSweep: c.ConnectionSweep},
-		ingest.Services{Store: s.store, Bus: s.bus, Sched: s.sched, Signer: s.signer, Feed: s.feed, Keys: s.keys, Trigger: s.compiles.Trigger, Logged: s.stream.Appended, Log: s.log,
-			Metrics: ingest.Metrics{
-				Event:   func(kind, outcome string) { m.events.WithLabelValues(kind, outcome).Inc() },
-				Results: func(n int) { m.results.Add(float64(n)) },
-				Committed: func(batches int, took time.Duration) {
-					m.batches.Observe(float64(batches))
-					m.commit.Observe(took.Seconds())
-				},
-				Security:     m.security.Inc,
-				SecurityHeld: m.securityHeld.Inc,
-				BrokerClosed: func(reason string, n int) { m.brokerClosed.WithLabelValues(reason).Add(float64(n)) },
-			}})
-}
-
 // IngestStats returns the ingest counters.
 func (s *Server) IngestStats() IngestStats { return s.ingester.Stats() }
-
-// touch changes an agent's record as the ingest path does
-// (trust.Services.Touch; ingest.Ingester.Touch).
-func (s *Server) touch(ctx context.Context, env, name string, seq uint64, fn func(*record.Agent) bool) (bool, error) {
-	return s.ingester.Touch(ctx, env, name, seq, fn)
-}
 
 // SecurityAlert raises a security alert about agent in env that no
 // message carried (a refused broker login).

@@ -3,19 +3,19 @@
 // live events. The embedded mode runs it on the SQLite store and the
 // in-process bus; server mode on PostgreSQL and RabbitMQ. Same code.
 //
-// This package's root is the wiring: Server, Config, New and Run connect
-// the rooms below it — live events (event), enrollment's state machine
-// (enroll), trust and keys (trust), the compiler (compile), releases and
-// rollouts (release), scheduling (scheduler), storage (store), the API
-// (api) and the console (console) — and keeps the Server methods the API
-// and the command line call, most of them one line handing over to a
-// room. The rooms never import the root: each declares what it needs of
-// the rest, and New hands it over. The file groups still in the root are
-// named for their job: enrollment.go (carrying out enroll's decisions),
-// ingest.go, seen.go, flood.go, origin.go, seqsync.go, pending.go,
-// rollover.go, revoke.go, brokerconns.go (what agents send, and who may
-// send it), control.go and lead.go (operators' actions, and the lead of
-// each environment). docs/architecture.md has the map.
+// This package's root is the wiring: Server and Config (server.go), New
+// (new.go, where every room is built and handed what it needs of the
+// others) and Run (run.go) connect the rooms below it — live events
+// (event), enrollment's state machine (enroll), the ingest of what agents
+// send (ingest), trust and keys (trust), the compiler (compile), releases
+// and rollouts (release), scheduling (scheduler), storage (store), the API
+// (api) and the console (console). The root keeps the Server methods the
+// API and the command line call, most of them one line handing over to a
+// room (compile.go, ingest.go, release.go, trust.go), and two jobs of its
+// own: operators' actions on environments (control.go) and the lead of
+// each environment's scheduler (lead.go). The rooms never import the root,
+// and no two of the root's files depend on each other both ways.
+// docs/architecture.md has the map.
 package server
 
 import (
@@ -23,7 +23,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -75,7 +74,7 @@ type Config struct {
 	KeepActions time.Duration
 	// Sources gives the models of the environments the server compiles
 	// itself (nil: it compiles none; versions come from exports).
-	Sources Sources
+	Sources compile.Sources
 	// CompileSettle is how long a compile waits after the first trigger
 	// that asked for it, for more to fold in (default 200ms, at most a
 	// minute).
@@ -86,7 +85,7 @@ type Config struct {
 	// sensitive value the store holds, as it seals the signing key
 	// (SigningKey). Nil (the embedded mode): the master key is kept in the
 	// store as it is.
-	Keyring Sealer
+	Keyring trust.Sealer
 	// SigningKeyRefresh is how often the server reads its signing keys
 	// from the store (default 5s), when it has a Keyring: a rollover step
 	// taken through another replica is seen within this time, and a
@@ -201,7 +200,7 @@ type Server struct {
 	bus    bus.Bus
 	sched  *scheduler.Scheduler
 	signer *bus.Signer
-	feed   *Feed
+	feed   *event.Feed
 	stream *notify.Stream
 	sender *notify.Sender
 	// ingester ingests what agents send (package ingest).
@@ -220,45 +219,6 @@ type Server struct {
 	keys *trust.Keys
 }
 
-// New returns a server over st and b.
-func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Key == nil {
-		_, key, err := bus.GenerateKey()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Key = key
-	}
-	log = log.With().Str("component", "server").Logger()
-	signer := bus.NewSigner(cfg.Key, uint64(time.Now().UnixNano()))
-	m := newMetrics()
-	m.observeBus(b)
-	m.reg.MustRegister(newFleetGauges(st, log))
-	s := &Server{
-		cfg:        cfg,
-		store:      st,
-		bus:        b,
-		signer:     signer,
-		notifyTurn: make(chan struct{}, 1),
-		log:        log,
-		metrics:    m,
-	}
-	s.sender = notify.NewSender(st, cfg.Webhooks, log)
-	s.stream = notify.NewStream(st, cfg.Stream, s.sender.Wake, log)
-	s.feed = event.NewFeed(s.logEvent, s.stream.Appended)
-	s.keys = trust.New(trust.Config{Keyring: cfg.Keyring, Refresh: cfg.SigningKeyRefresh},
-		trust.Services{Store: st, Bus: b, Signer: signer, Feed: s.feed, Touch: s.touch, RecordFailed: s.recordFailed, Log: log})
-	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
-	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
-	s.compiles = s.newCompiler()
-	s.ingester = s.newIngester()
-	return s, nil
-}
-
 // Metrics returns the server's metrics.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
@@ -266,81 +226,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 func (s *Server) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
 
 // Subscribe follows the server's live events.
-func (s *Server) Subscribe() *Subscription { return s.feed.Subscribe() }
-
-// Run ingests agents' events, runs the fan-outs of releases and leads the
-// schedulers of the environments no other replica leads, until ctx ends.
-// Fan-outs stop with it, recording how far they got: the leader of their
-// environment resumes them.
-func (s *Server) Run(parent context.Context) error {
-	// The event log and the webhooks stop last, once nothing publishes:
-	// the events of the stop itself are appended, and the deliveries in
-	// flight end and are recorded.
-	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(parent))
-	notifying := make(chan struct{})
-	go func() { defer close(notifying); _ = s.RunNotify(notifyCtx) }()
-	defer func() { <-notifying }()
-	defer stopNotify()
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	stopCompiles, err := s.compiles.Start(ctx)
-	if err != nil {
-		return err
-	}
-	// Runs after cancel below: the compile running ends with ctx.
-	defer stopCompiles()
-	if err := s.keys.Load(ctx); err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	wg.Add(4)
-	go func() { defer wg.Done(); s.keys.Watch(ctx) }()
-	go func() { defer wg.Done(); s.ingester.Run(ctx) }()
-	go func() { defer wg.Done(); s.releases.Run(ctx) }()
-	go func() { defer wg.Done(); s.lead(ctx) }()
-	defer wg.Wait()
-
-	consumers := []bus.Queue{bus.QueueCompliance}
-	for range s.cfg.Consumers {
-		consumers = append(consumers, bus.QueueEvents)
-	}
-	errs := make(chan error, len(consumers))
-	for _, q := range consumers {
-		go func() { errs <- s.bus.ConsumeEvents(ctx, q, s.ingester.Handle) }()
-	}
-	err = <-errs
-	cancel()
-	for range len(consumers) - 1 {
-		<-errs
-	}
-	if parent.Err() != nil || errors.Is(err, context.Canceled) {
-		// Stopped: what consumers said while stopping (a closed bus)
-		// is not an error.
-		return context.Canceled
-	}
-	return err
-}
-
-// RunNotify appends published events to the stored event log, which
-// the event stream follows, and sends webhook deliveries, until ctx ends;
-// then it appends what is pending and finishes the deliveries in flight.
-// Run runs it; a server that is not Run (a test of the API) runs it alone.
-// One runs at a time: a second call waits until the first returns (or its
-// own ctx ends), since two would append the same stream's events at once.
-func (s *Server) RunNotify(ctx context.Context) error {
-	select {
-	case s.notifyTurn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.notifyTurn }()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = s.stream.Run(ctx) }()
-	go func() { defer wg.Done(); _ = s.sender.Run(ctx) }()
-	wg.Wait()
-	return ctx.Err()
-}
+func (s *Server) Subscribe() *event.Subscription { return s.feed.Subscribe() }
 
 // EnsureEnv returns the environment, creating it with settings if missing.
 func (s *Server) EnsureEnv(ctx context.Context, name string, settings record.EnvSettings) (record.Environment, error) {

@@ -6,11 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/tetherhq/tether/bus"
-	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
-	"github.com/tetherhq/tether/server/scheduler"
-	"github.com/tetherhq/tether/server/store"
 	"github.com/tetherhq/tether/server/trust"
 )
 
@@ -70,29 +66,4 @@ func (s *Server) SwitchSigningKey(ctx context.Context, force bool) (record.Signi
 // switch, once every accepted agent takes the new one (or force).
 func (s *Server) RetireSigningKey(ctx context.Context, force bool) (record.SigningKeyStatus, error) {
 	return s.keys.Retire(ctx, force)
-}
-
-// sealFunc is a scheduler.Sealer of a function.
-type sealFunc func(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error)
-
-func (f sealFunc) SealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
-	return f(ctx, env, agent, resources)
-}
-
-var (
-	_ scheduler.Sealer = sealFunc(nil)
-	_ trust.Store      = store.Store(nil)
-	_ trust.Sender     = bus.Bus(nil)
-)
-
-// sealFor is the scheduler's Sealer (trust.Keys.SealFor).
-func (s *Server) sealFor(ctx context.Context, env, agent string, resources []model.Resource) ([]model.Resource, error) {
-	return s.keys.SealFor(ctx, env, agent, resources)
-}
-
-// recordFailed records results of an agent's resources, in a batch of
-// their own (trust.Services.RecordFailed).
-func (s *Server) recordFailed(ctx context.Context, env, agent string, results []model.Result) error {
-	_, err := s.store.RecordResults(ctx, []store.ResultBatch{{Env: env, Agent: agent, Results: results}})
-	return err
 }
