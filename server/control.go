@@ -52,19 +52,10 @@ func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*re
 			s.log.Warn().Err(err).Str("env", name).Bool("halted", env.Settings.Halted).Msg("not every agent was told; they learn it on their next hello")
 		}
 		if !env.Settings.Halted {
-			s.catchup(ctx, name)
+			s.ingester.Catchup(ctx, name)
 		}
 	}
 	return env, nil
-}
-
-// catchup deploys what agents missed while paused or halted (all of env's
-// when no names), now: an operator's resume does not wait for the next
-// deploy-interval retry.
-func (s *Server) catchup(ctx context.Context, env string, names ...string) {
-	if _, err := s.sched.Catchup(ctx, env, names...); err != nil {
-		s.log.Warn().Err(err).Str("env", env).Strs("agents", names).Msg("what was missed while paused is not deployed now; it is with the next deploy-interval retry or deploy")
-	}
 }
 
 // DeleteEnv deletes an environment with everything in it, and its agents'

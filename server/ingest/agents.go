@@ -100,7 +100,7 @@ func (in *Ingester) AgentAction(ctx context.Context, env, name string, action re
 			if err := in.sched.Pause(ctx, env, name, false); err != nil {
 				in.log.Warn().Err(err).Str("agent", name).Msg("agent not told of its resume")
 			} else {
-				in.catchup(ctx, env, name)
+				in.Catchup(ctx, env, name)
 			}
 		}
 	}
@@ -152,9 +152,10 @@ func (in *Ingester) DeleteAgent(ctx context.Context, env, name string) (record.A
 	return a, nil
 }
 
-// catchup deploys what an agent missed while paused, now: an operator's
-// resume does not wait for the next deploy-interval retry.
-func (in *Ingester) catchup(ctx context.Context, env string, names ...string) {
+// Catchup deploys what agents missed while paused or halted (all of env's
+// when no names), now: an operator's resume does not wait for the next
+// deploy-interval retry.
+func (in *Ingester) Catchup(ctx context.Context, env string, names ...string) {
 	if _, err := in.sched.Catchup(ctx, env, names...); err != nil {
 		in.log.Warn().Err(err).Str("env", env).Strs("agents", names).Msg("what was missed while paused is not deployed now; it is with the next deploy-interval retry or deploy")
 	}
