@@ -1,0 +1,144 @@
+package record
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// A platform's settings are its driver's, typed, with the driver's
+// defaults; each mistake is refused naming the field.
+func TestPlatformSettings(t *testing.T) {
+	p := Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"memory_mib": float64(256)}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Settings["memory_mib"] != int64(256) || p.Settings["uri"] != "qemu:///system" || p.Settings["cpus"] != int64(1) {
+		t.Fatalf("settings %v: want memory_mib 256 as given, the driver's uri and cpus", p.Settings)
+	}
+	// JSON numbers decoded with UseNumber are taken too.
+	var fromAPI map[string]any
+	dec := json.NewDecoder(strings.NewReader(`{"cpus": 2}`))
+	dec.UseNumber()
+	if err := dec.Decode(&fromAPI); err != nil {
+		t.Fatal(err)
+	}
+	q := Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: fromAPI}
+	if err := q.Validate(); err != nil || q.Settings["cpus"] != int64(2) {
+		t.Fatalf("cpus from JSON: %v %v", q.Settings, err)
+	}
+	bad := []struct {
+		p    Platform
+		want string
+	}{
+		{Platform{Name: "lab", Driver: "vmware", Agent: "hv-1"}, `driver: unknown driver "vmware": want one of libvirt, pxe`},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"memory": 1}}, "settings.memory: unknown setting"},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"cpus": "two"}}, "settings.cpus: want a whole number, got a string"},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"cpus": 1.5}}, "settings.cpus: want a whole number, got a number"},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"cpus": 0}}, "settings.cpus: 0 is out of range: want 1 to 256"},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"uri": 5}}, "settings.uri: want a string, got a number"},
+		{Platform{Name: "boot", Driver: DriverPXE, Agent: "hv-1"}, "settings.tftp_root: required"},
+		{Platform{Name: "", Driver: DriverPXE, Agent: "hv-1"}, "platform: a name is required"},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "no way"}, "platform lab: agent:"},
+		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Templates: map[string]string{"domain": strings.Repeat("x", MaxTemplate+1)}}, "templates.domain: 262145 bytes"},
+	}
+	for _, b := range bad {
+		err := b.p.Validate()
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", b.p, err, b.want)
+		}
+	}
+}
+
+func TestDistribution(t *testing.T) {
+	d := Distribution{Name: "tiny", Kind: DistNetboot, Kernel: "/boot/vmlinuz", Initrd: "/srv/initrd.gz",
+		Params:   []Param{{Name: "locale", Type: ParamString, Default: "C.UTF-8"}, {Name: "root_password", Type: ParamSecret, Required: true, Doc: "root's password"}},
+		Settings: map[string]any{"root_password": "s3cret"}}
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d.InstallFormat != InstallNone || d.Settings["locale"] != "C.UTF-8" || d.Settings["root_password"] != "s3cret" {
+		t.Fatalf("distribution %+v: want no install template, the locale's default and the password given", d)
+	}
+	bad := []struct {
+		d    Distribution
+		want string
+	}{
+		{Distribution{Name: "x", Kind: "iso"}, `kind: unknown kind "iso"`},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k"}, "kernel and initrd: a netboot distribution needs both"},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", InstallFormat: InstallPreseed}, "install: a preseed distribution needs its install template"},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", InstallFormat: "autoyast", Install: "x"}, `install_format: unknown format "autoyast"`},
+		{Distribution{Name: "x", Kind: DistImage}, "images: an image distribution needs an image"},
+		{Distribution{Name: "x", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}, Kernel: "/k"}, "kernel and initrd: an image distribution boots its image"},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "root_password", Type: ParamSecret, Required: true, Doc: "root's password"}}}, "settings.root_password: required (root's password)"},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "a", Type: ParamInt}, {Name: "a", Type: ParamInt}}}, "params[1]: a is declared twice"},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "n", Type: ParamInt, Default: "three"}}}, "params[0].default: want a whole number"},
+	}
+	for _, b := range bad {
+		err := b.d.Validate()
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", b.d, err, b.want)
+		}
+	}
+	img := Distribution{Name: "gold", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}}
+	if err := img.Fits(Platform{Name: "lab", Driver: DriverLibvirt}); err != nil {
+		t.Fatal(err)
+	}
+	if err := img.Fits(Platform{Name: "other", Driver: DriverLibvirt}); err == nil || !strings.Contains(err.Error(), "no image for platform other") {
+		t.Fatalf("an image distribution on a platform it has no image for: %v", err)
+	}
+}
+
+// Every state × event: the moves the state machine allows, and the
+// refusal of every other, saying what the host can do.
+func TestHostStateMachine(t *testing.T) {
+	events := []HostEvent{HostProvision, HostEnrolled, HostFail, HostDestroy, HostDestroyed}
+	want := map[HostState]map[HostEvent]HostState{
+		HostDefined:        {HostProvision: HostProvisioning},
+		HostProvisioning:   {HostEnrolled: HostProvisioned, HostFail: HostFailed, HostDestroy: HostDeprovisioning},
+		HostProvisioned:    {HostDestroy: HostDeprovisioning, HostFail: HostFailed},
+		HostFailed:         {HostProvision: HostProvisioning, HostDestroy: HostDeprovisioning},
+		HostDeprovisioning: {HostDestroyed: HostDefined, HostFail: HostFailed},
+	}
+	for state, moves := range want {
+		for _, e := range events {
+			got, err := state.Move(e)
+			if next, ok := moves[e]; ok {
+				if err != nil || got != next {
+					t.Errorf("%s × %s: got %s %v, want %s", state, e, got, err, next)
+				}
+				continue
+			}
+			if !errors.Is(err, model.ErrConflict) || got != state || !strings.Contains(err.Error(), "it can:") {
+				t.Errorf("%s × %s: got %s %v, want a conflict naming what it can do", state, e, got, err)
+			}
+		}
+	}
+	if _, err := HostState("lost").Move(HostProvision); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("an unknown state: %v", err)
+	}
+	h := Host{Name: "web-3", Platform: "lab", Distribution: "tiny", Applications: []string{"web"}}
+	if err := h.Validate(); err != nil || h.State != HostDefined {
+		t.Fatalf("a new host: %+v %v, want defined", h, err)
+	}
+	for _, b := range []Host{{Name: "web 3", Platform: "lab", Distribution: "tiny"}, {Name: "web-3", Distribution: "tiny"}, {Name: "web-3", Platform: "lab", Distribution: "tiny", State: "gone"}} {
+		if err := b.Validate(); err == nil {
+			t.Errorf("%+v: valid, want refused", b)
+		}
+	}
+}
+
+func TestInstanceUptime(t *testing.T) {
+	now := time.Now()
+	booted := now.Add(-90 * time.Second)
+	if got := (Instance{Power: PowerRunning, BootedAt: &booted}).Uptime(now); got != 90*time.Second {
+		t.Fatalf("uptime %v, want 90s", got)
+	}
+	if got := (Instance{Power: PowerStopped, BootedAt: &booted}).Uptime(now); got != 0 {
+		t.Fatalf("uptime of a stopped instance %v, want 0", got)
+	}
+}
