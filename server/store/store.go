@@ -12,7 +12,8 @@
 // of its own there: envs, versions, agents, status (results, statuses, the
 // action log, ingest deduplication), alerts, access (tokens, audit,
 // secrets), enroll, compiles (the reports of the server's compiles),
-// releases (each release's fan-out to agents and how far it got).
+// releases (each release's fan-out to agents and how far it got), machines
+// (platforms, distributions, hosts and their provisioning, instances).
 package store
 
 import (
@@ -35,6 +36,8 @@ type Store interface {
 	People
 	// Notify keeps the event log, webhooks and their deliveries.
 	Notify
+	// Machines keeps platforms, distributions, hosts and instances.
+	Machines
 
 	// CreateEnv creates an environment; ErrExists if the name is taken.
 	CreateEnv(ctx context.Context, env record.Environment) error
@@ -49,7 +52,7 @@ type Store interface {
 	// the event log in that transaction.
 	UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error, tell ...func(was, now record.EnvSettings) ([]record.LoggedEvent, error)) (record.Environment, error)
 	// DeleteEnv deletes an environment with its versions, agents, statuses,
-	// action log, alerts, tokens, compile reports, releases, source, webhooks (with their deliveries) and events of the event log. The audit log keeps its entries.
+	// action log, alerts, tokens, compile reports, releases, source, webhooks (with their deliveries), events of the event log, platforms, distributions, hosts and instances. The audit log keeps its entries.
 	DeleteEnv(ctx context.Context, name string) error
 
 	// PutVersion stores a resource set as the environment's next version

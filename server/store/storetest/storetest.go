@@ -79,6 +79,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EventOrder", testEventOrder},
 		{"ChangeEvents", testChangeEvents},
 		{"FleetCounts", testFleetCounts},
+		{"Platforms", testPlatforms},
+		{"Distributions", testDistributions},
+		{"Hosts", testHosts},
+		{"HostMoves", testHostMoves},
+		{"ConcurrentHostMoves", testConcurrentHostMoves},
+		{"Instances", testInstances},
+		{"MachinesGoWithEnv", testMachinesGoWithEnv},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

@@ -58,6 +58,9 @@ func Upgrade(t *testing.T, all Migrations, fresh func(t *testing.T) (open func(M
 			if env, err := s.GetEnv(ctx, "old"); err != nil || env.Settings != settings || env.Org != record.DefaultOrg {
 				t.Fatalf("environment from step %d: %+v, %v; want its settings kept, in the default organization", n, env, err)
 			}
+			if _, err := s.PutPlatform(ctx, libvirtPlatform("old", "p1")); err != nil {
+				t.Fatalf("a platform in the environment from step %d: %v", n, err)
+			}
 		})
 	}
 	t.Run("compile recoveries", func(t *testing.T) { upgradeCompileRecoveries(t, ms, fresh(t)) })
