@@ -38,7 +38,8 @@ type Param struct {
 	// Doc says what the parameter is, for `--help` and the docs.
 	Doc string `json:"doc"`
 	// Min and Max bound an int (both zero: unbounded).
-	Min, Max int64 `json:"-"`
+	Min int64 `json:"min,omitempty"`
+	Max int64 `json:"max,omitempty"`
 }
 
 // check returns v as the parameter's type, or an error naming the field.

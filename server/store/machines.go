@@ -156,14 +156,6 @@ func (s *SQL) deleteUsed(ctx context.Context, what, table, env, name string) err
 
 const distributionColumns = `env, name, kind, kernel, initrd, cmdline, install_format, install, images, params, settings, created_at, updated_at`
 
-// storedParam is a distribution's parameter at rest: its bounds too,
-// which its JSON leaves out.
-type storedParam struct {
-	record.Param
-	Min int64 `json:"min,omitempty"`
-	Max int64 `json:"max,omitempty"`
-}
-
 func scanDistribution(r Row) (record.Distribution, error) {
 	var d record.Distribution
 	var images, params, settings []byte
@@ -172,20 +164,17 @@ func scanDistribution(r Row) (record.Distribution, error) {
 		return d, err
 	}
 	what := "distribution " + d.Name
-	var stored []storedParam
 	for _, c := range []struct {
 		field string
 		b     []byte
 		v     any
-	}{{"images", images, &d.Images}, {"params", params, &stored}, {"settings", settings, &d.Settings}} {
+	}{{"images", images, &d.Images}, {"params", params, &d.Params}, {"settings", settings, &d.Settings}} {
 		if err := decodeJSON(what+": "+c.field, c.b, c.v); err != nil {
 			return d, err
 		}
 	}
-	for _, sp := range stored {
-		p := sp.Param
-		p.Min, p.Max, p.Default = sp.Min, sp.Max, wholeNumbers(p.Default)
-		d.Params = append(d.Params, p)
+	for i := range d.Params {
+		d.Params[i].Default = wholeNumbers(d.Params[i].Default)
 	}
 	return d, nil
 }
@@ -196,11 +185,7 @@ func (s *SQL) PutDistribution(ctx context.Context, d record.Distribution) (recor
 	if err := d.Validate(); err != nil {
 		return d, fmt.Errorf("%s: %w: %w", op, model.ErrInvalid, err)
 	}
-	params := make([]storedParam, len(d.Params))
-	for i, p := range d.Params {
-		params[i] = storedParam{Param: p, Min: p.Min, Max: p.Max}
-	}
-	cols, err := encodeJSON(d.Images, params, d.Settings)
+	cols, err := encodeJSON(d.Images, d.Params, d.Settings)
 	if err != nil {
 		return d, fmt.Errorf("%s: %w", op, err)
 	}
