@@ -42,6 +42,10 @@ const (
 	// between deploys (Settings), sent when they change: a change takes
 	// effect at once, not at the next deploy.
 	KindSettings Kind = "settings"
+	// KindMachine asks the agent serving a platform to make, control or
+	// destroy a machine, or to report its platform (Machine); it answers
+	// with machine.report.
+	KindMachine Kind = "machine"
 )
 
 // Agent → server kinds.
@@ -64,6 +68,9 @@ const (
 	// KindServerRolloverAck says the agent took a server.rollover and
 	// which server keys it takes from now on (ServerRolloverAck).
 	KindServerRolloverAck Kind = "server.rollover.ack"
+	// KindMachineReport reports the platform an agent serves and its
+	// machines, after a machine command or on its own (MachineReport).
+	KindMachineReport Kind = "machine.report"
 )
 
 var toAgent = map[Kind]bool{
@@ -71,12 +78,13 @@ var toAgent = map[Kind]bool{
 	KindDryRun: true, KindPause: true, KindResume: true, KindEnrolled: true,
 	KindDependencyStatus: true, KindFactsRefresh: true, KindRejected: true,
 	KindRotateKey: true, KindKeyAccepted: true, KindServerRollover: true, KindSettings: true,
+	KindMachine: true,
 }
 
 var toServer = map[Kind]bool{
 	KindHello: true, KindHeartbeat: true, KindResourceStatus: true, KindCompliance: true,
 	KindDryRunResult: true, KindFacts: true, KindStateRequest: true, KindGoodbye: true, KindSecurity: true,
-	KindKeyRollover: true, KindServerRolloverAck: true,
+	KindKeyRollover: true, KindServerRolloverAck: true, KindMachineReport: true,
 }
 
 // Known reports whether k is a kind of this protocol version.

@@ -15,8 +15,9 @@ import (
 // Minor versions: 1.0, agents before versions were reported (they say
 // none); 1.1, hello and heartbeats carry the agent's version and protocol;
 // 1.2, desired state (a diff or the full state) may carry the deploy that
-// follows it.
-const Protocol = "1.2"
+// follows it; 1.3, machine commands and reports (an agent serving a
+// platform).
+const Protocol = "1.3"
 
 // ProtocolMajor is the major version of Protocol.
 const ProtocolMajor = 1

@@ -306,7 +306,7 @@ func (in *Ingester) admission(ctx context.Context, g *greeting, then enroll.Admi
 	case enroll.Rejected:
 		g.refusal = "rejected by an operator"
 	case enroll.UseToken:
-		tok, err := in.store.UseEnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token), g.now)
+		tok, err := in.store.UseEnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token), g.a.Name, g.now)
 		switch {
 		case err == nil:
 			a.State = record.AgentAccepted

@@ -232,6 +232,9 @@ type EnrollmentToken struct {
 	CreatedBy string     `json:"created_by"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Host binds the token to a host of a blueprint: only the agent of
+	// that name enrolls with it, and its enrollment provisions the host.
+	Host string `json:"host,omitempty"`
 }
 
 // Validate checks an enrollment token's fields.

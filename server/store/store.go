@@ -346,7 +346,7 @@ type Store interface {
 	// whose secret hashes to hash, atomically: ErrNotFound when there is
 	// none (or it was revoked), ErrConflict when it expired at now or is
 	// used up.
-	UseEnrollToken(ctx context.Context, env string, hash []byte, now time.Time) (record.EnrollmentToken, error)
+	UseEnrollToken(ctx context.Context, env string, hash []byte, agent string, now time.Time) (record.EnrollmentToken, error)
 
 	// RecordAudit appends to the audit log.
 	RecordAudit(ctx context.Context, e record.AuditEntry) error

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -814,18 +815,18 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	}
 	// Two uses, then it is used up; a token works only in its environment.
 	for i := 1; i <= 2; i++ {
-		got, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), now)
+		got, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), "web-1", now)
 		if err != nil || got.Uses != i || got.ID != "e-1" {
 			t.Fatalf("use %d: %+v, %v", i, got, err)
 		}
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), now); !errors.Is(err, model.ErrConflict) {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-1"), "web-1", now); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("third use of a two-use token: got %v, want ErrConflict", err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "dev", []byte("enroll-2"), now); !errors.Is(err, model.ErrNotFound) {
+	if _, err := s.UseEnrollToken(ctx, "dev", []byte("enroll-2"), "web-1", now); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("token of prod used in dev: got %v, want ErrNotFound", err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); err != nil {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), "web-1", now); err != nil {
 		t.Fatalf("unbounded token: %v", err)
 	}
 	// Expired.
@@ -833,8 +834,25 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-6", Env: "prod", Name: "old", Hash: []byte("enroll-6"), CreatedBy: "ops", ExpiresAt: &past}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-6"), now); !errors.Is(err, model.ErrConflict) {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-6"), "web-1", now); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("expired token: got %v, want ErrConflict", err)
+	}
+	// A token bound to a host enrolls that host's agent only; another
+	// agent's try spends nothing.
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-7", Env: "prod", Name: "host vm1", Hash: []byte("enroll-7"), MaxUses: 1, CreatedBy: "ops", Host: "vm1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-7"), "intruder", now); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "bound to host vm1") {
+		t.Fatalf("host token used by another agent: got %v, want ErrConflict naming the host", err)
+	}
+	if got, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-7"), "vm1", now); err != nil || got.Host != "vm1" || got.Uses != 1 {
+		t.Fatalf("host token used by its host: %+v, %v", got, err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-7"), "vm1", now); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "used up") {
+		t.Fatalf("host token used twice: got %v, want used up", err)
+	}
+	if err := s.DeleteEnrollToken(ctx, "prod", "e-7"); err != nil {
+		t.Fatal(err)
 	}
 	list, err := s.ListEnrollTokens(ctx, "prod")
 	if err != nil || len(list) != 3 || list[0].ID != "e-1" || list[0].Uses != 2 || list[0].ExpiresAt == nil || !list[0].ExpiresAt.Equal(soon) {
@@ -846,7 +864,7 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	if err := s.DeleteEnrollToken(ctx, "prod", "e-2"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("revoking twice: got %v, want ErrNotFound", err)
 	}
-	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), now); !errors.Is(err, model.ErrNotFound) {
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-2"), "web-1", now); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("revoked token: got %v, want ErrNotFound", err)
 	}
 	if err := s.DeleteEnv(ctx, "prod"); err != nil {
