@@ -33,6 +33,8 @@ const (
 	EventReleaseStarted   = event.ReleaseStarted
 	EventReleaseProgress  = event.ReleaseProgress
 	EventReleaseDone      = event.ReleaseDone
+	EventHostState        = event.HostState
+	EventInstanceChanged  = event.InstanceChanged
 )
 
 // inLog is event.InLog.

@@ -11,6 +11,7 @@ import (
 	"github.com/tetherhq/tether/server/compile"
 	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/ingest"
+	"github.com/tetherhq/tether/server/machines"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/release"
@@ -56,6 +57,20 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	s.sched = scheduler.NewWith(cfg.Fanout, st, b, signer, sealFunc(s.sealFor), log)
 	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
 	s.compiles = s.newCompiler()
+	s.machines = machines.New(machines.Config{ProvisionTimeout: cfg.ProvisionTimeout, StopGrace: cfg.StopGrace}, machines.Services{
+		Store: st, Feed: s.feed, ServerKey: s.PublicKey, Log: log,
+		Send: func(ctx context.Context, kind bus.Kind, env, agent string, body any) error {
+			e, err := signer.Seal(kind, env, agent, body)
+			if err != nil {
+				return err
+			}
+			return b.Send(ctx, e, bus.SendOptions{})
+		},
+		ForgetAgent: func(ctx context.Context, env, name string) error {
+			_, err := s.ingester.DeleteAgent(ctx, env, name)
+			return err
+		},
+	})
 	s.ingester = s.newIngester()
 	return s, nil
 }
@@ -93,7 +108,7 @@ func (s *Server) newIngester() *ingest.Ingester {
 	m, c := s.metrics, s.cfg
 	return ingest.New(ingest.Config{MaxBatch: c.MaxBatch, Writers: c.Writers, AgentCacheTTL: c.AgentCacheTTL, AgentCacheListenTTL: c.AgentCacheListenTTL,
 		AgentEventRate: c.AgentEventRate, FloodWindow: c.FloodWindow, Broker: c.Broker, MaxAgentConnections: c.MaxAgentConnections, ConnectionSweep: c.ConnectionSweep},
-		ingest.Services{Store: s.store, Bus: s.bus, Sched: s.sched, Signer: s.signer, Feed: s.feed, Keys: s.keys, Trigger: s.compiles.Trigger, Logged: s.stream.Appended, Log: s.log,
+		ingest.Services{Store: s.store, Bus: s.bus, Sched: s.sched, Signer: s.signer, Feed: s.feed, Keys: s.keys, Machines: s.machines, Trigger: s.compiles.Trigger, Logged: s.stream.Appended, Log: s.log,
 			Metrics: ingest.Metrics{
 				Event:   func(kind, outcome string) { m.events.WithLabelValues(kind, outcome).Inc() },
 				Results: func(n int) { m.results.Add(float64(n)) },

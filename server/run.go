@@ -33,8 +33,9 @@ func (s *Server) Run(parent context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); s.keys.Watch(ctx) }()
+	go func() { defer wg.Done(); s.machines.Run(ctx) }()
 	go func() { defer wg.Done(); s.ingester.Run(ctx) }()
 	go func() { defer wg.Done(); s.releases.Run(ctx) }()
 	go func() { defer wg.Done(); s.lead(ctx) }()

@@ -33,6 +33,7 @@ import (
 	"github.com/tetherhq/tether/server/compile"
 	"github.com/tetherhq/tether/server/event"
 	"github.com/tetherhq/tether/server/ingest"
+	"github.com/tetherhq/tether/server/machines"
 	"github.com/tetherhq/tether/server/notify"
 	"github.com/tetherhq/tether/server/record"
 	"github.com/tetherhq/tether/server/release"
@@ -81,6 +82,11 @@ type Config struct {
 	CompileSettle time.Duration
 	// CompileTimeout bounds each compile (default 60s, the compiler's).
 	CompileTimeout time.Duration
+	// ProvisionTimeout bounds how long a host's machine has to boot and
+	// enroll (default 10m; a host's provision_timeout overrides it), and
+	// StopGrace how long a stop waits for the guest before forcing it off
+	// (default 30s).
+	ProvisionTimeout, StopGrace time.Duration
 	// Keyring seals the master key of sealed values, which opens every
 	// sensitive value the store holds, as it seals the signing key
 	// (SigningKey). Nil (the embedded mode): the master key is kept in the
@@ -211,6 +217,8 @@ type Server struct {
 	metrics    *Metrics
 	// releases releases versions; Run runs their fan-outs.
 	releases *release.Releaser
+	// machines keeps machines' records, states and controls.
+	machines *machines.Room
 	// compiles compiles environments' models while Run runs and the
 	// server has Config.Sources.
 	compiles *compile.Compiler

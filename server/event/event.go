@@ -71,6 +71,13 @@ const (
 	// ReleaseDone: a release's fan-out ended (Release holds it: done,
 	// or failed with its note).
 	ReleaseDone Kind = "release.done"
+	// HostState: a host of a blueprint moved from one state of its
+	// provisioning to another (Host holds it, Error the event that moved
+	// it and, for a failed host, why).
+	HostState Kind = "host.state"
+	// InstanceChanged: a machine's power state changed, or a control
+	// of it ended (Instance holds it; Error says what failed).
+	InstanceChanged Kind = "instance.changed"
 )
 
 // Event is something that just happened at the server, published after it
@@ -92,6 +99,8 @@ type Event struct {
 	Alert      *record.Alert    `json:"alert,omitempty"`
 	Compile    *record.Compile  `json:"compile,omitempty"`
 	Release    *record.Release  `json:"release,omitempty"`
+	Host       *record.Host     `json:"host,omitempty"`
+	Instance   *record.Instance `json:"instance,omitempty"`
 	Error      string           `json:"error,omitempty"`
 	// Results are the results of an Results, in the log only. Last:
 	// an unfolded result event has its "result" where it stood.

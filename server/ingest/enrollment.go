@@ -51,6 +51,9 @@ type greeting struct {
 	// refusal says why the agent is not enrolled ("" when it is, or
 	// waits for an operator).
 	refusal string
+	// hostToken is the token bound to a host the agent enrolled with:
+	// once the record is written, the host's machine called home.
+	hostToken *record.EnrollmentToken
 }
 
 // hello records a discovered agent and, when the environment's enrollment
@@ -94,7 +97,15 @@ func (in *Ingester) hello(ctx context.Context, e *bus.Envelope, body bus.Hello) 
 	if err := in.writeHello(ctx, g); err != nil {
 		return err
 	}
-	return in.answer(ctx, g)
+	if err := in.answer(ctx, g); err != nil {
+		return err
+	}
+	if g.hostToken != nil && in.machines != nil {
+		if err := in.machines.Enrolled(ctx, g.a.Env, g.a.Name, *g.hostToken); err != nil {
+			in.log.Warn().Err(err).Str("env", g.a.Env).Str("agent", g.a.Name).Msg("the agent enrolled with its host's token, but its host did not move: see tether host show")
+		}
+	}
+	return nil
 }
 
 // checkHello refuses a hello no honest agent says.
@@ -311,6 +322,9 @@ func (in *Ingester) admission(ctx context.Context, g *greeting, then enroll.Admi
 		case err == nil:
 			a.State = record.AgentAccepted
 			in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
+			if tok.Host != "" {
+				g.hostToken = &tok
+			}
 		case errors.Is(err, model.ErrNotFound):
 			g.refusal = "unknown or revoked enrollment token"
 		case errors.Is(err, model.ErrConflict):

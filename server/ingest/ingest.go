@@ -201,6 +201,27 @@ func (in *Ingester) agentEvent(ctx context.Context, a record.Agent, e *bus.Envel
 			return fmt.Errorf("%w: %w", bus.ErrReject, err)
 		}
 		return in.keys.RolloverAck(ctx, a, e, body)
+	case bus.KindMachineReport:
+		var body bus.MachineReport
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if in.machines == nil {
+			return nil
+		}
+		if err := in.machines.Report(ctx, a, body); err != nil {
+			if errors.Is(err, model.ErrNotFound) {
+				// Of a host or platform deleted meanwhile: old news.
+				in.log.Info().Err(err).Str("env", a.Env).Str("agent", a.Name).Msg("machine report of something no longer there; dropped")
+				return nil
+			}
+			if errors.Is(err, model.ErrInvalid) {
+				in.security(ctx, e, fmt.Sprintf("agent %s: machine report refused: %v", a.Name, err))
+				return fmt.Errorf("%w: %s: %w", bus.ErrReject, e, err)
+			}
+			return err
+		}
+		return nil
 	case bus.KindHeartbeat:
 		var body bus.Heartbeat
 		if err := e.DecodeBody(&body); err != nil {

@@ -117,6 +117,14 @@ func (m Metrics) orNothing() Metrics {
 	return m
 }
 
+// Machines is told what agents say of machines (machines.Room): a
+// platform's agent's reports, and a machine's agent enrolling with the
+// token bound to its host.
+type Machines interface {
+	Report(ctx context.Context, a record.Agent, rep bus.MachineReport) error
+	Enrolled(ctx context.Context, env, agent string, tok record.EnrollmentToken) error
+}
+
 // Services are what the ingest works with, handed over by the server.
 type Services struct {
 	Store  store.Store
@@ -125,6 +133,8 @@ type Services struct {
 	Signer *bus.Signer
 	Feed   *event.Feed
 	Keys   Keys
+	// Machines takes machine reports (nil: they are dropped).
+	Machines Machines
 	// Trigger asks for a compile of env (compile.Compiler.Trigger).
 	Trigger func(ctx context.Context, env string, t record.Trigger)
 	// Logged is called after a transaction appended events to the
@@ -143,6 +153,7 @@ type Ingester struct {
 	signer     *bus.Signer
 	feed       *event.Feed
 	keys       Keys
+	machines   Machines
 	trigger    func(ctx context.Context, env string, t record.Trigger)
 	dedup      *bus.Dedup
 	agents     *agentCache
@@ -181,6 +192,7 @@ func New(cfg Config, svc Services) *Ingester {
 		signer:     svc.Signer,
 		feed:       svc.Feed,
 		keys:       svc.Keys,
+		machines:   svc.Machines,
 		trigger:    svc.Trigger,
 		dedup:      bus.NewDedup(1 << 16),
 		agents:     newAgentCache(svc.Store, cfg.AgentCacheTTL, cfg.AgentCacheListenTTL),

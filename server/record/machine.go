@@ -168,11 +168,79 @@ var DriverParams = map[string][]Param{
 		{Name: "memory_mib", Type: ParamInt, Default: int64(1024), Min: 64, Max: 1 << 20, Doc: "a guest's memory, in MiB, unless its host says otherwise"},
 		{Name: "cpus", Type: ParamInt, Default: int64(1), Min: 1, Max: 256, Doc: "a guest's virtual CPUs, unless its host says otherwise"},
 		{Name: "disk_gib", Type: ParamInt, Default: int64(8), Min: 1, Max: 1 << 16, Doc: "a guest's disk, in GiB, unless its host says otherwise"},
+		brokerParam,
 	},
 	DriverPXE: {
 		{Name: "tftp_root", Type: ParamString, Required: true, Doc: "the directory the TFTP server serves, where the boot files and scripts are written"},
 		{Name: "server_address", Type: ParamString, Default: "10.0.2.2", Doc: "the address the booting machine fetches its files from"},
+		brokerParam,
 	},
+}
+
+// brokerParam is where the machines of a platform reach the broker: their
+// agents connect outward to it.
+var brokerParam = Param{Name: "broker", Type: ParamString, Default: "amqp://10.0.2.2:5672/",
+	Doc: "the broker's URL as a machine of this platform reaches it (10.0.2.2 is the hypervisor's loopback on QEMU's user-mode network)"}
+
+// HostParams are the settings every host may set besides its platform's
+// and its distribution's.
+var HostParams = []Param{
+	{Name: "provision_timeout", Type: ParamInt, Min: 10, Max: 7 * 24 * 3600,
+		Doc: "seconds a machine has to boot and enroll before its host fails and the machine is destroyed (the server's --provision-timeout when unset)"},
+}
+
+// ContextValue is one setting of a host's context: its value and where it
+// came from (the platform, the distribution or the host).
+type ContextValue struct {
+	Name  string `json:"name"`
+	Value any    `json:"value"`
+	From  string `json:"from"`
+	// Secret: Value is shown as "(secret)" outside the machine.
+	Secret bool `json:"secret,omitempty"`
+}
+
+// HostContext resolves a host's settings: the platform's (its driver's
+// defaults filled in), then its distribution's parameters, then the
+// host's own, each over the one before. It checks the host's settings
+// against the parameters they set (errors name host NAME: settings.KEY)
+// and returns every value with where it came from, sorted by name, and as
+// a map.
+func HostContext(p Platform, d Distribution, h Host) ([]ContextValue, map[string]any, error) {
+	params := map[string]Param{}
+	from := map[string]string{}
+	values := map[string]any{}
+	for _, q := range DriverParams[p.Driver] {
+		params[q.Name] = q
+		if v, ok := p.Settings[q.Name]; ok {
+			values[q.Name], from[q.Name] = v, "platform "+p.Name
+		}
+	}
+	for _, q := range d.Params {
+		params[q.Name] = q
+		if v, ok := d.Settings[q.Name]; ok {
+			values[q.Name], from[q.Name] = v, "distribution "+d.Name
+		}
+	}
+	for _, q := range HostParams {
+		params[q.Name] = q
+	}
+	names := slices.Sorted(maps.Keys(params))
+	for _, name := range slices.Sorted(maps.Keys(h.Settings)) {
+		q, ok := params[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("host %s: settings.%s: unknown setting: want one of %s", h.Name, name, strings.Join(names, ", "))
+		}
+		v, err := q.check(fmt.Sprintf("host %s: settings.%s", h.Name, name), h.Settings[name])
+		if err != nil {
+			return nil, nil, err
+		}
+		values[name], from[name] = v, "host "+h.Name
+	}
+	out := make([]ContextValue, 0, len(values))
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		out = append(out, ContextValue{Name: name, Value: values[name], From: from[name], Secret: params[name].Type == ParamSecret})
+	}
+	return out, values, nil
 }
 
 // Drivers lists the platform drivers, sorted.
