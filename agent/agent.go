@@ -121,6 +121,12 @@ type Config struct {
 	// transport that logs in to the broker with the agent's key dials
 	// again, as the agent's new self (the old login stops holding).
 	Relogin func()
+	// Platforms are the platforms this agent serves (a libvirt
+	// hypervisor it runs on): the server's machine commands act through
+	// their drivers, and their inventory is reported every
+	// InventoryInterval. The agent closes them when Run returns.
+	Platforms         []handler.MachineDriver
+	InventoryInterval time.Duration
 }
 
 // Default returns the defaults of every setting that has one: what New
@@ -128,24 +134,25 @@ type Config struct {
 // it means never). Env and Name have none.
 func Default() Config {
 	return Config{
-		Parallelism:     engine.DefaultParallelism,
-		MaxCommandAge:   time.Hour,
-		StatusBatch:     256,
-		StatusLinger:    20 * time.Millisecond,
-		Heartbeat:       30 * time.Second,
-		HelloRetry:      time.Minute,
-		HelloRetryMax:   30 * time.Minute,
-		ClaimRetry:      time.Second,
-		ClaimWait:       10 * time.Second,
-		Grace:           5 * time.Second,
-		Journal:         journal.Default(),
-		Facts:           facts.Gather,
-		FactsInterval:   time.Minute,
-		PollInterval:    5 * time.Second,
-		Settle:          2 * time.Millisecond,
-		FlapWindow:      time.Minute,
-		FlapCount:       5,
-		ReleaseMemoryAt: 1000,
+		Parallelism:       engine.DefaultParallelism,
+		MaxCommandAge:     time.Hour,
+		StatusBatch:       256,
+		StatusLinger:      20 * time.Millisecond,
+		Heartbeat:         30 * time.Second,
+		HelloRetry:        time.Minute,
+		HelloRetryMax:     30 * time.Minute,
+		ClaimRetry:        time.Second,
+		ClaimWait:         10 * time.Second,
+		Grace:             5 * time.Second,
+		Journal:           journal.Default(),
+		Facts:             facts.Gather,
+		FactsInterval:     time.Minute,
+		PollInterval:      5 * time.Second,
+		Settle:            2 * time.Millisecond,
+		FlapWindow:        time.Minute,
+		FlapCount:         5,
+		ReleaseMemoryAt:   1000,
+		InventoryInterval: time.Minute,
 	}
 }
 
@@ -167,6 +174,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.Settle, def.Settle)
 	orDefault(&c.FlapWindow, def.FlapWindow)
 	orDefault(&c.FlapCount, def.FlapCount)
+	orDefault(&c.InventoryInterval, def.InventoryInterval)
 	if c.Journal.CompactAt == 0 {
 		c.Journal.CompactAt = def.Journal.CompactAt
 	}
@@ -231,14 +239,17 @@ type Transport interface {
 
 // Agent enforces one agent's slice.
 type Agent struct {
-	cfg     Config
-	bus     Transport
-	reg     *handler.Registry
-	engine  *engine.Engine
-	journal *journal.Journal
-	signer  *bus.Signer
-	deps    *dependencies
-	log     zerolog.Logger
+	// machineOps are the machine commands running, and the platforms'
+	// inventory loop.
+	machineOps sync.WaitGroup
+	cfg        Config
+	bus        Transport
+	reg        *handler.Registry
+	engine     *engine.Engine
+	journal    *journal.Journal
+	signer     *bus.Signer
+	deps       *dependencies
+	log        zerolog.Logger
 
 	// wake pokes the worker: a job, a slice or pause changed.
 	wake chan struct{}
@@ -462,6 +473,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.publishOutbox(outCtx)
 	}()
+	if len(a.cfg.Platforms) > 0 {
+		defer a.closePlatforms()
+		defer a.machineOps.Wait()
+		a.machineOps.Add(1)
+		go func() {
+			defer a.machineOps.Done()
+			a.reportPlatforms(ctx)
+		}()
+	}
 
 	var work *worker
 	stopWork := func() {

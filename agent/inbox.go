@@ -246,6 +246,15 @@ func (a *Agent) command(ctx context.Context, e *bus.Envelope, answer bool) error
 			return err
 		}
 		return a.reportFacts(ctx, true)
+	case bus.KindMachine:
+		var body bus.Machine
+		if err := e.DecodeBody(&body); err != nil {
+			return fmt.Errorf("%w: %w", bus.ErrReject, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		a.machineCommand(ctx, body)
 	default:
 		a.log.Info().Str("kind", string(e.Kind)).Msg("command not handled by this agent version; ignored")
 		return tx.Commit()

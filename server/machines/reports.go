@@ -154,20 +154,33 @@ func (r *Room) controlled(ctx context.Context, a record.Agent, p record.Platform
 }
 
 // inventory records what a platform holds: every machine on it, each
-// bound to the host its driver recorded when that host is on the
-// platform; machines gone from it are forgotten (or, a host's, marked
-// unknown).
+// bound to the host its driver recorded when that host is on a platform
+// the agent serves with this driver (one hypervisor may be several
+// platforms: the one discovered, those operators made); machines gone
+// from it are forgotten (or, a host's, marked unknown).
 func (r *Room) inventory(ctx context.Context, a record.Agent, p record.Platform, rep bus.MachineReport) error {
+	all, err := r.svc.Store.ListPlatforms(ctx, a.Env)
+	if err != nil {
+		return err
+	}
+	served := map[string]record.Platform{}
+	for _, q := range all {
+		if q.Agent == a.Name && q.Driver == p.Driver {
+			served[q.Name] = q
+		}
+	}
 	seen := map[string]bool{}
 	for _, is := range rep.Instances {
-		host := ""
+		on, host := p, ""
 		if is.Host != "" {
-			if h, err := r.svc.Store.GetHost(ctx, a.Env, is.Host); err == nil && h.Platform == p.Name && is.Name == machineName(a.Env, h.Name) {
-				host = h.Name
+			if h, err := r.svc.Store.GetHost(ctx, a.Env, is.Host); err == nil && is.Name == machineName(a.Env, h.Name) {
+				if q, ok := served[h.Platform]; ok {
+					on, host = q, h.Name
+				}
 			}
 		}
-		if _, err := r.putInstance(ctx, a, p, is, host); err != nil {
-			r.svc.Log.Warn().Err(err).Str("env", a.Env).Str("platform", p.Name).Str("machine", is.Name).Msg("machine of an inventory not recorded")
+		if _, err := r.putInstance(ctx, a, on, is, host); err != nil {
+			r.svc.Log.Warn().Err(err).Str("env", a.Env).Str("platform", on.Name).Str("machine", is.Name).Msg("machine of an inventory not recorded")
 			continue
 		}
 		seen[is.ID] = true
@@ -175,12 +188,12 @@ func (r *Room) inventory(ctx context.Context, a record.Agent, p record.Platform,
 	if !rep.Full {
 		return nil
 	}
-	all, err := r.svc.Store.ListInstances(ctx, a.Env)
+	instances, err := r.svc.Store.ListInstances(ctx, a.Env)
 	if err != nil {
 		return err
 	}
-	for _, i := range all {
-		if i.Platform != p.Name || seen[i.ID] {
+	for _, i := range instances {
+		if _, ok := served[i.Platform]; !ok || seen[i.ID] {
 			continue
 		}
 		if i.Host == "" {

@@ -53,7 +53,7 @@ func (c Config) withDefaults() Config {
 		c.StopGrace = 30 * time.Second
 	}
 	if c.Sweep <= 0 {
-		c.Sweep = 5 * time.Second
+		c.Sweep = min(5*time.Second, c.ProvisionTimeout/4)
 	}
 	return c
 }
