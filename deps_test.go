@@ -46,6 +46,7 @@ var rules = map[string]rule{
 	"agent/handler/handlertest":         {internal: []string{"agent/handler", "model", "model/testenv"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/builtin":             {internal: []string{"agent/handler", "agent/handler/*"}},
 	"agent/handler/*":                   {internal: []string{"agent/handler", "model", "model/durable"}, external: []string{"golang.org/x/sys"}},
+	"agent/handler/libvirt":             {internal: []string{"agent/handler", "model"}, external: []string{"github.com/digitalocean/go-libvirt", "libvirt.org/go/libvirtxml"}},
 	"agent/engine":                      {internal: []string{"model", "model/graph", "agent/handler"}},
 	"agent/journal":                     {internal: []string{"model", "model/durable"}},
 	"agent/facts":                       {internal: []string{"model"}},
@@ -105,6 +106,8 @@ var exclusive = map[string][]string{
 	"modernc.org/sqlite":                  {"server/store/sqlite"},
 	"github.com/go-git/go-git/v5":         {"model/gitfetch", "model/gitfetch/gittest"},
 	"github.com/go-git/go-billy/v5":       {"model/gitfetch"},
+	"github.com/digitalocean/go-libvirt":  {"agent/handler/libvirt"},
+	"libvirt.org/go/libvirtxml":           {"agent/handler/libvirt"},
 }
 
 // importers lists module packages that only the packages named may import
@@ -286,6 +289,8 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{pkg{ImportPath: m("cli/tether-agent"), Deps: []string{"modernc.org/sqlite/lib"}}, "cli/tether-agent depends on modernc.org/sqlite/lib, which the agent-only build"},
 		{pkg{ImportPath: m("cli/tether-agent"), Deps: []string{"github.com/jackc/pgx/v5"}}, "which the agent-only build must not hold"},
 		{pkg{ImportPath: m("server/scheduler"), Imports: []string{m("server/store")}}, "server/scheduler imports server/store"},
+		{pkg{ImportPath: m("agent/handler/file"), Imports: []string{"github.com/digitalocean/go-libvirt"}}, "which only agent/handler/libvirt may use"},
+		{pkg{ImportPath: m("agent"), Imports: []string{"libvirt.org/go/libvirtxml"}}, "which only agent/handler/libvirt may use"},
 	}
 	for _, tt := range tests {
 		got := strings.Join(violations([]pkg{tt.pkg}), "\n")
@@ -296,6 +301,7 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 	for _, ok := range []pkg{
 		{ImportPath: m("agent/handler/file"), Imports: []string{m("agent/handler"), m("model"), "os"}},
 		{ImportPath: m("server/store/postgres/pgbaseline"), Imports: []string{"github.com/jackc/pgx/v5", m("server/store"), m("model")}},
+		{ImportPath: m("agent/handler/libvirt"), Imports: []string{"github.com/digitalocean/go-libvirt", "libvirt.org/go/libvirtxml", m("agent/handler"), m("model")}},
 	} {
 		if v := violations([]pkg{ok}); len(v) > 0 {
 			t.Errorf("a conforming package was flagged: %v", v)
