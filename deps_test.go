@@ -66,6 +66,7 @@ var rules = map[string]rule{
 	"server/event":                      {internal: []string{"model", "server/record"}},
 	"server/enroll":                     {internal: []string{"server/record"}},
 	"server/release":                    {internal: []string{"bus", "model", "server/record", "server/event", "server/scheduler", "server/store"}},
+	"server/machines":                   {internal: []string{"bus", "model", "server/event", "server/record", "server/store"}},
 	"server/ingest":                     {internal: []string{"bus", "model", "model/secret", "server/enroll", "server/event", "server/record", "server/scheduler", "server/store", "server/trust"}},
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/trust":                      {internal: []string{"bus", "model", "model/secret", "server/event", "server/record"}},
@@ -77,7 +78,7 @@ var rules = map[string]rule{
 	"server/api/internal/openapigen":    {},                                                      // tests only: writes the OpenAPI document and the generated client
 	"server":                            {internal: []string{"server/*", "server/store/*", "bus", "model", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                               {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
-	"cli/agentcli":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
+	"cli/agentcli":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/handler/libvirt", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
 	"cli/tether-agent":                  {internal: []string{"cli/agentcli"}}, // the agent-only binary's main
 	"cli/embedded":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
 	"cli/bench":                         {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},

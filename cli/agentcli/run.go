@@ -22,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/agent/facts"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/agent/handler/libvirt"
 	"github.com/tetherhq/tether/agent/journal"
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
@@ -59,6 +60,8 @@ func runFlags() []ucli.Flag {
 			Usage: "refuse a command the server issued longer ago than this (by the server's clock): replays and stale backlog"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "parallelism", Value: 0, EnvVars: []string{"TETHER_PARALLELISM"},
 			Usage: "how many resources a deploy runs at once (0: the default)"}),
+		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "platform", EnvVars: []string{"TETHER_PLATFORMS"},
+			Usage: "serve a platform machines are made on: `DRIVER[=URI]`, e.g. libvirt or libvirt=qemu:///system (the hypervisor this host runs); the server registers it and sends it machine commands (repeatable)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "heartbeat", Value: def.Heartbeat, EnvVars: []string{"TETHER_HEARTBEAT"},
 			Usage: "how often the agent tells the server it is alive (the server shows an agent it has not heard from for 90s offline; any other event the agent sends counts as well)"}),
 	)
@@ -173,6 +176,10 @@ func runAgents(c *ucli.Context, stderr io.Writer, logger LoggerFunc) error {
 	// serves them all, and tells the handlers which tools the host has.
 	gather := facts.Cached(10*time.Second, facts.Host{Dir: c.String("facts-dir")}.Gather)
 	pm, sm := facts.Providers(gather(ctx))
+	platforms, err := openPlatforms(c.StringSlice("platform"), len(names))
+	if err != nil {
+		return err
+	}
 	for _, name := range names {
 		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: syncs, PackageManager: pm, ServiceManager: sm})
 		if err != nil {
@@ -193,7 +200,7 @@ func runAgents(c *ucli.Context, stderr io.Writer, logger LoggerFunc) error {
 		a, err := agent.New(agent.Config{
 			Env: env, Name: name, Version: ReadBuildInfo().Version, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
-			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather, Relogin: relogin,
+			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather, Relogin: relogin, Platforms: platforms,
 		}, b, reg, log)
 		login.set(a)
 		if errors.Is(err, agent.ErrNoServerKey) {
@@ -286,4 +293,33 @@ func brokerUser(s string) string {
 		return ""
 	}
 	return u.User.Username()
+}
+
+// openPlatforms connects to the platforms --platform names, for the one
+// agent of the process (a platform is served by one agent).
+func openPlatforms(specs []string, agents int) ([]handler.MachineDriver, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	if agents > 1 {
+		return nil, UsageError("--platform: a platform is served by one agent: run it in a process of its own (one --name)")
+	}
+	var out []handler.MachineDriver
+	for _, spec := range specs {
+		driver, uri, _ := strings.Cut(spec, "=")
+		switch driver {
+		case "libvirt":
+			d, err := libvirt.New(uri)
+			if err != nil {
+				for _, o := range out {
+					_ = o.Close()
+				}
+				return nil, fmt.Errorf("--platform %s: %w", spec, err)
+			}
+			out = append(out, d)
+		default:
+			return nil, UsageError("--platform %s: unknown driver %q: want libvirt", spec, driver)
+		}
+	}
+	return out, nil
 }
