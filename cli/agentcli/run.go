@@ -61,7 +61,7 @@ func runFlags() []ucli.Flag {
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "parallelism", Value: 0, EnvVars: []string{"TETHER_PARALLELISM"},
 			Usage: "how many resources a deploy runs at once (0: the default)"}),
 		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "platform", EnvVars: []string{"TETHER_PLATFORMS"},
-			Usage: "serve a platform machines are made on: `DRIVER[=URI]`, e.g. libvirt or libvirt=qemu:///system (the hypervisor this host runs); the server registers it and sends it machine commands (repeatable)"}),
+			Usage: "serve a platform machines are made on: `DRIVER[=URI]`, libvirt or pxe (machines booting from the network, as libvirt guests here), e.g. libvirt=qemu:///system (the hypervisor this host runs); the server registers it and sends it machine commands (repeatable)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "heartbeat", Value: def.Heartbeat, EnvVars: []string{"TETHER_HEARTBEAT"},
 			Usage: "how often the agent tells the server it is alive (the server shows an agent it has not heard from for 90s offline; any other event the agent sends counts as well)"}),
 	)
@@ -307,19 +307,47 @@ func openPlatforms(specs []string, agents int) ([]handler.MachineDriver, error) 
 	var out []handler.MachineDriver
 	for _, spec := range specs {
 		driver, uri, _ := strings.Cut(spec, "=")
-		switch driver {
-		case "libvirt":
-			d, err := libvirt.New(uri)
-			if err != nil {
-				for _, o := range out {
-					_ = o.Close()
-				}
-				return nil, fmt.Errorf("--platform %s: %w", spec, err)
+		if driver != "libvirt" && driver != "pxe" {
+			return nil, UsageError("--platform %s: unknown driver %q: want libvirt or pxe", spec, driver)
+		}
+		d, err := libvirt.New(uri)
+		if err != nil {
+			for _, o := range out {
+				_ = o.Close()
 			}
+			return nil, fmt.Errorf("--platform %s: %w", spec, err)
+		}
+		if driver == "pxe" {
+			out = append(out, pxePlatform{d})
+		} else {
 			out = append(out, d)
-		default:
-			return nil, UsageError("--platform %s: unknown driver %q: want libvirt", spec, driver)
 		}
 	}
 	return out, nil
+}
+
+// pxePlatform serves a PXE platform: its machines boot from the network
+// (an iPXE script and a TFTP tree the libvirt driver writes), here as
+// libvirt guests of the hypervisor the agent runs on.
+type pxePlatform struct{ d *libvirt.Driver }
+
+func (p pxePlatform) Driver() string { return "pxe" }
+func (p pxePlatform) Close() error   { return p.d.Close() }
+
+func (p pxePlatform) Provision(ctx context.Context, spec model.MachineSpec) (model.InstanceState, error) {
+	return p.d.Provision(ctx, spec)
+}
+
+func (p pxePlatform) Control(ctx context.Context, machine string, op model.MachineOp, grace time.Duration) (model.InstanceState, error) {
+	return p.d.Control(ctx, machine, op, grace)
+}
+
+func (p pxePlatform) Destroy(ctx context.Context, machine string) error {
+	return p.d.Destroy(ctx, machine)
+}
+
+func (p pxePlatform) Inventory(ctx context.Context) (model.PlatformState, []model.InstanceState, error) {
+	s, all, err := p.d.Inventory(ctx)
+	s.Driver = "pxe"
+	return s, all, err
 }

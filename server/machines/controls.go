@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,15 +51,23 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 	if err != nil {
 		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
 	}
-	spec := model.MachineSpec{Host: name, Name: machineName(env, name), Template: p.Templates[templateNames[p.Driver][0]], Settings: settings}
+	spec := model.MachineSpec{Host: name, Name: machineName(env, name), Template: p.Templates["domain"], Settings: settings}
 	switch d.Kind {
 	case record.DistImage:
 		spec.Boot = model.MachineBoot{Image: d.Images[p.Name]}
 	default:
 		spec.Boot = model.MachineBoot{Kernel: d.Kernel, Initrd: d.Initrd, Cmdline: cmdline}
 	}
+	spec.Files = map[string]string{}
 	if install != "" {
-		spec.Files = map[string]string{installFile[d.InstallFormat]: install}
+		spec.Files[installFile[d.InstallFormat]] = install
+	}
+	if p.Driver == record.DriverPXE {
+		script, err := bootScript(p, spec, settings)
+		if err != nil {
+			return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		}
+		spec.Boot.Network, spec.Files["boot.ipxe"] = true, script
 	}
 	if err := spec.Validate(); err != nil {
 		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
@@ -76,6 +85,17 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 		return h, err
 	}
 	return h, nil
+}
+
+// bootScript renders a PXE platform's iPXE script for a machine.
+func bootScript(p record.Platform, spec model.MachineSpec, settings map[string]any) (string, error) {
+	text := p.Templates["ipxe"]
+	if text == "" {
+		text = defaultIPXE
+	}
+	data := map[string]any{"Cmdline": spec.Boot.Cmdline, "Host": spec.Host, "Name": spec.Name,
+		"Kernel": path.Base(spec.Boot.Kernel), "Initrd": path.Base(spec.Boot.Initrd), "ServerAddress": settings["server_address"]}
+	return render(fmt.Sprintf("platform %s: templates.ipxe", p.Name), text, data, templateFields["ipxe"])
 }
 
 // installFile is where a machine's install template is written, by format.

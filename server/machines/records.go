@@ -40,7 +40,7 @@ func (r *Room) PutPlatform(ctx context.Context, p record.Platform) (record.Platf
 // may override.
 var templateNames = map[string][]string{
 	record.DriverLibvirt: {"domain"},
-	record.DriverPXE:     {"ipxe"},
+	record.DriverPXE:     {"domain", "ipxe"},
 }
 
 // PutDistribution creates or replaces a distribution: its parameters

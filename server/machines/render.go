@@ -36,12 +36,22 @@ func installData(env, token string, h record.Host, settings map[string]any) map[
 // installFields are the top-level variables of installData.
 var installFields = []string{"Applications", "Env", "Host", "Labels", "Settings", "Token"}
 
-// driverFields are the variables a driver's template of a machine may
-// use, by driver (as the driver renders it on the platform's agent).
-var driverFields = map[string][]string{
-	record.DriverLibvirt: {"CPUs", "Cmdline", "DiskFormat", "DiskPath", "DomainType", "Host", "Initrd", "Kernel", "MemoryMiB", "Name", "Network", "NetworkBoot", "SerialLog", "TFTPRoot"},
-	record.DriverPXE:     {"Cmdline", "Host", "Initrd", "Kernel", "Name", "ServerAddress"},
+// templateFields are the variables a platform's template may use, by
+// template: a libvirt domain's (rendered by the driver on the platform's
+// agent), an iPXE script's (rendered here; Kernel and Initrd are the
+// files' names in the machine's TFTP directory).
+var templateFields = map[string][]string{
+	"domain": {"CPUs", "Cmdline", "DiskFormat", "DiskPath", "DomainType", "Host", "Initrd", "Kernel", "MemoryMiB", "Name", "Network", "NetworkBoot", "SerialLog", "TFTPRoot"},
+	"ipxe":   {"Cmdline", "Host", "Initrd", "Kernel", "Name", "ServerAddress"},
 }
+
+// defaultIPXE is the iPXE script a PXE platform's machines boot with,
+// unless the platform has its own.
+const defaultIPXE = `#!ipxe
+kernel tftp://{{.ServerAddress}}/{{.Kernel}} {{.Cmdline}}
+initrd tftp://{{.ServerAddress}}/{{.Initrd}}
+boot
+`
 
 // render renders text, the template what, with data; a variable data does
 // not hold is an error naming it and saying which there are.
@@ -65,7 +75,7 @@ func render(what, text string, data map[string]any, fields []string) (string, er
 // checkDriverTemplate checks a platform's template of a machine: it parses
 // and uses only its driver's variables.
 func checkDriverTemplate(p record.Platform, name, text string) error {
-	fields := driverFields[p.Driver]
+	fields := templateFields[name]
 	data := map[string]any{}
 	for _, f := range fields {
 		data[f] = sample(f)

@@ -163,10 +163,16 @@ func (r *Room) inventory(ctx context.Context, a record.Agent, p record.Platform,
 	if err != nil {
 		return err
 	}
-	served := map[string]record.Platform{}
+	// The agent's platforms of this driver, and of its others (one
+	// hypervisor serving libvirt and pxe platforms reports its machines
+	// in both inventories: each is recorded under one).
+	served, others := map[string]record.Platform{}, map[string]bool{}
 	for _, q := range all {
-		if q.Agent == a.Name && q.Driver == p.Driver {
+		switch {
+		case q.Agent == a.Name && q.Driver == p.Driver:
 			served[q.Name] = q
+		case q.Agent == a.Name:
+			others[q.Name] = true
 		}
 	}
 	seen := map[string]bool{}
@@ -176,8 +182,13 @@ func (r *Room) inventory(ctx context.Context, a record.Agent, p record.Platform,
 			if h, err := r.svc.Store.GetHost(ctx, a.Env, is.Host); err == nil && is.Name == machineName(a.Env, h.Name) {
 				if q, ok := served[h.Platform]; ok {
 					on, host = q, h.Name
+				} else if others[h.Platform] {
+					continue
 				}
 			}
+		}
+		if was, err := r.svc.Store.GetInstance(ctx, a.Env, is.ID); host == "" && err == nil && others[was.Platform] {
+			continue
 		}
 		if _, err := r.putInstance(ctx, a, on, is, host); err != nil {
 			r.svc.Log.Warn().Err(err).Str("env", a.Env).Str("platform", on.Name).Str("machine", is.Name).Msg("machine of an inventory not recorded")

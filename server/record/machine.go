@@ -160,22 +160,31 @@ const (
 // DriverParams are the settings each platform driver takes, with their
 // defaults: what a platform of that driver may set.
 var DriverParams = map[string][]Param{
-	DriverLibvirt: {
-		{Name: "uri", Type: ParamString, Default: "qemu:///system", Doc: "the libvirt connection URI, as the agent serving the platform reaches it"},
-		{Name: "network", Type: ParamString, Default: "user", Doc: "the guests' network: user (QEMU's user-mode network) or the name of a libvirt network"},
-		{Name: "pool", Type: ParamString, Default: "default", Doc: "the storage pool the guests' disks are made in"},
-		{Name: "domain_type", Type: ParamString, Default: "qemu", Doc: "the domain type: qemu (software emulation) or kvm"},
-		{Name: "memory_mib", Type: ParamInt, Default: int64(1024), Min: 64, Max: 1 << 20, Doc: "a guest's memory, in MiB, unless its host says otherwise"},
-		{Name: "cpus", Type: ParamInt, Default: int64(1), Min: 1, Max: 256, Doc: "a guest's virtual CPUs, unless its host says otherwise"},
-		{Name: "disk_gib", Type: ParamInt, Default: int64(8), Min: 1, Max: 1 << 16, Doc: "a guest's disk, in GiB, unless its host says otherwise"},
-		brokerParam,
-	},
-	DriverPXE: {
-		{Name: "tftp_root", Type: ParamString, Required: true, Doc: "the directory the TFTP server serves, where the boot files and scripts are written"},
-		{Name: "server_address", Type: ParamString, Default: "10.0.2.2", Doc: "the address the booting machine fetches its files from"},
-		brokerParam,
-	},
+	DriverLibvirt: libvirtParams,
+	// A PXE platform's machines boot from the network: an iPXE script
+	// (the platform's ipxe template) fetches their kernel and initrd over
+	// TFTP from a tree the platform's agent writes. Its agent makes them
+	// as libvirt guests booting from that tree.
+	DriverPXE: append(slices.Clone(libvirtParams),
+		Param{Name: "tftp_root", Type: ParamString, Default: "/var/lib/tether/tftp", Doc: "the directory the TFTP server serves: each machine's boot script, kernel and initrd are put in a directory of it named after the machine"},
+		Param{Name: "server_address", Type: ParamString, Default: "10.0.2.2", Doc: "the address a booting machine fetches its files from (10.0.2.2: the hypervisor, on QEMU's user-mode network)"},
+	),
 }
+
+var libvirtParams = []Param{
+	{Name: "uri", Type: ParamString, Default: "qemu:///system", Doc: "the libvirt connection URI, as the agent serving the platform reaches it"},
+	{Name: "network", Type: ParamString, Default: "user", Doc: "the guests' network: user (QEMU's user-mode network) or the name of a libvirt network"},
+	{Name: "pool", Type: ParamString, Default: "default", Doc: "the storage pool the guests' disks are made in"},
+	{Name: "domain_type", Type: ParamString, Default: "qemu", Doc: "the domain type: qemu (software emulation) or kvm"},
+	{Name: "memory_mib", Type: ParamInt, Default: int64(1024), Min: 64, Max: 1 << 20, Doc: "a guest's memory, in MiB, unless its host says otherwise"},
+	{Name: "cpus", Type: ParamInt, Default: int64(1), Min: 1, Max: 256, Doc: "a guest's virtual CPUs, unless its host says otherwise"},
+	{Name: "disk_gib", Type: ParamInt, Default: int64(8), Min: 1, Max: 1 << 16, Doc: "a guest's disk, in GiB, unless its host says otherwise"},
+	{Name: "log_dir", Type: ParamString, Default: "/var/log/libvirt/qemu", Doc: "where each guest's serial console is written (NAME-serial.log): what a guest printed, to see why it did not call home"},
+	brokerParam,
+}
+
+// Drivers lists the platform drivers, sorted.
+func Drivers() []string { return slices.Sorted(maps.Keys(DriverParams)) }
 
 // brokerParam is where the machines of a platform reach the broker: their
 // agents connect outward to it.
@@ -242,9 +251,6 @@ func HostContext(p Platform, d Distribution, h Host) ([]ContextValue, map[string
 	}
 	return out, values, nil
 }
-
-// Drivers lists the platform drivers, sorted.
-func Drivers() []string { return slices.Sorted(maps.Keys(DriverParams)) }
 
 // Platform is a named place machines are made: a driver, its settings,
 // and the templates it renders (a libvirt domain's XML, an iPXE script),

@@ -41,7 +41,7 @@ func TestPlatformSettings(t *testing.T) {
 		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"cpus": 1.5}}, "settings.cpus: want a whole number, got a number"},
 		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"cpus": 0}}, "settings.cpus: 0 is out of range: want 1 to 256"},
 		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Settings: map[string]any{"uri": 5}}, "settings.uri: want a string, got a number"},
-		{Platform{Name: "boot", Driver: DriverPXE, Agent: "hv-1"}, "settings.tftp_root: required"},
+		{Platform{Name: "boot", Driver: DriverPXE, Agent: "hv-1", Settings: map[string]any{"tftp_root": true}}, "settings.tftp_root: want a string, got a boolean"},
 		{Platform{Name: "", Driver: DriverPXE, Agent: "hv-1"}, "platform: a name is required"},
 		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "no way"}, "platform lab: agent:"},
 		{Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv-1", Templates: map[string]string{"domain": strings.Repeat("x", MaxTemplate+1)}}, "templates.domain: 262145 bytes"},
