@@ -35,9 +35,11 @@ packages:
 man: build
 	$(BIN) man > bin/tether.1
 
-## setup: install what some tests use beyond Go (iproute2, iptables, git, chromium) as root, or print the apt-get line
+## setup: install what some tests use beyond Go (iproute2, iptables, git, chromium; QEMU, libvirt, a kernel, busybox-static) as root,
+## or print the apt-get line; then start libvirt's daemons when they do not answer
 setup:
 	@.ci/setup
+	@.ci/libvirtd
 
 ## test: formatting, vet, staticcheck, then every test with the race detector
 ## (it names what `make setup` would install, when tests will skip for want of it)
