@@ -22,8 +22,9 @@ type Boot struct {
 	// server's key or its fingerprint (tether.server_key), needed when the
 	// token does not carry it.
 	Token, ServerKey string
-	// Broker is the AMQP URL (tether.broker; DefaultBroker).
-	Broker string
+	// Broker is the AMQP URL (tether.broker; DefaultBroker), Namespace
+	// the broker namespace (tether.namespace; the agent's default, tether).
+	Broker, Namespace string
 	// Labels are KEY=VALUE labels the agent announces (tether.labels).
 	Labels []string
 	// IP is eth0's address with its prefix (tether.ip; 10.0.2.15/24),
@@ -65,7 +66,7 @@ func (b Boot) Cmdline() (string, error) {
 	}
 	for _, kv := range [][3]string{
 		{"name", "Name", b.Name}, {"env", "Env", b.Env}, {"token", "Token", b.Token}, {"server_key", "ServerKey", b.ServerKey},
-		{"broker", "Broker", b.Broker}, {"labels", "Labels", strings.Join(b.Labels, ",")},
+		{"broker", "Broker", b.Broker}, {"namespace", "Namespace", b.Namespace}, {"labels", "Labels", strings.Join(b.Labels, ",")},
 		{"ip", "IP", b.IP}, {"gateway", "Gateway", b.Gateway}, {"log_level", "LogLevel", b.LogLevel},
 	} {
 		if err := add(kv[0], kv[1], kv[2]); err != nil {
