@@ -59,12 +59,12 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	s.compiles = s.newCompiler()
 	s.machines = machines.New(machines.Config{ProvisionTimeout: cfg.ProvisionTimeout, StopGrace: cfg.StopGrace}, machines.Services{
 		Store: st, Feed: s.feed, ServerKey: s.PublicKey, Log: log,
-		Send: func(ctx context.Context, kind bus.Kind, env, agent string, body any) error {
+		Send: func(ctx context.Context, kind bus.Kind, env, agent string, body any, expire time.Duration) error {
 			e, err := signer.Seal(kind, env, agent, body)
 			if err != nil {
 				return err
 			}
-			return b.Send(ctx, e, bus.SendOptions{})
+			return b.Send(ctx, e, bus.SendOptions{Expiration: expire})
 		},
 		ForgetAgent: func(ctx context.Context, env, name string) error {
 			_, err := s.ingester.DeleteAgent(ctx, env, name)

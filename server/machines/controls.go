@@ -77,7 +77,7 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 		r.dropTokens(ctx, env, name)
 		return h, err
 	}
-	if err := r.send(ctx, p, name, by, bus.Machine{OpID: uuid.NewString(), Op: model.MachineProvision, Host: name, Spec: &spec}); err != nil {
+	if err := r.send(ctx, p, name, by, bus.Machine{OpID: uuid.NewString(), Op: model.MachineProvision, Host: name, Spec: &spec}, timeout); err != nil {
 		r.dropTokens(ctx, env, name)
 		if failed, ferr := r.move(ctx, env, name, record.HostProvisioning, record.HostFail, err.Error(), "", "server"); ferr == nil {
 			h = failed
@@ -97,6 +97,10 @@ func bootScript(p record.Platform, spec model.MachineSpec, settings map[string]a
 		"Kernel": path.Base(spec.Boot.Kernel), "Initrd": path.Base(spec.Boot.Initrd), "ServerAddress": settings["server_address"]}
 	return render(fmt.Sprintf("platform %s: templates.ipxe", p.Name), text, data, templateFields["ipxe"])
 }
+
+// controlWait is how long a control waits in the inbox of a platform's
+// agent that is away, past its grace period, before it expires.
+const controlWait = 5 * time.Minute
 
 // installFile is where a machine's install template is written, by format.
 var installFile = map[string]string{
@@ -176,7 +180,7 @@ func (r *Room) Destroy(ctx context.Context, env, name, by string) (record.Host, 
 		return h, err
 	}
 	r.dropTokens(ctx, env, name)
-	if err := r.send(ctx, p, name, by, bus.Machine{OpID: uuid.NewString(), Op: model.MachineDestroy, Host: name, Machine: machineName(env, name)}); err != nil {
+	if err := r.send(ctx, p, name, by, bus.Machine{OpID: uuid.NewString(), Op: model.MachineDestroy, Host: name, Machine: machineName(env, name)}, 0); err != nil {
 		if failed, ferr := r.move(ctx, env, name, record.HostDeprovisioning, record.HostFail, err.Error(), "", "server"); ferr == nil {
 			h = failed
 		}
@@ -208,7 +212,7 @@ func (r *Room) Control(ctx context.Context, env, name string, op model.MachineOp
 	if err != nil {
 		return h, err
 	}
-	if err := r.send(ctx, p, name, by, bus.Machine{OpID: uuid.NewString(), Op: op, Host: name, Machine: machineName(env, name), Grace: r.cfg.StopGrace}); err != nil {
+	if err := r.send(ctx, p, name, by, bus.Machine{OpID: uuid.NewString(), Op: op, Host: name, Machine: machineName(env, name), Grace: r.cfg.StopGrace}, r.cfg.StopGrace+controlWait); err != nil {
 		return h, err
 	}
 	r.svc.Log.Info().Str("env", env).Str("host", name).Str("op", string(op)).Str("by", by).Msg("machine control sent")
@@ -221,7 +225,7 @@ func (r *Room) Inventory(ctx context.Context, env, platform string) error {
 	if err != nil {
 		return err
 	}
-	return r.send(ctx, p, "", "", bus.Machine{OpID: uuid.NewString(), Op: model.MachineInventory})
+	return r.send(ctx, p, "", "", bus.Machine{OpID: uuid.NewString(), Op: model.MachineInventory}, controlWait)
 }
 
 // sweep fails the hosts whose machine did not enroll within their
@@ -271,7 +275,7 @@ func (r *Room) timedOut(ctx context.Context, h record.Host, p record.Platform, t
 	}
 	r.dropTokens(ctx, h.Env, h.Name)
 	if h.State == record.HostProvisioning && p.Name != "" {
-		if err := r.send(ctx, p, h.Name, "server", bus.Machine{OpID: uuid.NewString(), Op: model.MachineDestroy, Host: h.Name, Machine: machineName(h.Env, h.Name)}); err != nil {
+		if err := r.send(ctx, p, h.Name, "server", bus.Machine{OpID: uuid.NewString(), Op: model.MachineDestroy, Host: h.Name, Machine: machineName(h.Env, h.Name)}, 0); err != nil {
 			r.svc.Log.Warn().Err(err).Str("env", h.Env).Str("host", h.Name).Msg("cannot destroy the machine of a host that timed out; destroy it: tether host destroy")
 		}
 	}

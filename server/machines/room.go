@@ -61,8 +61,9 @@ func (c Config) withDefaults() Config {
 // Services are what the room works with, handed over by the server.
 type Services struct {
 	Store store.Store
-	// Send seals a command and sends it to an agent's inbox.
-	Send func(ctx context.Context, kind bus.Kind, env, agent string, body any) error
+	// Send seals a command and sends it to an agent's inbox, where it
+	// expires after expire (zero: never).
+	Send func(ctx context.Context, kind bus.Kind, env, agent string, body any, expire time.Duration) error
 	Feed *event.Feed
 	// ServerKey is the key the server signs with: a host's token carries
 	// its fingerprint, so the machine's agent trusts only this server.
@@ -159,8 +160,11 @@ func (r *Room) audit(ctx context.Context, actor, action, env, target, detail str
 }
 
 // send sends a machine command to the agent serving platform p,
-// remembering it until its report comes.
-func (r *Room) send(ctx context.Context, p record.Platform, host, by string, m bus.Machine) error {
+// remembering it until its report comes. A command that waits in the
+// agent's inbox longer than it is worth expires there: a provision when
+// the host's token does (the host failed meanwhile), a control when the
+// operator no longer waits for it; a destroy never does.
+func (r *Room) send(ctx context.Context, p record.Platform, host, by string, m bus.Machine, expire time.Duration) error {
 	m.Platform, m.Driver = p.Name, p.Driver
 	if uri, ok := p.Settings["uri"].(string); ok {
 		m.URI = uri
@@ -168,7 +172,7 @@ func (r *Room) send(ctx context.Context, p record.Platform, host, by string, m b
 	r.mu.Lock()
 	r.ops[m.OpID] = pendingOp{env: p.Env, host: host, platform: p.Name, op: m.Op, by: by, sent: r.svc.Now()}
 	r.mu.Unlock()
-	if err := r.svc.Send(ctx, bus.KindMachine, p.Env, p.Agent, m); err != nil {
+	if err := r.svc.Send(ctx, bus.KindMachine, p.Env, p.Agent, m, expire); err != nil {
 		r.mu.Lock()
 		delete(r.ops, m.OpID)
 		r.mu.Unlock()
