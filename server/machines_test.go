@@ -417,3 +417,56 @@ func TestMachineBlueprintsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A machine that runs an agent already (a discovered instance) is adopted
+// into a host of its name: the host is provisioned with it; one machine
+// is not two hosts'; destroying the host lets the machine go, its agent
+// stays.
+func TestMachineAdoption(t *testing.T) {
+	r, _ := machinesRig(t, server.Config{})
+	m := r.srv.Machines()
+	r.startAgentWith(agent.Config{Env: "test", Name: "old", ServerKey: r.srv.PublicKey()})
+	waitFor(t, "old waiting for acceptance", func() bool { _, err := r.store.GetAgent(r.ctx, "test", "old"); return err == nil })
+	if _, err := r.srv.AgentAction(r.ctx, "test", "old", record.AgentAccept); err != nil {
+		t.Fatal(err)
+	}
+	discovered := func() *record.Instance {
+		all, err := m.Instances(r.ctx, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range all {
+			if i.Agent == "old" {
+				return &i
+			}
+		}
+		return nil
+	}
+	if i := discovered(); i == nil || i.ID != "agent:old" || i.Host != "" {
+		t.Fatalf("old's machine %+v: want a discovered instance, no host's", i)
+	}
+	for _, name := range []string{"old", "other"} {
+		if _, err := m.AddHost(r.ctx, record.Host{Env: "test", Name: name, Platform: "lab", Distribution: "tiny"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Adopt(r.ctx, "test", "old", "other", "alice"); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("adopting old into host other: %v, want refused", err)
+	}
+	h, err := m.Adopt(r.ctx, "test", "old", "old", "alice")
+	if err != nil || h.State != record.HostProvisioned || h.Instance != "agent:old" {
+		t.Fatalf("adopt: %+v, %v", h, err)
+	}
+	if i := discovered(); i == nil || i.Host != "old" {
+		t.Fatalf("old's machine %+v: want host old's", i)
+	}
+	if _, err := m.Adopt(r.ctx, "test", "old", "old", "alice"); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("adopting twice: %v, want a conflict", err)
+	}
+	if h, err := m.Destroy(r.ctx, "test", "old", "alice"); err != nil || h.State != record.HostDefined {
+		t.Fatalf("destroying an adopted host: %+v, %v; want defined at once", h, err)
+	}
+	if _, err := r.store.GetAgent(r.ctx, "test", "old"); err != nil {
+		t.Fatalf("the adopted machine's agent after its host let it go: %v", err)
+	}
+}

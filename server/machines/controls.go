@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -175,6 +176,11 @@ func (r *Room) Destroy(ctx context.Context, env, name, by string) (record.Host, 
 	if err != nil {
 		return h, err
 	}
+	if strings.HasPrefix(h.Instance, "agent:") {
+		// An adopted machine: its platform did not make it and does not
+		// destroy it. The host lets it go; its agent stays.
+		return r.disown(ctx, h, by)
+	}
 	h, err = r.move(ctx, env, name, h.State, record.HostDestroy, "", "", by)
 	if err != nil {
 		return h, err
@@ -187,6 +193,19 @@ func (r *Room) Destroy(ctx context.Context, env, name, by string) (record.Host, 
 		return h, err
 	}
 	return h, nil
+}
+
+// disown lets an adopted machine go: the host is defined again, the
+// machine and its agent are left as they are.
+func (r *Room) disown(ctx context.Context, h record.Host, by string) (record.Host, error) {
+	h, err := r.move(ctx, h.Env, h.Name, h.State, record.HostDestroy, "", "", by)
+	if err != nil {
+		return h, err
+	}
+	if err := r.svc.Store.DeleteInstance(ctx, h.Env, "agent:"+h.Name); err != nil && !errors.Is(err, model.ErrNotFound) {
+		return h, err
+	}
+	return r.move(ctx, h.Env, h.Name, record.HostDeprovisioning, record.HostDestroyed, "an adopted machine: let go, not destroyed", "", by)
 }
 
 // Control starts, stops (gracefully, then forced after the grace period)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
@@ -219,4 +220,78 @@ func (r *Room) ListInstances(ctx context.Context, env string) ([]record.Instance
 // GetInstance returns an instance by its ID.
 func (r *Room) GetInstance(ctx context.Context, env, id string) (record.Instance, error) {
 	return r.svc.Store.GetInstance(ctx, env, id)
+}
+
+// Adopt adopts the machine of an accepted agent that has no host (a
+// discovered instance) into a defined host of the same name's blueprint:
+// the host becomes provisioned with the agent's machine as its instance
+// ("agent:NAME": the platform's driver did not make it, so it cannot
+// control it). Two hosts cannot claim one machine.
+func (r *Room) Adopt(ctx context.Context, env, agent, host, by string) (record.Host, error) {
+	if err := r.notHalted(ctx, env); err != nil {
+		return record.Host{}, err
+	}
+	a, err := r.svc.Store.GetAgent(ctx, env, agent)
+	if err != nil {
+		return record.Host{}, fmt.Errorf("agent %s: %w", agent, err)
+	}
+	if a.State != record.AgentAccepted {
+		return record.Host{}, fmt.Errorf("%w: agent %s is %s: accept it first (tether agent accept %s)", model.ErrConflict, agent, a.State, agent)
+	}
+	if agent != host {
+		return record.Host{}, fmt.Errorf("%w: a host's name is its agent's: adopt agent %s into a host named %s", model.ErrInvalid, agent, agent)
+	}
+	instances, err := r.svc.Store.ListInstances(ctx, env)
+	if err != nil {
+		return record.Host{}, err
+	}
+	for _, i := range instances {
+		if i.Agent == agent && i.Host != "" {
+			return record.Host{}, fmt.Errorf("%w: agent %s's machine is host %s's already", model.ErrConflict, agent, i.Host)
+		}
+	}
+	inst := record.Instance{Env: env, ID: "agent:" + agent, Host: host, Agent: agent, Power: record.PowerUnknown, Labels: a.Labels}
+	if a.Connected {
+		inst.Power = record.PowerRunning
+	}
+	h, err := r.move(ctx, env, host, record.HostDefined, record.HostAdopt, "", inst.ID, by)
+	if err != nil {
+		return h, err
+	}
+	if _, err := r.svc.Store.PutInstance(ctx, inst); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+// Instances lists env's instances: the machines platforms reported, and
+// the machines of accepted agents no host claims (discovered instances,
+// "agent:NAME", which an operator can adopt).
+func (r *Room) Instances(ctx context.Context, env string) ([]record.Instance, error) {
+	out, err := r.svc.Store.ListInstances(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	claimed := map[string]bool{}
+	for _, i := range out {
+		if i.Agent != "" {
+			claimed[i.Agent] = true
+		}
+	}
+	agents, err := r.svc.Store.ListAgents(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range agents {
+		if a.State != record.AgentAccepted || claimed[a.Name] {
+			continue
+		}
+		i := record.Instance{Env: env, ID: "agent:" + a.Name, Agent: a.Name, Power: record.PowerUnknown, Labels: a.Labels, SeenAt: a.LastSeen}
+		if a.Connected {
+			i.Power = record.PowerRunning
+		}
+		out = append(out, i)
+	}
+	slices.SortFunc(out, func(a, b record.Instance) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }

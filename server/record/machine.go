@@ -448,11 +448,14 @@ const (
 	HostDestroy HostEvent = "destroy"
 	// HostDestroyed: the driver removed the machine and its disks.
 	HostDestroyed HostEvent = "destroyed"
+	// HostAdopt: an operator adopts a machine that runs an agent already
+	// (a discovered instance) into a defined host.
+	HostAdopt HostEvent = "adopt"
 )
 
 // hostMoves is the host's state machine: state × event → state.
 var hostMoves = map[HostState]map[HostEvent]HostState{
-	HostDefined:        {HostProvision: HostProvisioning},
+	HostDefined:        {HostProvision: HostProvisioning, HostAdopt: HostProvisioned},
 	HostProvisioning:   {HostEnrolled: HostProvisioned, HostFail: HostFailed, HostDestroy: HostDeprovisioning},
 	HostProvisioned:    {HostDestroy: HostDeprovisioning, HostFail: HostFailed},
 	HostFailed:         {HostProvision: HostProvisioning, HostDestroy: HostDeprovisioning},
