@@ -177,6 +177,15 @@ func (f *fakePlatform) Inventory(context.Context) (model.PlatformState, []model.
 	return model.PlatformState{Driver: record.DriverLibvirt, URI: "fake:///", Hostname: "hv"}, out, nil
 }
 
+func (f *fakePlatform) spec(name string) model.MachineSpec {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m, ok := f.machines[name]; ok {
+		return m.spec
+	}
+	return model.MachineSpec{}
+}
+
 func (f *fakePlatform) has(name string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -205,7 +214,10 @@ func machinesRig(t *testing.T, cfg server.Config) (*rig, *fakePlatform) {
 		t.Fatal(err)
 	}
 	if _, err := m.PutDistribution(r.ctx, record.Distribution{Env: "test", Name: "tiny", Kind: record.DistNetboot, Kernel: "/boot/vmlinuz", Initrd: "/boot/tiny.gz",
-		Cmdline: "console=ttyS0 tether.name={{.Host}} tether.env={{.Env}} tether.token={{.Token}} tether.broker={{.Settings.broker}}"}); err != nil {
+		Cmdline:       "console=ttyS0 tether.name={{.Host}} tether.env={{.Env}} tether.token={{.Token}} tether.broker={{.Settings.broker}}",
+		Params:        []record.Param{{Name: "root_password", Type: record.ParamSecret, Required: true, Doc: "root's password"}},
+		Settings:      map[string]any{"root_password": "hunter2"},
+		InstallFormat: record.InstallCloudInit, Install: "#cloud-config\npassword: {{.Settings.root_password}}\n"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.AddHost(r.ctx, record.Host{Env: "test", Name: "vm1", Platform: "lab", Distribution: "tiny", Settings: map[string]any{"memory_mib": 256}}); err != nil {
@@ -256,6 +268,18 @@ func TestMachinesFromBlueprints(t *testing.T) {
 		t.Fatalf("provisioning twice: %v, want a conflict", err)
 	}
 	h = r.waitHost("vm1", record.HostProvisioned)
+	// The root password is sealed at rest, shown nowhere, and in clear in
+	// the machine's install template only.
+	d, err := m.GetDistribution(r.ctx, "test", "tiny")
+	if err != nil || strings.Contains(fmt.Sprint(d.Settings), "hunter2") {
+		t.Fatalf("the distribution at rest: %+v, %v: want its root password sealed", d.Settings, err)
+	}
+	if v, _ := m.ShowHost(r.ctx, "test", "vm1"); strings.Contains(fmt.Sprint(v.Context), "hunter2") {
+		t.Fatalf("the host's context shows its root password: %+v", v.Context)
+	}
+	if got := hv.spec("test.vm1").Files["user-data"]; got != "#cloud-config\npassword: hunter2\n" {
+		t.Fatalf("the machine's user-data %q: want the password in clear", got)
+	}
 	waitFor(t, "vm1's file deployed", func() bool { return hv.content("vm1", "motd") == "made from a blueprint" })
 	inst := r.instance("vm1")
 	if inst == nil || inst.Agent != "vm1" || inst.Power != record.PowerRunning || h.Instance != inst.ID || inst.Platform != "lab" {

@@ -58,7 +58,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log zerolog.Logger) (*Server, er
 	s.releases = release.New(release.Services{Store: st, Fanout: s.sched, Feed: s.feed, Prune: s.prune, FanoutTook: m.fanout, Log: log})
 	s.compiles = s.newCompiler()
 	s.machines = machines.New(machines.Config{ProvisionTimeout: cfg.ProvisionTimeout, StopGrace: cfg.StopGrace}, machines.Services{
-		Store: st, Feed: s.feed, ServerKey: s.PublicKey, Log: log,
+		Store: st, Feed: s.feed, ServerKey: s.PublicKey, Log: log, Seal: s.keys.SealValue, Open: s.keys.OpenValue,
 		Send: func(ctx context.Context, kind bus.Kind, env, agent string, body any, expire time.Duration) error {
 			e, err := signer.Seal(kind, env, agent, body)
 			if err != nil {

@@ -33,11 +33,14 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 	if _, err := h.State.Move(record.HostProvision); err != nil {
 		return h, err
 	}
-	p, d, _, err := r.blueprint(ctx, h)
+	p, d, cv, err := r.blueprint(ctx, h)
 	if err != nil {
 		return h, err
 	}
 	_, settings, _ := record.HostContext(p, d, h)
+	if settings, err = r.openSettings(ctx, cv, settings); err != nil {
+		return h, err
+	}
 	// Rendered once with a stand-in token: a template that does not
 	// render refuses the provisioning before anything is made.
 	if _, _, err := renderInstall(d, installData(env, "token", h, settings)); err != nil {

@@ -53,6 +53,9 @@ func (r *Room) PutDistribution(ctx context.Context, d record.Distribution) (reco
 	if err := checkInstallTemplates(d); err != nil {
 		return d, fmt.Errorf("%w: %w", model.ErrInvalid, err)
 	}
+	if err := r.sealDistribution(ctx, &d); err != nil {
+		return d, err
+	}
 	return r.svc.Store.PutDistribution(ctx, d)
 }
 
@@ -64,7 +67,17 @@ func (r *Room) AddHost(ctx context.Context, h record.Host) (record.Host, error) 
 	if err := h.Validate(); err != nil {
 		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
 	}
-	if _, _, _, err := r.blueprint(ctx, h); err != nil {
+	_, _, cv, err := r.blueprint(ctx, h)
+	if err != nil {
+		return h, err
+	}
+	var secrets []record.Param
+	for _, c := range cv {
+		if c.Secret {
+			secrets = append(secrets, record.Param{Name: c.Name, Type: record.ParamSecret})
+		}
+	}
+	if h.Settings, err = r.sealSettings(ctx, secrets, h.Settings); err != nil {
 		return h, err
 	}
 	return r.svc.Store.CreateHost(ctx, h)

@@ -72,7 +72,11 @@ type Services struct {
 	// a destroyed machine's agent, so that the next machine of the host
 	// enrolls afresh.
 	ForgetAgent func(ctx context.Context, env, name string) error
-	Log         zerolog.Logger
+	// Seal and Open seal a secret setting at rest and open it, for
+	// purpose (the setting's name): trust.Keys' SealValue and OpenValue.
+	Seal func(ctx context.Context, purpose, plain string) (string, error)
+	Open func(ctx context.Context, purpose, sealed string) (string, error)
+	Log  zerolog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }

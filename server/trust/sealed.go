@@ -160,3 +160,23 @@ func (k *Keys) failUnsendable(ctx context.Context, env, agent string, resources 
 		k.log.Warn().Err(err).Str("env", env).Str("agent", agent).Msg("cannot record why resources were not sent")
 	}
 }
+
+// SealValue seals a value kept outside resources (a secret setting) for
+// purpose, under the server's master key (secret.Sealer.SealValue).
+func (k *Keys) SealValue(ctx context.Context, purpose, plain string) (string, error) {
+	sealer, err := k.sealer(ctx)
+	if err != nil {
+		return "", err
+	}
+	return sealer.SealValue(purpose, []byte(plain))
+}
+
+// OpenValue opens a value SealValue sealed for purpose.
+func (k *Keys) OpenValue(ctx context.Context, purpose, sealed string) (string, error) {
+	sealer, err := k.sealer(ctx)
+	if err != nil {
+		return "", err
+	}
+	plain, err := sealer.OpenValue(purpose, sealed)
+	return string(plain), err
+}
