@@ -83,6 +83,10 @@ func serverFlags() []ucli.Flag {
 			Usage: "compile no models here: versions come only from tether export (sources cannot be set)"}),
 		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "compile-timeout", Value: server.Default().CompileTimeout, EnvVars: []string{"TETHER_COMPILE_TIMEOUT"},
 			Usage: "time one server-side compile may take, fetching the source included; then it is stopped and reported failed"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "provision-timeout", Value: server.Default().ProvisionTimeout, EnvVars: []string{"TETHER_PROVISION_TIMEOUT"},
+			Usage: "time a host's new machine has to boot and enroll; then the host fails and its machine is destroyed (a host's provision_timeout setting overrides it)"}),
+		altsrc.NewDurationFlag(&ucli.DurationFlag{Name: "stop-grace", Value: server.Default().StopGrace, EnvVars: []string{"TETHER_STOP_GRACE"},
+			Usage: "time a machine's stop waits for the guest to power off before forcing it off"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "source-max-size", Value: formatSize(source.DefaultLimits().MaxBytes), EnvVars: []string{"TETHER_SOURCE_MAX_SIZE"},
 			Usage: "largest model source `SIZE` the server checks out (the files, not the history)"}),
 		altsrc.NewIntFlag(&ucli.IntFlag{Name: "source-max-files", Value: source.DefaultLimits().MaxFiles, EnvVars: []string{"TETHER_SOURCE_MAX_FILES"},
@@ -567,6 +571,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 	}
 	defer b.Close()
 	cfg := server.Config{Key: key, Keyring: ring, Consumers: c.Int("ingest-consumers"), Writers: c.Int("ingest-writers"), CompileTimeout: c.Duration("compile-timeout"),
+		ProvisionTimeout: c.Duration("provision-timeout"), StopGrace: c.Duration("stop-grace"),
 		AgentEventRate: c.Float64("agent-event-rate")}
 	if !c.Bool("no-compile") {
 		limits := source.Limits{MaxFiles: c.Int("source-max-files")}

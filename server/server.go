@@ -149,6 +149,7 @@ type inboxDeleter interface {
 func Default() Config {
 	return Config{Consumers: 8, MaxBatch: 256, Writers: 2, LeadEvery: 5 * time.Second, AgentCacheTTL: 5 * time.Second, AgentCacheListenTTL: 10 * time.Minute, KeepIngested: 24 * time.Hour, KeepActions: 90 * 24 * time.Hour,
 		CompileSettle: compile.Default().Settle, CompileTimeout: compile.Default().Timeout, AgentEventRate: 200, FloodWindow: time.Minute,
+		ProvisionTimeout: 10 * time.Minute, StopGrace: 30 * time.Second,
 		MaxAgentConnections: 2, ConnectionSweep: 5 * time.Second, SigningKeyRefresh: 5 * time.Second, PendingSweep: time.Minute}
 }
 
@@ -165,6 +166,8 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.KeepActions, def.KeepActions)
 	orDefault(&c.CompileSettle, def.CompileSettle)
 	orDefault(&c.CompileTimeout, def.CompileTimeout)
+	orDefault(&c.ProvisionTimeout, def.ProvisionTimeout)
+	orDefault(&c.StopGrace, def.StopGrace)
 	orDefault(&c.AgentEventRate, def.AgentEventRate)
 	orDefault(&c.FloodWindow, def.FloodWindow)
 	orDefault(&c.ConnectionSweep, def.ConnectionSweep)
