@@ -83,7 +83,7 @@ var rules = map[string]rule{
 	"cli/embedded":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
 	"cli/bench":                         {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},
 	"cli/e2e":                           {},                          // tests only: real processes, checked through the store
-	"cli/e2e/guest":                     {},                          // test helper: builds the virtual machine the end-to-end tests boot
+	"cli/guest":                     {},                          // builds an agent initramfs (tether distribution make-initrd; the end-to-end tests' virtual machine)
 	"docs":                              {},                          // tests only: the documentation's runnable blocks, run
 	"":                                  {internal: []string{"cli"}}, // main.go
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/cli/e2e/guest"
+	"github.com/tetherhq/tether/cli/guest"
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/record"
 )

@@ -1,5 +1,7 @@
-// Package guest builds the virtual machine the end-to-end tests boot: the
-// machine's own kernel and an initramfs of a static busybox, the kernel
+// Package guest builds an agent initramfs: a machine that boots straight
+// into Tether's agent (`tether distribution make-initrd`; the virtual
+// machine the end-to-end tests boot): the machine's own kernel and an
+// initramfs of a static busybox, the kernel
 // modules of a virtio network card and of the ACPI power button, and the
 // static agent-only binary, tether-agent. Its /init brings up eth0 on
 // QEMU's user-mode network (10.0.2.15/24; 10.0.2.2 is the host's loopback,
