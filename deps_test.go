@@ -66,7 +66,7 @@ var rules = map[string]rule{
 	"server/event":                      {internal: []string{"model", "server/record"}},
 	"server/enroll":                     {internal: []string{"server/record"}},
 	"server/release":                    {internal: []string{"bus", "model", "server/record", "server/event", "server/scheduler", "server/store"}},
-	"server/machines":                   {internal: []string{"bus", "model", "server/event", "server/record", "server/store"}},
+	"server/machines":                   {internal: []string{"bus", "model", "model/secret", "server/event", "server/record", "server/store"}},
 	"server/ingest":                     {internal: []string{"bus", "model", "model/secret", "server/enroll", "server/event", "server/record", "server/scheduler", "server/store", "server/trust"}},
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/trust":                      {internal: []string{"bus", "model", "model/secret", "server/event", "server/record"}},
@@ -83,7 +83,7 @@ var rules = map[string]rule{
 	"cli/embedded":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
 	"cli/bench":                         {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},
 	"cli/e2e":                           {},                          // tests only: real processes, checked through the store
-	"cli/guest":                     {},                          // builds an agent initramfs (tether distribution make-initrd; the end-to-end tests' virtual machine)
+	"cli/guest":                         {},                          // builds an agent initramfs (tether distribution make-initrd; the end-to-end tests' virtual machine)
 	"docs":                              {},                          // tests only: the documentation's runnable blocks, run
 	"":                                  {internal: []string{"cli"}}, // main.go
 
