@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/cli/guest"
+	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/model/testenv"
 	"github.com/tetherhq/tether/server/record"
 )
@@ -31,7 +32,7 @@ var (
 
 // testGuest builds the test guest once per run, in a directory QEMU (which
 // libvirt may run as another user) can read.
-func testGuest(t *testing.T) guest.Guest {
+func testGuest(t testing.TB) guest.Guest {
 	t.Helper()
 	guestOnce.Do(func() {
 		dir := filepath.Join(filepath.Dir(tetherBin), "guest")
@@ -52,7 +53,7 @@ func testGuest(t *testing.T) guest.Guest {
 }
 
 // needVMs skips (loudly; fails under CI) unless libvirtd answers as root.
-func needVMs(t *testing.T) {
+func needVMs(t testing.TB) {
 	t.Helper()
 	testenv.Need(t, os.Geteuid() == 0, "making machines under libvirt needs root")
 	_, err := exec.LookPath("virsh")
@@ -78,7 +79,7 @@ type machineLab struct {
 	hvState                   string
 }
 
-func newMachineLab(t *testing.T) *machineLab {
+func newMachineLab(t testing.TB) *machineLab {
 	t.Helper()
 	needVMs(t)
 	g := testGuest(t)
@@ -197,8 +198,8 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 	l.converged(v, 1, 2*time.Minute)
 	timed(t, "provisioned → file deployed", step)
 	timed(t, "define → application deployed", start)
-	if s := l.statuses()["vm1:file:/etc/motd"]; s.State != "ok" && s.State != "deployed" {
-		t.Logf("status of vm1's file: %+v", s)
+	if s := l.statuses()["vm1:file:/etc/motd"]; s.State != model.StateDeployed {
+		t.Fatalf("status of vm1's file: %+v, want deployed", s)
 	}
 	var dry struct {
 		ID string `json:"id"`
@@ -341,4 +342,95 @@ func TestProvisionFailures(t *testing.T) {
 	if len(hosts) != 3 {
 		t.Fatalf("hosts %s: want silent, away and ok1, nothing else", hosts)
 	}
+}
+
+// BenchmarkProvision measures define → provisioned → application
+// deployed for n hosts at once, per step: the driver's work (the
+// platform's agent made and started the machine: its instance shows),
+// boot and enrollment (the host is provisioned), the first deploy (its
+// file is deployed). Figures in docs/performance.md:
+//
+//	go test ./cli/e2e -run '^$' -bench Provision -benchtime 1x
+func BenchmarkProvision(b *testing.B) {
+	for _, n := range []int{1, 5} {
+		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) { benchProvision(b, n) })
+	}
+}
+
+func benchProvision(b *testing.B, n int) {
+	l := newMachineLab(b)
+	l.cli("platform", "add", "lab", "--driver", "libvirt", "--agent", "hv", "--set", "pool="+l.pool, "--set", "log_dir="+l.logs, "--set", "memory_mib=256")
+	var hcl strings.Builder
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("vm%d", i+1)
+		l.cli("host", "add", names[i], "--platform", "lab", "--distribution", "tiny", "--set", "provision_timeout=600")
+		fmt.Fprintf(&hcl, "host %q {\n  file \"motd\" {\n    path    = \"/etc/motd\"\n    content = \"made from a blueprint\\n\"\n  }\n}\n", names[i])
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(hcl.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	l.release(dir)
+	var made, provisioned, deployed, last time.Duration
+	for range b.N {
+		start := time.Now()
+		for _, name := range names {
+			l.cli("host", "provision", name)
+		}
+		seen := map[string][3]time.Duration{}
+		for len(seen) < n || !allDeployed(seen) {
+			if time.Since(start) > 10*time.Minute {
+				b.Fatalf("not every host deployed in 10 minutes: %v", seen)
+			}
+			var hosts []record.Host
+			l.cliJSON(&hosts, "host", "list")
+			var insts []record.Instance
+			l.cliJSON(&insts, "instance", "list")
+			sts := l.statuses()
+			now := time.Since(start)
+			for _, h := range hosts {
+				s := seen[h.Name]
+				if h.State == record.HostFailed {
+					b.Fatalf("host %s failed: %s", h.Name, h.Reason)
+				}
+				for _, i := range insts {
+					if i.Host == h.Name && s[0] == 0 {
+						s[0] = now
+					}
+				}
+				if h.State == record.HostProvisioned && s[1] == 0 {
+					s[1] = now
+				}
+				if st, ok := sts[h.Name+":file:/etc/motd"]; ok && s[1] != 0 && s[2] == 0 && st.State == model.StateDeployed {
+					s[2] = now
+				}
+				seen[h.Name] = s
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, s := range seen {
+			made, provisioned, deployed = made+s[0], provisioned+s[1], deployed+s[2]
+			last = max(last, s[2])
+		}
+		b.StopTimer()
+		for _, name := range names {
+			l.cli("host", "destroy", name, "--wait", "--timeout", "2m")
+		}
+		b.StartTimer()
+	}
+	per := float64(b.N * n)
+	b.ReportMetric(made.Seconds()/per, "s/made")
+	b.ReportMetric(provisioned.Seconds()/per, "s/provisioned")
+	b.ReportMetric(deployed.Seconds()/per, "s/deployed")
+	b.ReportMetric(last.Seconds()/float64(b.N), "s/all-deployed")
+}
+
+func allDeployed(seen map[string][3]time.Duration) bool {
+	for _, s := range seen {
+		if s[2] == 0 {
+			return false
+		}
+	}
+	return true
 }
