@@ -198,7 +198,7 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 	l.converged(v, 1, 2*time.Minute)
 	timed(t, "provisioned → file deployed", step)
 	timed(t, "define → application deployed", start)
-	if s := l.statuses()["vm1:file:/etc/motd"]; s.State != model.StateDeployed {
+	if s := l.statuses()["file[vm1,path=/etc/motd]"]; s.State != model.StateDeployed {
 		t.Fatalf("status of vm1's file: %+v, want deployed", s)
 	}
 	var dry struct {
@@ -402,7 +402,7 @@ func benchProvision(b *testing.B, n int) {
 				if h.State == record.HostProvisioned && s[1] == 0 {
 					s[1] = now
 				}
-				if st, ok := sts[h.Name+":file:/etc/motd"]; ok && s[1] != 0 && s[2] == 0 && st.State == model.StateDeployed {
+				if st, ok := sts["file["+h.Name+",path=/etc/motd]"]; ok && s[1] != 0 && s[2] == 0 && st.State == model.StateDeployed {
 					s[2] = now
 				}
 				seen[h.Name] = s
