@@ -28,11 +28,17 @@ import (
 // name the services the block needs: `<!-- runnable: postgres rabbitmq -->`.
 const marker = "<!-- runnable"
 
-// services a block may need, each checked (testenv.Need) before it runs.
-var services = []string{"postgres", "rabbitmq"}
+// services a block may need, each checked (testenv.Need) before it runs:
+// libvirt is libvirtd's system instance, and root to use it.
+var services = []string{"postgres", "rabbitmq", "libvirt"}
 
-// blockTimeout bounds one block: a block that hangs fails.
-const blockTimeout = 90 * time.Second
+// blockTimeout bounds one block: a block that hangs fails. A block that
+// makes machines (libvirt) boots them under software emulation: it has
+// longer.
+const (
+	blockTimeout        = 90 * time.Second
+	libvirtBlockTimeout = 6 * time.Minute
+)
 
 // block is a shell block of a document marked runnable.
 type block struct {
@@ -199,6 +205,13 @@ func TestRunnableBlocks(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build tether: %v\n%s", err, out)
 	}
+	// tether-agent beside it, static (as make build makes it): what
+	// `tether distribution make-initrd` puts in a machine.
+	build = exec.Command("go", "build", "-o", filepath.Join(bin, "tether-agent"), "./cli/tether-agent")
+	build.Dir, build.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build tether-agent: %v\n%s", err, out)
+	}
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TETHER_") && !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "HOME=") {
@@ -242,7 +255,11 @@ func TestRunnableBlocks(t *testing.T) {
 			if slices.Contains(b.needs, "rabbitmq") {
 				blockEnv = append(blockEnv, "TETHER_AMQP_NAMESPACE="+brokerNamespace(t))
 			}
-			out, err := runBlock(b, dir, blockEnv, blockTimeout)
+			timeout := blockTimeout
+			if slices.Contains(b.needs, "libvirt") {
+				timeout = libvirtBlockTimeout
+			}
+			out, err := runBlock(b, dir, blockEnv, timeout)
 			if err != nil {
 				t.Fatalf("%v\n--- the block ---\n%s--- its output ---\n%s", err, b.script, tail(out, 8000))
 			}
@@ -267,6 +284,10 @@ func need(t *testing.T, service string) {
 			c.Close()
 		}
 		testenv.Need(t, err == nil, fmt.Sprintf("RabbitMQ at %s is not reachable (%v): start it with `rabbitmq-server -detached` or set TETHER_TEST_AMQP", u.Host, err))
+	case "libvirt":
+		testenv.Need(t, os.Geteuid() == 0, "the block makes machines under libvirt's system daemon: it needs root")
+		out, err := exec.Command("virsh", "-c", "qemu:///system", "version").CombinedOutput()
+		testenv.Need(t, err == nil, fmt.Sprintf("libvirtd does not answer (%v: %s): install and start it (make setup)", err, strings.TrimSpace(string(out))))
 	}
 }
 
