@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/agent"
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/builtin"
+	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/record"
@@ -492,5 +494,65 @@ func TestMachineAdoption(t *testing.T) {
 	}
 	if _, err := r.store.GetAgent(r.ctx, "test", "old"); err != nil {
 		t.Fatalf("the adopted machine's agent after its host let it go: %v", err)
+	}
+}
+
+// What a compromised host can do with machines: a host's token is spent
+// by its own machine's agent only (another name is refused, and a replay
+// once it is spent too); an agent that serves no platform, or another
+// platform, cannot report machines of it.
+func TestMachinesHostile(t *testing.T) {
+	r, hv := machinesRig(t, server.Config{})
+	m := r.srv.Machines()
+	hv.mu.Lock()
+	hv.mute["vm1"] = true // the machine boots, its agent does not: the test speaks for it
+	hv.mu.Unlock()
+	if _, err := m.Provision(r.ctx, "test", "vm1", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "vm1's machine made", func() bool { return hv.has("test.vm1") })
+	token := ""
+	for _, w := range strings.Fields(hv.spec("test.vm1").Boot.Cmdline) {
+		if v, ok := strings.CutPrefix(w, "tether.token="); ok {
+			token = v
+		}
+	}
+	pubOf := func(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }
+
+	// Another name with vm1's token: not enrolled, the token not spent.
+	_, thief, _ := bus.GenerateKey()
+	r.forge(thief, 1, bus.KindHello, "thief", bus.Hello{PublicKey: pubOf(thief), Token: token})
+	if msg := r.security(); !strings.Contains(msg, "the enrollment token of host vm1") {
+		t.Fatalf("security alert %q: want the token of another host named", msg)
+	}
+	waitFor(t, "thief's hello refused", func() bool {
+		a, err := r.store.GetAgent(r.ctx, "test", "thief")
+		return err == nil && strings.Contains(a.Note, "bound to host vm1")
+	})
+	if a := r.agentRecord("thief"); a.State == record.AgentAccepted {
+		t.Fatalf("thief enrolled with vm1's token: %+v", a)
+	}
+	// vm1's own agent enrolls with it: vm1 is provisioned.
+	_, own, _ := bus.GenerateKey()
+	r.forge(own, 1, bus.KindHello, "vm1", bus.Hello{PublicKey: pubOf(own), Token: token})
+	r.waitHost("vm1", record.HostProvisioned)
+	// Spent: a second machine claiming to be vm1 with it is refused.
+	_, second, _ := bus.GenerateKey()
+	r.forge(second, 1, bus.KindHello, "vm1", bus.Hello{PublicKey: pubOf(second), Token: token})
+	if msg := r.security(); !strings.Contains(msg, "another key") {
+		t.Fatalf("security alert %q: want the second key on vm1's name refused", msg)
+	}
+	if !pubOf(own).Equal(ed25519.PublicKey(r.agentRecord("vm1").PublicKey)) {
+		t.Fatal("vm1's key was swapped with its spent token")
+	}
+
+	// vm1, compromised, reports that platform lab destroyed vm1: it does
+	// not serve lab.
+	r.forge(own, 2, bus.KindMachineReport, "vm1", bus.MachineReport{Op: model.MachineDestroy, Platform: "lab", Host: "vm1"})
+	if msg := r.security(); !strings.Contains(msg, "which agent hv serves") {
+		t.Fatalf("security alert %q: want the report of another agent's platform refused", msg)
+	}
+	if h := r.host("vm1"); h.State != record.HostProvisioned {
+		t.Fatalf("vm1 after a forged report: %+v", h)
 	}
 }

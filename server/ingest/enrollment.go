@@ -329,6 +329,10 @@ func (in *Ingester) admission(ctx context.Context, g *greeting, then enroll.Admi
 			g.refusal = "unknown or revoked enrollment token"
 		case errors.Is(err, model.ErrConflict):
 			g.refusal = tok.Unusable(g.now)
+			if g.refusal == "" && tok.Host != "" && tok.Host != a.Name {
+				g.refusal = fmt.Sprintf("enrollment token %s is bound to host %s: only the agent named %s enrolls with it", tok.Name, tok.Host, tok.Host)
+				in.security(ctx, g.e, fmt.Sprintf("agent %s said hello with the enrollment token of host %s (%s)", a.Name, tok.Host, bus.Fingerprint(g.body.PublicKey)))
+			}
 		default:
 			return err
 		}
