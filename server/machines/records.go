@@ -127,9 +127,27 @@ func (r *Room) ShowHost(ctx context.Context, env, name string) (HostView, error)
 	if inst, ok, err := r.instanceOf(ctx, env, name); err != nil {
 		return v, err
 	} else if ok {
+		r.addresses(ctx, &inst)
 		v.Instance = &inst
 	}
 	return v, nil
+}
+
+// addresses fills in the addresses of an instance its driver does not
+// know from what its agent says of its host (its ipv4 and ipv6 facts).
+func (r *Room) addresses(ctx context.Context, i *record.Instance) {
+	if len(i.Addresses) > 0 || i.Agent == "" {
+		return
+	}
+	a, err := r.svc.Store.GetAgent(ctx, i.Env, i.Agent)
+	if err != nil {
+		return
+	}
+	for _, k := range []string{"ipv4", "ipv6"} {
+		if ip, ok := a.Facts[k].(string); ok && ip != "" {
+			i.Addresses = append(i.Addresses, ip)
+		}
+	}
 }
 
 // blueprint reads a host's platform and distribution, checks they fit
@@ -304,6 +322,9 @@ func (r *Room) Instances(ctx context.Context, env string) ([]record.Instance, er
 			i.Power = record.PowerRunning
 		}
 		out = append(out, i)
+	}
+	for i := range out {
+		r.addresses(ctx, &out[i])
 	}
 	slices.SortFunc(out, func(a, b record.Instance) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
