@@ -69,6 +69,7 @@ var rules = map[string]rule{
 	"server/keyring":                    {internal: []string{"model/durable"}},
 	"server/trust":                      {internal: []string{"bus", "model", "model/secret", "server/event", "server/record"}},
 	"server/brokerauth":                 {internal: []string{"bus", "model", "server/record"}},
+	"server/machines":                   {internal: []string{"bus", "model", "server/event", "server/record", "server/store"}},
 	"server/compile/source":             {internal: []string{"model/gitfetch", "model/durable"}},
 	"server/console":                    {internal: []string{"model", "server/record"}},
 	"server/api":                        {internal: []string{"model", "server/record", "server/clientlimit"}, external: []string{"github.com/labstack/echo/v4"}},
