@@ -389,7 +389,7 @@ func TestMachinesThatFail(t *testing.T) {
 		func() error { _, err := m.Control(r.ctx, "test", "vm1", model.MachineStop, "alice"); return err },
 		func() error { _, err := m.Destroy(r.ctx, "test", "vm1", "alice"); return err },
 	} {
-		if err := try(); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "halted") {
+		if err := try(); !errors.Is(err, record.ErrHalted) || !strings.Contains(err.Error(), "halted") {
 			t.Fatalf("a machine made or controlled while halted: %v", err)
 		}
 	}

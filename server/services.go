@@ -56,6 +56,7 @@ func APIServices(s *Server, metrics http.Handler) api.Services {
 		Webhooks:   s,
 		Alerts:     s,
 		Compiles:   s,
+		Machines:   s.machines,
 		Ready:      ready,
 		Metrics:    metrics,
 		Observer:   s.metrics,

@@ -410,6 +410,9 @@ type Services struct {
 	Compiles Compiles
 	// Sources are the models' sources (nil: the server compiles none).
 	Sources Sources
+	// Machines are machines made from blueprints (nil: the server makes
+	// none).
+	Machines Machines
 	// Ready lists what /readyz checks (name → check).
 	Ready map[string]func(context.Context) error
 	// Metrics serves /metrics; nil: not served.

@@ -135,6 +135,7 @@ func classify(err error, target string) *Error {
 	var tooLarge *http.MaxBytesError
 	var ne net.Error
 	var kind *model.KindError
+	var machine *record.MachineError
 	switch {
 	case errors.As(err, &kind) && kind.Rule == model.RuleKind:
 		return newError("unknown_kind", "the built-in kinds are in docs/model-language.md", "%s", model.Clip(kind.Error(), 1024))
@@ -142,6 +143,8 @@ func classify(err error, target string) *Error {
 		return newError("invalid_attribute", "each kind's attributes are in docs/model-language.md; tether compile of the server's version applies the same check", "%s", model.Clip(kind.Error(), 1024))
 	case errors.As(err, &tooLarge):
 		return newError("too_large", "", "request body is larger than %s", size(tooLarge.Limit))
+	case errors.As(err, &machine):
+		return newError(machineCode(machine.Kind), "", "%s", model.Clip(machine.Msg, 1024))
 	case errors.Is(err, record.ErrHalted):
 		return newError("halted", "resume it first (tether env resume)", "%s", orText(text, ok, about("the environment is halted")))
 	case errors.Is(err, record.ErrNoRelease):
@@ -166,6 +169,23 @@ func classify(err error, target string) *Error {
 		return newError("unavailable", "retry in a moment; the server reconnects by itself", "the database or the broker cannot be reached")
 	}
 	return newError("internal", "the server's log has the details under this reference", "internal error")
+}
+
+// machineCode is the code of a record.MachineError of kind.
+func machineCode(kind error) string {
+	switch {
+	case errors.Is(kind, record.ErrHalted):
+		return "halted"
+	case errors.Is(kind, model.ErrNotFound):
+		return "not_found"
+	case errors.Is(kind, model.ErrExists):
+		return "exists"
+	case errors.Is(kind, model.ErrConflict):
+		return "conflict"
+	case errors.Is(kind, model.ErrUnavailable):
+		return "unavailable"
+	}
+	return "invalid"
 }
 
 func orText(text string, ok bool, otherwise string) string {
@@ -194,31 +214,36 @@ func target(c echo.Context) string {
 	return strings.Join(parts, ", ")
 }
 
-// noun names what a parameter identifies: by its name, or, for an id, by
-// the path segment before it (resources/:id) or the path's last segment
-// (POST /tokens sets id once the token exists).
+// noun names what a parameter identifies: by its name, or by the path
+// segment before it (resources/:id, hosts/:name) or the path's last
+// segment (POST /tokens sets id once the token exists); a name is an
+// agent's unless the path says otherwise.
 func noun(param string, segs []string) string {
 	switch param {
 	case "env":
 		return "environment"
 	case "n":
 		return "version"
-	case "name":
-		return "agent"
 	}
 	for i := len(segs) - 1; i > 0; i-- {
 		if segs[i] == ":"+param {
-			return nouns[segs[i-1]]
+			if n := nouns[segs[i-1]]; n != "" || param != "name" {
+				return n
+			}
 		}
 	}
 	if n := nouns[segs[len(segs)-1]]; n != "" {
 		return n
 	}
+	if param == "name" {
+		return "agent"
+	}
 	return param
 }
 
 // nouns names what the parameter after each path segment identifies.
-var nouns = map[string]string{"resources": "resource", "deploys": "deploy", "tokens": "token", "enrollment-tokens": "enrollment token"}
+var nouns = map[string]string{"resources": "resource", "deploys": "deploy", "tokens": "token", "enrollment-tokens": "enrollment token",
+	"platforms": "platform", "distributions": "distribution", "hosts": "host", "instances": "instance"}
 
 // errorHandler writes every error, echo's own included, as a catalogue
 // error. The server's own failures (internal, unavailable, timeout) are

@@ -387,6 +387,9 @@ var enumValues = sync.OnceValue(func() map[reflect.Type][]string {
 	add(enum(record.CompileRunning, record.CompileReleased, record.CompileCandidate, record.CompileUnchanged, record.CompileSkipped, record.CompileFailed))
 	add(enum(record.TriggerOperator, record.TriggerWebhook, record.TriggerPoll, record.TriggerAgent, record.TriggerFacts))
 	add(enum(record.SigningKeySteady, record.SigningKeyAnnounced, record.SigningKeySwitching, record.SigningKeySwitched))
+	add(enum(record.ParamString, record.ParamInt, record.ParamBool, record.ParamSecret))
+	add(enum(record.HostDefined, record.HostProvisioning, record.HostProvisioned, record.HostFailed, record.HostDeprovisioning))
+	add(enum(record.PowerRunning, record.PowerStopped, record.PowerPaused, record.PowerCrashed, record.PowerUnknown, record.PowerStarting))
 	return out
 })
 
@@ -398,6 +401,10 @@ func enum[T ~string](vals ...T) (reflect.Type, []string) {
 	}
 	return of[T](), out
 }
+
+// installFormats are the formats of a netboot distribution's install
+// template.
+var installFormats = []string{record.InstallCloudInit, record.InstallPreseed, record.InstallKickstart, record.InstallNone}
 
 // fieldSchemas are the schemas of fields their Go type says too little
 // of (a string of a fixed set of untyped constants) or too much (a role
@@ -414,6 +421,10 @@ var fieldSchemas = sync.OnceValue(func() map[reflect.Type]map[string]obj {
 		of[record.SourceView]():      {"kind": oneOf(record.SourceGit, record.SourceArchive)},
 		of[record.LeavingResource](): {"fate": oneOf(record.FateOrphaned, record.FateAbsent)},
 		of[record.ReleaseStrategy](): {"mode": oneOf(record.ReleaseAll, record.ReleaseWaves), "advance": oneOf(record.AdvanceAuto, record.AdvanceManual)},
+		of[record.Platform]():        {"driver": oneOf(record.Drivers()...)},
+		of[PlatformRequest]():        {"driver": oneOf(record.Drivers()...)},
+		of[record.Distribution]():    {"kind": oneOf(record.DistNetboot, record.DistImage), "install_format": oneOf(installFormats...)},
+		of[DistributionRequest]():    {"kind": oneOf(record.DistNetboot, record.DistImage), "install_format": oneOf(installFormats...)},
 		of[UserUpdate](): {
 			"role":  obj{"type": "string", "enum": roles("none"), "description": "the role in every environment; none takes it away"},
 			"roles": obj{"type": "object", "additionalProperties": obj{"type": "string", "enum": roles("")}, "description": "environment → role; \"\" takes that role away"},
@@ -435,6 +446,12 @@ var typeDescriptions = map[reflect.Type]string{
 	of[record.Delivery](): "One event posted to one webhook, with its last attempt.",
 	of[AgentView]():       "An agent as the API shows it: its record, whether it is online, and its keys' fingerprints.",
 	of[Body]():            "The body of every error answer.",
+	of[record.Platform](): "Where machines are made: a driver, its settings (defaults filled in), its templates, and the agent that serves it.",
+	of[record.Distribution](): "What is installed on a host's machine: netboot (kernel, initrd, an install template rendered with the host's context) " +
+		"or image (a gold image per platform), with typed parameters. Secret settings are shown as \"(secret)\".",
+	of[record.Host]():     "The blueprint of a machine (platform, distribution, applications, labels, settings) with where its provisioning stands.",
+	of[record.HostView](): "A host with its context (each setting's value and where it came from, secrets hidden), its machine's name on its platform and its instance.",
+	of[record.Instance](): "A real machine: made from a host, or reported by a platform's agent without one (discovered).",
 }
 
 // fieldDescriptions describe properties, by component and JSON name.
@@ -470,6 +487,14 @@ var fieldDescriptions = map[reflect.Type]map[string]string{
 	of[record.Webhook](): {
 		"secret": "only in the answer of the call that made or set it",
 		"kinds":  "the event kinds posted; [\"*\"]: all",
+	},
+	of[record.Host](): {
+		"reason":   "why a failed host failed, as the driver or the server said it",
+		"instance": "the driver's ID of the machine the host became",
+	},
+	of[record.HostView](): {
+		"machine":        "the machine's name on its platform (ENV.HOST)",
+		"instance_state": "the machine as its platform's agent last reported it",
 	},
 	of[record.Delivery](): {
 		"id":          "the delivery ID, sent as the Webhook-Id header: the same on every attempt",

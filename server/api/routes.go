@@ -76,7 +76,7 @@ func (a *API) routes() []route {
 		a.resourceRoutes(), a.summaryRoutes(), a.agentRoutes(), a.deployRoutes(), a.sourceRoutes(),
 		a.compileRoutes(), a.enrollmentRoutes(), a.alertRoutes(), a.tokenRoutes(), a.auditRoutes(),
 		a.eventRoutes(), a.sessionRoutes(), a.peopleRoutes(), a.serverRoutes(), a.openapiRoutes(),
-		a.webhookRoutes(),
+		a.webhookRoutes(), a.machineRoutes(),
 	)
 }
 

@@ -44,7 +44,7 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 	// Rendered once with a stand-in token: a template that does not
 	// render refuses the provisioning before anything is made.
 	if _, _, err := renderInstall(d, installData(env, "token", h, settings)); err != nil {
-		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return h, record.Refuse(model.ErrInvalid, "host %s: %v", name, err)
 	}
 	timeout := r.timeout(settings)
 	token, err := r.newToken(ctx, h, by, timeout)
@@ -53,7 +53,8 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 	}
 	cmdline, install, err := renderInstall(d, installData(env, token, h, settings))
 	if err != nil {
-		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		r.dropTokens(ctx, env, name)
+		return h, record.Refuse(model.ErrInvalid, "host %s: %v", name, err)
 	}
 	spec := model.MachineSpec{Host: name, Name: machineName(env, name), Template: p.Templates["domain"], Settings: settings}
 	switch d.Kind {
@@ -74,7 +75,8 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 		spec.Boot.Network, spec.Files["boot.ipxe"] = true, script
 	}
 	if err := spec.Validate(); err != nil {
-		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		r.dropTokens(ctx, env, name)
+		return h, record.Refuse(model.ErrInvalid, "host %s: %v", name, err)
 	}
 	h, err = r.move(ctx, env, name, h.State, record.HostProvision, "", "", by)
 	if err != nil {
@@ -218,7 +220,7 @@ func (r *Room) Control(ctx context.Context, env, name string, op model.MachineOp
 	switch op {
 	case model.MachineStart, model.MachineStop, model.MachineReboot:
 	default:
-		return record.Host{}, fmt.Errorf("%w: %q is not a control: want start, stop or reboot (destroy and provision are their own)", model.ErrInvalid, op)
+		return record.Host{}, record.Refuse(model.ErrInvalid, "%q is not a control: want start, stop or reboot (destroy and provision are their own)", op)
 	}
 	if err := r.notHalted(ctx, env); err != nil {
 		return record.Host{}, err
@@ -228,7 +230,7 @@ func (r *Room) Control(ctx context.Context, env, name string, op model.MachineOp
 		return h, err
 	}
 	if h.State != record.HostProvisioned && h.State != record.HostProvisioning {
-		return h, fmt.Errorf("%w: host %s is %s: it has no machine to %s (provision it: tether host provision %s)", model.ErrConflict, name, h.State, op, name)
+		return h, record.Refuse(model.ErrConflict, "host %s is %s: it has no machine to %s (provision it: tether host provision %s)", name, h.State, op, name)
 	}
 	p, err := r.svc.Store.GetPlatform(ctx, env, h.Platform)
 	if err != nil {

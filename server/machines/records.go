@@ -2,7 +2,9 @@ package machines
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -15,14 +17,14 @@ import (
 // its driver's variables. A platform a host uses keeps its driver.
 func (r *Room) PutPlatform(ctx context.Context, p record.Platform) (record.Platform, error) {
 	if err := p.Validate(); err != nil {
-		return p, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return p, record.Refuse(model.ErrInvalid, "%v", err)
 	}
 	for _, name := range sortedKeys(p.Templates) {
 		if !slices.Contains(templateNames[p.Driver], name) {
-			return p, fmt.Errorf("%w: platform %s: templates.%s: the %s driver has no template so named: want %v", model.ErrInvalid, p.Name, name, p.Driver, templateNames[p.Driver])
+			return p, record.Refuse(model.ErrInvalid, "platform %s: templates.%s: the %s driver has no template so named: want %s", p.Name, name, p.Driver, strings.Join(templateNames[p.Driver], ", "))
 		}
 		if err := checkDriverTemplate(p, name, p.Templates[name]); err != nil {
-			return p, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+			return p, record.Refuse(model.ErrInvalid, "%v", err)
 		}
 	}
 	if was, err := r.svc.Store.GetPlatform(ctx, p.Env, p.Name); err == nil && was.Driver != p.Driver {
@@ -31,7 +33,7 @@ func (r *Room) PutPlatform(ctx context.Context, p record.Platform) (record.Platf
 			return p, err
 		}
 		if len(hosts) > 0 {
-			return p, fmt.Errorf("%w: platform %s: driver: host %s is made by its %s driver: delete its hosts before changing the driver", model.ErrConflict, p.Name, hosts[0].Name, was.Driver)
+			return p, record.Refuse(model.ErrConflict, "platform %s: driver: host %s is made by its %s driver: delete its hosts before changing the driver", p.Name, hosts[0].Name, was.Driver)
 		}
 	}
 	return r.svc.Store.PutPlatform(ctx, p)
@@ -48,15 +50,84 @@ var templateNames = map[string][]string{
 // typed, its templates naming only what there is.
 func (r *Room) PutDistribution(ctx context.Context, d record.Distribution) (record.Distribution, error) {
 	if err := d.Validate(); err != nil {
-		return d, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return d, record.Refuse(model.ErrInvalid, "%v", err)
+	}
+	if was, err := r.svc.Store.GetDistribution(ctx, d.Env, d.Name); err == nil {
+		keepSecrets(&d, was)
 	}
 	if err := checkInstallTemplates(d); err != nil {
-		return d, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return d, record.Refuse(model.ErrInvalid, "%v", err)
 	}
 	if err := r.sealDistribution(ctx, &d); err != nil {
 		return d, err
 	}
-	return r.svc.Store.PutDistribution(ctx, d)
+	d, err := r.svc.Store.PutDistribution(ctx, d)
+	return hideDistribution(d), err
+}
+
+// keepSecrets gives the secrets of d that are shown as hidden
+// (record.SecretShown, as GetDistribution showed them) the values they
+// had in was: a distribution read, changed and saved again keeps them.
+func keepSecrets(d *record.Distribution, was record.Distribution) {
+	old := map[string]record.Param{}
+	for _, p := range was.Params {
+		old[p.Name] = p
+	}
+	for i, p := range d.Params {
+		o, ok := old[p.Name]
+		if p.Type != record.ParamSecret || !ok || o.Type != record.ParamSecret {
+			continue
+		}
+		if p.Default == record.SecretShown {
+			d.Params[i].Default = o.Default
+		}
+		if v, ok := was.Settings[p.Name]; ok && d.Settings[p.Name] == record.SecretShown {
+			d.Settings[p.Name] = v
+		}
+	}
+}
+
+// secretNames are the names of a distribution's secret parameters.
+func secretNames(d record.Distribution) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range d.Params {
+		if p.Type == record.ParamSecret {
+			out[p.Name] = true
+		}
+	}
+	return out
+}
+
+// hideDistribution shows d's secret settings and defaults as
+// record.SecretShown.
+func hideDistribution(d record.Distribution) record.Distribution {
+	secret := secretNames(d)
+	if len(secret) == 0 {
+		return d
+	}
+	d.Params = slices.Clone(d.Params)
+	for i, p := range d.Params {
+		if secret[p.Name] && p.Default != nil {
+			d.Params[i].Default = record.SecretShown
+		}
+	}
+	d.Settings = hideSettings(d.Settings, secret)
+	return d
+}
+
+// hideSettings returns settings with those secret names shown as
+// record.SecretShown.
+func hideSettings(settings map[string]any, secret map[string]bool) map[string]any {
+	if len(secret) == 0 || len(settings) == 0 {
+		return settings
+	}
+	out := maps.Clone(settings)
+	for k := range out {
+		if secret[k] {
+			out[k] = record.SecretShown
+		}
+	}
+	return out
 }
 
 // AddHost stores a new host, defined: its platform and distribution
@@ -65,7 +136,7 @@ func (r *Room) PutDistribution(ctx context.Context, d record.Distribution) (reco
 func (r *Room) AddHost(ctx context.Context, h record.Host) (record.Host, error) {
 	h.State, h.Reason, h.Instance = record.HostDefined, "", ""
 	if err := h.Validate(); err != nil {
-		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return h, record.Refuse(model.ErrInvalid, "%v", err)
 	}
 	_, _, cv, err := r.blueprint(ctx, h)
 	if err != nil {
@@ -91,7 +162,7 @@ func (r *Room) DeleteHost(ctx context.Context, env, name string) error {
 		return err
 	}
 	if h.State != record.HostDefined && h.State != record.HostFailed {
-		return fmt.Errorf("%w: host %s is %s: destroy its machine first (tether host destroy %s)", model.ErrConflict, name, h.State, name)
+		return record.Refuse(model.ErrConflict, "host %s is %s: destroy its machine first (tether host destroy %s), then delete it", name, h.State, name)
 	}
 	if err := r.svc.Store.DeleteHost(ctx, env, name); err != nil {
 		return err
@@ -100,26 +171,18 @@ func (r *Room) DeleteHost(ctx context.Context, env, name string) error {
 	return nil
 }
 
-// HostView is a host with its context (where each setting came from,
-// secrets hidden) and its instance.
-type HostView struct {
-	record.Host
-	Context  []record.ContextValue `json:"context"`
-	Machine  string                `json:"machine"`
-	Instance *record.Instance      `json:"instance_state,omitempty"`
-}
-
 // ShowHost returns a host with its context and instance.
-func (r *Room) ShowHost(ctx context.Context, env, name string) (HostView, error) {
+func (r *Room) ShowHost(ctx context.Context, env, name string) (record.HostView, error) {
 	h, err := r.svc.Store.GetHost(ctx, env, name)
 	if err != nil {
-		return HostView{}, err
+		return record.HostView{}, err
 	}
-	v := HostView{Host: h, Machine: machineName(env, name)}
-	if _, _, cv, err := r.blueprint(ctx, h); err == nil {
+	v := record.HostView{Host: h, Machine: machineName(env, name)}
+	if _, d, cv, err := r.blueprint(ctx, h); err == nil {
+		v.Settings = hideSettings(v.Settings, secretNames(d))
 		for i := range cv {
 			if cv[i].Secret {
-				cv[i].Value = "(secret)"
+				cv[i].Value = record.SecretShown
 			}
 		}
 		v.Context = cv
@@ -154,19 +217,25 @@ func (r *Room) addresses(ctx context.Context, i *record.Instance) {
 // and resolves its context.
 func (r *Room) blueprint(ctx context.Context, h record.Host) (record.Platform, record.Distribution, []record.ContextValue, error) {
 	p, err := r.svc.Store.GetPlatform(ctx, h.Env, h.Platform)
+	if errors.Is(err, model.ErrNotFound) {
+		return p, record.Distribution{}, nil, record.Refuse(model.ErrNotFound, "host %s: platform %s: environment %s has no platform so named (tether platform list shows them)", h.Name, h.Platform, h.Env)
+	}
 	if err != nil {
 		return p, record.Distribution{}, nil, fmt.Errorf("host %s: platform: %w", h.Name, err)
 	}
 	d, err := r.svc.Store.GetDistribution(ctx, h.Env, h.Distribution)
+	if errors.Is(err, model.ErrNotFound) {
+		return p, d, nil, record.Refuse(model.ErrNotFound, "host %s: distribution %s: environment %s has no distribution so named (tether distribution list shows them)", h.Name, h.Distribution, h.Env)
+	}
 	if err != nil {
 		return p, d, nil, fmt.Errorf("host %s: distribution: %w", h.Name, err)
 	}
 	if err := d.Fits(p); err != nil {
-		return p, d, nil, fmt.Errorf("%w: host %s: %w", model.ErrInvalid, h.Name, err)
+		return p, d, nil, record.Refuse(model.ErrInvalid, "host %s: %v", h.Name, err)
 	}
 	cv, _, err := record.HostContext(p, d, h)
 	if err != nil {
-		return p, d, nil, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return p, d, nil, record.Refuse(model.ErrInvalid, "%v", err)
 	}
 	return p, d, cv, nil
 }
@@ -220,32 +289,78 @@ func (r *Room) ListPlatforms(ctx context.Context, env string) ([]record.Platform
 
 // DeletePlatform deletes a platform no host uses.
 func (r *Room) DeletePlatform(ctx context.Context, env, name string) error {
+	if err := r.unused(ctx, env, "platform", name, func(h record.Host) bool { return h.Platform == name }); err != nil {
+		return err
+	}
 	return r.svc.Store.DeletePlatform(ctx, env, name)
 }
 
-// GetDistribution returns a distribution.
-func (r *Room) GetDistribution(ctx context.Context, env, name string) (record.Distribution, error) {
-	return r.svc.Store.GetDistribution(ctx, env, name)
+// unused refuses to delete a platform or distribution (what) a host uses,
+// naming the host; the store refuses it too, should a host come
+// meanwhile.
+func (r *Room) unused(ctx context.Context, env, what, name string, uses func(record.Host) bool) error {
+	hosts, err := r.hostsOn(ctx, env, uses)
+	if err != nil {
+		return err
+	}
+	switch len(hosts) {
+	case 0:
+		return nil
+	case 1:
+		return record.Refuse(model.ErrConflict, "%s %s: host %s uses it: delete the host first (tether host delete %s)", what, name, hosts[0].Name, hosts[0].Name)
+	}
+	return record.Refuse(model.ErrConflict, "%s %s: hosts %s and %d more use it: delete them first (tether host list shows them)", what, name, hosts[0].Name, len(hosts)-1)
 }
 
-// ListDistributions returns env's distributions, by name.
+// GetDistribution returns a distribution, its secrets hidden.
+func (r *Room) GetDistribution(ctx context.Context, env, name string) (record.Distribution, error) {
+	d, err := r.svc.Store.GetDistribution(ctx, env, name)
+	return hideDistribution(d), err
+}
+
+// ListDistributions returns env's distributions, by name, their secrets
+// hidden.
 func (r *Room) ListDistributions(ctx context.Context, env string) ([]record.Distribution, error) {
-	return r.svc.Store.ListDistributions(ctx, env)
+	ds, err := r.svc.Store.ListDistributions(ctx, env)
+	for i := range ds {
+		ds[i] = hideDistribution(ds[i])
+	}
+	return ds, err
 }
 
 // DeleteDistribution deletes a distribution no host uses.
 func (r *Room) DeleteDistribution(ctx context.Context, env, name string) error {
+	if err := r.unused(ctx, env, "distribution", name, func(h record.Host) bool { return h.Distribution == name }); err != nil {
+		return err
+	}
 	return r.svc.Store.DeleteDistribution(ctx, env, name)
 }
 
-// ListHosts returns env's hosts, by name.
+// ListHosts returns env's hosts, by name, the settings their
+// distribution says are secret hidden.
 func (r *Room) ListHosts(ctx context.Context, env string) ([]record.Host, error) {
-	return r.svc.Store.ListHosts(ctx, env)
+	hosts, err := r.svc.Store.ListHosts(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := r.svc.Store.ListDistributions(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	secret := map[string]map[string]bool{}
+	for _, d := range ds {
+		secret[d.Name] = secretNames(d)
+	}
+	for i, h := range hosts {
+		hosts[i].Settings = hideSettings(h.Settings, secret[h.Distribution])
+	}
+	return hosts, nil
 }
 
-// ListInstances returns env's instances, by ID.
+// ListInstances returns env's instances, by ID, discovered ones too
+// (Instances).
 func (r *Room) ListInstances(ctx context.Context, env string) ([]record.Instance, error) {
-	return r.svc.Store.ListInstances(ctx, env)
+	return r.Instances(ctx, env)
 }
 
 // GetInstance returns an instance by its ID.

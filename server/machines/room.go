@@ -131,7 +131,7 @@ func (r *Room) notHalted(ctx context.Context, env string) error {
 		return err
 	}
 	if e.Settings.Halted {
-		return fmt.Errorf("%w: environment %s is halted: machines are neither made nor controlled while it is (resume it: tether env resume %s)", model.ErrConflict, env, env)
+		return record.Refuse(record.ErrHalted, "environment %s is halted: machines are neither made nor controlled while it is (resume it: tether env resume %s)", env, env)
 	}
 	return nil
 }
@@ -181,7 +181,7 @@ func (r *Room) send(ctx context.Context, p record.Platform, host, by string, m b
 		delete(r.ops, m.OpID)
 		r.mu.Unlock()
 		if errors.Is(err, bus.ErrNoInbox) {
-			return fmt.Errorf("%w: platform %s is served by agent %s, which the server has never heard from: start it with --platform %s", model.ErrUnavailable, p.Name, p.Agent, p.Driver)
+			return record.Refuse(model.ErrUnavailable, "platform %s is served by agent %s, which the server has never heard from: start it with --platform %s", p.Name, p.Agent, p.Driver)
 		}
 		return fmt.Errorf("%w: send %s to platform %s's agent %s: %w", model.ErrUnavailable, m.Op, p.Name, p.Agent, err)
 	}

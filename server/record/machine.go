@@ -198,13 +198,38 @@ var HostParams = []Param{
 		Doc: "seconds a machine has to boot and enroll before its host fails and the machine is destroyed (the server's --provision-timeout when unset)"},
 }
 
+// MachineError is what the server says, for people, of a change of
+// machines it refuses or cannot carry out: the field that is wrong, the
+// state that does not allow it, what to do next. Kind is the error it is
+// (model.ErrInvalid, ErrNotFound, ErrConflict, ErrUnavailable, or
+// ErrHalted), which errors.Is finds through it; the API answers with
+// Kind's status and shows Msg as it is, so Msg never carries a
+// database's or a broker's words.
+type MachineError struct {
+	Kind error
+	Msg  string
+}
+
+func (e *MachineError) Error() string { return e.Msg }
+func (e *MachineError) Unwrap() error { return e.Kind }
+
+// Refuse returns a MachineError of kind, saying what format says.
+func Refuse(kind error, format string, args ...any) error {
+	return &MachineError{Kind: kind, Msg: fmt.Sprintf(format, args...)}
+}
+
+// SecretShown is how a secret setting is shown outside the machine it is
+// for. A distribution saved with it as a secret's value keeps the value
+// it had.
+const SecretShown = "(secret)"
+
 // ContextValue is one setting of a host's context: its value and where it
 // came from (the platform, the distribution or the host).
 type ContextValue struct {
 	Name  string `json:"name"`
 	Value any    `json:"value"`
 	From  string `json:"from"`
-	// Secret: Value is shown as "(secret)" outside the machine.
+	// Secret: Value is shown as SecretShown outside the machine.
 	Secret bool `json:"secret,omitempty"`
 }
 
@@ -475,7 +500,7 @@ func (s HostState) Move(e HostEvent) (HostState, error) {
 		for _, ev := range slices.Sorted(maps.Keys(moves)) {
 			can = append(can, string(ev))
 		}
-		return s, fmt.Errorf("%w: a %s host cannot %s (it can: %s)", model.ErrConflict, s, e, strings.Join(can, ", "))
+		return s, Refuse(model.ErrConflict, "a %s host cannot %s (it can: %s)", s, e, strings.Join(can, ", "))
 	}
 	return next, nil
 }
@@ -505,6 +530,16 @@ type Host struct {
 	StateSince time.Time `json:"state_since"`
 	CreatedAt  time.Time `json:"created_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// HostView is a host as operators see it: with its context (where each
+// setting came from, secrets hidden), the name of its machine on its
+// platform, and its instance.
+type HostView struct {
+	Host
+	Context  []ContextValue `json:"context"`
+	Machine  string         `json:"machine"`
+	Instance *Instance      `json:"instance_state,omitempty"`
 }
 
 // Validate checks the host's own fields (its platform and distribution

@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,18 @@ func TestInstanceUptime(t *testing.T) {
 	}
 	if got := (Instance{Power: PowerStopped, BootedAt: &booted}).Uptime(now); got != 0 {
 		t.Fatalf("uptime of a stopped instance %v, want 0", got)
+	}
+}
+
+// A refusal of a change of machines is of its kind for errors.Is, and
+// says only its own words (what the API shows).
+func TestRefuse(t *testing.T) {
+	err := fmt.Errorf("add host: %w", Refuse(model.ErrNotFound, "host %s: platform %s: none", "web-1", "kvm"))
+	var me *MachineError
+	if !errors.Is(err, model.ErrNotFound) || errors.Is(err, model.ErrConflict) || !errors.As(err, &me) || me.Msg != "host web-1: platform kvm: none" {
+		t.Fatalf("got %v (%+v), want a not-found refusal saying its words", err, me)
+	}
+	if _, err := HostDefined.Move(HostDestroy); !errors.As(err, &me) || me.Error() != "a defined host cannot destroy (it can: provision)" {
+		t.Fatalf("a move refused: %v, want a refusal saying what the host can do", err)
 	}
 }

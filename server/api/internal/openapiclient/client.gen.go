@@ -230,6 +230,90 @@ func (e DeployTrigger) Valid() bool {
 	}
 }
 
+// Defines values for DistributionInstallFormat.
+const (
+	DistributionInstallFormatCloudInit DistributionInstallFormat = "cloud-init"
+	DistributionInstallFormatKickstart DistributionInstallFormat = "kickstart"
+	DistributionInstallFormatNone      DistributionInstallFormat = "none"
+	DistributionInstallFormatPreseed   DistributionInstallFormat = "preseed"
+)
+
+// Valid indicates whether the value is a known member of the DistributionInstallFormat enum.
+func (e DistributionInstallFormat) Valid() bool {
+	switch e {
+	case DistributionInstallFormatCloudInit:
+		return true
+	case DistributionInstallFormatKickstart:
+		return true
+	case DistributionInstallFormatNone:
+		return true
+	case DistributionInstallFormatPreseed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DistributionKind.
+const (
+	DistributionKindImage   DistributionKind = "image"
+	DistributionKindNetboot DistributionKind = "netboot"
+)
+
+// Valid indicates whether the value is a known member of the DistributionKind enum.
+func (e DistributionKind) Valid() bool {
+	switch e {
+	case DistributionKindImage:
+		return true
+	case DistributionKindNetboot:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DistributionRequestInstallFormat.
+const (
+	DistributionRequestInstallFormatCloudInit DistributionRequestInstallFormat = "cloud-init"
+	DistributionRequestInstallFormatKickstart DistributionRequestInstallFormat = "kickstart"
+	DistributionRequestInstallFormatNone      DistributionRequestInstallFormat = "none"
+	DistributionRequestInstallFormatPreseed   DistributionRequestInstallFormat = "preseed"
+)
+
+// Valid indicates whether the value is a known member of the DistributionRequestInstallFormat enum.
+func (e DistributionRequestInstallFormat) Valid() bool {
+	switch e {
+	case DistributionRequestInstallFormatCloudInit:
+		return true
+	case DistributionRequestInstallFormatKickstart:
+		return true
+	case DistributionRequestInstallFormatNone:
+		return true
+	case DistributionRequestInstallFormatPreseed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DistributionRequestKind.
+const (
+	DistributionRequestKindImage   DistributionRequestKind = "image"
+	DistributionRequestKindNetboot DistributionRequestKind = "netboot"
+)
+
+// Valid indicates whether the value is a known member of the DistributionRequestKind enum.
+func (e DistributionRequestKind) Valid() bool {
+	switch e {
+	case DistributionRequestKindImage:
+		return true
+	case DistributionRequestKindNetboot:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DriftPolicy.
 const (
 	DriftPolicyAlert DriftPolicy = "alert"
@@ -365,6 +449,33 @@ func (e ErrorDetailCode) Valid() bool {
 	}
 }
 
+// Defines values for HostState.
+const (
+	HostStateDefined        HostState = "defined"
+	HostStateDeprovisioning HostState = "deprovisioning"
+	HostStateFailed         HostState = "failed"
+	HostStateProvisioned    HostState = "provisioned"
+	HostStateProvisioning   HostState = "provisioning"
+)
+
+// Valid indicates whether the value is a known member of the HostState enum.
+func (e HostState) Valid() bool {
+	switch e {
+	case HostStateDefined:
+		return true
+	case HostStateDeprovisioning:
+		return true
+	case HostStateFailed:
+		return true
+	case HostStateProvisioned:
+		return true
+	case HostStateProvisioning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LeavingResourceFate.
 const (
 	LeavingResourceFateAbsent   LeavingResourceFate = "absent"
@@ -398,6 +509,30 @@ func (e Operation) Valid() bool {
 	case OperationDryrun:
 		return true
 	case OperationRepair:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ParamType.
+const (
+	ParamTypeBool   ParamType = "bool"
+	ParamTypeInt    ParamType = "int"
+	ParamTypeSecret ParamType = "secret"
+	ParamTypeString ParamType = "string"
+)
+
+// Valid indicates whether the value is a known member of the ParamType enum.
+func (e ParamType) Valid() bool {
+	switch e {
+	case ParamTypeBool:
+		return true
+	case ParamTypeInt:
+		return true
+	case ParamTypeSecret:
+		return true
+	case ParamTypeString:
 		return true
 	default:
 		return false
@@ -455,6 +590,72 @@ func (e PlanAgentOutcome) Valid() bool {
 	case PlanAgentOutcomeTooOld:
 		return true
 	case PlanAgentOutcomeUnreached:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlatformDriver.
+const (
+	PlatformDriverLibvirt PlatformDriver = "libvirt"
+	PlatformDriverPxe     PlatformDriver = "pxe"
+)
+
+// Valid indicates whether the value is a known member of the PlatformDriver enum.
+func (e PlatformDriver) Valid() bool {
+	switch e {
+	case PlatformDriverLibvirt:
+		return true
+	case PlatformDriverPxe:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlatformRequestDriver.
+const (
+	PlatformRequestDriverLibvirt PlatformRequestDriver = "libvirt"
+	PlatformRequestDriverPxe     PlatformRequestDriver = "pxe"
+)
+
+// Valid indicates whether the value is a known member of the PlatformRequestDriver enum.
+func (e PlatformRequestDriver) Valid() bool {
+	switch e {
+	case PlatformRequestDriverLibvirt:
+		return true
+	case PlatformRequestDriverPxe:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PowerState.
+const (
+	PowerStateCrashed  PowerState = "crashed"
+	PowerStatePaused   PowerState = "paused"
+	PowerStateRunning  PowerState = "running"
+	PowerStateStarting PowerState = "starting"
+	PowerStateStopped  PowerState = "stopped"
+	PowerStateUnknown  PowerState = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the PowerState enum.
+func (e PowerState) Valid() bool {
+	switch e {
+	case PowerStateCrashed:
+		return true
+	case PowerStatePaused:
+		return true
+	case PowerStateRunning:
+		return true
+	case PowerStateStarting:
+		return true
+	case PowerStateStopped:
+		return true
+	case PowerStateUnknown:
 		return true
 	default:
 		return false
@@ -920,6 +1121,14 @@ type CompileRequest struct {
 // Compliance defines model for Compliance.
 type Compliance string
 
+// ContextValue defines model for ContextValue.
+type ContextValue struct {
+	From   string      `json:"from"`
+	Name   string      `json:"name"`
+	Secret *bool       `json:"secret,omitempty"`
+	Value  interface{} `json:"value"`
+}
+
 // Delivery One event posted to one webhook, with its last attempt.
 type Delivery struct {
 	Attempts  int64     `json:"attempts"`
@@ -1010,6 +1219,48 @@ type Diff struct {
 	Unchanged int64           `json:"unchanged"`
 }
 
+// Distribution What is installed on a host's machine: netboot (kernel, initrd, an install template rendered with the host's context) or image (a gold image per platform), with typed parameters. Secret settings are shown as "(secret)".
+type Distribution struct {
+	Cmdline       *string                    `json:"cmdline,omitempty"`
+	CreatedAt     time.Time                  `json:"created_at"`
+	Env           string                     `json:"env"`
+	Images        *map[string]string         `json:"images,omitempty"`
+	Initrd        *string                    `json:"initrd,omitempty"`
+	Install       *string                    `json:"install,omitempty"`
+	InstallFormat *DistributionInstallFormat `json:"install_format,omitempty"`
+	Kernel        *string                    `json:"kernel,omitempty"`
+	Kind          DistributionKind           `json:"kind"`
+	Name          string                     `json:"name"`
+	Params        *[]Param                   `json:"params,omitempty"`
+	Settings      *map[string]*interface{}   `json:"settings,omitempty"`
+	UpdatedAt     time.Time                  `json:"updated_at"`
+}
+
+// DistributionInstallFormat defines model for Distribution.InstallFormat.
+type DistributionInstallFormat string
+
+// DistributionKind defines model for Distribution.Kind.
+type DistributionKind string
+
+// DistributionRequest defines model for DistributionRequest.
+type DistributionRequest struct {
+	Cmdline       *string                           `json:"cmdline,omitempty"`
+	Images        *map[string]string                `json:"images,omitempty"`
+	Initrd        *string                           `json:"initrd,omitempty"`
+	Install       *string                           `json:"install,omitempty"`
+	InstallFormat *DistributionRequestInstallFormat `json:"install_format,omitempty"`
+	Kernel        *string                           `json:"kernel,omitempty"`
+	Kind          DistributionRequestKind           `json:"kind"`
+	Params        *[]Param                          `json:"params,omitempty"`
+	Settings      *map[string]*interface{}          `json:"settings,omitempty"`
+}
+
+// DistributionRequestInstallFormat defines model for DistributionRequest.InstallFormat.
+type DistributionRequestInstallFormat string
+
+// DistributionRequestKind defines model for DistributionRequest.Kind.
+type DistributionRequestKind string
+
 // DriftPolicy defines model for DriftPolicy.
 type DriftPolicy string
 
@@ -1022,6 +1273,7 @@ type EnrollmentToken struct {
 	CreatedBy string     `json:"created_by"`
 	Env       string     `json:"env"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Host      *string    `json:"host,omitempty"`
 	Id        string     `json:"id"`
 	MaxUses   int64      `json:"max_uses"`
 	Name      string     `json:"name"`
@@ -1105,6 +1357,83 @@ type ExportResponse struct {
 	Version   Version `json:"version"`
 }
 
+// Host The blueprint of a machine (platform, distribution, applications, labels, settings) with where its provisioning stands.
+type Host struct {
+	Applications *[]string `json:"applications,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	Distribution string    `json:"distribution"`
+	Env          string    `json:"env"`
+
+	// Instance the driver's ID of the machine the host became
+	Instance *string            `json:"instance,omitempty"`
+	Labels   *map[string]string `json:"labels,omitempty"`
+	Name     string             `json:"name"`
+	Platform string             `json:"platform"`
+
+	// Reason why a failed host failed, as the driver or the server said it
+	Reason     *string                  `json:"reason,omitempty"`
+	Settings   *map[string]*interface{} `json:"settings,omitempty"`
+	State      HostState                `json:"state"`
+	StateSince time.Time                `json:"state_since"`
+	UpdatedAt  time.Time                `json:"updated_at"`
+}
+
+// HostRequest defines model for HostRequest.
+type HostRequest struct {
+	Applications *[]string                `json:"applications,omitempty"`
+	Distribution string                   `json:"distribution"`
+	Labels       *map[string]string       `json:"labels,omitempty"`
+	Name         string                   `json:"name"`
+	Platform     string                   `json:"platform"`
+	Settings     *map[string]*interface{} `json:"settings,omitempty"`
+}
+
+// HostState defines model for HostState.
+type HostState string
+
+// HostView A host with its context (each setting's value and where it came from, secrets hidden), its machine's name on its platform and its instance.
+type HostView struct {
+	Applications *[]string       `json:"applications,omitempty"`
+	Context      *[]ContextValue `json:"context"`
+	CreatedAt    time.Time       `json:"created_at"`
+	Distribution string          `json:"distribution"`
+	Env          string          `json:"env"`
+
+	// Instance the driver's ID of the machine the host became
+	Instance *string `json:"instance,omitempty"`
+
+	// InstanceState the machine as its platform's agent last reported it
+	InstanceState *Instance          `json:"instance_state,omitempty"`
+	Labels        *map[string]string `json:"labels,omitempty"`
+
+	// Machine the machine's name on its platform (ENV.HOST)
+	Machine  string `json:"machine"`
+	Name     string `json:"name"`
+	Platform string `json:"platform"`
+
+	// Reason why a failed host failed, as the driver or the server said it
+	Reason     *string                  `json:"reason,omitempty"`
+	Settings   *map[string]*interface{} `json:"settings,omitempty"`
+	State      HostState                `json:"state"`
+	StateSince time.Time                `json:"state_since"`
+	UpdatedAt  time.Time                `json:"updated_at"`
+}
+
+// Instance A real machine: made from a host, or reported by a platform's agent without one (discovered).
+type Instance struct {
+	Addresses *[]string                `json:"addresses,omitempty"`
+	Agent     *string                  `json:"agent,omitempty"`
+	BootedAt  *time.Time               `json:"booted_at,omitempty"`
+	Env       string                   `json:"env"`
+	Hardware  *map[string]*interface{} `json:"hardware,omitempty"`
+	Host      *string                  `json:"host,omitempty"`
+	Id        string                   `json:"id"`
+	Labels    *map[string]string       `json:"labels,omitempty"`
+	Platform  *string                  `json:"platform,omitempty"`
+	Power     PowerState               `json:"power"`
+	SeenAt    time.Time                `json:"seen_at"`
+}
+
 // Inventory defines model for Inventory.
 type Inventory struct {
 	Agents *[]InventoryAgent `json:"agents"`
@@ -1144,6 +1473,7 @@ type NewEnrollmentToken struct {
 	CreatedBy string     `json:"created_by"`
 	Env       string     `json:"env"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Host      *string    `json:"host,omitempty"`
 	Id        string     `json:"id"`
 	MaxUses   int64      `json:"max_uses"`
 	Name      string     `json:"name"`
@@ -1184,6 +1514,20 @@ type Org struct {
 type OrgRequest struct {
 	Name string `json:"name"`
 }
+
+// Param defines model for Param.
+type Param struct {
+	Default  interface{} `json:"default,omitempty"`
+	Doc      string      `json:"doc"`
+	Max      *int64      `json:"max,omitempty"`
+	Min      *int64      `json:"min,omitempty"`
+	Name     string      `json:"name"`
+	Required *bool       `json:"required,omitempty"`
+	Type     ParamType   `json:"type"`
+}
+
+// ParamType defines model for ParamType.
+type ParamType string
 
 // PendingAgent defines model for PendingAgent.
 type PendingAgent struct {
@@ -1241,6 +1585,36 @@ type PlanResource struct {
 	State   ResourceState `json:"state"`
 	Would   string        `json:"would"`
 }
+
+// Platform Where machines are made: a driver, its settings (defaults filled in), its templates, and the agent that serves it.
+type Platform struct {
+	Agent      string                   `json:"agent"`
+	CreatedAt  time.Time                `json:"created_at"`
+	Discovered *bool                    `json:"discovered,omitempty"`
+	Driver     PlatformDriver           `json:"driver"`
+	Env        string                   `json:"env"`
+	Name       string                   `json:"name"`
+	Settings   *map[string]*interface{} `json:"settings"`
+	Templates  *map[string]string       `json:"templates,omitempty"`
+	UpdatedAt  time.Time                `json:"updated_at"`
+}
+
+// PlatformDriver defines model for Platform.Driver.
+type PlatformDriver string
+
+// PlatformRequest defines model for PlatformRequest.
+type PlatformRequest struct {
+	Agent     string                   `json:"agent"`
+	Driver    PlatformRequestDriver    `json:"driver"`
+	Settings  *map[string]*interface{} `json:"settings,omitempty"`
+	Templates *map[string]string       `json:"templates,omitempty"`
+}
+
+// PlatformRequestDriver defines model for PlatformRequest.Driver.
+type PlatformRequestDriver string
+
+// PowerState defines model for PowerState.
+type PowerState string
 
 // Release A release of a version and how far its fan-out to the environment's accepted agents got. sent + up_to_date + pending_count reach agents when it is done.
 type Release struct {
@@ -1941,11 +2315,20 @@ type PostEnvsEnvCompileHookFormdataRequestBody PostEnvsEnvCompileHookFormdataBod
 // PostEnvsEnvDeployJSONRequestBody defines body for PostEnvsEnvDeploy for application/json ContentType.
 type PostEnvsEnvDeployJSONRequestBody = OperationRequest
 
+// PutEnvsEnvDistributionsNameJSONRequestBody defines body for PutEnvsEnvDistributionsName for application/json ContentType.
+type PutEnvsEnvDistributionsNameJSONRequestBody = DistributionRequest
+
 // PostEnvsEnvDryrunJSONRequestBody defines body for PostEnvsEnvDryrun for application/json ContentType.
 type PostEnvsEnvDryrunJSONRequestBody = OperationRequest
 
 // PostEnvsEnvEnrollmentTokensJSONRequestBody defines body for PostEnvsEnvEnrollmentTokens for application/json ContentType.
 type PostEnvsEnvEnrollmentTokensJSONRequestBody = EnrollmentTokenRequest
+
+// PostEnvsEnvHostsJSONRequestBody defines body for PostEnvsEnvHosts for application/json ContentType.
+type PostEnvsEnvHostsJSONRequestBody = HostRequest
+
+// PutEnvsEnvPlatformsNameJSONRequestBody defines body for PutEnvsEnvPlatformsName for application/json ContentType.
+type PutEnvsEnvPlatformsNameJSONRequestBody = PlatformRequest
 
 // PostEnvsEnvRepairJSONRequestBody defines body for PostEnvsEnvRepair for application/json ContentType.
 type PostEnvsEnvRepairJSONRequestBody = OperationRequest
@@ -2253,6 +2636,45 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/envs/{env}/deploys/{id} (the `GetEnvsEnvDeploysId` operationId).
 	GetEnvsEnvDeploysId(ctx context.Context, env string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetEnvsEnvDistributions List the environment's distributions: what is installed on machines (secret settings hidden)
+	//
+	// List the environment's distributions: what is installed on machines (secret settings hidden). Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/distributions (the `GetEnvsEnvDistributions` operationId).
+	GetEnvsEnvDistributions(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteEnvsEnvDistributionsName Delete a distribution no host uses
+	//
+	// Delete a distribution no host uses. Needs role operator.
+	//
+	// Corresponds with DELETE /api/v1/envs/{env}/distributions/{name} (the `DeleteEnvsEnvDistributionsName` operationId).
+	DeleteEnvsEnvDistributionsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvDistributionsName Show a distribution (secret settings hidden)
+	//
+	// Show a distribution (secret settings hidden). Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/distributions/{name} (the `GetEnvsEnvDistributionsName` operationId).
+	GetEnvsEnvDistributionsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutEnvsEnvDistributionsNameWithBody Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+	//
+	// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+	PutEnvsEnvDistributionsNameWithBody(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutEnvsEnvDistributionsName Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+	//
+	// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+	PutEnvsEnvDistributionsName(ctx context.Context, env string, name string, body PutEnvsEnvDistributionsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PostEnvsEnvDryrunWithBody Ask agents what a deploy would change
 	//
 	// Ask agents what a deploy would change. Needs role viewer.
@@ -2310,12 +2732,153 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/envs/{env}/halt (the `PostEnvsEnvHalt` operationId).
 	PostEnvsEnvHalt(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetEnvsEnvHosts List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning)
+	//
+	// List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning). Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/hosts (the `GetEnvsEnvHosts` operationId).
+	GetEnvsEnvHosts(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsWithBody Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+	//
+	// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+	PostEnvsEnvHostsWithBody(ctx context.Context, env string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHosts Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+	//
+	// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+	PostEnvsEnvHosts(ctx context.Context, env string, body PostEnvsEnvHostsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteEnvsEnvHostsName Delete a host that has no machine (defined, or failed)
+	//
+	// Delete a host that has no machine (defined, or failed). Needs role operator.
+	//
+	// Corresponds with DELETE /api/v1/envs/{env}/hosts/{name} (the `DeleteEnvsEnvHostsName` operationId).
+	DeleteEnvsEnvHostsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvHostsName Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance
+	//
+	// Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance. Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
+	GetEnvsEnvHostsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsNameAdopt Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
+	//
+	// Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted. Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/adopt (the `PostEnvsEnvHostsNameAdopt` operationId).
+	PostEnvsEnvHostsNameAdopt(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsNameDestroy Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted
+	//
+	// Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted. Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/destroy (the `PostEnvsEnvHostsNameDestroy` operationId).
+	PostEnvsEnvHostsNameDestroy(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsNameProvision Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted
+	//
+	// Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted. Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/provision (the `PostEnvsEnvHostsNameProvision` operationId).
+	PostEnvsEnvHostsNameProvision(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsNameReboot Reboot a host's machine (202). Refused while the environment is halted
+	//
+	// Reboot a host's machine (202). Refused while the environment is halted. Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/reboot (the `PostEnvsEnvHostsNameReboot` operationId).
+	PostEnvsEnvHostsNameReboot(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsNameStart Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted
+	//
+	// Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted. Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/start (the `PostEnvsEnvHostsNameStart` operationId).
+	PostEnvsEnvHostsNameStart(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvHostsNameStop Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted
+	//
+	// Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted. Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/stop (the `PostEnvsEnvHostsNameStop` operationId).
+	PostEnvsEnvHostsNameStop(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvInstances List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host
+	//
+	// List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host. Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/instances (the `GetEnvsEnvInstances` operationId).
+	GetEnvsEnvInstances(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvInstancesId Show an instance
+	//
+	// Show an instance. Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/instances/{id} (the `GetEnvsEnvInstancesId` operationId).
+	GetEnvsEnvInstancesId(ctx context.Context, env string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetEnvsEnvInventory The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads
 	//
 	// The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads. Needs role viewer.
 	//
 	// Corresponds with GET /api/v1/envs/{env}/inventory (the `GetEnvsEnvInventory` operationId).
 	GetEnvsEnvInventory(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvPlatforms List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it)
+	//
+	// List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it). Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/platforms (the `GetEnvsEnvPlatforms` operationId).
+	GetEnvsEnvPlatforms(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteEnvsEnvPlatformsName Delete a platform no host uses
+	//
+	// Delete a platform no host uses. Needs role operator.
+	//
+	// Corresponds with DELETE /api/v1/envs/{env}/platforms/{name} (the `DeleteEnvsEnvPlatformsName` operationId).
+	DeleteEnvsEnvPlatformsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvsEnvPlatformsName Show a platform
+	//
+	// Show a platform. Needs role viewer.
+	//
+	// Corresponds with GET /api/v1/envs/{env}/platforms/{name} (the `GetEnvsEnvPlatformsName` operationId).
+	GetEnvsEnvPlatformsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutEnvsEnvPlatformsNameWithBody Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+	//
+	// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+	PutEnvsEnvPlatformsNameWithBody(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutEnvsEnvPlatformsName Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+	//
+	// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+	PutEnvsEnvPlatformsName(ctx context.Context, env string, name string, body PutEnvsEnvPlatformsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostEnvsEnvPlatformsNameInventory Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform)
+	//
+	// Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform). Needs role operator.
+	//
+	// Corresponds with POST /api/v1/envs/{env}/platforms/{name}/inventory (the `PostEnvsEnvPlatformsNameInventory` operationId).
+	PostEnvsEnvPlatformsNameInventory(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetEnvsEnvReleases The environment's releases, newest first, with how far each fan-out to agents got
 	//
@@ -3289,6 +3852,95 @@ func (c *Client) GetEnvsEnvDeploysId(ctx context.Context, env string, id string,
 	return c.Client.Do(req)
 }
 
+// GetEnvsEnvDistributions List the environment's distributions: what is installed on machines (secret settings hidden)
+//
+// List the environment's distributions: what is installed on machines (secret settings hidden). Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/distributions (the `GetEnvsEnvDistributions` operationId).
+func (c *Client) GetEnvsEnvDistributions(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvDistributionsRequest(c.Server, env)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteEnvsEnvDistributionsName Delete a distribution no host uses
+//
+// Delete a distribution no host uses. Needs role operator.
+//
+// Corresponds with DELETE /api/v1/envs/{env}/distributions/{name} (the `DeleteEnvsEnvDistributionsName` operationId).
+func (c *Client) DeleteEnvsEnvDistributionsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteEnvsEnvDistributionsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvDistributionsName Show a distribution (secret settings hidden)
+//
+// Show a distribution (secret settings hidden). Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/distributions/{name} (the `GetEnvsEnvDistributionsName` operationId).
+func (c *Client) GetEnvsEnvDistributionsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvDistributionsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutEnvsEnvDistributionsNameWithBody Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+//
+// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+func (c *Client) PutEnvsEnvDistributionsNameWithBody(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutEnvsEnvDistributionsNameRequestWithBody(c.Server, env, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutEnvsEnvDistributionsName Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+//
+// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+func (c *Client) PutEnvsEnvDistributionsName(ctx context.Context, env string, name string, body PutEnvsEnvDistributionsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutEnvsEnvDistributionsNameRequest(c.Server, env, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PostEnvsEnvDryrunWithBody Ask agents what a deploy would change
 //
 // Ask agents what a deploy would change. Needs role viewer.
@@ -3416,6 +4068,231 @@ func (c *Client) PostEnvsEnvHalt(ctx context.Context, env string, reqEditors ...
 	return c.Client.Do(req)
 }
 
+// GetEnvsEnvHosts List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning)
+//
+// List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning). Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/hosts (the `GetEnvsEnvHosts` operationId).
+func (c *Client) GetEnvsEnvHosts(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvHostsRequest(c.Server, env)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsWithBody Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+//
+// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+func (c *Client) PostEnvsEnvHostsWithBody(ctx context.Context, env string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsRequestWithBody(c.Server, env, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHosts Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+//
+// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+func (c *Client) PostEnvsEnvHosts(ctx context.Context, env string, body PostEnvsEnvHostsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsRequest(c.Server, env, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteEnvsEnvHostsName Delete a host that has no machine (defined, or failed)
+//
+// Delete a host that has no machine (defined, or failed). Needs role operator.
+//
+// Corresponds with DELETE /api/v1/envs/{env}/hosts/{name} (the `DeleteEnvsEnvHostsName` operationId).
+func (c *Client) DeleteEnvsEnvHostsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteEnvsEnvHostsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvHostsName Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance
+//
+// Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance. Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
+func (c *Client) GetEnvsEnvHostsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvHostsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsNameAdopt Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
+//
+// Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted. Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/adopt (the `PostEnvsEnvHostsNameAdopt` operationId).
+func (c *Client) PostEnvsEnvHostsNameAdopt(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsNameAdoptRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsNameDestroy Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted
+//
+// Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted. Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/destroy (the `PostEnvsEnvHostsNameDestroy` operationId).
+func (c *Client) PostEnvsEnvHostsNameDestroy(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsNameDestroyRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsNameProvision Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted
+//
+// Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted. Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/provision (the `PostEnvsEnvHostsNameProvision` operationId).
+func (c *Client) PostEnvsEnvHostsNameProvision(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsNameProvisionRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsNameReboot Reboot a host's machine (202). Refused while the environment is halted
+//
+// Reboot a host's machine (202). Refused while the environment is halted. Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/reboot (the `PostEnvsEnvHostsNameReboot` operationId).
+func (c *Client) PostEnvsEnvHostsNameReboot(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsNameRebootRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsNameStart Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted
+//
+// Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted. Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/start (the `PostEnvsEnvHostsNameStart` operationId).
+func (c *Client) PostEnvsEnvHostsNameStart(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsNameStartRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvHostsNameStop Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted
+//
+// Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted. Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/stop (the `PostEnvsEnvHostsNameStop` operationId).
+func (c *Client) PostEnvsEnvHostsNameStop(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvHostsNameStopRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvInstances List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host
+//
+// List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host. Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/instances (the `GetEnvsEnvInstances` operationId).
+func (c *Client) GetEnvsEnvInstances(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvInstancesRequest(c.Server, env)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvInstancesId Show an instance
+//
+// Show an instance. Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/instances/{id} (the `GetEnvsEnvInstancesId` operationId).
+func (c *Client) GetEnvsEnvInstancesId(ctx context.Context, env string, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvInstancesIdRequest(c.Server, env, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetEnvsEnvInventory The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads
 //
 // The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads. Needs role viewer.
@@ -3423,6 +4300,112 @@ func (c *Client) PostEnvsEnvHalt(ctx context.Context, env string, reqEditors ...
 // Corresponds with GET /api/v1/envs/{env}/inventory (the `GetEnvsEnvInventory` operationId).
 func (c *Client) GetEnvsEnvInventory(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetEnvsEnvInventoryRequest(c.Server, env)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvPlatforms List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it)
+//
+// List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it). Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/platforms (the `GetEnvsEnvPlatforms` operationId).
+func (c *Client) GetEnvsEnvPlatforms(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvPlatformsRequest(c.Server, env)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteEnvsEnvPlatformsName Delete a platform no host uses
+//
+// Delete a platform no host uses. Needs role operator.
+//
+// Corresponds with DELETE /api/v1/envs/{env}/platforms/{name} (the `DeleteEnvsEnvPlatformsName` operationId).
+func (c *Client) DeleteEnvsEnvPlatformsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteEnvsEnvPlatformsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvsEnvPlatformsName Show a platform
+//
+// Show a platform. Needs role viewer.
+//
+// Corresponds with GET /api/v1/envs/{env}/platforms/{name} (the `GetEnvsEnvPlatformsName` operationId).
+func (c *Client) GetEnvsEnvPlatformsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvsEnvPlatformsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutEnvsEnvPlatformsNameWithBody Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+//
+// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+func (c *Client) PutEnvsEnvPlatformsNameWithBody(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutEnvsEnvPlatformsNameRequestWithBody(c.Server, env, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutEnvsEnvPlatformsName Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+//
+// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+func (c *Client) PutEnvsEnvPlatformsName(ctx context.Context, env string, name string, body PutEnvsEnvPlatformsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutEnvsEnvPlatformsNameRequest(c.Server, env, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostEnvsEnvPlatformsNameInventory Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform)
+//
+// Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform). Needs role operator.
+//
+// Corresponds with POST /api/v1/envs/{env}/platforms/{name}/inventory (the `PostEnvsEnvPlatformsNameInventory` operationId).
+func (c *Client) PostEnvsEnvPlatformsNameInventory(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostEnvsEnvPlatformsNameInventoryRequest(c.Server, env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -5726,6 +6709,176 @@ func NewGetEnvsEnvDeploysIdRequest(server string, env string, id string) (*http.
 	return req, nil
 }
 
+// NewGetEnvsEnvDistributionsRequest constructs an http.Request for the GetEnvsEnvDistributions method
+func NewGetEnvsEnvDistributionsRequest(server string, env string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/distributions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteEnvsEnvDistributionsNameRequest constructs an http.Request for the DeleteEnvsEnvDistributionsName method
+func NewDeleteEnvsEnvDistributionsNameRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/distributions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvsEnvDistributionsNameRequest constructs an http.Request for the GetEnvsEnvDistributionsName method
+func NewGetEnvsEnvDistributionsNameRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/distributions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutEnvsEnvDistributionsNameRequest calls the generic PutEnvsEnvDistributionsName builder with application/json body
+func NewPutEnvsEnvDistributionsNameRequest(server string, env string, name string, body PutEnvsEnvDistributionsNameJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutEnvsEnvDistributionsNameRequestWithBody(server, env, name, "application/json", bodyReader)
+}
+
+// NewPutEnvsEnvDistributionsNameRequestWithBody constructs an http.Request for the PutEnvsEnvDistributionsName method, with any body, and a specified content type
+func NewPutEnvsEnvDistributionsNameRequestWithBody(server string, env string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/distributions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPostEnvsEnvDryrunRequest calls the generic PostEnvsEnvDryrun builder with application/json body
 func NewPostEnvsEnvDryrunRequest(server string, env string, body PostEnvsEnvDryrunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -5929,6 +7082,490 @@ func NewPostEnvsEnvHaltRequest(server string, env string) (*http.Request, error)
 	return req, nil
 }
 
+// NewGetEnvsEnvHostsRequest constructs an http.Request for the GetEnvsEnvHosts method
+func NewGetEnvsEnvHostsRequest(server string, env string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsRequest calls the generic PostEnvsEnvHosts builder with application/json body
+func NewPostEnvsEnvHostsRequest(server string, env string, body PostEnvsEnvHostsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostEnvsEnvHostsRequestWithBody(server, env, "application/json", bodyReader)
+}
+
+// NewPostEnvsEnvHostsRequestWithBody constructs an http.Request for the PostEnvsEnvHosts method, with any body, and a specified content type
+func NewPostEnvsEnvHostsRequestWithBody(server string, env string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteEnvsEnvHostsNameRequest constructs an http.Request for the DeleteEnvsEnvHostsName method
+func NewDeleteEnvsEnvHostsNameRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvsEnvHostsNameRequest constructs an http.Request for the GetEnvsEnvHostsName method
+func NewGetEnvsEnvHostsNameRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsNameAdoptRequest constructs an http.Request for the PostEnvsEnvHostsNameAdopt method
+func NewPostEnvsEnvHostsNameAdoptRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s/adopt", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsNameDestroyRequest constructs an http.Request for the PostEnvsEnvHostsNameDestroy method
+func NewPostEnvsEnvHostsNameDestroyRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s/destroy", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsNameProvisionRequest constructs an http.Request for the PostEnvsEnvHostsNameProvision method
+func NewPostEnvsEnvHostsNameProvisionRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s/provision", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsNameRebootRequest constructs an http.Request for the PostEnvsEnvHostsNameReboot method
+func NewPostEnvsEnvHostsNameRebootRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s/reboot", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsNameStartRequest constructs an http.Request for the PostEnvsEnvHostsNameStart method
+func NewPostEnvsEnvHostsNameStartRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s/start", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostEnvsEnvHostsNameStopRequest constructs an http.Request for the PostEnvsEnvHostsNameStop method
+func NewPostEnvsEnvHostsNameStopRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s/stop", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvsEnvInstancesRequest constructs an http.Request for the GetEnvsEnvInstances method
+func NewGetEnvsEnvInstancesRequest(server string, env string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/instances", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvsEnvInstancesIdRequest constructs an http.Request for the GetEnvsEnvInstancesId method
+func NewGetEnvsEnvInstancesIdRequest(server string, env string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/instances/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetEnvsEnvInventoryRequest constructs an http.Request for the GetEnvsEnvInventory method
 func NewGetEnvsEnvInventoryRequest(server string, env string) (*http.Request, error) {
 	var err error
@@ -5956,6 +7593,217 @@ func NewGetEnvsEnvInventoryRequest(server string, env string) (*http.Request, er
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvsEnvPlatformsRequest constructs an http.Request for the GetEnvsEnvPlatforms method
+func NewGetEnvsEnvPlatformsRequest(server string, env string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/platforms", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteEnvsEnvPlatformsNameRequest constructs an http.Request for the DeleteEnvsEnvPlatformsName method
+func NewDeleteEnvsEnvPlatformsNameRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/platforms/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvsEnvPlatformsNameRequest constructs an http.Request for the GetEnvsEnvPlatformsName method
+func NewGetEnvsEnvPlatformsNameRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/platforms/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutEnvsEnvPlatformsNameRequest calls the generic PutEnvsEnvPlatformsName builder with application/json body
+func NewPutEnvsEnvPlatformsNameRequest(server string, env string, name string, body PutEnvsEnvPlatformsNameJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutEnvsEnvPlatformsNameRequestWithBody(server, env, name, "application/json", bodyReader)
+}
+
+// NewPutEnvsEnvPlatformsNameRequestWithBody constructs an http.Request for the PutEnvsEnvPlatformsName method, with any body, and a specified content type
+func NewPutEnvsEnvPlatformsNameRequestWithBody(server string, env string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/platforms/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewPostEnvsEnvPlatformsNameInventoryRequest constructs an http.Request for the PostEnvsEnvPlatformsNameInventory method
+func NewPostEnvsEnvPlatformsNameInventoryRequest(server string, env string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/platforms/%s/inventory", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -8664,6 +10512,51 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/envs/{env}/deploys/{id} (the `GetEnvsEnvDeploysId` operationId).
 	GetEnvsEnvDeploysIdWithResponse(ctx context.Context, env string, id string, reqEditors ...RequestEditorFn) (*GetEnvsEnvDeploysIdResponse, error)
 
+	// GetEnvsEnvDistributionsWithResponse List the environment's distributions: what is installed on machines (secret settings hidden)
+	//
+	// List the environment's distributions: what is installed on machines (secret settings hidden). Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/distributions (the `GetEnvsEnvDistributions` operationId).
+	GetEnvsEnvDistributionsWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvDistributionsResponse, error)
+
+	// DeleteEnvsEnvDistributionsNameWithResponse Delete a distribution no host uses
+	//
+	// Delete a distribution no host uses. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/envs/{env}/distributions/{name} (the `DeleteEnvsEnvDistributionsName` operationId).
+	DeleteEnvsEnvDistributionsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*DeleteEnvsEnvDistributionsNameResponse, error)
+
+	// GetEnvsEnvDistributionsNameWithResponse Show a distribution (secret settings hidden)
+	//
+	// Show a distribution (secret settings hidden). Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/distributions/{name} (the `GetEnvsEnvDistributionsName` operationId).
+	GetEnvsEnvDistributionsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvDistributionsNameResponse, error)
+
+	// PutEnvsEnvDistributionsNameWithBodyWithResponse Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+	//
+	// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+	PutEnvsEnvDistributionsNameWithBodyWithResponse(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutEnvsEnvDistributionsNameResponse, error)
+
+	// PutEnvsEnvDistributionsNameWithResponse Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+	//
+	// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+	PutEnvsEnvDistributionsNameWithResponse(ctx context.Context, env string, name string, body PutEnvsEnvDistributionsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*PutEnvsEnvDistributionsNameResponse, error)
+
 	// PostEnvsEnvDryrunWithBodyWithResponse Ask agents what a deploy would change
 	//
 	// Ask agents what a deploy would change. Needs role viewer.
@@ -8727,6 +10620,123 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/envs/{env}/halt (the `PostEnvsEnvHalt` operationId).
 	PostEnvsEnvHaltWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHaltResponse, error)
 
+	// GetEnvsEnvHostsWithResponse List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning)
+	//
+	// List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning). Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/hosts (the `GetEnvsEnvHosts` operationId).
+	GetEnvsEnvHostsWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvHostsResponse, error)
+
+	// PostEnvsEnvHostsWithBodyWithResponse Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+	//
+	// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+	PostEnvsEnvHostsWithBodyWithResponse(ctx context.Context, env string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsResponse, error)
+
+	// PostEnvsEnvHostsWithResponse Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+	//
+	// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+	PostEnvsEnvHostsWithResponse(ctx context.Context, env string, body PostEnvsEnvHostsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsResponse, error)
+
+	// DeleteEnvsEnvHostsNameWithResponse Delete a host that has no machine (defined, or failed)
+	//
+	// Delete a host that has no machine (defined, or failed). Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/envs/{env}/hosts/{name} (the `DeleteEnvsEnvHostsName` operationId).
+	DeleteEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*DeleteEnvsEnvHostsNameResponse, error)
+
+	// GetEnvsEnvHostsNameWithResponse Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance
+	//
+	// Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance. Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
+	GetEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvHostsNameResponse, error)
+
+	// PostEnvsEnvHostsNameAdoptWithResponse Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
+	//
+	// Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/adopt (the `PostEnvsEnvHostsNameAdopt` operationId).
+	PostEnvsEnvHostsNameAdoptWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameAdoptResponse, error)
+
+	// PostEnvsEnvHostsNameDestroyWithResponse Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted
+	//
+	// Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/destroy (the `PostEnvsEnvHostsNameDestroy` operationId).
+	PostEnvsEnvHostsNameDestroyWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameDestroyResponse, error)
+
+	// PostEnvsEnvHostsNameProvisionWithResponse Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted
+	//
+	// Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/provision (the `PostEnvsEnvHostsNameProvision` operationId).
+	PostEnvsEnvHostsNameProvisionWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameProvisionResponse, error)
+
+	// PostEnvsEnvHostsNameRebootWithResponse Reboot a host's machine (202). Refused while the environment is halted
+	//
+	// Reboot a host's machine (202). Refused while the environment is halted. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/reboot (the `PostEnvsEnvHostsNameReboot` operationId).
+	PostEnvsEnvHostsNameRebootWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameRebootResponse, error)
+
+	// PostEnvsEnvHostsNameStartWithResponse Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted
+	//
+	// Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/start (the `PostEnvsEnvHostsNameStart` operationId).
+	PostEnvsEnvHostsNameStartWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameStartResponse, error)
+
+	// PostEnvsEnvHostsNameStopWithResponse Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted
+	//
+	// Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/stop (the `PostEnvsEnvHostsNameStop` operationId).
+	PostEnvsEnvHostsNameStopWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameStopResponse, error)
+
+	// GetEnvsEnvInstancesWithResponse List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host
+	//
+	// List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host. Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/instances (the `GetEnvsEnvInstances` operationId).
+	GetEnvsEnvInstancesWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvInstancesResponse, error)
+
+	// GetEnvsEnvInstancesIdWithResponse Show an instance
+	//
+	// Show an instance. Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/instances/{id} (the `GetEnvsEnvInstancesId` operationId).
+	GetEnvsEnvInstancesIdWithResponse(ctx context.Context, env string, id string, reqEditors ...RequestEditorFn) (*GetEnvsEnvInstancesIdResponse, error)
+
 	// GetEnvsEnvInventoryWithResponse The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads
 	//
 	// The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads. Needs role viewer.
@@ -8735,6 +10745,60 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/envs/{env}/inventory (the `GetEnvsEnvInventory` operationId).
 	GetEnvsEnvInventoryWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvInventoryResponse, error)
+
+	// GetEnvsEnvPlatformsWithResponse List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it)
+	//
+	// List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it). Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/platforms (the `GetEnvsEnvPlatforms` operationId).
+	GetEnvsEnvPlatformsWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvPlatformsResponse, error)
+
+	// DeleteEnvsEnvPlatformsNameWithResponse Delete a platform no host uses
+	//
+	// Delete a platform no host uses. Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/envs/{env}/platforms/{name} (the `DeleteEnvsEnvPlatformsName` operationId).
+	DeleteEnvsEnvPlatformsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*DeleteEnvsEnvPlatformsNameResponse, error)
+
+	// GetEnvsEnvPlatformsNameWithResponse Show a platform
+	//
+	// Show a platform. Needs role viewer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/envs/{env}/platforms/{name} (the `GetEnvsEnvPlatformsName` operationId).
+	GetEnvsEnvPlatformsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvPlatformsNameResponse, error)
+
+	// PutEnvsEnvPlatformsNameWithBodyWithResponse Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+	//
+	// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+	PutEnvsEnvPlatformsNameWithBodyWithResponse(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutEnvsEnvPlatformsNameResponse, error)
+
+	// PutEnvsEnvPlatformsNameWithResponse Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+	//
+	// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+	PutEnvsEnvPlatformsNameWithResponse(ctx context.Context, env string, name string, body PutEnvsEnvPlatformsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*PutEnvsEnvPlatformsNameResponse, error)
+
+	// PostEnvsEnvPlatformsNameInventoryWithResponse Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform)
+	//
+	// Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform). Needs role operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/envs/{env}/platforms/{name}/inventory (the `PostEnvsEnvPlatformsNameInventory` operationId).
+	PostEnvsEnvPlatformsNameInventoryWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvPlatformsNameInventoryResponse, error)
 
 	// GetEnvsEnvReleasesWithResponse The environment's releases, newest first, with how far each fan-out to agents got
 	//
@@ -11258,6 +13322,359 @@ func (r GetEnvsEnvDeploysIdResponse) ContentType() string {
 	return ""
 }
 
+// GetEnvsEnvDistributionsResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvDistributions
+type GetEnvsEnvDistributionsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvDistributionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Distribution
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvDistributionsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvDistributionsResponse) GetJSON200() *[]Distribution {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvDistributionsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvDistributionsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvDistributionsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvDistributionsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvDistributionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvDistributionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvDistributionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvDistributionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvDistributionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteEnvsEnvDistributionsNameResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteEnvsEnvDistributionsName
+type DeleteEnvsEnvDistributionsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type DeleteEnvsEnvDistributionsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *DeleteEnvsEnvDistributionsNameResponseDefaultHeaders
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteEnvsEnvDistributionsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteEnvsEnvDistributionsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteEnvsEnvDistributionsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteEnvsEnvDistributionsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteEnvsEnvDistributionsNameResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteEnvsEnvDistributionsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteEnvsEnvDistributionsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteEnvsEnvDistributionsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteEnvsEnvDistributionsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteEnvsEnvDistributionsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEnvsEnvDistributionsNameResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvDistributionsName
+type GetEnvsEnvDistributionsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvDistributionsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Distribution
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvDistributionsNameResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvDistributionsNameResponse) GetJSON200() *Distribution {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvDistributionsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvDistributionsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvDistributionsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvDistributionsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvDistributionsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvDistributionsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvDistributionsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvDistributionsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvDistributionsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutEnvsEnvDistributionsNameResponseDefaultHeaders the declared response headers of an HTTP default response for PutEnvsEnvDistributionsName
+type PutEnvsEnvDistributionsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PutEnvsEnvDistributionsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Distribution
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *RequestEntityTooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *UnprocessableEntity
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PutEnvsEnvDistributionsNameResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON200() *Distribution {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON413() *RequestEntityTooLarge {
+	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSON422() *UnprocessableEntity {
+	return r.JSON422
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutEnvsEnvDistributionsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutEnvsEnvDistributionsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutEnvsEnvDistributionsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutEnvsEnvDistributionsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutEnvsEnvDistributionsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PostEnvsEnvDryrunResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvDryrun
 type PostEnvsEnvDryrunResponseDefaultHeaders struct {
 	RetryAfter *int
@@ -11722,6 +14139,1065 @@ func (r PostEnvsEnvHaltResponse) ContentType() string {
 	return ""
 }
 
+// GetEnvsEnvHostsResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvHosts
+type GetEnvsEnvHostsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvHostsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvHostsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvHostsResponse) GetJSON200() *[]Host {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvHostsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvHostsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvHostsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvHostsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvHostsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvHostsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvHostsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvHostsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvHostsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHosts
+type PostEnvsEnvHostsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *RequestEntityTooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *UnprocessableEntity
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON201() *Host {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON413() *RequestEntityTooLarge {
+	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSON422() *UnprocessableEntity {
+	return r.JSON422
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteEnvsEnvHostsNameResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteEnvsEnvHostsName
+type DeleteEnvsEnvHostsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type DeleteEnvsEnvHostsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *DeleteEnvsEnvHostsNameResponseDefaultHeaders
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteEnvsEnvHostsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteEnvsEnvHostsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteEnvsEnvHostsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteEnvsEnvHostsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteEnvsEnvHostsNameResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteEnvsEnvHostsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteEnvsEnvHostsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteEnvsEnvHostsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteEnvsEnvHostsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteEnvsEnvHostsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEnvsEnvHostsNameResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvHostsName
+type GetEnvsEnvHostsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvHostsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HostView
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvHostsNameResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvHostsNameResponse) GetJSON200() *HostView {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvHostsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvHostsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvHostsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvHostsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvHostsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvHostsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvHostsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvHostsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvHostsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsNameAdoptResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHostsNameAdopt
+type PostEnvsEnvHostsNameAdoptResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsNameAdoptResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsNameAdoptResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSON200() *Host {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsNameAdoptResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsNameAdoptResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsNameAdoptResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsNameAdoptResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsNameAdoptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsNameDestroyResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHostsNameDestroy
+type PostEnvsEnvHostsNameDestroyResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsNameDestroyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsNameDestroyResponseDefaultHeaders
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSON202() *Host {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsNameDestroyResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsNameDestroyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsNameDestroyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsNameDestroyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsNameDestroyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsNameProvisionResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHostsNameProvision
+type PostEnvsEnvHostsNameProvisionResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsNameProvisionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsNameProvisionResponseDefaultHeaders
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSON202() *Host {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsNameProvisionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsNameProvisionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsNameProvisionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsNameProvisionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsNameProvisionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsNameRebootResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHostsNameReboot
+type PostEnvsEnvHostsNameRebootResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsNameRebootResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsNameRebootResponseDefaultHeaders
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSON202() *Host {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsNameRebootResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsNameRebootResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsNameRebootResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsNameRebootResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsNameRebootResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsNameStartResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHostsNameStart
+type PostEnvsEnvHostsNameStartResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsNameStartResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsNameStartResponseDefaultHeaders
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSON202() *Host {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsNameStartResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsNameStartResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsNameStartResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsNameStartResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsNameStartResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvHostsNameStopResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvHostsNameStop
+type PostEnvsEnvHostsNameStopResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvHostsNameStopResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvHostsNameStopResponseDefaultHeaders
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSON202() *Host {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvHostsNameStopResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvHostsNameStopResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvHostsNameStopResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvHostsNameStopResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvHostsNameStopResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEnvsEnvInstancesResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvInstances
+type GetEnvsEnvInstancesResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvInstancesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Instance
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvInstancesResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvInstancesResponse) GetJSON200() *[]Instance {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvInstancesResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvInstancesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvInstancesResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvInstancesResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvInstancesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvInstancesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvInstancesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvInstancesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvInstancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEnvsEnvInstancesIdResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvInstancesId
+type GetEnvsEnvInstancesIdResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvInstancesIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Instance
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvInstancesIdResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvInstancesIdResponse) GetJSON200() *Instance {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvInstancesIdResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvInstancesIdResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvInstancesIdResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvInstancesIdResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvInstancesIdResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvInstancesIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvInstancesIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvInstancesIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvInstancesIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetEnvsEnvInventoryResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvInventory
 type GetEnvsEnvInventoryResponseDefaultHeaders struct {
 	RetryAfter *int
@@ -11799,6 +15275,449 @@ func (r GetEnvsEnvInventoryResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetEnvsEnvInventoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEnvsEnvPlatformsResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvPlatforms
+type GetEnvsEnvPlatformsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvPlatformsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Platform
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvPlatformsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvPlatformsResponse) GetJSON200() *[]Platform {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvPlatformsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvPlatformsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvPlatformsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvPlatformsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvPlatformsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvPlatformsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvPlatformsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvPlatformsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvPlatformsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteEnvsEnvPlatformsNameResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteEnvsEnvPlatformsName
+type DeleteEnvsEnvPlatformsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type DeleteEnvsEnvPlatformsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *DeleteEnvsEnvPlatformsNameResponseDefaultHeaders
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteEnvsEnvPlatformsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteEnvsEnvPlatformsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteEnvsEnvPlatformsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteEnvsEnvPlatformsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteEnvsEnvPlatformsNameResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteEnvsEnvPlatformsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteEnvsEnvPlatformsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteEnvsEnvPlatformsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteEnvsEnvPlatformsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteEnvsEnvPlatformsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEnvsEnvPlatformsNameResponseDefaultHeaders the declared response headers of an HTTP default response for GetEnvsEnvPlatformsName
+type GetEnvsEnvPlatformsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetEnvsEnvPlatformsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Platform
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEnvsEnvPlatformsNameResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvsEnvPlatformsNameResponse) GetJSON200() *Platform {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvsEnvPlatformsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvsEnvPlatformsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvsEnvPlatformsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvsEnvPlatformsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEnvsEnvPlatformsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvsEnvPlatformsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvsEnvPlatformsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvsEnvPlatformsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvsEnvPlatformsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutEnvsEnvPlatformsNameResponseDefaultHeaders the declared response headers of an HTTP default response for PutEnvsEnvPlatformsName
+type PutEnvsEnvPlatformsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PutEnvsEnvPlatformsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Platform
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *RequestEntityTooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *UnprocessableEntity
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PutEnvsEnvPlatformsNameResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON200() *Platform {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON413() *RequestEntityTooLarge {
+	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSON422() *UnprocessableEntity {
+	return r.JSON422
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutEnvsEnvPlatformsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutEnvsEnvPlatformsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutEnvsEnvPlatformsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutEnvsEnvPlatformsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutEnvsEnvPlatformsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostEnvsEnvPlatformsNameInventoryResponseDefaultHeaders the declared response headers of an HTTP default response for PostEnvsEnvPlatformsNameInventory
+type PostEnvsEnvPlatformsNameInventoryResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PostEnvsEnvPlatformsNameInventoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Platform
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PostEnvsEnvPlatformsNameInventoryResponseDefaultHeaders
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSON202() *Platform {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostEnvsEnvPlatformsNameInventoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostEnvsEnvPlatformsNameInventoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostEnvsEnvPlatformsNameInventoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostEnvsEnvPlatformsNameInventoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -16763,6 +20682,81 @@ func (c *ClientWithResponses) GetEnvsEnvDeploysIdWithResponse(ctx context.Contex
 	return ParseGetEnvsEnvDeploysIdResponse(rsp)
 }
 
+// GetEnvsEnvDistributionsWithResponse List the environment's distributions: what is installed on machines (secret settings hidden)
+//
+// List the environment's distributions: what is installed on machines (secret settings hidden). Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/distributions (the `GetEnvsEnvDistributions` operationId).
+func (c *ClientWithResponses) GetEnvsEnvDistributionsWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvDistributionsResponse, error) {
+	rsp, err := c.GetEnvsEnvDistributions(ctx, env, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvDistributionsResponse(rsp)
+}
+
+// DeleteEnvsEnvDistributionsNameWithResponse Delete a distribution no host uses
+//
+// Delete a distribution no host uses. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/envs/{env}/distributions/{name} (the `DeleteEnvsEnvDistributionsName` operationId).
+func (c *ClientWithResponses) DeleteEnvsEnvDistributionsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*DeleteEnvsEnvDistributionsNameResponse, error) {
+	rsp, err := c.DeleteEnvsEnvDistributionsName(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteEnvsEnvDistributionsNameResponse(rsp)
+}
+
+// GetEnvsEnvDistributionsNameWithResponse Show a distribution (secret settings hidden)
+//
+// Show a distribution (secret settings hidden). Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/distributions/{name} (the `GetEnvsEnvDistributionsName` operationId).
+func (c *ClientWithResponses) GetEnvsEnvDistributionsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvDistributionsNameResponse, error) {
+	rsp, err := c.GetEnvsEnvDistributionsName(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvDistributionsNameResponse(rsp)
+}
+
+// PutEnvsEnvDistributionsNameWithBodyWithResponse Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+//
+// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+func (c *ClientWithResponses) PutEnvsEnvDistributionsNameWithBodyWithResponse(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutEnvsEnvDistributionsNameResponse, error) {
+	rsp, err := c.PutEnvsEnvDistributionsNameWithBody(ctx, env, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutEnvsEnvDistributionsNameResponse(rsp)
+}
+
+// PutEnvsEnvDistributionsNameWithResponse Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value
+//
+// Create or replace a distribution: netboot (kernel, initrd, an install template) or image (one per platform), with typed parameters; a secret sent as "(secret)" keeps its value. Needs role operator.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/envs/{env}/distributions/{name} (the `PutEnvsEnvDistributionsName` operationId).
+func (c *ClientWithResponses) PutEnvsEnvDistributionsNameWithResponse(ctx context.Context, env string, name string, body PutEnvsEnvDistributionsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*PutEnvsEnvDistributionsNameResponse, error) {
+	rsp, err := c.PutEnvsEnvDistributionsName(ctx, env, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutEnvsEnvDistributionsNameResponse(rsp)
+}
+
 // PostEnvsEnvDryrunWithBodyWithResponse Ask agents what a deploy would change
 //
 // Ask agents what a deploy would change. Needs role viewer.
@@ -16868,6 +20862,201 @@ func (c *ClientWithResponses) PostEnvsEnvHaltWithResponse(ctx context.Context, e
 	return ParsePostEnvsEnvHaltResponse(rsp)
 }
 
+// GetEnvsEnvHostsWithResponse List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning)
+//
+// List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning). Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/hosts (the `GetEnvsEnvHosts` operationId).
+func (c *ClientWithResponses) GetEnvsEnvHostsWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvHostsResponse, error) {
+	rsp, err := c.GetEnvsEnvHosts(ctx, env, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvHostsResponse(rsp)
+}
+
+// PostEnvsEnvHostsWithBodyWithResponse Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+//
+// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsWithBodyWithResponse(ctx context.Context, env string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsWithBody(ctx, env, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsResponse(rsp)
+}
+
+// PostEnvsEnvHostsWithResponse Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types
+//
+// Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types. Needs role operator.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts (the `PostEnvsEnvHosts` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsWithResponse(ctx context.Context, env string, body PostEnvsEnvHostsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsResponse, error) {
+	rsp, err := c.PostEnvsEnvHosts(ctx, env, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsResponse(rsp)
+}
+
+// DeleteEnvsEnvHostsNameWithResponse Delete a host that has no machine (defined, or failed)
+//
+// Delete a host that has no machine (defined, or failed). Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/envs/{env}/hosts/{name} (the `DeleteEnvsEnvHostsName` operationId).
+func (c *ClientWithResponses) DeleteEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*DeleteEnvsEnvHostsNameResponse, error) {
+	rsp, err := c.DeleteEnvsEnvHostsName(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteEnvsEnvHostsNameResponse(rsp)
+}
+
+// GetEnvsEnvHostsNameWithResponse Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance
+//
+// Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance. Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
+func (c *ClientWithResponses) GetEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvHostsNameResponse, error) {
+	rsp, err := c.GetEnvsEnvHostsName(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvHostsNameResponse(rsp)
+}
+
+// PostEnvsEnvHostsNameAdoptWithResponse Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
+//
+// Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/adopt (the `PostEnvsEnvHostsNameAdopt` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsNameAdoptWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameAdoptResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsNameAdopt(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsNameAdoptResponse(rsp)
+}
+
+// PostEnvsEnvHostsNameDestroyWithResponse Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted
+//
+// Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/destroy (the `PostEnvsEnvHostsNameDestroy` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsNameDestroyWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameDestroyResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsNameDestroy(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsNameDestroyResponse(rsp)
+}
+
+// PostEnvsEnvHostsNameProvisionWithResponse Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted
+//
+// Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/provision (the `PostEnvsEnvHostsNameProvision` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsNameProvisionWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameProvisionResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsNameProvision(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsNameProvisionResponse(rsp)
+}
+
+// PostEnvsEnvHostsNameRebootWithResponse Reboot a host's machine (202). Refused while the environment is halted
+//
+// Reboot a host's machine (202). Refused while the environment is halted. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/reboot (the `PostEnvsEnvHostsNameReboot` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsNameRebootWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameRebootResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsNameReboot(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsNameRebootResponse(rsp)
+}
+
+// PostEnvsEnvHostsNameStartWithResponse Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted
+//
+// Start a host's machine (202; its instance's power changes when the platform's agent reports). Refused while the environment is halted. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/start (the `PostEnvsEnvHostsNameStart` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsNameStartWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameStartResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsNameStart(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsNameStartResponse(rsp)
+}
+
+// PostEnvsEnvHostsNameStopWithResponse Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted
+//
+// Stop a host's machine: the guest is asked to power off, then forced off after the server's grace period (202). Refused while the environment is halted. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/hosts/{name}/stop (the `PostEnvsEnvHostsNameStop` operationId).
+func (c *ClientWithResponses) PostEnvsEnvHostsNameStopWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvHostsNameStopResponse, error) {
+	rsp, err := c.PostEnvsEnvHostsNameStop(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvHostsNameStopResponse(rsp)
+}
+
+// GetEnvsEnvInstancesWithResponse List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host
+//
+// List the environment's instances: the machines the platforms' agents reported, with their power state, addresses and host. Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/instances (the `GetEnvsEnvInstances` operationId).
+func (c *ClientWithResponses) GetEnvsEnvInstancesWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvInstancesResponse, error) {
+	rsp, err := c.GetEnvsEnvInstances(ctx, env, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvInstancesResponse(rsp)
+}
+
+// GetEnvsEnvInstancesIdWithResponse Show an instance
+//
+// Show an instance. Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/instances/{id} (the `GetEnvsEnvInstancesId` operationId).
+func (c *ClientWithResponses) GetEnvsEnvInstancesIdWithResponse(ctx context.Context, env string, id string, reqEditors ...RequestEditorFn) (*GetEnvsEnvInstancesIdResponse, error) {
+	rsp, err := c.GetEnvsEnvInstancesId(ctx, env, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvInstancesIdResponse(rsp)
+}
+
 // GetEnvsEnvInventoryWithResponse The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads
 //
 // The environment's live inventory: accepted agents with their labels and facts, in the inventory format the compiler reads. Needs role viewer.
@@ -16881,6 +21070,96 @@ func (c *ClientWithResponses) GetEnvsEnvInventoryWithResponse(ctx context.Contex
 		return nil, err
 	}
 	return ParseGetEnvsEnvInventoryResponse(rsp)
+}
+
+// GetEnvsEnvPlatformsWithResponse List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it)
+//
+// List the environment's platforms: where machines are made (a driver, its settings, the agent that serves it). Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/platforms (the `GetEnvsEnvPlatforms` operationId).
+func (c *ClientWithResponses) GetEnvsEnvPlatformsWithResponse(ctx context.Context, env string, reqEditors ...RequestEditorFn) (*GetEnvsEnvPlatformsResponse, error) {
+	rsp, err := c.GetEnvsEnvPlatforms(ctx, env, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvPlatformsResponse(rsp)
+}
+
+// DeleteEnvsEnvPlatformsNameWithResponse Delete a platform no host uses
+//
+// Delete a platform no host uses. Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/envs/{env}/platforms/{name} (the `DeleteEnvsEnvPlatformsName` operationId).
+func (c *ClientWithResponses) DeleteEnvsEnvPlatformsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*DeleteEnvsEnvPlatformsNameResponse, error) {
+	rsp, err := c.DeleteEnvsEnvPlatformsName(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteEnvsEnvPlatformsNameResponse(rsp)
+}
+
+// GetEnvsEnvPlatformsNameWithResponse Show a platform
+//
+// Show a platform. Needs role viewer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/envs/{env}/platforms/{name} (the `GetEnvsEnvPlatformsName` operationId).
+func (c *ClientWithResponses) GetEnvsEnvPlatformsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvPlatformsNameResponse, error) {
+	rsp, err := c.GetEnvsEnvPlatformsName(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvsEnvPlatformsNameResponse(rsp)
+}
+
+// PutEnvsEnvPlatformsNameWithBodyWithResponse Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+//
+// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+func (c *ClientWithResponses) PutEnvsEnvPlatformsNameWithBodyWithResponse(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutEnvsEnvPlatformsNameResponse, error) {
+	rsp, err := c.PutEnvsEnvPlatformsNameWithBody(ctx, env, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutEnvsEnvPlatformsNameResponse(rsp)
+}
+
+// PutEnvsEnvPlatformsNameWithResponse Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables
+//
+// Create or replace a platform: its driver known, its settings of their types (defaults filled in), its templates using only the driver's variables. Needs role operator.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/envs/{env}/platforms/{name} (the `PutEnvsEnvPlatformsName` operationId).
+func (c *ClientWithResponses) PutEnvsEnvPlatformsNameWithResponse(ctx context.Context, env string, name string, body PutEnvsEnvPlatformsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*PutEnvsEnvPlatformsNameResponse, error) {
+	rsp, err := c.PutEnvsEnvPlatformsName(ctx, env, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutEnvsEnvPlatformsNameResponse(rsp)
+}
+
+// PostEnvsEnvPlatformsNameInventoryWithResponse Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform)
+//
+// Ask the agent serving a platform what machines it holds; the instances are updated when it answers (202, the platform). Needs role operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/envs/{env}/platforms/{name}/inventory (the `PostEnvsEnvPlatformsNameInventory` operationId).
+func (c *ClientWithResponses) PostEnvsEnvPlatformsNameInventoryWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*PostEnvsEnvPlatformsNameInventoryResponse, error) {
+	rsp, err := c.PostEnvsEnvPlatformsNameInventory(ctx, env, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostEnvsEnvPlatformsNameInventoryResponse(rsp)
 }
 
 // GetEnvsEnvReleasesWithResponse The environment's releases, newest first, with how far each fan-out to agents got
@@ -19614,6 +23893,326 @@ func ParseGetEnvsEnvDeploysIdResponse(rsp *http.Response) (*GetEnvsEnvDeploysIdR
 	return response, nil
 }
 
+// ParseGetEnvsEnvDistributionsResponse parses an HTTP response from a GetEnvsEnvDistributionsWithResponse call
+func ParseGetEnvsEnvDistributionsResponse(rsp *http.Response) (*GetEnvsEnvDistributionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvDistributionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Distribution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvDistributionsResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteEnvsEnvDistributionsNameResponse parses an HTTP response from a DeleteEnvsEnvDistributionsNameWithResponse call
+func ParseDeleteEnvsEnvDistributionsNameResponse(rsp *http.Response) (*DeleteEnvsEnvDistributionsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteEnvsEnvDistributionsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers DeleteEnvsEnvDistributionsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvDistributionsNameResponse parses an HTTP response from a GetEnvsEnvDistributionsNameWithResponse call
+func ParseGetEnvsEnvDistributionsNameResponse(rsp *http.Response) (*GetEnvsEnvDistributionsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvDistributionsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Distribution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvDistributionsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutEnvsEnvDistributionsNameResponse parses an HTTP response from a PutEnvsEnvDistributionsNameWithResponse call
+func ParsePutEnvsEnvDistributionsNameResponse(rsp *http.Response) (*PutEnvsEnvDistributionsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutEnvsEnvDistributionsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Distribution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest RequestEntityTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest UnprocessableEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PutEnvsEnvDistributionsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
 // ParsePostEnvsEnvDryrunResponse parses an HTTP response from a PostEnvsEnvDryrunWithResponse call
 func ParsePostEnvsEnvDryrunResponse(rsp *http.Response) (*PostEnvsEnvDryrunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -20036,6 +24635,960 @@ func ParsePostEnvsEnvHaltResponse(rsp *http.Response) (*PostEnvsEnvHaltResponse,
 	return response, nil
 }
 
+// ParseGetEnvsEnvHostsResponse parses an HTTP response from a GetEnvsEnvHostsWithResponse call
+func ParseGetEnvsEnvHostsResponse(rsp *http.Response) (*GetEnvsEnvHostsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvHostsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvHostsResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsResponse parses an HTTP response from a PostEnvsEnvHostsWithResponse call
+func ParsePostEnvsEnvHostsResponse(rsp *http.Response) (*PostEnvsEnvHostsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest RequestEntityTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest UnprocessableEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteEnvsEnvHostsNameResponse parses an HTTP response from a DeleteEnvsEnvHostsNameWithResponse call
+func ParseDeleteEnvsEnvHostsNameResponse(rsp *http.Response) (*DeleteEnvsEnvHostsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteEnvsEnvHostsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers DeleteEnvsEnvHostsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvHostsNameResponse parses an HTTP response from a GetEnvsEnvHostsNameWithResponse call
+func ParseGetEnvsEnvHostsNameResponse(rsp *http.Response) (*GetEnvsEnvHostsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvHostsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HostView
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvHostsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsNameAdoptResponse parses an HTTP response from a PostEnvsEnvHostsNameAdoptWithResponse call
+func ParsePostEnvsEnvHostsNameAdoptResponse(rsp *http.Response) (*PostEnvsEnvHostsNameAdoptResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsNameAdoptResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsNameAdoptResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsNameDestroyResponse parses an HTTP response from a PostEnvsEnvHostsNameDestroyWithResponse call
+func ParsePostEnvsEnvHostsNameDestroyResponse(rsp *http.Response) (*PostEnvsEnvHostsNameDestroyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsNameDestroyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsNameDestroyResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsNameProvisionResponse parses an HTTP response from a PostEnvsEnvHostsNameProvisionWithResponse call
+func ParsePostEnvsEnvHostsNameProvisionResponse(rsp *http.Response) (*PostEnvsEnvHostsNameProvisionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsNameProvisionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsNameProvisionResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsNameRebootResponse parses an HTTP response from a PostEnvsEnvHostsNameRebootWithResponse call
+func ParsePostEnvsEnvHostsNameRebootResponse(rsp *http.Response) (*PostEnvsEnvHostsNameRebootResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsNameRebootResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsNameRebootResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsNameStartResponse parses an HTTP response from a PostEnvsEnvHostsNameStartWithResponse call
+func ParsePostEnvsEnvHostsNameStartResponse(rsp *http.Response) (*PostEnvsEnvHostsNameStartResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsNameStartResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsNameStartResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvHostsNameStopResponse parses an HTTP response from a PostEnvsEnvHostsNameStopWithResponse call
+func ParsePostEnvsEnvHostsNameStopResponse(rsp *http.Response) (*PostEnvsEnvHostsNameStopResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvHostsNameStopResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvHostsNameStopResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvInstancesResponse parses an HTTP response from a GetEnvsEnvInstancesWithResponse call
+func ParseGetEnvsEnvInstancesResponse(rsp *http.Response) (*GetEnvsEnvInstancesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvInstancesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Instance
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvInstancesResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvInstancesIdResponse parses an HTTP response from a GetEnvsEnvInstancesIdWithResponse call
+func ParseGetEnvsEnvInstancesIdResponse(rsp *http.Response) (*GetEnvsEnvInstancesIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvInstancesIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Instance
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvInstancesIdResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetEnvsEnvInventoryResponse parses an HTTP response from a GetEnvsEnvInventoryWithResponse call
 func ParseGetEnvsEnvInventoryResponse(rsp *http.Response) (*GetEnvsEnvInventoryResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -20097,6 +25650,407 @@ func ParseGetEnvsEnvInventoryResponse(rsp *http.Response) (*GetEnvsEnvInventoryR
 	switch {
 	case true:
 		var headers GetEnvsEnvInventoryResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvPlatformsResponse parses an HTTP response from a GetEnvsEnvPlatformsWithResponse call
+func ParseGetEnvsEnvPlatformsResponse(rsp *http.Response) (*GetEnvsEnvPlatformsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvPlatformsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Platform
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvPlatformsResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteEnvsEnvPlatformsNameResponse parses an HTTP response from a DeleteEnvsEnvPlatformsNameWithResponse call
+func ParseDeleteEnvsEnvPlatformsNameResponse(rsp *http.Response) (*DeleteEnvsEnvPlatformsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteEnvsEnvPlatformsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers DeleteEnvsEnvPlatformsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvsEnvPlatformsNameResponse parses an HTTP response from a GetEnvsEnvPlatformsNameWithResponse call
+func ParseGetEnvsEnvPlatformsNameResponse(rsp *http.Response) (*GetEnvsEnvPlatformsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvsEnvPlatformsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Platform
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetEnvsEnvPlatformsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutEnvsEnvPlatformsNameResponse parses an HTTP response from a PutEnvsEnvPlatformsNameWithResponse call
+func ParsePutEnvsEnvPlatformsNameResponse(rsp *http.Response) (*PutEnvsEnvPlatformsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutEnvsEnvPlatformsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Platform
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest RequestEntityTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest UnprocessableEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PutEnvsEnvPlatformsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostEnvsEnvPlatformsNameInventoryResponse parses an HTTP response from a PostEnvsEnvPlatformsNameInventoryWithResponse call
+func ParsePostEnvsEnvPlatformsNameInventoryResponse(rsp *http.Response) (*PostEnvsEnvPlatformsNameInventoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostEnvsEnvPlatformsNameInventoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Platform
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PostEnvsEnvPlatformsNameInventoryResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
