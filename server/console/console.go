@@ -9,7 +9,7 @@
 // and fetches the page's changing part again (?fragment=1) when an event
 // touches it. Templates, the script and the style sheet are embedded.
 //
-// Each noun of the console has a file of its own (agents.go,
+// Each noun of the console has a file of its own (agents.go, hosts.go,
 // versions.go, webhooks.go, …) holding only what its pages show and do.
 // The steps every page takes are written once: a page handler gets a
 // visit (visit.go) to ask the API, where a failure becomes the error
@@ -108,6 +108,13 @@ func (c *Console) routes(static http.Handler) {
 	m.HandleFunc("GET /envs/{env}/deploys", in("deploys", deploys))
 	m.HandleFunc("GET /envs/{env}/deploys/{id}", in("deploys", deploy))
 	m.HandleFunc("GET /envs/{env}/alerts", in("alerts", alerts))
+	m.HandleFunc("GET /envs/{env}/hosts", in("machines", hosts.show))
+	m.HandleFunc("POST /envs/{env}/hosts", in("machines", hosts.post))
+	m.HandleFunc("GET /envs/{env}/hosts/{name}", in("machines", host))
+	m.HandleFunc("GET /envs/{env}/hosts/{name}/destroy", in("machines", confirmDestroy))
+	m.HandleFunc("POST /envs/{env}/hosts/{name}/destroy", in("machines", destroy))
+	m.HandleFunc("GET /envs/{env}/instances", in("machines", instances))
+	m.HandleFunc("GET /envs/{env}/platforms", in("machines", platforms))
 	m.HandleFunc("GET /envs/{env}/webhooks", in("webhooks", webhooks.show))
 	m.HandleFunc("POST /envs/{env}/webhooks", in("webhooks", webhooks.post))
 	m.HandleFunc("GET /envs/{env}/enrollment-tokens", in("enrollment", enrollTokens.show))

@@ -40,6 +40,7 @@ type rig struct {
 	ts    *httptest.Server
 	srv   *server.Server
 	st    store.Store
+	bus   *bus.Local
 	admin string
 }
 
@@ -67,7 +68,7 @@ func newRig(t testing.TB, st store.Store) *rig {
 	if err := st.CreateToken(context.Background(), tok); err != nil {
 		t.Fatal(err)
 	}
-	return &rig{t: t, ts: ts, srv: srv, st: st, admin: secret}
+	return &rig{t: t, ts: ts, srv: srv, st: st, bus: b, admin: secret}
 }
 
 func openSQLite(t testing.TB) store.Store {

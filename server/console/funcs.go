@@ -35,6 +35,9 @@ var funcs = template.FuncMap{
 	"list":     func(v ...string) []string { return v },
 	"alertsOf": func(env string, al []record.Alert) alertList { return alertList{Env: env, Alerts: al} },
 	"redacted": func(v string) bool { return v == `"`+model.RedactedValue+`"` || v == model.RedactedValue },
+	"power":    power,
+	"actions":  actionsOf,
+	"settings": settingsLine,
 }
 
 // show writes a value for a person: a string as it is, anything else as
@@ -99,6 +102,9 @@ var marks = map[string][2]string{
 	"pending": {"◌", "warn"}, "deploying": {"↻", "warn"}, "running": {"↻", "warn"}, "available": {"◌", "warn"}, "paused": {"‖", "warn"},
 	"unknown": {"?", "warn"}, "skipped": {"↷", "warn"}, "skipped_for_undefined": {"↷", "warn"}, "cancelled": {"↷", "warn"},
 	"orphaned": {"∅", "warn"}, "candidate": {"◌", "warn"}, "retired": {"·", "muted"},
+	// Hosts of blueprints.
+	"defined": {"○", "muted"}, "provisioning": {"↻", "warn"}, "provisioned": {"✔", "good"}, "deprovisioning": {"↻", "warn"},
+	"discovered": {"◌", "warn"},
 }
 
 // mark shows a state as a symbol and its word, in a span its class
@@ -118,6 +124,26 @@ func mark(v any) template.HTML {
 func markAs(m [2]string, s string) template.HTML {
 	word := strings.ReplaceAll(s, "_", " ")
 	return template.HTML(`<span class="state ` + m[1] + `"><span aria-hidden="true">` + m[0] + `</span> ` + template.HTMLEscapeString(word) + `</span>`)
+}
+
+// powers are the marks of an instance's power states ("running" is a
+// deploy's work in progress elsewhere, a machine's good state here).
+var powers = map[record.PowerState][2]string{
+	record.PowerRunning: {"●", "good"}, record.PowerStopped: {"■", "muted"}, record.PowerPaused: {"‖", "warn"},
+	record.PowerCrashed: {"✖", "bad"}, record.PowerStarting: {"↻", "warn"}, record.PowerUnknown: {"?", "warn"},
+}
+
+// power shows an instance's power state as mark does; "" (no instance)
+// as a dash.
+func power(p record.PowerState) template.HTML {
+	if p == "" {
+		return "—"
+	}
+	m, ok := powers[p]
+	if !ok {
+		m = [2]string{"·", "muted"}
+	}
+	return markAs(m, string(p))
 }
 
 // outcome shows a compile's outcome as mark does; a compile skipped for

@@ -71,7 +71,7 @@
 
   var kinds = ["compliance.drift", "resource.result", "deploy.done", "agent.discovered", "agent.online", "agent.offline",
     "agent.changed", "security.alert", "env.halted", "compile.finished", "compile.alert", "compile.recovered", "release.started",
-    "release.progress", "release.done"];
+    "release.progress", "release.done", "host.state", "instance.changed"];
   var streamURL = "/api/v1/events?env=" + encodeURIComponent(env);
 
   // ownStream is the page's own stream (no SharedWorker).
