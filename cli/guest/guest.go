@@ -7,7 +7,9 @@
 // QEMU's user-mode network (10.0.2.15/24; 10.0.2.2 is the host's loopback,
 // so the agent reaches a broker on the host at 10.0.2.2:5672), then runs
 // `tether-agent run` with what the kernel command line says (Boot), its
-// state directory on a tmpfs and its log on the console. The power button
+// state on the machine's first disk (formatted on the first boot: the
+// machine keeps its identity across reboots; in memory without one) and
+// its log on the console. The power button
 // stops the agent with SIGTERM and powers the machine off; so does the
 // agent's end, however it comes.
 //

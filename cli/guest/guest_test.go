@@ -114,6 +114,12 @@ kernel/drivers/input/evdev.ko.gz:
 kernel/drivers/loop/loop-a.ko: kernel/drivers/loop/loop-b.ko
 kernel/drivers/loop/loop-b.ko: kernel/drivers/loop/loop-a.ko
 kernel/drivers/missing/needs.ko: kernel/drivers/missing/gone.ko
+kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/crypto/crc32c_generic.ko:
+kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/mbcache.ko kernel/fs/jbd2/jbd2.ko
+kernel/lib/crc16.ko:
+kernel/fs/mbcache.ko:
+kernel/fs/jbd2/jbd2.ko:
 `
 
 func TestModulesLoadInDependencyOrder(t *testing.T) {
@@ -121,7 +127,7 @@ func TestModulesLoadInDependencyOrder(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(modulesDep), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "modules.builtin"), []byte("kernel/drivers/block/virtio_blk.ko\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "modules.builtin"), []byte("kernel/drivers/block/loop.ko\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	km, err := readKernelModules(dir)
@@ -132,9 +138,9 @@ func TestModulesLoadInDependencyOrder(t *testing.T) {
 		names []string
 		want  string // module names in order, or the error
 	}{
-		{DefaultModules, "virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net button evdev"},
+		{DefaultModules, "virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net button evdev virtio_blk crc32c_generic jbd2 mbcache crc16 ext4"},
 		{[]string{"virtio-net"}, "virtio_ring virtio failover net_failover virtio_net"},
-		{[]string{"virtio_blk", "failover"}, "failover"}, // built in: nothing to load
+		{[]string{"loop", "failover"}, "failover"}, // built in: nothing to load
 		{[]string{"loop_a"}, "kernel module loop_a depends on itself through loop_a → loop_b"},
 		{[]string{"needs"}, "no such kernel module: gone (needed by needs) in " + dir},
 		{[]string{"e1000"}, "no such kernel module: e1000 in " + dir},
@@ -343,6 +349,7 @@ func TestBuildWritesTheInitramfs(t *testing.T) {
 		"kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko", "kernel/drivers/virtio/virtio_pci_modern_dev.ko",
 		"kernel/drivers/virtio/virtio_pci_legacy_dev.ko", "kernel/drivers/virtio/virtio_pci.ko", "kernel/net/core/failover.ko",
 		"kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko", "kernel/drivers/acpi/button.ko.xz", "kernel/drivers/input/evdev.ko",
+		"kernel/drivers/block/virtio_blk.ko", "kernel/crypto/crc32c_generic.ko", "kernel/fs/jbd2/jbd2.ko", "kernel/fs/mbcache.ko", "kernel/lib/crc16.ko", "kernel/fs/ext4/ext4.ko",
 	}
 	if !slices.Equal(g.Modules, wantModules) {
 		t.Errorf("got modules %v, want %v", g.Modules, wantModules)

@@ -16,9 +16,11 @@ import (
 // DefaultModules are the modules a guest loads when Options name none: the
 // virtio network card (virtio_pci finds the device, virtio_net drives it),
 // the ACPI power button and the event devices it reports through (busybox
-// acpid reads /dev/input/event*). Their dependencies come from
+// acpid reads /dev/input/event*), and the virtio disk with the file
+// system the agent keeps its state on (ext4, which mounts ext2, with the
+// checksum it asks the crypto API for). Their dependencies come from
 // modules.dep.
-var DefaultModules = []string{"virtio_pci", "virtio_net", "button", "evdev"}
+var DefaultModules = []string{"virtio_pci", "virtio_net", "button", "evdev", "virtio_blk", "crc32c_generic", "ext4"}
 
 // ErrNoModule: a module Options name is neither in the kernel's
 // modules.dep nor built into it.
