@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/tetherhq/tether/model"
 )
 
@@ -63,4 +65,48 @@ func TestDeclaredMachinesPositions(t *testing.T) {
 	if res.Machines != nil {
 		t.Fatalf("a model without machines: %+v, want none", res.Machines)
 	}
+}
+
+// docs/model-language.md documents every attribute of the platform and
+// distribution blocks and of a host made from a blueprint, in the table
+// of its section.
+func TestMachineBlocksDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/model-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, tt := range []struct {
+		section string
+		attrs   []string
+	}{
+		{"### platform", attrNames(platformSchema.Attributes)},
+		{"### distribution", attrNames(distributionSchema.Attributes)},
+		{"### Hosts made from blueprints", attrNames(blueprintAttrs)},
+	} {
+		start := strings.Index(doc, "\n"+tt.section+"\n")
+		if start < 0 {
+			t.Errorf("no section %s", tt.section)
+			continue
+		}
+		section := doc[start+1:]
+		for _, next := range []string{"\n## ", "\n### "} {
+			if end := strings.Index(section[4:], next); end >= 0 {
+				section = section[:end+4]
+			}
+		}
+		for _, a := range tt.attrs {
+			if !strings.Contains(section, "| `"+a+"` |") {
+				t.Errorf("section %s does not document attribute %s", tt.section, a)
+			}
+		}
+	}
+}
+
+func attrNames(schema []hcl.AttributeSchema) []string {
+	out := make([]string, len(schema))
+	for i, a := range schema {
+		out[i] = a.Name
+	}
+	return out
 }
