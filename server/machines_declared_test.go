@@ -227,9 +227,11 @@ func TestMachinesDeclaredInModel(t *testing.T) {
 	}
 	r.waitHost("vm1", record.HostProvisioned)
 	waitFor(t, "vm1's file deployed", func() bool { return hv.content("vm1", "motd") == "made from the model" })
-	if inst := r.instance("vm1"); inst == nil || inst.Platform != "lab" || inst.Agent != "vm1" {
-		t.Fatalf("vm1's instance %+v, want its machine on lab, its agent enrolled", inst)
-	}
+	waitFor(t, "vm1's instance: its machine on lab, its agent enrolled", func() bool {
+		inst := r.instance("vm1")
+		return inst != nil && inst.Platform == "lab" && inst.Agent == "vm1"
+	})
+	machine := r.instance("vm1").ID
 	hv.mu.Lock()
 	cpus := hv.machines["test.vm1"].spec.Settings["cpus"]
 	hv.mu.Unlock()
@@ -246,8 +248,9 @@ func TestMachinesDeclaredInModel(t *testing.T) {
 	if c := r.compiledAt("r2b"); !c.Outcome.Succeeded() {
 		t.Fatalf("compile of a changed setting: %+v", c)
 	}
-	if vm1 := r.host("vm1"); vm1.Settings["cpus"] != int64(3) || vm1.State != record.HostProvisioned || vm1.Instance == "" {
-		t.Fatalf("host vm1 %+v, want cpus 3, still provisioned, its machine kept", vm1)
+	if vm1, inst := r.host("vm1"), r.instance("vm1"); vm1.Settings["cpus"] != int64(3) || vm1.State != record.HostProvisioned ||
+		inst == nil || inst.ID != machine || !hv.has("test.vm1") {
+		t.Fatalf("host vm1 %+v, instance %+v: want cpus 3, still provisioned, its machine %s kept", vm1, inst, machine)
 	}
 
 	// The model drops vm1 while it has a machine, and with it lab and

@@ -54,7 +54,8 @@ func testPlatforms(t *testing.T, s store.Store) {
 	}
 	// The driver's defaults are filled in, the given settings kept.
 	want := map[string]any{"uri": "qemu:///system", "network": "user", "pool": "default", "domain_type": "qemu",
-		"memory_mib": int64(2048), "cpus": int64(1), "disk_gib": int64(8), "broker": "amqp://10.0.2.2:5672/"}
+		"memory_mib": int64(2048), "cpus": int64(1), "disk_gib": int64(8), "broker": "amqp://10.0.2.2:5672/",
+		"log_dir": "/var/log/libvirt/qemu"}
 	if !reflect.DeepEqual(got.Settings, want) || got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {
 		t.Fatalf("stored platform %+v, want settings %v and its times", got, want)
 	}
@@ -94,7 +95,6 @@ func testPlatforms(t *testing.T, s store.Store) {
 		{"no agent", record.Platform{Env: "prod", Name: "x", Driver: record.DriverLibvirt}, model.ErrInvalid, "agent"},
 		{"unknown setting", record.Platform{Env: "prod", Name: "x", Driver: record.DriverLibvirt, Agent: "hv1", Settings: map[string]any{"colour": "red"}}, model.ErrInvalid, "settings.colour"},
 		{"setting of the wrong type", record.Platform{Env: "prod", Name: "x", Driver: record.DriverLibvirt, Agent: "hv1", Settings: map[string]any{"cpus": "four"}}, model.ErrInvalid, "settings.cpus"},
-		{"required setting missing", record.Platform{Env: "prod", Name: "x", Driver: record.DriverPXE, Agent: "hv1"}, model.ErrInvalid, "settings.tftp_root"},
 		{"no name", record.Platform{Env: "prod", Driver: record.DriverLibvirt, Agent: "hv1"}, model.ErrInvalid, "platform"},
 		{"unknown environment", libvirtPlatform("nope", "p1"), model.ErrNotFound, "nope"},
 	}
