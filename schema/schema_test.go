@@ -57,6 +57,7 @@ var released = map[string]string{
 	"postgres/0024_release_keys.sql":   "03ff1e5a51aa2e3b5a562e0d5355ebeb043a3460daddd931e40705380b96c066",
 	"postgres/0025_compile_skips.sql":  "37a692c893dbb8de1c391fabe7e8c303014ec7282ca9f98318ef2fb7ea2dbc17",
 	"postgres/0026_machines.sql":       "1b8c47efff338dd0740bf694411fd169a77c11ba15b87b86846b9f9b685d79aa",
+	"postgres/0027_host_tokens.sql":    "efe6447daf2f6712704a9dbd1e97fe3b5d5a139615e137f3fd2a72de265edaaa",
 	"sqlite/0001_init.sql":             "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
 	"sqlite/0002_server.sql":           "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
 	"sqlite/0003_agents.sql":           "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
@@ -80,6 +81,7 @@ var released = map[string]string{
 	"sqlite/0024_release_keys.sql":     "19b8e7995211c167e53657cd4f3e490afa84a31b951a7c3fa76a1c32b4dce3c4",
 	"sqlite/0025_compile_skips.sql":    "41d237d4dda6c07ed994c8245b7a011979bb53f54cca4f934fcbfe60dbdbf098",
 	"sqlite/0026_machines.sql":         "b5a22cab5671b824c2f32b848ff72eefc98a7d8dff42fdf3c5e11b7b0085d932",
+	"sqlite/0027_host_tokens.sql":      "efe6447daf2f6712704a9dbd1e97fe3b5d5a139615e137f3fd2a72de265edaaa",
 }
 
 func TestReleasedMigrationsUnchanged(t *testing.T) {

@@ -17,7 +17,8 @@ func (s *Server) CreateEnv(ctx context.Context, env record.Environment) error {
 }
 
 // UpdateEnvSettings changes an environment's settings; halting pauses its
-// agents, resuming resumes them and deploys what they missed at once. The
+// agents, resuming resumes them, deploys what they missed at once and
+// compiles the environment's model (whose machines wait while halted). The
 // settings agents hold between deploys (the drift policy) are sent to them
 // when they change.
 func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*record.EnvSettings) error) (record.Environment, error) {
@@ -53,6 +54,9 @@ func (s *Server) UpdateEnvSettings(ctx context.Context, name string, fn func(*re
 		}
 		if !env.Settings.Halted {
 			s.ingester.Catchup(ctx, name)
+			// The machines its model declares wait for a compile to be
+			// provisioned: one is asked for (nothing without a source).
+			s.compiles.Trigger(ctx, name, record.Trigger{Kind: record.TriggerOperator, By: "environment resumed"})
 		}
 	}
 	return env, nil

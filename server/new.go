@@ -81,6 +81,7 @@ func (s *Server) newCompiler() *compile.Compiler {
 		Store:    s.store,
 		Exporter: compileServices{s},
 		Releaser: compileServices{s},
+		Machines: compileServices{s},
 		Feed:     s.feed,
 		Counted:  func(o record.CompileOutcome) { s.metrics.compiles.WithLabelValues(string(o)).Inc() },
 	}, s.log)
@@ -96,6 +97,12 @@ func (c compileServices) PrepareExport(ctx context.Context, resources []model.Re
 
 func (c compileServices) ExportPrepared(ctx context.Context, env string, resources []model.Resource, meta model.VersionMeta, setHash model.Hash) (model.Version, bool, error) {
 	return c.s.exportPrepared(ctx, env, resources, meta, setHash)
+}
+
+// Declare hands the machines a compiled model declares to the room of
+// machines (made after the compiler: the compiles start with Run).
+func (c compileServices) Declare(ctx context.Context, env string, d model.DeclaredMachines, by string) ([]record.CompileDiagnostic, error) {
+	return c.s.machines.Declare(ctx, env, d, by)
 }
 
 func (c compileServices) StartRelease(ctx context.Context, env string, n int64) (record.Release, error) {
@@ -139,6 +146,7 @@ var (
 	_ scheduler.Sealer = sealFunc(nil)
 	_ trust.Store      = store.Store(nil)
 	_ trust.Sender     = bus.Bus(nil)
+	_ compile.Machines = compileServices{}
 )
 
 // sealFor is the scheduler's Sealer (trust.Keys.SealFor).

@@ -2,6 +2,7 @@ package lang
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -167,6 +168,21 @@ func render(res *Result, err error) string {
 	}
 	for _, m := range res.Modules {
 		fmt.Fprintf(&b, "module %s: %s (%s)\n", m.Name, m.Source, m.Dir)
+	}
+	if ms := res.Machines; ms != nil {
+		line := func(what string, pos model.SourcePos, v any) {
+			j, _ := json.Marshal(v)
+			fmt.Fprintf(&b, "%s at %s: %s\n", what, pos, j)
+		}
+		for _, p := range ms.Platforms {
+			line("platform "+p.Name, p.Pos, p)
+		}
+		for _, d := range ms.Distributions {
+			line("distribution "+d.Name, d.Pos, d)
+		}
+		for _, h := range ms.Hosts {
+			line("blueprint "+h.Name, h.Pos, h)
+		}
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(&b, "%s\n", w)

@@ -12,7 +12,9 @@
 //     their labels and facts, and match hostgroups;
 //  4. expand: for each host, evaluate its resources, applied applications and
 //     the hostgroups it belongs to;
-//  5. link: resolve requires and subscribes, add implicit edges, merge equal
+//  5. machines: evaluate the platforms, distributions and hosts made from
+//     blueprints the model declares, for the server to make;
+//  6. link: resolve requires and subscribes, add implicit edges, merge equal
 //     duplicates, reject conflicting ones and cycles.
 //
 // A fact the inventory does not hold is an unknown value (cty's unknowns,
@@ -117,6 +119,10 @@ type Result struct {
 	// Modules are the modules the model uses, with the exact revision of
 	// each git module.
 	Modules []Module `json:"modules,omitempty"`
+	// Machines are the platforms, distributions and hosts made from
+	// blueprints that the model declares (nil: none), for the server to
+	// make; their positions are relative to the project directory.
+	Machines *model.DeclaredMachines `json:"machines,omitempty"`
 }
 
 // Host is a host of the compile.
@@ -247,6 +253,9 @@ type compiler struct {
 	hosts  []*hostDecl
 	groups []*groupDecl
 
+	platforms     []*machineBlock
+	distributions []*machineBlock
+
 	// factPaths are the fact paths the model reads (after any `.facts`),
 	// keyed by their dotted form; labels the label names it reads. Hosts
 	// get an unknown or null for each they lack. A template read during
@@ -309,6 +318,10 @@ func (c *compiler) compile() (*Result, error) {
 		}
 		c.diags = c.diags[:marked]
 	}
+	var machines *model.DeclaredMachines
+	if !c.diags.HasErrors() && c.ctx.Err() == nil {
+		machines = c.machines(hosts)
+	}
 	if c.diags.HasErrors() || c.ctx.Err() != nil {
 		return nil, c.fail()
 	}
@@ -323,6 +336,7 @@ func (c *compiler) compile() (*Result, error) {
 	res.Inputs = c.inputs
 	slices.SortFunc(res.Inputs, func(a, b Input) int { return strings.Compare(a.Path, b.Path) })
 	res.Modules = c.modules
+	res.Machines = machines
 	return res, nil
 }
 

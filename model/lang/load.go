@@ -98,6 +98,9 @@ type hostDecl struct {
 	agent  *hcl.Attribute
 	labels *hcl.Attribute
 	body   *body
+	// blueprint holds platform, distribution, applications and settings
+	// when the host is made from a blueprint (see machines.go).
+	blueprint hcl.Attributes
 }
 
 type groupDecl struct {
@@ -187,10 +190,12 @@ var unitSchema = &hcl.BodySchema{Blocks: append([]hcl.BlockHeaderSchema{
 	{Type: "host", LabelNames: []string{"name"}},
 	{Type: "hostgroup", LabelNames: []string{"name"}},
 	{Type: "module", LabelNames: []string{"name"}},
+	{Type: "platform", LabelNames: []string{"name"}},
+	{Type: "distribution", LabelNames: []string{"name"}},
 }, kindBlocks()...)}
 
 var hostSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "agent"}, {Name: "labels"}},
+	Attributes: append([]hcl.AttributeSchema{{Name: "agent"}, {Name: "labels"}}, blueprintAttrs...),
 	Blocks:     append([]hcl.BlockHeaderSchema{{Type: "apply", LabelNames: []string{"application"}}}, kindBlocks()...),
 }
 
@@ -299,6 +304,10 @@ func (c *compiler) loadUnit(name, dir string, t *tree, parent *unit, block *hcl.
 				c.hostgroup(u, b)
 			case "module":
 				modules = append(modules, b)
+			case "platform":
+				c.platform(u, b)
+			case "distribution":
+				c.distribution(u, b)
 			default:
 				c.diags = append(c.diags, errorf(b.DefRange.Ptr(), "Resource outside a host",
 					"%s blocks belong inside a host, hostgroup or application block: host \"NAME\" { %s %q { … } }", b.Type, b.Type, b.Labels[0]))
@@ -734,7 +743,8 @@ func (c *compiler) host(u *unit, b *hcl.Block) {
 	}
 	c.hosts = append(c.hosts, &hostDecl{
 		name: name, block: b, agent: content.Attributes["agent"], labels: content.Attributes["labels"],
-		body: c.decodeBody(u, content, fmt.Sprintf("host %q", name)),
+		body:      c.decodeBody(u, content, fmt.Sprintf("host %q", name)),
+		blueprint: c.blueprint(b, content),
 	})
 }
 

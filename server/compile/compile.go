@@ -140,11 +140,25 @@ type Releaser interface {
 	StartRelease(ctx context.Context, env string, n int64) (record.Release, error)
 }
 
+// Machines makes the machines a model declares (the server's room of
+// machines).
+type Machines interface {
+	// Declare makes env's platforms, distributions and hosts what the
+	// model declares (d; empty when it declares none), on behalf of by,
+	// and returns diagnostics for the compile's report: an error
+	// diagnostic for a declaration it refused fails the compile. Its
+	// error is what kept it from trying.
+	Declare(ctx context.Context, env string, d model.DeclaredMachines, by string) ([]record.CompileDiagnostic, error)
+}
+
 // Services are what the server hands its compiler.
 type Services struct {
 	Store    Store
 	Exporter Exporter
 	Releaser Releaser
+	// Machines takes the machines each successful compile's model
+	// declares, before its version is stored (nil: none are made).
+	Machines Machines
 	// Feed takes the compiles' events.
 	Feed *event.Feed
 	// Counted hears the outcome of every compile that ran (the server's
@@ -155,13 +169,14 @@ type Services struct {
 // Compiler compiles environments' models as triggers ask, while Start's
 // queue runs.
 type Compiler struct {
-	cfg     Config
-	store   Store
-	export  Exporter
-	release Releaser
-	feed    *event.Feed
-	counted func(record.CompileOutcome)
-	log     zerolog.Logger
+	cfg      Config
+	store    Store
+	export   Exporter
+	release  Releaser
+	machines Machines
+	feed     *event.Feed
+	counted  func(record.CompileOutcome)
+	log      zerolog.Logger
 	// compiles is the compile queue while Start's runs and the compiler
 	// has sources; nil otherwise.
 	compiles atomic.Pointer[queue.Queue]
@@ -180,7 +195,7 @@ func New(cfg Config, svc Services, log zerolog.Logger) *Compiler {
 	if counted == nil {
 		counted = func(record.CompileOutcome) {}
 	}
-	return &Compiler{cfg: cfg, store: svc.Store, export: svc.Exporter, release: svc.Releaser, feed: svc.Feed, counted: counted, log: log}
+	return &Compiler{cfg: cfg, store: svc.Store, export: svc.Exporter, release: svc.Releaser, machines: svc.Machines, feed: svc.Feed, counted: counted, log: log}
 }
 
 // ErrNoSource: the environment has no source to compile, or the server

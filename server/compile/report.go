@@ -42,8 +42,11 @@ func firstError(ds []record.CompileDiagnostic) string {
 }
 
 func diagnosticString(d record.CompileDiagnostic) string {
-	if d.File == "" {
+	switch {
+	case d.File == "":
 		return d.Message
+	case d.Col == 0: // a block's line, from the machines' room
+		return fmt.Sprintf("%s:%d: %s", d.File, d.Line, d.Message)
 	}
 	return fmt.Sprintf("%s:%d:%d: %s", d.File, d.Line, d.Col, d.Message)
 }

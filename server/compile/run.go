@@ -117,10 +117,35 @@ func (cc *Compiler) runCompile(ctx context.Context, c *record.Compile, force boo
 	t = time.Now()
 	res, err := lang.Compile(ctx, dir, opts)
 	since(&ph.compile, t)
-	if !compiled(c, dir, res, err) {
+	if !compiled(c, dir, res, err) || !cc.declare(ctx, c, res) {
 		return
 	}
 	cc.storeAndRelease(ctx, c, e, in, res, ph)
+}
+
+// declare hands the machines the model of c declares to the server's
+// room of machines, whose diagnostics join c's: a declaration it refuses
+// fails c, as a resource the server refuses would. It reports whether c
+// goes on.
+func (cc *Compiler) declare(ctx context.Context, c *record.Compile, res *lang.Result) bool {
+	if cc.machines == nil {
+		return true
+	}
+	var d model.DeclaredMachines
+	if res.Machines != nil {
+		d = *res.Machines
+	}
+	diags, err := cc.machines.Declare(ctx, c.Env, d, "compile "+c.ID)
+	c.Diagnostics = append(c.Diagnostics, diags...)
+	if err != nil {
+		fail(c, "make the machines the model declares: %v", err)
+		return false
+	}
+	if slices.ContainsFunc(diags, func(d record.CompileDiagnostic) bool { return d.Severity == string(lang.SeverityError) }) {
+		c.Outcome, c.Version, c.SameAs = record.CompileFailed, 0, ""
+		return false
+	}
+	return true
 }
 
 // readInputs reads what env's compile depends on besides the model's

@@ -14,8 +14,18 @@ import (
 
 // PutPlatform creates or replaces a platform: its driver known, its
 // settings of their types (defaults filled in), its templates using only
-// its driver's variables. A platform a host uses keeps its driver.
+// its driver's variables. A platform a host uses keeps its driver. One the
+// environment's model declares is refused (it changes with the model).
 func (r *Room) PutPlatform(ctx context.Context, p record.Platform) (record.Platform, error) {
+	p.DeclaredIn = ""
+	if err := r.operatorMay(ctx, "platform", p.Env, p.Name); err != nil {
+		return p, err
+	}
+	return r.putPlatform(ctx, p)
+}
+
+// putPlatform is PutPlatform for an operator or for the model (p.DeclaredIn).
+func (r *Room) putPlatform(ctx context.Context, p record.Platform) (record.Platform, error) {
 	if err := p.Validate(); err != nil {
 		return p, record.Refuse(model.ErrInvalid, "%v", err)
 	}
@@ -47,8 +57,18 @@ var templateNames = map[string][]string{
 }
 
 // PutDistribution creates or replaces a distribution: its parameters
-// typed, its templates naming only what there is.
+// typed, its templates naming only what there is. One the environment's
+// model declares is refused.
 func (r *Room) PutDistribution(ctx context.Context, d record.Distribution) (record.Distribution, error) {
+	d.DeclaredIn = ""
+	if err := r.operatorMay(ctx, "distribution", d.Env, d.Name); err != nil {
+		return d, err
+	}
+	return r.putDistribution(ctx, d)
+}
+
+// putDistribution is PutDistribution for an operator or for the model.
+func (r *Room) putDistribution(ctx context.Context, d record.Distribution) (record.Distribution, error) {
 	if err := d.Validate(); err != nil {
 		return d, record.Refuse(model.ErrInvalid, "%v", err)
 	}
@@ -134,6 +154,12 @@ func hideSettings(settings map[string]any, secret map[string]bool) map[string]an
 // exist, the distribution fits the platform, and its settings are those
 // of the platform's driver, the distribution or a host, of their types.
 func (r *Room) AddHost(ctx context.Context, h record.Host) (record.Host, error) {
+	h.DeclaredIn = ""
+	return r.addHost(ctx, h)
+}
+
+// addHost is AddHost for an operator or for the model (h.DeclaredIn).
+func (r *Room) addHost(ctx context.Context, h record.Host) (record.Host, error) {
 	h.State, h.Reason, h.Instance = record.HostDefined, "", ""
 	if err := h.Validate(); err != nil {
 		return h, record.Refuse(model.ErrInvalid, "%v", err)
@@ -142,21 +168,23 @@ func (r *Room) AddHost(ctx context.Context, h record.Host) (record.Host, error) 
 	if err != nil {
 		return h, err
 	}
-	var secrets []record.Param
-	for _, c := range cv {
-		if c.Secret {
-			secrets = append(secrets, record.Param{Name: c.Name, Type: record.ParamSecret})
-		}
-	}
-	if h.Settings, err = r.sealSettings(ctx, secrets, h.Settings); err != nil {
+	if h.Settings, err = r.sealHostSettings(ctx, cv, h.Settings); err != nil {
 		return h, err
 	}
 	return r.svc.Store.CreateHost(ctx, h)
 }
 
 // DeleteHost deletes a host that has no machine: defined, or failed with
-// its machine destroyed.
+// its machine destroyed. One the environment's model declares is refused.
 func (r *Room) DeleteHost(ctx context.Context, env, name string) error {
+	if err := r.operatorMay(ctx, "host", env, name); err != nil {
+		return err
+	}
+	return r.deleteHost(ctx, env, name)
+}
+
+// deleteHost is DeleteHost for an operator or for the model.
+func (r *Room) deleteHost(ctx context.Context, env, name string) error {
 	h, err := r.svc.Store.GetHost(ctx, env, name)
 	if err != nil {
 		return err
@@ -287,8 +315,12 @@ func (r *Room) ListPlatforms(ctx context.Context, env string) ([]record.Platform
 	return r.svc.Store.ListPlatforms(ctx, env)
 }
 
-// DeletePlatform deletes a platform no host uses.
+// DeletePlatform deletes a platform no host uses. One the environment's
+// model declares is refused.
 func (r *Room) DeletePlatform(ctx context.Context, env, name string) error {
+	if err := r.operatorMay(ctx, "platform", env, name); err != nil {
+		return err
+	}
 	if err := r.unused(ctx, env, "platform", name, func(h record.Host) bool { return h.Platform == name }); err != nil {
 		return err
 	}
@@ -328,8 +360,12 @@ func (r *Room) ListDistributions(ctx context.Context, env string) ([]record.Dist
 	return ds, err
 }
 
-// DeleteDistribution deletes a distribution no host uses.
+// DeleteDistribution deletes a distribution no host uses. One the
+// environment's model declares is refused.
 func (r *Room) DeleteDistribution(ctx context.Context, env, name string) error {
+	if err := r.operatorMay(ctx, "distribution", env, name); err != nil {
+		return err
+	}
 	if err := r.unused(ctx, env, "distribution", name, func(h record.Host) bool { return h.Distribution == name }); err != nil {
 		return err
 	}

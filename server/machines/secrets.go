@@ -39,6 +39,18 @@ func (r *Room) sealSettings(ctx context.Context, params []record.Param, settings
 	return out, nil
 }
 
+// sealHostSettings returns a host's settings with those its context
+// (cv) says are secrets sealed.
+func (r *Room) sealHostSettings(ctx context.Context, cv []record.ContextValue, settings map[string]any) (map[string]any, error) {
+	var secrets []record.Param
+	for _, c := range cv {
+		if c.Secret {
+			secrets = append(secrets, record.Param{Name: c.Name, Type: record.ParamSecret})
+		}
+	}
+	return r.sealSettings(ctx, secrets, settings)
+}
+
 // sealDistribution seals a distribution's secret settings and defaults.
 func (r *Room) sealDistribution(ctx context.Context, d *record.Distribution) error {
 	settings, err := r.sealSettings(ctx, d.Params, d.Settings)

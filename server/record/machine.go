@@ -292,7 +292,11 @@ type Platform struct {
 	Templates map[string]string `json:"templates,omitempty"`
 	// Discovered: an agent reported the platform (a hypervisor it runs
 	// on); an operator made it otherwise.
-	Discovered bool      `json:"discovered,omitempty"`
+	Discovered bool `json:"discovered,omitempty"`
+	// DeclaredIn is where the environment's model declares the platform
+	// (file:line), which then changes with the model only; empty when an
+	// operator made it (or an agent reported it).
+	DeclaredIn string    `json:"declared_in,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
 }
@@ -308,6 +312,9 @@ func (p *Platform) Validate() error {
 	}
 	if err := model.ValidateAgentName(p.Agent); err != nil {
 		return fmt.Errorf("platform %s: agent: %w", p.Name, err)
+	}
+	if err := validDeclaredIn("platform "+p.Name, p.DeclaredIn); err != nil {
+		return err
 	}
 	settings, err := CheckParams("platform "+p.Name+": settings", params, p.Settings)
 	if err != nil {
@@ -362,10 +369,13 @@ type Distribution struct {
 	Images map[string]string `json:"images,omitempty"`
 	// Params are the distribution's own parameters, and Settings their
 	// values (defaults filled in).
-	Params    []Param        `json:"params,omitempty"`
-	Settings  map[string]any `json:"settings,omitempty"`
-	CreatedAt time.Time      `json:"created_at"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	Params   []Param        `json:"params,omitempty"`
+	Settings map[string]any `json:"settings,omitempty"`
+	// DeclaredIn is where the environment's model declares the
+	// distribution (file:line); empty when an operator made it.
+	DeclaredIn string    `json:"declared_in,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 }
 
 // Validate checks the distribution and fills in its parameters' defaults.
@@ -404,6 +414,9 @@ func (d *Distribution) Validate() error {
 	}
 	if len(d.Install) > MaxTemplate {
 		return fmt.Errorf("%s: install: %d bytes: at most %d", what, len(d.Install), MaxTemplate)
+	}
+	if err := validDeclaredIn(what, d.DeclaredIn); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i, p := range d.Params {
@@ -526,7 +539,10 @@ type Host struct {
 	// said it.
 	Reason string `json:"reason,omitempty"`
 	// Instance is the driver's ID of the machine the host became.
-	Instance   string    `json:"instance,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// DeclaredIn is where the environment's model declares the host
+	// (file:line); empty when an operator made it.
+	DeclaredIn string    `json:"declared_in,omitempty"`
 	StateSince time.Time `json:"state_since"`
 	CreatedAt  time.Time `json:"created_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
@@ -561,6 +577,9 @@ func (h *Host) Validate() error {
 	}
 	if err := model.ValidateLabels(h.Labels); err != nil {
 		return fmt.Errorf("host %s: labels: %w", h.Name, err)
+	}
+	if err := validDeclaredIn("host "+h.Name, h.DeclaredIn); err != nil {
+		return err
 	}
 	if h.State == "" {
 		h.State = HostDefined
@@ -626,4 +645,9 @@ func validMachineName(what, name string) error {
 		return fmt.Errorf("%s %q: %w", what, model.Clip(name, 64), err)
 	}
 	return nil
+}
+
+// validDeclaredIn checks where a model declares a record: a file:line.
+func validDeclaredIn(what, at string) error {
+	return model.ValidateText(what+": declared_in", at, 1024, false)
 }

@@ -44,6 +44,13 @@ type Machines interface {
 	// if env has a host so named; ErrNotFound if the environment, the
 	// platform or the distribution does not exist.
 	CreateHost(ctx context.Context, h record.Host) (record.Host, error)
+	// UpdateHost changes an existing host's blueprint: its platform and
+	// distribution (only while it has no machine: defined or failed;
+	// otherwise they stay as they are), its applications, labels,
+	// settings, and where a model declares it; never its state. It
+	// returns the host as stored. ErrInvalid naming the field, ErrNotFound
+	// if env has no host so named, or no such platform or distribution.
+	UpdateHost(ctx context.Context, h record.Host) (record.Host, error)
 	// GetHost returns a host; ErrNotFound if env has none so named.
 	GetHost(ctx context.Context, env, name string) (record.Host, error)
 	// ListHosts returns env's hosts, by name.
@@ -74,12 +81,12 @@ type Machines interface {
 	DeleteInstance(ctx context.Context, env, id string) error
 }
 
-const platformColumns = `env, name, driver, agent, settings, templates, discovered, created_at, updated_at`
+const platformColumns = `env, name, driver, agent, settings, templates, discovered, declared_in, created_at, updated_at`
 
 func scanPlatform(r Row) (record.Platform, error) {
 	var p record.Platform
 	var settings, templates []byte
-	if err := r.Scan(&p.Env, &p.Name, &p.Driver, &p.Agent, &settings, &templates, &p.Discovered, timeCol{&p.CreatedAt}, timeCol{&p.UpdatedAt}); err != nil {
+	if err := r.Scan(&p.Env, &p.Name, &p.Driver, &p.Agent, &settings, &templates, &p.Discovered, &p.DeclaredIn, timeCol{&p.CreatedAt}, timeCol{&p.UpdatedAt}); err != nil {
 		return p, err
 	}
 	what := "platform " + p.Name
@@ -105,10 +112,10 @@ func (s *SQL) PutPlatform(ctx context.Context, p record.Platform) (record.Platfo
 			return err
 		}
 		out, err = scanPlatform(tx.QueryRow(ctx, `INSERT INTO platforms (`+platformColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now())
 			ON CONFLICT (env, name) DO UPDATE SET driver = excluded.driver, agent = excluded.agent, settings = excluded.settings,
-				templates = excluded.templates, discovered = excluded.discovered, updated_at = excluded.updated_at
-			RETURNING `+platformColumns, p.Env, p.Name, p.Driver, p.Agent, cols[0], cols[1], p.Discovered))
+				templates = excluded.templates, discovered = excluded.discovered, declared_in = excluded.declared_in, updated_at = excluded.updated_at
+			RETURNING `+platformColumns, p.Env, p.Name, p.Driver, p.Agent, cols[0], cols[1], p.Discovered, p.DeclaredIn))
 		return err
 	})
 	return out, wrap(op, err)
@@ -154,13 +161,13 @@ func (s *SQL) deleteUsed(ctx context.Context, what, table, env, name string) err
 	})
 }
 
-const distributionColumns = `env, name, kind, kernel, initrd, cmdline, install_format, install, images, params, settings, created_at, updated_at`
+const distributionColumns = `env, name, kind, kernel, initrd, cmdline, install_format, install, images, params, settings, declared_in, created_at, updated_at`
 
 func scanDistribution(r Row) (record.Distribution, error) {
 	var d record.Distribution
 	var images, params, settings []byte
 	if err := r.Scan(&d.Env, &d.Name, &d.Kind, &d.Kernel, &d.Initrd, &d.Cmdline, &d.InstallFormat, &d.Install,
-		&images, &params, &settings, timeCol{&d.CreatedAt}, timeCol{&d.UpdatedAt}); err != nil {
+		&images, &params, &settings, &d.DeclaredIn, timeCol{&d.CreatedAt}, timeCol{&d.UpdatedAt}); err != nil {
 		return d, err
 	}
 	what := "distribution " + d.Name
@@ -195,12 +202,12 @@ func (s *SQL) PutDistribution(ctx context.Context, d record.Distribution) (recor
 			return err
 		}
 		out, err = scanDistribution(tx.QueryRow(ctx, `INSERT INTO distributions (`+distributionColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now(), now())
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now())
 			ON CONFLICT (env, name) DO UPDATE SET kind = excluded.kind, kernel = excluded.kernel, initrd = excluded.initrd,
 				cmdline = excluded.cmdline, install_format = excluded.install_format, install = excluded.install, images = excluded.images,
-				params = excluded.params, settings = excluded.settings, updated_at = excluded.updated_at
+				params = excluded.params, settings = excluded.settings, declared_in = excluded.declared_in, updated_at = excluded.updated_at
 			RETURNING `+distributionColumns, d.Env, d.Name, d.Kind, d.Kernel, d.Initrd, d.Cmdline, d.InstallFormat, d.Install,
-			cols[0], cols[1], cols[2]))
+			cols[0], cols[1], cols[2], d.DeclaredIn))
 		return err
 	})
 	return out, wrap(op, err)
@@ -223,12 +230,12 @@ func (s *SQL) DeleteDistribution(ctx context.Context, env, name string) error {
 	return wrap(fmt.Sprintf("delete distribution %q of %q", name, env), s.deleteUsed(ctx, "distribution", "distributions", env, name))
 }
 
-const hostColumns = `env, name, platform, distribution, applications, labels, settings, state, reason, instance, state_since, created_at, updated_at`
+const hostColumns = `env, name, platform, distribution, applications, labels, settings, state, reason, instance, declared_in, state_since, created_at, updated_at`
 
 func scanHost(r Row) (record.Host, error) {
 	var h record.Host
 	var apps, labels, settings []byte
-	if err := r.Scan(&h.Env, &h.Name, &h.Platform, &h.Distribution, &apps, &labels, &settings, &h.State, &h.Reason, &h.Instance,
+	if err := r.Scan(&h.Env, &h.Name, &h.Platform, &h.Distribution, &apps, &labels, &settings, &h.State, &h.Reason, &h.Instance, &h.DeclaredIn,
 		timeCol{&h.StateSince}, timeCol{&h.CreatedAt}, timeCol{&h.UpdatedAt}); err != nil {
 		return h, err
 	}
@@ -265,20 +272,59 @@ func (s *SQL) CreateHost(ctx context.Context, h record.Host) (record.Host, error
 		if err := s.lockEnv(ctx, tx, h.Env); err != nil {
 			return err
 		}
-		// Said here, not by the keys: which one is missing.
-		for _, ref := range []struct{ what, table, name string }{{"platform", "platforms", h.Platform}, {"distribution", "distributions", h.Distribution}} {
-			var one int
-			err := tx.QueryRow(ctx, `SELECT 1 FROM `+ref.table+` WHERE env = $1 AND name = $2`, h.Env, ref.name).Scan(&one)
-			if errors.Is(err, model.ErrNotFound) {
-				return fmt.Errorf("%w: %s %q: %s has none so named", model.ErrNotFound, ref.what, ref.name, h.Env)
-			}
-			if err != nil {
-				return err
-			}
+		if err := blueprintExists(ctx, tx, h); err != nil {
+			return err
 		}
 		out, err = scanHost(tx.QueryRow(ctx, `INSERT INTO hosts (`+hostColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($11, now()), now(), now())
-			RETURNING `+hostColumns, h.Env, h.Name, h.Platform, h.Distribution, cols[0], cols[1], cols[2], h.State, h.Reason, h.Instance, since))
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, COALESCE($12, now()), now(), now())
+			RETURNING `+hostColumns, h.Env, h.Name, h.Platform, h.Distribution, cols[0], cols[1], cols[2], h.State, h.Reason, h.Instance, h.DeclaredIn, since))
+		return err
+	})
+	return out, wrap(op, err)
+}
+
+// blueprintExists checks a host's platform and distribution exist, saying
+// which is missing (the keys would refuse it without saying).
+func blueprintExists(ctx context.Context, tx Tx, h record.Host) error {
+	for _, ref := range []struct{ what, table, name string }{{"platform", "platforms", h.Platform}, {"distribution", "distributions", h.Distribution}} {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM `+ref.table+` WHERE env = $1 AND name = $2`, h.Env, ref.name).Scan(&one)
+		if errors.Is(err, model.ErrNotFound) {
+			return fmt.Errorf("%w: %s %q: %s has none so named", model.ErrNotFound, ref.what, ref.name, h.Env)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateHost implements Store.
+func (s *SQL) UpdateHost(ctx context.Context, h record.Host) (record.Host, error) {
+	op := fmt.Sprintf("update host %q of %q", model.Clip(h.Name, 64), h.Env)
+	if err := h.Validate(); err != nil {
+		return h, fmt.Errorf("%s: %w: %w", op, model.ErrInvalid, err)
+	}
+	cols, err := encodeJSON(h.Applications, h.Labels, h.Settings)
+	if err != nil {
+		return h, fmt.Errorf("%s: %w", op, err)
+	}
+	var out record.Host
+	err = s.db.Tx(ctx, func(tx Tx) error {
+		was, err := scanHost(tx.QueryRow(ctx, `SELECT `+hostColumns+` FROM hosts WHERE env = $1 AND name = $2`+s.d.ForUpdate, h.Env, h.Name))
+		if err != nil {
+			return err
+		}
+		// A host with a machine keeps what the machine was made of.
+		if was.State != record.HostDefined && was.State != record.HostFailed {
+			h.Platform, h.Distribution = was.Platform, was.Distribution
+		}
+		if err := blueprintExists(ctx, tx, h); err != nil {
+			return err
+		}
+		out, err = scanHost(tx.QueryRow(ctx, `UPDATE hosts SET platform = $1, distribution = $2, applications = $3, labels = $4, settings = $5,
+				declared_in = $6, updated_at = now()
+			WHERE env = $7 AND name = $8 RETURNING `+hostColumns, h.Platform, h.Distribution, cols[0], cols[1], cols[2], h.DeclaredIn, h.Env, h.Name))
 		return err
 	})
 	return out, wrap(op, err)

@@ -54,7 +54,8 @@ func testPlatforms(t *testing.T, s store.Store) {
 	}
 	// The driver's defaults are filled in, the given settings kept.
 	want := map[string]any{"uri": "qemu:///system", "network": "user", "pool": "default", "domain_type": "qemu",
-		"memory_mib": int64(2048), "cpus": int64(1), "disk_gib": int64(8)}
+		"memory_mib": int64(2048), "cpus": int64(1), "disk_gib": int64(8), "broker": "amqp://10.0.2.2:5672/",
+		"log_dir": "/var/log/libvirt/qemu"}
 	if !reflect.DeepEqual(got.Settings, want) || got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {
 		t.Fatalf("stored platform %+v, want settings %v and its times", got, want)
 	}
@@ -94,7 +95,6 @@ func testPlatforms(t *testing.T, s store.Store) {
 		{"no agent", record.Platform{Env: "prod", Name: "x", Driver: record.DriverLibvirt}, model.ErrInvalid, "agent"},
 		{"unknown setting", record.Platform{Env: "prod", Name: "x", Driver: record.DriverLibvirt, Agent: "hv1", Settings: map[string]any{"colour": "red"}}, model.ErrInvalid, "settings.colour"},
 		{"setting of the wrong type", record.Platform{Env: "prod", Name: "x", Driver: record.DriverLibvirt, Agent: "hv1", Settings: map[string]any{"cpus": "four"}}, model.ErrInvalid, "settings.cpus"},
-		{"required setting missing", record.Platform{Env: "prod", Name: "x", Driver: record.DriverPXE, Agent: "hv1"}, model.ErrInvalid, "settings.tftp_root"},
 		{"no name", record.Platform{Env: "prod", Driver: record.DriverLibvirt, Agent: "hv1"}, model.ErrInvalid, "platform"},
 		{"unknown environment", libvirtPlatform("nope", "p1"), model.ErrNotFound, "nope"},
 	}
@@ -496,5 +496,113 @@ func testMachinesGoWithEnv(t *testing.T, s store.Store) {
 	mustMachineBase(t, s, "prod")
 	if got := counts("prod"); got != [4]int{1, 1, 0, 0} {
 		t.Fatalf("the environment made again: %v", got)
+	}
+}
+
+// testMachinesDeclaredInModel: where a model declares a platform, a
+// distribution or a host is kept with it, replaced with it, and cleared
+// when an operator's record replaces the model's.
+func testMachinesDeclaredInModel(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	p := libvirtPlatform("prod", "p1")
+	p.DeclaredIn = "main.hcl:3"
+	if got, err := s.PutPlatform(ctx, p); err != nil || got.DeclaredIn != "main.hcl:3" {
+		t.Fatalf("platform declared in the model: %+v (%v)", got, err)
+	}
+	d := netbootDistribution("prod", "d1")
+	d.DeclaredIn = "machines/d.hcl:12"
+	if got, err := s.PutDistribution(ctx, d); err != nil || got.DeclaredIn != "machines/d.hcl:12" {
+		t.Fatalf("distribution declared in the model: %+v (%v)", got, err)
+	}
+	h, err := s.CreateHost(ctx, record.Host{Env: "prod", Name: "web1", Platform: "p1", Distribution: "d1", DeclaredIn: "main.hcl:20"})
+	if err != nil || h.DeclaredIn != "main.hcl:20" {
+		t.Fatalf("host declared in the model: %+v (%v)", h, err)
+	}
+	if read, err := s.GetPlatform(ctx, "prod", "p1"); err != nil || read.DeclaredIn != "main.hcl:3" {
+		t.Fatalf("read back %+v (%v)", read, err)
+	}
+	if read, err := s.GetDistribution(ctx, "prod", "d1"); err != nil || read.DeclaredIn != "machines/d.hcl:12" {
+		t.Fatalf("read back %+v (%v)", read, err)
+	}
+	if list, err := s.ListHosts(ctx, "prod"); err != nil || len(list) != 1 || list[0].DeclaredIn != "main.hcl:20" {
+		t.Fatalf("listed %+v (%v)", list, err)
+	}
+	p.DeclaredIn = ""
+	if got, err := s.PutPlatform(ctx, p); err != nil || got.DeclaredIn != "" {
+		t.Fatalf("platform replaced by an operator's: %+v (%v), want no longer the model's", got, err)
+	}
+	d.DeclaredIn = "main.hcl:\x07"
+	if _, err := s.PutDistribution(ctx, d); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "declared_in") {
+		t.Fatalf("a control character where it is declared: %v, want ErrInvalid naming declared_in", err)
+	}
+}
+
+// testUpdateHost: a host's blueprint changes in place, its state and
+// machine untouched; a host with a machine keeps its platform and
+// distribution.
+func testUpdateHost(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustMachineBase(t, s, "prod")
+	if _, err := s.PutPlatform(ctx, libvirtPlatform("prod", "p2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutDistribution(ctx, netbootDistribution("prod", "d2")); err != nil {
+		t.Fatal(err)
+	}
+	was := mustHost(t, s, "prod", "web1")
+	change := record.Host{Env: "prod", Name: "web1", Platform: "p2", Distribution: "d2", Applications: []string{"web", "ntp"},
+		Labels: map[string]string{"role": "web"}, Settings: map[string]any{"cpus": int64(4)}, DeclaredIn: "main.hcl:7",
+		State: record.HostProvisioned, Reason: "ignored", Instance: "ignored"}
+	got, err := s.UpdateHost(ctx, change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Platform != "p2" || got.Distribution != "d2" || !reflect.DeepEqual(got.Applications, change.Applications) ||
+		!reflect.DeepEqual(got.Labels, change.Labels) || !reflect.DeepEqual(got.Settings, change.Settings) || got.DeclaredIn != "main.hcl:7" {
+		t.Fatalf("updated host %+v, want %+v", got, change)
+	}
+	if got.State != record.HostDefined || got.Reason != "" || got.Instance != "" || !got.StateSince.Equal(was.StateSince) || !got.CreatedAt.Equal(was.CreatedAt) {
+		t.Fatalf("updated host %+v: its state changed (was %+v)", got, was)
+	}
+	if read, err := s.GetHost(ctx, "prod", "web1"); err != nil || !reflect.DeepEqual(read, got) {
+		t.Fatalf("read back %+v (%v), want %+v", read, err, got)
+	}
+
+	// With a machine: the platform and distribution stay, the rest changes.
+	if _, err := s.MoveHost(ctx, "prod", "web1", "", record.HostProvision, "", "dom-1"); err != nil {
+		t.Fatal(err)
+	}
+	change = record.Host{Env: "prod", Name: "web1", Platform: "p1", Distribution: "d1", Settings: map[string]any{"cpus": int64(8)}}
+	got, err = s.UpdateHost(ctx, change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Platform != "p2" || got.Distribution != "d2" || got.Settings["cpus"] != int64(8) || got.Applications != nil || got.Labels != nil ||
+		got.DeclaredIn != "" || got.State != record.HostProvisioning || got.Instance != "dom-1" {
+		t.Fatalf("host with a machine updated to %+v: want its platform and distribution kept, the rest changed", got)
+	}
+
+	refused := []struct {
+		name  string
+		h     record.Host
+		want  error
+		field string
+	}{
+		{"unknown host", record.Host{Env: "prod", Name: "nope", Platform: "p1", Distribution: "d1"}, model.ErrNotFound, "nope"},
+		{"bad application", record.Host{Env: "prod", Name: "web1", Platform: "p1", Distribution: "d1", Applications: []string{"a b"}}, model.ErrInvalid, "applications[0]"},
+		{"unknown environment", record.Host{Env: "none", Name: "web1", Platform: "p1", Distribution: "d1"}, model.ErrNotFound, "none"},
+	}
+	for _, tt := range refused {
+		if _, err := s.UpdateHost(ctx, tt.h); !errors.Is(err, tt.want) || !strings.Contains(fmt.Sprint(err), tt.field) {
+			t.Errorf("%s: got %v, want %v naming %s", tt.name, err, tt.want, tt.field)
+		}
+	}
+	other := mustHost(t, s, "prod", "db1")
+	other.Platform = "p9"
+	if _, err := s.UpdateHost(ctx, other); !errors.Is(err, model.ErrNotFound) || !strings.Contains(err.Error(), `platform "p9"`) {
+		t.Fatalf("a defined host moved to an unknown platform: %v, want ErrNotFound naming it", err)
+	}
+	if read, err := s.GetHost(ctx, "prod", "db1"); err != nil || read.Platform != "p1" {
+		t.Fatalf("after the refused update: %+v (%v), want it unchanged", read, err)
 	}
 }

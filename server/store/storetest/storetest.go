@@ -86,6 +86,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentHostMoves", testConcurrentHostMoves},
 		{"Instances", testInstances},
 		{"MachinesGoWithEnv", testMachinesGoWithEnv},
+		{"MachinesDeclaredInModel", testMachinesDeclaredInModel},
+		{"UpdateHost", testUpdateHost},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

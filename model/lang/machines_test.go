@@ -1,0 +1,112 @@
+package lang
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/tetherhq/tether/model"
+)
+
+// A module's machines are the model's, each at its place relative to the
+// project directory, whatever directory the compile was given; a model
+// declaring none has no machines in its result.
+func TestDeclaredMachinesPositions(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("main.hcl", "module \"lab\" {\n  source = \"./modules/lab\"\n}\n\nhost \"vm1\" {\n  platform     = \"lab\"\n  distribution = \"tiny\"\n}\n")
+	write("modules/lab/main.hcl", "\nplatform \"lab\" {\n  driver = \"libvirt\"\n  agent  = \"hv1\"\n}\n\ndistribution \"tiny\" {\n  kind = \"netboot\"\n}\n")
+	res, err := Compile(t.Context(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := res.Machines
+	if ms == nil || len(ms.Platforms) != 1 || len(ms.Distributions) != 1 || len(ms.Hosts) != 1 {
+		t.Fatalf("machines %+v, want a platform, a distribution and a host", ms)
+	}
+	for _, tt := range []struct {
+		what string
+		got  model.SourcePos
+		want string
+	}{
+		{"platform", ms.Platforms[0].Pos, "modules/lab/main.hcl:2"},
+		{"distribution", ms.Distributions[0].Pos, "modules/lab/main.hcl:7"},
+		{"host", ms.Hosts[0].Pos, "main.hcl:5"},
+	} {
+		if tt.got.String() != tt.want {
+			t.Errorf("%s at %s, want %s", tt.what, tt.got, tt.want)
+		}
+	}
+	b, err := json.Marshal(res)
+	if err != nil || !strings.Contains(string(b), `"machines":{"platforms":[{"name":"lab"`) {
+		t.Fatalf("result as JSON %s (%v): want its machines", b, err)
+	}
+
+	write("main.hcl", "host \"vm1\" {}\n")
+	if err := os.RemoveAll(filepath.Join(dir, "modules")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Compile(t.Context(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Machines != nil {
+		t.Fatalf("a model without machines: %+v, want none", res.Machines)
+	}
+}
+
+// docs/model-language.md documents every attribute of the platform and
+// distribution blocks and of a host made from a blueprint, in the table
+// of its section.
+func TestMachineBlocksDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/model-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, tt := range []struct {
+		section string
+		attrs   []string
+	}{
+		{"### platform", attrNames(platformSchema.Attributes)},
+		{"### distribution", attrNames(distributionSchema.Attributes)},
+		{"### Hosts made from blueprints", attrNames(blueprintAttrs)},
+	} {
+		start := strings.Index(doc, "\n"+tt.section+"\n")
+		if start < 0 {
+			t.Errorf("no section %s", tt.section)
+			continue
+		}
+		section := doc[start+1:]
+		for _, next := range []string{"\n## ", "\n### "} {
+			if end := strings.Index(section[4:], next); end >= 0 {
+				section = section[:end+4]
+			}
+		}
+		for _, a := range tt.attrs {
+			if !strings.Contains(section, "| `"+a+"` |") {
+				t.Errorf("section %s does not document attribute %s", tt.section, a)
+			}
+		}
+	}
+}
+
+func attrNames(schema []hcl.AttributeSchema) []string {
+	out := make([]string, len(schema))
+	for i, a := range schema {
+		out[i] = a.Name
+	}
+	return out
+}
