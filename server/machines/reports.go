@@ -101,6 +101,12 @@ func (r *Room) provisioned(ctx context.Context, a record.Agent, p record.Platfor
 		if _, err := r.putInstance(ctx, a, p, is, h.Name); err != nil {
 			return err
 		}
+		if h.State == record.HostProvisioned && h.Instance == "" {
+			// Its agent enrolled before this report came.
+			if _, err := r.svc.Store.LinkHostInstance(ctx, h.Env, h.Name, is.ID); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -66,6 +66,10 @@ type Machines interface {
 	// is in its new state since now; reason replaces its reason; a
 	// non-empty instance replaces its instance, and destroyed clears it.
 	MoveHost(ctx context.Context, env, name string, from record.HostState, event record.HostEvent, reason, instance string) (record.Host, error)
+	// LinkHostInstance sets the instance of a host that has none (its
+	// machine's agent enrolled before the platform reported the
+	// machine); it reports whether it did.
+	LinkHostInstance(ctx context.Context, env, name, instance string) (bool, error)
 
 	// PutInstance creates or replaces an instance (power unknown unless
 	// given, seen now unless it says when) and returns it as stored.
@@ -382,6 +386,15 @@ func (s *SQL) MoveHost(ctx context.Context, env, name string, from record.HostSt
 		return err
 	})
 	return out, wrap(op, err)
+}
+
+// LinkHostInstance implements Store.
+func (s *SQL) LinkHostInstance(ctx context.Context, env, name, instance string) (bool, error) {
+	if err := model.ValidateText("instance", instance, 256, true); err != nil {
+		return false, fmt.Errorf("link host %q: %w: %w", name, model.ErrInvalid, err)
+	}
+	n, err := s.db.Exec(ctx, `UPDATE hosts SET instance = $1, updated_at = now() WHERE env = $2 AND name = $3 AND instance = ''`, instance, env, name)
+	return n == 1, wrap(fmt.Sprintf("link host %q of %q", name, env), err)
 }
 
 const instanceColumns = `env, id, platform, host, agent, power, booted_at, addresses, hardware, labels, seen_at`

@@ -337,6 +337,22 @@ func testHostMoves(t *testing.T, s store.Store) {
 	if _, err := s.MoveHost(ctx, "prod", "nope", "", record.HostProvision, "", ""); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("move an unknown host: got %v, want ErrNotFound", err)
 	}
+	// A host enrolled before its machine was reported gets its instance
+	// once; one that has an instance keeps it.
+	read, _ := s.GetHost(ctx, "prod", "web1")
+	want := read.Instance
+	if want == "" {
+		if ok, err := s.LinkHostInstance(ctx, "prod", "web1", "dom-late"); !ok || err != nil {
+			t.Fatalf("link the instance of a host without one: %v, %v", ok, err)
+		}
+		want = "dom-late"
+	}
+	if ok, err := s.LinkHostInstance(ctx, "prod", "web1", "dom-other"); ok || err != nil {
+		t.Fatalf("link another instance to a host that has one: %v, %v; want nothing done", ok, err)
+	}
+	if read, err := s.GetHost(ctx, "prod", "web1"); err != nil || read.Instance != want {
+		t.Fatalf("after the links: %+v (%v), want instance %s", read, err, want)
+	}
 }
 
 // testConcurrentHostMoves: the agent enrolling and the timeout failing
