@@ -322,7 +322,7 @@ func TestProvisionFailures(t *testing.T) {
 	l.cli("platform", "add", "lab", "--driver", "libvirt", "--agent", "hv", "--set", "pool="+l.pool, "--set", "log_dir="+l.logs, "--set", "memory_mib=256", "--set", "disk_gib=1", "--set", "broker="+guestBroker)
 	l.cli("distribution", "add", "mute", "--kind", "netboot", "--kernel", l.g.Kernel, "--initrd", l.g.Initramfs,
 		"--cmdline", "console=ttyS0 tether.name={{.Host}} tether.env={{.Env}} tether.namespace="+l.ns)
-	l.cli("host", "add", "silent", "--platform", "lab", "--distribution", "mute", "--set", "provision_timeout=45")
+	l.cli("host", "add", "silent", "--platform", "lab", "--distribution", "mute", "--set", "provision_timeout=15")
 	l.cli("host", "add", "ok1", "--platform", "lab", "--distribution", "tiny", "--set", "provision_timeout=240")
 	l.cli("host", "provision", "silent")
 	code, out, errb := l.run("host", "provision", "ok1", "--wait", "--timeout", "4m")
@@ -331,7 +331,7 @@ func TestProvisionFailures(t *testing.T) {
 	}
 	waitFor(t, 2*time.Minute, "silent failed", func() bool { return l.host("silent").State == record.HostFailed })
 	h := l.host("silent")
-	if h.State != record.HostFailed || !strings.Contains(h.Reason, "did not enroll within 45s") {
+	if h.State != record.HostFailed || !strings.Contains(h.Reason, "did not enroll within 15s") {
 		t.Fatalf("silent %+v: want failed with the timeout", h)
 	}
 	waitFor(t, time.Minute, "silent's machine destroyed", func() bool { return l.domainGone(env + ".silent") })
@@ -342,11 +342,11 @@ func TestProvisionFailures(t *testing.T) {
 	// A platform whose agent is away: the command waits in its inbox;
 	// the host fails at its timeout; the agent, back, destroys what it
 	// made meanwhile.
-	l.cli("host", "add", "away", "--platform", "lab", "--distribution", "tiny", "--set", "provision_timeout=20")
+	l.cli("host", "add", "away", "--platform", "lab", "--distribution", "tiny", "--set", "provision_timeout=10")
 	l.hv.stop()
 	l.cli("host", "provision", "away")
 	waitFor(t, 90*time.Second, "away failed, its platform away", func() bool { return l.host("away").State == record.HostFailed })
-	if h := l.host("away"); !strings.Contains(h.Reason, "did not enroll within 20s") {
+	if h := l.host("away"); !strings.Contains(h.Reason, "did not enroll within 10s") {
 		t.Fatalf("away %+v: want failed at its timeout", h)
 	}
 	l.hv = l.startAgent("hv", agentOpts{stateDir: l.hvState, root: t.TempDir(), args: []string{"--platform", "libvirt", "--platform", "pxe"}})
