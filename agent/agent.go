@@ -240,16 +240,18 @@ type Transport interface {
 // Agent enforces one agent's slice.
 type Agent struct {
 	// machineOps are the machine commands running, and the platforms'
-	// inventory loop.
-	machineOps sync.WaitGroup
-	cfg        Config
-	bus        Transport
-	reg        *handler.Registry
-	engine     *engine.Engine
-	journal    *journal.Journal
-	signer     *bus.Signer
-	deps       *dependencies
-	log        zerolog.Logger
+	// inventory loop; machineQueues the commands waiting, by machine.
+	machineOps    sync.WaitGroup
+	machineMu     sync.Mutex
+	machineQueues map[string][]bus.Machine
+	cfg           Config
+	bus           Transport
+	reg           *handler.Registry
+	engine        *engine.Engine
+	journal       *journal.Journal
+	signer        *bus.Signer
+	deps          *dependencies
+	log           zerolog.Logger
 
 	// wake pokes the worker: a job, a slice or pause changed.
 	wake chan struct{}

@@ -24,21 +24,54 @@ const (
 )
 
 // machineCommand runs a machine command in the background; its report
-// goes through the outbox.
+// goes through the outbox. The commands of one machine run one after the
+// other, in the order they came (a stop, then a start, then a destroy);
+// those of different machines at once.
 func (a *Agent) machineCommand(ctx context.Context, m bus.Machine) {
+	key := m.Host
+	if key == "" {
+		key = m.Machine
+	}
+	a.machineMu.Lock()
+	if a.machineQueues == nil {
+		a.machineQueues = map[string][]bus.Machine{}
+	}
+	queue := a.machineQueues[key]
+	a.machineQueues[key] = append(queue, m)
+	a.machineMu.Unlock()
+	if len(queue) > 0 && key != "" {
+		return // the machine's runner takes it next
+	}
 	a.machineOps.Add(1)
 	go func() {
 		defer a.machineOps.Done()
-		rep := a.runMachine(ctx, m)
-		if rep.Error != "" {
-			a.log.Warn().Str("op", string(m.Op)).Str("host", m.Host).Str("platform", m.Platform).Str("error", rep.Error).Msg("machine command failed")
-		} else {
-			a.log.Info().Str("op", string(m.Op)).Str("host", m.Host).Str("platform", m.Platform).Msg("machine command done")
-		}
-		if err := a.emit(a.journal.Begin(), bus.KindMachineReport, rep); err != nil {
-			a.log.Error().Err(err).Str("op", string(m.Op)).Msg("cannot journal the report of a machine command")
+		for {
+			a.machineMu.Lock()
+			q := a.machineQueues[key]
+			if len(q) == 0 {
+				delete(a.machineQueues, key)
+				a.machineMu.Unlock()
+				return
+			}
+			next := q[0]
+			a.machineQueues[key] = q[1:]
+			a.machineMu.Unlock()
+			a.reportMachine(ctx, next)
 		}
 	}()
+}
+
+// reportMachine carries out m and journals its report.
+func (a *Agent) reportMachine(ctx context.Context, m bus.Machine) {
+	rep := a.runMachine(ctx, m)
+	if rep.Error != "" {
+		a.log.Warn().Str("op", string(m.Op)).Str("host", m.Host).Str("platform", m.Platform).Str("error", rep.Error).Msg("machine command failed")
+	} else {
+		a.log.Info().Str("op", string(m.Op)).Str("host", m.Host).Str("platform", m.Platform).Msg("machine command done")
+	}
+	if err := a.emit(a.journal.Begin(), bus.KindMachineReport, rep); err != nil {
+		a.log.Error().Err(err).Str("op", string(m.Op)).Msg("cannot journal the report of a machine command")
+	}
 }
 
 // runMachine carries out m and says what became of it.

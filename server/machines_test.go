@@ -36,8 +36,10 @@ type fakePlatform struct {
 	machines map[string]*fakeMachine
 	fail     map[string]string
 	mute     map[string]bool
-	// roots are the machines' file systems, by host.
+	// roots are the machines' file systems, by host; ops what was done,
+	// in order.
 	roots map[string]string
+	ops   []string
 }
 
 type fakeMachine struct {
@@ -139,6 +141,7 @@ func (f *fakePlatform) state(m *fakeMachine) model.InstanceState {
 func (f *fakePlatform) Control(_ context.Context, name string, op model.MachineOp, _ time.Duration) (model.InstanceState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ops = append(f.ops, string(op)+" "+name)
 	m, ok := f.machines[name]
 	if !ok {
 		return model.InstanceState{}, fmt.Errorf("no machine %s", name)
@@ -157,6 +160,7 @@ func (f *fakePlatform) Control(_ context.Context, name string, op model.MachineO
 func (f *fakePlatform) Destroy(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ops = append(f.ops, "destroy "+name)
 	if m, ok := f.machines[name]; ok {
 		if m.stop != nil {
 			m.stop()
@@ -305,10 +309,25 @@ func TestMachinesFromBlueprints(t *testing.T) {
 	}
 	waitFor(t, "vm1 rebooted", func() bool { i := r.instance("vm1"); return i.BootedAt != nil && i.BootedAt.After(booted) })
 
+	// Controls sent at once are carried out in the order they were sent.
+	hv.mu.Lock()
+	hv.ops = nil
+	hv.mu.Unlock()
+	for _, op := range []model.MachineOp{model.MachineStop, model.MachineStart, model.MachineStop} {
+		if _, err := m.Control(r.ctx, "test", "vm1", op, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := m.Destroy(r.ctx, "test", "vm1", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	r.waitHost("vm1", record.HostDefined)
+	hv.mu.Lock()
+	ops := strings.Join(hv.ops, ", ")
+	hv.mu.Unlock()
+	if ops != "stop test.vm1, start test.vm1, stop test.vm1, destroy test.vm1" {
+		t.Fatalf("the machine's operations: %s, want them in the order they were sent", ops)
+	}
 	if hv.has("test.vm1") || r.instance("vm1") != nil {
 		t.Fatal("the destroyed machine or its instance is still there")
 	}
