@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,11 +408,18 @@ func benchProvision(b *testing.B, n int) {
 			if time.Since(start) > 10*time.Minute {
 				b.Fatalf("not every host deployed in 10 minutes: %v", seen)
 			}
+			// Read over HTTP, not with three processes a poll: the
+			// guests share the machine's two cores.
 			var hosts []record.Host
-			l.cliJSON(&hosts, "host", "list")
+			l.getJSON("/envs/"+env+"/hosts", &hosts)
 			var insts []record.Instance
-			l.cliJSON(&insts, "instance", "list")
-			sts := l.statuses()
+			l.getJSON("/envs/"+env+"/instances", &insts)
+			var list []record.ResourceStatus
+			l.getJSON("/envs/"+env+"/resources", &list)
+			sts := map[string]record.ResourceStatus{}
+			for _, st := range list {
+				sts[st.ID.String()] = st
+			}
 			now := time.Since(start)
 			for _, h := range hosts {
 				s := seen[h.Name]
@@ -431,7 +439,7 @@ func benchProvision(b *testing.B, n int) {
 				}
 				seen[h.Name] = s
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(250 * time.Millisecond)
 		}
 		for _, s := range seen {
 			made, provisioned, deployed = made+s[0], provisioned+s[1], deployed+s[2]
@@ -457,4 +465,22 @@ func allDeployed(seen map[string][3]time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// getJSON reads an API path as the admin into v.
+func (l *machineLab) getJSON(path string, v any) {
+	l.t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+l.listen+"/api/v1"+path, nil)
+	req.Header.Set("Authorization", "Bearer "+l.admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		l.t.Fatalf("GET %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		l.t.Fatalf("GET %s: %v", path, err)
+	}
 }
