@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +40,7 @@ func hostCommand(term *terminal) *ucli.Command {
 			"   tether host add web-1 --platform kvm --distribution debian --app web --set memory_mib=2048 --env prod\n" +
 			"   tether host provision web-1 --wait --env prod\n" +
 			"   tether host show web-1 --env prod      # its settings and where each came from\n" +
+			"   tether host update web-1 --set memory_mib=4096 --label tier=gold --env prod\n" +
 			"   tether host reboot web-1 --env prod\n" +
 			"   tether host reprovision web-1 --wait --env prod   # destroy its machine and make it again",
 		Subcommands: []*ucli.Command{
@@ -82,7 +85,7 @@ func hostCommand(term *terminal) *ucli.Command {
 				if err != nil {
 					return err
 				}
-				types, err := hostSettingTypes(c, cl)
+				types, err := hostSettingTypes(c, cl, c.String("platform"), c.String("distribution"))
 				if err != nil {
 					return err
 				}
@@ -107,6 +110,52 @@ func hostCommand(term *terminal) *ucli.Command {
 					return writeJSON(term.stdout, h)
 				}
 				fmt.Fprintf(term.stdout, "host %s added, defined: tether host provision %s makes its machine on platform %s\n", h.Name, h.Name, h.Platform)
+				return nil
+			}),
+			remoteCommand(term, "update", "change a host's blueprint: the flags given (applications, labels and settings not named stay)", "NAME", []ucli.Flag{
+				&ucli.StringFlag{Name: "platform", Usage: "make it on `PLATFORM` (only while it has no machine: defined or failed)"},
+				&ucli.StringFlag{Name: "distribution", Usage: "install `DISTRIBUTION` on it (only while it has no machine: defined or failed)"},
+				&ucli.StringSliceFlag{Name: "app", Usage: "add an `APPLICATION` it runs (repeatable)"},
+				repeatedFlag("drop-app", "remove the `APPLICATION` (repeatable)"),
+				&ucli.StringSliceFlag{Name: "label", Usage: "set the label `KEY=VALUE` (repeatable); its other labels stay"},
+				repeatedFlag("drop-label", "remove the label `KEY` (repeatable)"),
+				setFlag("host, merged into its own (tether host show lists what it may set)"),
+				repeatedFlag("unset", "remove the host's own setting `KEY`: its platform's or distribution's value applies again (repeatable)"),
+			}, func(c *ucli.Context, cl *client, asJSON bool) error {
+				name := c.Args().First()
+				changes := 0
+				for _, f := range []string{"platform", "distribution", "app", "drop-app", "label", "drop-label", "set", "unset"} {
+					if c.IsSet(f) {
+						changes++
+					}
+				}
+				if changes == 0 {
+					return usageError("nothing to change: give --platform, --distribution, --app, --drop-app, --label, --drop-label, --set or --unset")
+				}
+				v, err := getHost(c, cl, name)
+				if err != nil {
+					return err
+				}
+				req, err := hostChanges(c, cl, v.Host)
+				if err != nil {
+					return err
+				}
+				p, err := machinePath(cl, "hosts", name)
+				if err != nil {
+					return err
+				}
+				var h record.Host
+				if err := cl.call(c.Context, "PUT", p, req, &h); err != nil {
+					return orNotFound(err, "tether host list shows the hosts")
+				}
+				if asJSON {
+					return writeJSON(term.stdout, h)
+				}
+				fmt.Fprintf(term.stdout, "host %s updated: platform %s, distribution %s, applications %s, labels %s\n",
+					h.Name, h.Platform, h.Distribution, dash(strings.Join(h.Applications, ",")), dash(joinPairs(h.Labels)))
+				if h.State != record.HostDefined && h.State != record.HostFailed {
+					fmt.Fprintf(term.stdout, "its machine (%s) stays as it was made: tether host reprovision %s makes it again with these\n", h.State, h.Name)
+				}
 				return nil
 			}),
 			remoteCommand(term, "delete", "delete a host that has no machine (defined, or failed)", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
@@ -199,6 +248,16 @@ func hostCommand(term *terminal) *ucli.Command {
 			"parameters or provision_timeout (seconds), of their types.\n\n" +
 			"   tether host add web-1 --platform kvm --distribution debian --app web --label role=web --env prod\n" +
 			"   tether host add db-1 --platform kvm --distribution gold --set memory_mib=4096 --set cpus=2 --env prod",
+		"update": "Reads the host, changes what the flags say, and saves it, checked as a new host is: --app\n" +
+			"and --label add to what it has, --set merges into its own settings (a secret it has keeps its\n" +
+			"value), --drop-app, --drop-label and --unset remove. A host with a machine (provisioning,\n" +
+			"provisioned, deprovisioning) keeps its platform and distribution: destroy its machine first to\n" +
+			"change them. Its machine is not changed: the next one made (tether host reprovision) gets the\n" +
+			"new applications, labels and settings. A host the environment's model declares is changed in\n" +
+			"the model, not here.\n\n" +
+			"   tether host update web-1 --set memory_mib=4096 --unset cpus --env prod\n" +
+			"   tether host update web-1 --app db --drop-app web --label role=db --env prod\n" +
+			"   tether host update web-2 --platform lab --distribution gold --env prod   # defined or failed only",
 		"delete": "Only a host without a machine (defined, or failed) is deleted: destroy its machine first.\n\n" +
 			"   tether host delete web-1 --env prod",
 		"provision": "The agent serving the host's platform is sent the machine to make, rendered from the host's\n" +
@@ -313,17 +372,64 @@ func instanceSummary(i *record.Instance) string {
 	return s
 }
 
-// hostSettingTypes are the types of the settings a host added with the
-// flags given may set: its platform driver's, its distribution's and
+// hostChanges is the blueprint of host h changed as the flags of
+// tether host update say.
+func hostChanges(c *ucli.Context, cl *client, h record.Host) (api.HostUpdate, error) {
+	req := api.HostUpdate{Platform: h.Platform, Distribution: h.Distribution, Applications: h.Applications, Labels: h.Labels, Settings: h.Settings}
+	if c.IsSet("platform") {
+		req.Platform = c.String("platform")
+	}
+	if c.IsSet("distribution") {
+		req.Distribution = c.String("distribution")
+	}
+	for _, app := range c.StringSlice("app") {
+		if !slices.Contains(req.Applications, app) {
+			req.Applications = append(req.Applications, app)
+		}
+	}
+	for _, app := range repeatedValues(c, "drop-app") {
+		req.Applications = slices.DeleteFunc(req.Applications, func(a string) bool { return a == app })
+	}
+	labels, err := keyValues("label", c.StringSlice("label"))
+	if err != nil {
+		return req, err
+	}
+	if req.Labels == nil {
+		req.Labels = map[string]string{}
+	}
+	maps.Copy(req.Labels, labels)
+	for _, k := range repeatedValues(c, "drop-label") {
+		delete(req.Labels, k)
+	}
+	types, err := hostSettingTypes(c, cl, req.Platform, req.Distribution)
+	if err != nil {
+		return req, err
+	}
+	settings, err := parseSettings(repeatedValues(c, "set"), types)
+	if err != nil {
+		return req, err
+	}
+	if req.Settings == nil {
+		req.Settings = map[string]any{}
+	}
+	maps.Copy(req.Settings, settings)
+	for _, k := range repeatedValues(c, "unset") {
+		delete(req.Settings, k)
+	}
+	return req, nil
+}
+
+// hostSettingTypes are the types of the settings a host on platform with
+// distribution may set: its platform driver's, its distribution's and
 // every host's. A platform or distribution that cannot be found adds
 // none: the server says what is wrong with it.
-func hostSettingTypes(c *ucli.Context, cl *client) (map[string]record.ParamType, error) {
+func hostSettingTypes(c *ucli.Context, cl *client, platform, distribution string) (map[string]record.ParamType, error) {
 	var pl record.Platform
 	var d record.Distribution
 	for _, x := range []struct {
 		noun, name string
 		out        any
-	}{{"platforms", c.String("platform"), &pl}, {"distributions", c.String("distribution"), &d}} {
+	}{{"platforms", platform, &pl}, {"distributions", distribution, &d}} {
 		p, err := machinePath(cl, x.noun, x.name)
 		if err != nil {
 			return nil, err

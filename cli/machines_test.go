@@ -282,3 +282,70 @@ func TestHostListColour(t *testing.T) {
 		t.Fatalf("list under NO_COLOR: %q, want no escape codes", out)
 	}
 }
+
+// TestHostUpdateCommand: update reads the host, changes what its flags
+// say (--set merges, typed by the host's new distribution; --app and
+// --label add, --drop-… and --unset remove) and saves it, its secret
+// kept; a host with a machine keeps its platform, its labels change;
+// nothing to change, a bad value or a missing host is refused, saying
+// what to do.
+func TestHostUpdateCommand(t *testing.T) {
+	a := newTestAPI(t)
+	ctx := context.Background()
+	tether(t, "platform", "add", "kvm", "--agent", "hv1")
+	tether(t, "platform", "add", "lab", "--agent", "hv2", "--set", "cpus=4")
+	tether(t, "distribution", "add", "debian", "--kernel", "/srv/vmlinuz", "--initrd", "/srv/initrd", "--param", "motd:string=hello", "--param", "root_password:secret")
+	tether(t, "host", "add", "web-1", "--platform", "kvm", "--distribution", "debian", "--app", "web", "--label", "role=web",
+		"--set", "memory_mib=512", "--set", "root_password=s3cret")
+	was, err := a.st.GetHost(ctx, "prod", "web-1")
+	if err != nil || !strings.HasPrefix(fmt.Sprint(was.Settings["root_password"]), "sealed:") {
+		t.Fatalf("stored: %+v %v, want the secret sealed", was.Settings, err)
+	}
+
+	out := tether(t, "host", "update", "web-1", "--platform", "lab", "--app", "db", "--label", "tier=gold", "--set", "memory_mib=1024", "--set", "motd=01")
+	if !strings.Contains(out, "host web-1 updated: platform lab, distribution debian, applications web,db, labels role=web,tier=gold") {
+		t.Fatalf("update: %s", out)
+	}
+	var v record.HostView
+	if err := json.Unmarshal([]byte(tether(t, "host", "show", "web-1", "-o", "json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	// 01 is a string: the distribution's parameter motd says so.
+	if v.Platform != "lab" || strings.Join(v.Applications, ",") != "web,db" || v.Labels["role"] != "web" || v.Labels["tier"] != "gold" ||
+		v.Settings["memory_mib"] != float64(1024) || v.Settings["motd"] != "01" || v.Settings["root_password"] != record.SecretShown {
+		t.Fatalf("show -o json after the update: %+v", v.Host)
+	}
+	stored, err := a.st.GetHost(ctx, "prod", "web-1")
+	if err != nil || stored.Settings["root_password"] != was.Settings["root_password"] {
+		t.Fatalf("stored after the update: %+v %v, want the sealed secret kept", stored.Settings, err)
+	}
+
+	var h record.Host
+	if err := json.Unmarshal([]byte(tether(t, "host", "update", "web-1", "--drop-app", "web", "--drop-label", "role", "--unset", "memory_mib", "-o", "json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(h.Applications, ",") != "db" || len(h.Labels) != 1 || h.Labels["tier"] != "gold" || h.Settings["memory_mib"] != nil || h.Settings["motd"] != "01" {
+		t.Fatalf("update -o json: %+v, want db alone, tier alone, memory_mib gone, motd kept", h)
+	}
+
+	tetherFails(t, exitUsage, "nothing to change: give --platform", "host", "update", "web-1")
+	tetherFails(t, exitUsage, "--set cpus=many: want a whole number", "host", "update", "web-1", "--set", "cpus=many")
+	tetherFails(t, exitFailed, "host web-1: settings.colour: unknown setting", "host", "update", "web-1", "--set", "colour=blue")
+	tetherFails(t, exitFailed, "host web-1: platform esx: environment prod has no platform so named", "host", "update", "web-1", "--platform", "esx")
+	tetherFails(t, exitFailed, "tether host list shows the hosts", "host", "update", "nope", "--set", "cpus=2")
+
+	// Its machine keeps the platform it was made on; the rest changes,
+	// for its next machine.
+	if _, err := a.st.MoveHost(ctx, "prod", "web-1", record.HostDefined, record.HostAdopt, "", "agent:web-1"); err != nil {
+		t.Fatal(err)
+	}
+	tetherFails(t, exitFailed, "host web-1 is provisioned: its machine was made on platform lab with distribution debian: destroy it first (tether host destroy web-1)",
+		"host", "update", "web-1", "--platform", "kvm")
+	if out := tether(t, "host", "update", "web-1", "--label", "role=cache"); !strings.Contains(out, "labels role=cache,tier=gold") ||
+		!strings.Contains(out, "tether host reprovision web-1 makes it again") {
+		t.Fatalf("update of a provisioned host: %s", out)
+	}
+	if out := tether(t, "host", "update", "--help"); !strings.Contains(out, "tether host update web-1 --set memory_mib=4096") {
+		t.Fatalf("update --help: %s, want an example", out)
+	}
+}

@@ -40,6 +40,9 @@ type Distributions interface {
 // platform and distribution.
 type Hosts interface {
 	AddHost(ctx context.Context, h record.Host) (record.Host, error)
+	// UpdateHost replaces an existing host's blueprint; a host with a
+	// machine keeps its platform and distribution.
+	UpdateHost(ctx context.Context, h record.Host) (record.Host, error)
 	ShowHost(ctx context.Context, env, name string) (record.HostView, error)
 	ListHosts(ctx context.Context, env string) ([]record.Host, error)
 	DeleteHost(ctx context.Context, env, name string) error
@@ -110,6 +113,21 @@ type HostRequest struct {
 	Settings     map[string]any    `json:"settings,omitempty"`
 }
 
+// HostUpdate replaces an existing host's blueprint, whole: what it
+// leaves out is gone (no applications, no labels, no settings of its
+// own).
+type HostUpdate struct {
+	// Platform and Distribution stay what they are for a host with a
+	// machine: a change of either is refused until it is destroyed.
+	Platform     string            `json:"platform"`
+	Distribution string            `json:"distribution"`
+	Applications []string          `json:"applications,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	// Settings sent as "(secret)" (as the host is shown) keep the
+	// secret value they had.
+	Settings map[string]any `json:"settings,omitempty"`
+}
+
 // Path parameters of the machines' routes.
 var (
 	pPlatform     = param{name: "name", typ: of[string](), desc: "the platform's name"}
@@ -141,6 +159,7 @@ func (a *API) machineRoutes() []route {
 		{method: "GET", path: "/envs/:env/hosts", role: record.RoleViewer, summary: "List the environment's hosts with where their provisioning stands (defined, provisioning, provisioned, failed, deprovisioning)", out: of[[]record.Host](), serve: a.listHosts},
 		{method: "POST", path: "/envs/:env/hosts", role: record.RoleOperator, action: "host.create", summary: "Add a host, defined: its platform and distribution exist and fit, its settings are theirs or a host's, of their types", in: of[HostRequest](), out: of[record.Host](), ok: []int{http.StatusCreated}, serve: a.addHost},
 		{method: "GET", path: "/envs/:env/hosts/:name", role: record.RoleViewer, summary: "Show a host with its context (each setting's value and where it came from, secrets hidden) and its instance", pathParams: host, out: of[record.HostView](), serve: a.showHost},
+		{method: "PUT", path: "/envs/:env/hosts/:name", role: record.RoleOperator, action: "host.update", summary: "Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as \"(secret)\" keeps its value. Refused for a host the environment's model declares", pathParams: host, in: of[HostUpdate](), out: of[record.Host](), serve: a.updateHost},
 		{method: "DELETE", path: "/envs/:env/hosts/:name", role: record.RoleOperator, action: "host.delete", summary: "Delete a host that has no machine (defined, or failed)", pathParams: host, serve: a.deleteHost},
 		{method: "POST", path: "/envs/:env/hosts/:name/provision", role: record.RoleOperator, action: "host.provision", summary: "Make a defined or failed host's machine: the agent serving its platform is sent the machine to make, with a one-time enrollment token bound to the host; the host is provisioned when the machine's agent enrolls (202, the host provisioning). Refused while the environment is halted", pathParams: host, out: of[record.Host](), ok: []int{http.StatusAccepted}, serve: a.hostControl(model.MachineProvision)},
 		{method: "POST", path: "/envs/:env/hosts/:name/destroy", role: record.RoleOperator, action: "host.destroy", summary: "Destroy a host's machine and its disk; the host is defined again once the platform's agent says it is gone (202, the host deprovisioning). Refused while the environment is halted", pathParams: host, out: of[record.Host](), ok: []int{http.StatusAccepted}, serve: a.hostControl(model.MachineDestroy)},
@@ -275,11 +294,34 @@ func (a *API) addHost(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	r.detail = fmt.Sprintf("platform %s, distribution %s", h.Platform, h.Distribution)
-	if len(h.Applications) > 0 {
-		r.detail += ", applications " + strings.Join(h.Applications, ",")
-	}
+	r.detail = hostDetail(h)
 	return http.StatusCreated, h, nil
+}
+
+func (a *API) updateHost(r *request) (int, any, error) {
+	in := r.input()
+	env, name, m := in.machineOf()
+	var req HostUpdate
+	in.body(&req)
+	if in.err != nil {
+		return 0, nil, in.err
+	}
+	h, err := m.UpdateHost(r.ctx(), record.Host{Env: env, Name: name, Platform: req.Platform, Distribution: req.Distribution,
+		Applications: req.Applications, Labels: req.Labels, Settings: plainSettings(req.Settings)})
+	if err != nil {
+		return 0, nil, err
+	}
+	r.detail = hostDetail(h)
+	return http.StatusOK, h, nil
+}
+
+// hostDetail says what a host is made of, for the audit log.
+func hostDetail(h record.Host) string {
+	s := fmt.Sprintf("platform %s, distribution %s", h.Platform, h.Distribution)
+	if len(h.Applications) > 0 {
+		s += ", applications " + strings.Join(h.Applications, ",")
+	}
+	return s
 }
 
 func (a *API) showHost(r *request) (int, any, error) {

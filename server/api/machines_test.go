@@ -416,3 +416,127 @@ func TestHostsAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestHostUpdateAPI: PUT replaces an operator's host's blueprint, checked
+// as a new host's is; a secret sent back as it is shown keeps its sealed
+// value; a host with a machine keeps its platform and distribution (its
+// labels change); a host the model declares, a setting of the wrong
+// type, a "(secret)" with nothing to keep are refused, saying so.
+func TestHostUpdateAPI(t *testing.T) {
+	r := newRig(t, openSQLite(t))
+	ctx := context.Background()
+	r.must(r.admin, "POST", "/api/v1/envs", api.EnvRequest{Name: "prod"}, nil, 201)
+	viewer := r.token("view", record.RoleViewer, "prod")
+	op := r.token("op", record.RoleOperator, "prod")
+	hosts := "/api/v1/envs/prod/hosts"
+	r.must(op, "PUT", "/api/v1/envs/prod/platforms/kvm", api.PlatformRequest{Driver: "libvirt", Agent: "hv1"}, nil, 200)
+	r.must(op, "PUT", "/api/v1/envs/prod/platforms/lab", api.PlatformRequest{Driver: "libvirt", Agent: "hv2", Settings: map[string]any{"cpus": 4}}, nil, 200)
+	r.must(op, "PUT", "/api/v1/envs/prod/distributions/debian", api.DistributionRequest{Kind: record.DistNetboot, Kernel: "/srv/vmlinuz", Initrd: "/srv/initrd",
+		InstallFormat: record.InstallCloudInit, Install: cloudInit,
+		Params: []record.Param{{Name: "motd", Type: record.ParamString, Default: "hello", Doc: "the message of the day"},
+			{Name: "root_password", Type: record.ParamSecret, Default: "changeme", Doc: "root's password"}}}, nil, 200)
+	r.must(op, "PUT", "/api/v1/envs/prod/distributions/tiny", api.DistributionRequest{Kind: record.DistNetboot, Kernel: "/srv/vmlinuz", Initrd: "/srv/initrd"}, nil, 200)
+	r.must(op, "POST", hosts, api.HostRequest{Name: "web-1", Platform: "kvm", Distribution: "debian", Applications: []string{"web"},
+		Labels: map[string]string{"role": "web"}, Settings: map[string]any{"memory_mib": 512, "root_password": "s3cret"}}, nil, 201)
+	was, err := r.st.GetHost(ctx, "prod", "web-1")
+	if err != nil || !secret.IsSealedValue(fmt.Sprint(was.Settings["root_password"])) {
+		t.Fatalf("stored: %+v %v, want the secret sealed", was.Settings, err)
+	}
+
+	// Defined: everything changes, and the secret sent back as it is
+	// shown keeps its value.
+	var h record.Host
+	r.must(op, "PUT", hosts+"/web-1", api.HostUpdate{Platform: "lab", Distribution: "debian", Applications: []string{"web", "db"},
+		Labels: map[string]string{"role": "db"}, Settings: map[string]any{"memory_mib": 1024, "root_password": record.SecretShown}}, &h, 200)
+	if h.Platform != "lab" || strings.Join(h.Applications, ",") != "web,db" || h.Labels["role"] != "db" || h.Settings["memory_mib"] != float64(1024) ||
+		h.Settings["root_password"] != record.SecretShown || h.State != record.HostDefined {
+		t.Fatalf("updated: %+v, want it on lab running web and db, its secret hidden", h)
+	}
+	stored, err := r.st.GetHost(ctx, "prod", "web-1")
+	if err != nil || stored.Settings["root_password"] != was.Settings["root_password"] || stored.Settings["memory_mib"] != int64(1024) {
+		t.Fatalf("stored after the update: %+v %v, want the sealed secret kept and memory 1024", stored.Settings, err)
+	}
+	var v record.HostView
+	r.must(viewer, "GET", hosts+"/web-1", nil, &v, 200)
+	from := map[string]string{}
+	for _, c := range v.Context {
+		from[c.Name] = c.From
+	}
+	if from["cpus"] != "platform lab" || from["memory_mib"] != "host web-1" {
+		t.Fatalf("show after the update: context from %v, want cpus from platform lab", from)
+	}
+	// Replaced whole: what is left out is gone (read into a fresh value:
+	// one used before keeps what the answer leaves out).
+	h = record.Host{}
+	r.must(op, "PUT", hosts+"/web-1", api.HostUpdate{Platform: "lab", Distribution: "debian", Settings: map[string]any{"root_password": record.SecretShown}}, &h, 200)
+	if len(h.Applications) != 0 || len(h.Labels) != 0 || h.Settings["memory_mib"] != nil {
+		t.Fatalf("replaced: %+v, want no applications, labels nor memory of its own", h)
+	}
+	r.must(viewer, "PUT", hosts+"/web-1", api.HostUpdate{Platform: "kvm", Distribution: "debian"}, nil, 403)
+
+	for _, tt := range []struct {
+		name   string
+		host   string
+		body   any
+		status int
+		code   string
+		says   string
+	}{
+		{"wrong-typed setting", "web-1", api.HostUpdate{Platform: "lab", Distribution: "debian", Settings: map[string]any{"cpus": "two"}}, 422, "invalid", "host web-1: settings.cpus: want a whole number, got a string"},
+		{"unknown setting", "web-1", api.HostUpdate{Platform: "lab", Distribution: "debian", Settings: map[string]any{"colour": "blue"}}, 422, "invalid", "host web-1: settings.colour: unknown setting"},
+		{"missing platform", "web-1", api.HostUpdate{Platform: "esx", Distribution: "debian"}, 404, "not_found", "host web-1: platform esx: environment prod has no platform so named"},
+		{"missing distribution", "web-1", api.HostUpdate{Platform: "lab", Distribution: "arch", Settings: map[string]any{"root_password": record.SecretShown}}, 404, "not_found", "host web-1: distribution arch: environment prod has no distribution so named"},
+		{"a secret with nothing to keep", "web-1", api.HostUpdate{Platform: "lab", Distribution: "tiny", Settings: map[string]any{"root_password": record.SecretShown}}, 422, "invalid",
+			`host web-1: settings.root_password: "(secret)" stands for the secret value it had, and it had none to keep`},
+		{"bad label", "web-1", api.HostUpdate{Platform: "lab", Distribution: "debian", Labels: map[string]string{"bad key": "x"}}, 422, "invalid", "bad key"},
+		{"no such host", "nope", api.HostUpdate{Platform: "lab", Distribution: "debian"}, 404, "not_found", "host nope: environment prod has no host so named (tether host add nope adds it)"},
+		{"a name in the body", "web-1", `{"name":"web-2","platform":"lab","distribution":"debian"}`, 400, "unknown_field", "name"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r.refused(op, "PUT", hosts+"/"+tt.host, tt.body, tt.status, tt.code, tt.says)
+		})
+	}
+	if after, err := r.st.GetHost(ctx, "prod", "web-1"); err != nil || after.Platform != "lab" || after.Distribution != "debian" ||
+		after.Settings["root_password"] != was.Settings["root_password"] {
+		t.Fatalf("after the refused updates: %+v %v, want it as it was", after, err)
+	}
+
+	// With a machine, its platform and distribution stay; the rest
+	// changes.
+	if _, err := r.st.MoveHost(ctx, "prod", "web-1", record.HostDefined, record.HostAdopt, "", "agent:web-1"); err != nil {
+		t.Fatal(err)
+	}
+	r.refused(op, "PUT", hosts+"/web-1", api.HostUpdate{Platform: "kvm", Distribution: "debian"}, 409, "conflict",
+		"host web-1 is provisioned: its machine was made on platform lab with distribution debian: destroy it first (tether host destroy web-1), then change its platform lab to kvm")
+	r.refused(op, "PUT", hosts+"/web-1", api.HostUpdate{Platform: "kvm", Distribution: "tiny"}, 409, "conflict",
+		"change its platform lab to kvm and its distribution debian to tiny")
+	h = record.Host{}
+	r.must(op, "PUT", hosts+"/web-1", api.HostUpdate{Platform: "lab", Distribution: "debian", Labels: map[string]string{"role": "cache"},
+		Settings: map[string]any{"root_password": "n3w"}}, &h, 200)
+	if h.State != record.HostProvisioned || h.Platform != "lab" || h.Labels["role"] != "cache" || h.Settings["root_password"] != record.SecretShown {
+		t.Fatalf("provisioned host updated: %+v, want its labels changed, still provisioned on lab", h)
+	}
+	if after, err := r.st.GetHost(ctx, "prod", "web-1"); err != nil || after.Settings["root_password"] == was.Settings["root_password"] ||
+		!secret.IsSealedValue(fmt.Sprint(after.Settings["root_password"])) {
+		t.Fatalf("after a new secret: %+v %v, want a new sealed value", after.Settings, err)
+	}
+
+	// A host the model declares changes with the model only.
+	if _, err := r.st.CreateHost(ctx, record.Host{Env: "prod", Name: "vm1", Platform: "kvm", Distribution: "tiny", DeclaredIn: "main.hcl:16"}); err != nil {
+		t.Fatal(err)
+	}
+	r.refused(op, "PUT", hosts+"/vm1", api.HostUpdate{Platform: "kvm", Distribution: "tiny", Labels: map[string]string{"role": "web"}}, 409, "conflict",
+		"host vm1 is declared in the model (main.hcl:16): change it there")
+
+	var audit []record.AuditEntry
+	r.must(r.admin, "GET", "/api/v1/audit?env=prod&limit=200", nil, &audit, 200)
+	updates := 0
+	for _, e := range audit {
+		if e.Action == "host.update" && e.Target == "web-1" && strings.HasPrefix(e.Actor, "op (") {
+			updates++
+		}
+	}
+	if updates != 3 {
+		t.Errorf("audit: %d host.update web-1 by the operator, want the 3 that were done: %+v", updates, audit)
+	}
+}

@@ -308,10 +308,10 @@ func (r *Room) usedBy(ctx context.Context, env string, del func(ctx context.Cont
 // against those.
 func (r *Room) updateHost(ctx context.Context, was, h record.Host) (record.Host, error) {
 	if err := h.Validate(); err != nil {
-		return h, fmt.Errorf("%w: %w", model.ErrInvalid, err)
+		return h, record.Refuse(model.ErrInvalid, "%v", err)
 	}
 	check := h
-	if was.State != record.HostDefined && was.State != record.HostFailed {
+	if hasMachine(was) {
 		check.Platform, check.Distribution = was.Platform, was.Distribution
 	}
 	_, _, cv, err := r.blueprint(ctx, check)

@@ -174,6 +174,99 @@ func (r *Room) addHost(ctx context.Context, h record.Host) (record.Host, error) 
 	return r.svc.Store.CreateHost(ctx, h)
 }
 
+// UpdateHost replaces an operator's host's blueprint with h's, checked
+// as a new host's is (AddHost). A host with a machine (provisioning,
+// provisioned, deprovisioning) keeps the platform and distribution it
+// was made of: changing them is refused until its machine is destroyed;
+// its applications, labels and settings change, and its next machine is
+// made with them. A secret setting sent as record.SecretShown (as
+// ShowHost shows it) keeps the value it had. One the environment's model
+// declares is refused (it changes with the model).
+func (r *Room) UpdateHost(ctx context.Context, h record.Host) (record.Host, error) {
+	h.DeclaredIn = ""
+	if err := r.operatorMay(ctx, "host", h.Env, h.Name); err != nil {
+		return h, err
+	}
+	was, err := r.svc.Store.GetHost(ctx, h.Env, h.Name)
+	if errors.Is(err, model.ErrNotFound) {
+		return h, record.Refuse(model.ErrNotFound, "host %s: environment %s has no host so named (tether host add %s adds it)", h.Name, h.Env, h.Name)
+	}
+	if err != nil {
+		return h, err
+	}
+	if hasMachine(was) {
+		var changed []string
+		if h.Platform != was.Platform {
+			changed = append(changed, fmt.Sprintf("platform %s to %s", was.Platform, h.Platform))
+		}
+		if h.Distribution != was.Distribution {
+			changed = append(changed, fmt.Sprintf("distribution %s to %s", was.Distribution, h.Distribution))
+		}
+		if len(changed) > 0 {
+			return h, record.Refuse(model.ErrConflict, "host %s is %s: its machine was made on platform %s with distribution %s: destroy it first (tether host destroy %s), then change its %s",
+				h.Name, was.State, was.Platform, was.Distribution, h.Name, strings.Join(changed, " and its "))
+		}
+	}
+	secrets, err := r.keepHostSecrets(ctx, &h, was)
+	if err != nil {
+		return h, err
+	}
+	got, err := r.updateHost(ctx, was, h)
+	if err != nil {
+		return got, err
+	}
+	got.Settings = hideSettings(got.Settings, secrets)
+	return got, nil
+}
+
+// hasMachine reports whether a host has a machine (or one is being made
+// or destroyed): it keeps the platform and distribution it was made of.
+func hasMachine(h record.Host) bool {
+	return h.State != record.HostDefined && h.State != record.HostFailed
+}
+
+// keepHostSecrets gives the settings of h sent as record.SecretShown the
+// values they had in was: those of secret parameters of both was's
+// distribution and h's. One that has no value to keep is refused, naming
+// it, rather than stored as the word itself. It returns the names of the
+// secret settings of h's distribution (none when it does not exist: the
+// blueprint's check says so).
+func (r *Room) keepHostSecrets(ctx context.Context, h *record.Host, was record.Host) (map[string]bool, error) {
+	distSecrets := func(name string) (map[string]bool, bool, error) {
+		d, err := r.svc.Store.GetDistribution(ctx, h.Env, name)
+		if errors.Is(err, model.ErrNotFound) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("host %s: distribution: %w", h.Name, err)
+		}
+		return secretNames(d), true, nil
+	}
+	secrets, found, err := distSecrets(h.Distribution)
+	if err != nil || !found {
+		return nil, err
+	}
+	wasSecret := secrets
+	if was.Distribution != h.Distribution {
+		if wasSecret, _, err = distSecrets(was.Distribution); err != nil {
+			return nil, err
+		}
+	}
+	h.Settings = maps.Clone(h.Settings)
+	for _, name := range sortedKeys(h.Settings) {
+		if h.Settings[name] != record.SecretShown {
+			continue
+		}
+		old, ok := was.Settings[name]
+		if !ok || !secrets[name] || !wasSecret[name] {
+			return secrets, record.Refuse(model.ErrInvalid, "host %s: settings.%s: %q stands for the secret value it had, and it had none to keep: give its value, or leave it out",
+				h.Name, name, record.SecretShown)
+		}
+		h.Settings[name] = old
+	}
+	return secrets, nil
+}
+
 // DeleteHost deletes a host that has no machine: defined, or failed with
 // its machine destroyed. One the environment's model declares is refused.
 func (r *Room) DeleteHost(ctx context.Context, env, name string) error {

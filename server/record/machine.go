@@ -219,8 +219,8 @@ func Refuse(kind error, format string, args ...any) error {
 }
 
 // SecretShown is how a secret setting is shown outside the machine it is
-// for. A distribution saved with it as a secret's value keeps the value
-// it had.
+// for. A distribution or host saved with it as a secret's value keeps the
+// value it had.
 const SecretShown = "(secret)"
 
 // ContextValue is one setting of a host's context: its value and where it

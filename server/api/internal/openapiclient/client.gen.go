@@ -1223,6 +1223,7 @@ type Diff struct {
 type Distribution struct {
 	Cmdline       *string                    `json:"cmdline,omitempty"`
 	CreatedAt     time.Time                  `json:"created_at"`
+	DeclaredIn    *string                    `json:"declared_in,omitempty"`
 	Env           string                     `json:"env"`
 	Images        *map[string]string         `json:"images,omitempty"`
 	Initrd        *string                    `json:"initrd,omitempty"`
@@ -1361,6 +1362,7 @@ type ExportResponse struct {
 type Host struct {
 	Applications *[]string `json:"applications,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
+	DeclaredIn   *string   `json:"declared_in,omitempty"`
 	Distribution string    `json:"distribution"`
 	Env          string    `json:"env"`
 
@@ -1391,11 +1393,21 @@ type HostRequest struct {
 // HostState defines model for HostState.
 type HostState string
 
+// HostUpdate defines model for HostUpdate.
+type HostUpdate struct {
+	Applications *[]string                `json:"applications,omitempty"`
+	Distribution string                   `json:"distribution"`
+	Labels       *map[string]string       `json:"labels,omitempty"`
+	Platform     string                   `json:"platform"`
+	Settings     *map[string]*interface{} `json:"settings,omitempty"`
+}
+
 // HostView A host with its context (each setting's value and where it came from, secrets hidden), its machine's name on its platform and its instance.
 type HostView struct {
 	Applications *[]string       `json:"applications,omitempty"`
 	Context      *[]ContextValue `json:"context"`
 	CreatedAt    time.Time       `json:"created_at"`
+	DeclaredIn   *string         `json:"declared_in,omitempty"`
 	Distribution string          `json:"distribution"`
 	Env          string          `json:"env"`
 
@@ -1590,6 +1602,7 @@ type PlanResource struct {
 type Platform struct {
 	Agent      string                   `json:"agent"`
 	CreatedAt  time.Time                `json:"created_at"`
+	DeclaredIn *string                  `json:"declared_in,omitempty"`
 	Discovered *bool                    `json:"discovered,omitempty"`
 	Driver     PlatformDriver           `json:"driver"`
 	Env        string                   `json:"env"`
@@ -2327,6 +2340,9 @@ type PostEnvsEnvEnrollmentTokensJSONRequestBody = EnrollmentTokenRequest
 // PostEnvsEnvHostsJSONRequestBody defines body for PostEnvsEnvHosts for application/json ContentType.
 type PostEnvsEnvHostsJSONRequestBody = HostRequest
 
+// PutEnvsEnvHostsNameJSONRequestBody defines body for PutEnvsEnvHostsName for application/json ContentType.
+type PutEnvsEnvHostsNameJSONRequestBody = HostUpdate
+
 // PutEnvsEnvPlatformsNameJSONRequestBody defines body for PutEnvsEnvPlatformsName for application/json ContentType.
 type PutEnvsEnvPlatformsNameJSONRequestBody = PlatformRequest
 
@@ -2770,6 +2786,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
 	GetEnvsEnvHostsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutEnvsEnvHostsNameWithBody Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+	//
+	// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+	PutEnvsEnvHostsNameWithBody(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutEnvsEnvHostsName Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+	//
+	// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+	PutEnvsEnvHostsName(ctx context.Context, env string, name string, body PutEnvsEnvHostsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostEnvsEnvHostsNameAdopt Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
 	//
@@ -4147,6 +4181,44 @@ func (c *Client) DeleteEnvsEnvHostsName(ctx context.Context, env string, name st
 // Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
 func (c *Client) GetEnvsEnvHostsName(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetEnvsEnvHostsNameRequest(c.Server, env, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutEnvsEnvHostsNameWithBody Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+//
+// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+func (c *Client) PutEnvsEnvHostsNameWithBody(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutEnvsEnvHostsNameRequestWithBody(c.Server, env, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutEnvsEnvHostsName Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+//
+// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+func (c *Client) PutEnvsEnvHostsName(ctx context.Context, env string, name string, body PutEnvsEnvHostsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutEnvsEnvHostsNameRequest(c.Server, env, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7241,6 +7313,60 @@ func NewGetEnvsEnvHostsNameRequest(server string, env string, name string) (*htt
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewPutEnvsEnvHostsNameRequest calls the generic PutEnvsEnvHostsName builder with application/json body
+func NewPutEnvsEnvHostsNameRequest(server string, env string, name string, body PutEnvsEnvHostsNameJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutEnvsEnvHostsNameRequestWithBody(server, env, name, "application/json", bodyReader)
+}
+
+// NewPutEnvsEnvHostsNameRequestWithBody constructs an http.Request for the PutEnvsEnvHostsName method, with any body, and a specified content type
+func NewPutEnvsEnvHostsNameRequestWithBody(server string, env string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "env", env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/envs/%s/hosts/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -10664,6 +10790,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/envs/{env}/hosts/{name} (the `GetEnvsEnvHostsName` operationId).
 	GetEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, reqEditors ...RequestEditorFn) (*GetEnvsEnvHostsNameResponse, error)
+
+	// PutEnvsEnvHostsNameWithBodyWithResponse Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+	//
+	// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+	PutEnvsEnvHostsNameWithBodyWithResponse(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutEnvsEnvHostsNameResponse, error)
+
+	// PutEnvsEnvHostsNameWithResponse Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+	//
+	// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+	PutEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, body PutEnvsEnvHostsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*PutEnvsEnvHostsNameResponse, error)
 
 	// PostEnvsEnvHostsNameAdoptWithResponse Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
 	//
@@ -14486,6 +14630,110 @@ func (r GetEnvsEnvHostsNameResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetEnvsEnvHostsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutEnvsEnvHostsNameResponseDefaultHeaders the declared response headers of an HTTP default response for PutEnvsEnvHostsName
+type PutEnvsEnvHostsNameResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type PutEnvsEnvHostsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Host
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *RequestEntityTooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *UnprocessableEntity
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PutEnvsEnvHostsNameResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON200() *Host {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON413() *RequestEntityTooLarge {
+	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSON422() *UnprocessableEntity {
+	return r.JSON422
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutEnvsEnvHostsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutEnvsEnvHostsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutEnvsEnvHostsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutEnvsEnvHostsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutEnvsEnvHostsNameResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -20937,6 +21185,36 @@ func (c *ClientWithResponses) GetEnvsEnvHostsNameWithResponse(ctx context.Contex
 	return ParseGetEnvsEnvHostsNameResponse(rsp)
 }
 
+// PutEnvsEnvHostsNameWithBodyWithResponse Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+//
+// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+func (c *ClientWithResponses) PutEnvsEnvHostsNameWithBodyWithResponse(ctx context.Context, env string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutEnvsEnvHostsNameResponse, error) {
+	rsp, err := c.PutEnvsEnvHostsNameWithBody(ctx, env, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutEnvsEnvHostsNameResponse(rsp)
+}
+
+// PutEnvsEnvHostsNameWithResponse Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares
+//
+// Replace an existing host's blueprint, checked as a new host's is; a host with a machine (provisioning, provisioned, deprovisioning) keeps its platform and distribution until its machine is destroyed, and its next machine is made with its new applications, labels and settings; a secret sent as "(secret)" keeps its value. Refused for a host the environment's model declares. Needs role operator.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/envs/{env}/hosts/{name} (the `PutEnvsEnvHostsName` operationId).
+func (c *ClientWithResponses) PutEnvsEnvHostsNameWithResponse(ctx context.Context, env string, name string, body PutEnvsEnvHostsNameJSONRequestBody, reqEditors ...RequestEditorFn) (*PutEnvsEnvHostsNameResponse, error) {
+	rsp, err := c.PutEnvsEnvHostsName(ctx, env, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutEnvsEnvHostsNameResponse(rsp)
+}
+
 // PostEnvsEnvHostsNameAdoptWithResponse Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted
 //
 // Adopt the machine of the accepted agent of the host's name, which no host claims (a discovered instance), into the defined host: it is provisioned with that machine as its instance. Refused while the environment is halted. Needs role operator.
@@ -24942,6 +25220,101 @@ func ParseGetEnvsEnvHostsNameResponse(rsp *http.Response) (*GetEnvsEnvHostsNameR
 	switch {
 	case true:
 		var headers GetEnvsEnvHostsNameResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutEnvsEnvHostsNameResponse parses an HTTP response from a PutEnvsEnvHostsNameWithResponse call
+func ParsePutEnvsEnvHostsNameResponse(rsp *http.Response) (*PutEnvsEnvHostsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutEnvsEnvHostsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest RequestEntityTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest UnprocessableEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers PutEnvsEnvHostsNameResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
