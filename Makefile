@@ -87,6 +87,7 @@ bench: build
 	./$(BIN) bench export --resources 100000 --change 1
 	./$(BIN) bench converge --agents 1000 --resources 20
 	./$(BIN) bench broker-auth --agents 1000
+	$(GO) test ./cli/e2e -run '^$$' -bench Provision -benchtime 1x
 	./$(BIN) bench ingest-tls --events 20000
 	$(GO) test ./server -run '^$$' -bench BenchmarkAPIUnderSlowConnections -benchtime 10x -count 1
 

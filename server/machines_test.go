@@ -304,6 +304,7 @@ func TestMachinesFromBlueprints(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "vm1 running", func() bool { return r.instance("vm1").Power == record.PowerRunning })
+	booted = *r.instance("vm1").BootedAt
 	if _, err := m.Control(r.ctx, "test", "vm1", model.MachineReboot, "alice"); err != nil {
 		t.Fatal(err)
 	}

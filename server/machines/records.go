@@ -171,7 +171,16 @@ func (r *Room) addHost(ctx context.Context, h record.Host) (record.Host, error) 
 	if h.Settings, err = r.sealHostSettings(ctx, cv, h.Settings); err != nil {
 		return h, err
 	}
-	return r.svc.Store.CreateHost(ctx, h)
+	h, err = r.svc.Store.CreateHost(ctx, h)
+	if err != nil {
+		return h, err
+	}
+	secret := map[string]bool{}
+	for _, c := range cv {
+		secret[c.Name] = c.Secret
+	}
+	h.Settings = hideSettings(h.Settings, secret)
+	return h, nil
 }
 
 // UpdateHost replaces an operator's host's blueprint with h's, checked
