@@ -241,7 +241,7 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 	}
 	l.cli("host", "start", "vm1")
 	waitFor(t, 2*time.Minute, "vm1 running again", func() bool { return l.instance("vm1").Power == record.PowerRunning })
-	step = timed(t, "start", step)
+	timed(t, "start", step)
 	waitFor(t, time.Minute, "vm1's boot time after its start", func() bool {
 		i := l.instance("vm1")
 		return i.BootedAt != nil && i.BootedAt.After(booted)
