@@ -128,21 +128,7 @@ func distributionCommand(term *terminal) *ucli.Command {
 				p, _ := machinePath(cl, "distributions", d.Name)
 				return putDistribution(c, cl, term, p, req, asJSON)
 			}),
-			remoteCommand(term, "delete", "delete a distribution no host uses", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				name := c.Args().First()
-				p, err := machinePath(cl, "distributions", name)
-				if err != nil {
-					return err
-				}
-				if err := cl.call(c.Context, "DELETE", p, nil, nil); err != nil {
-					return orNotFound(err, "tether distribution list shows the distributions")
-				}
-				if asJSON {
-					return writeJSON(term.stdout, map[string]string{"deleted": name})
-				}
-				fmt.Fprintf(term.stdout, "distribution %s deleted\n", name)
-				return nil
-			}),
+			machineDeleteCommand(term, "distribution", "distributions", "delete a distribution no host uses"),
 		},
 	}, map[string]string{
 		"list": "Each distribution with its kind, what it boots, its install format and its parameters.\n\n" +
@@ -235,23 +221,11 @@ func parseParam(spec string) (record.Param, error) {
 }
 
 func getDistribution(c *ucli.Context, cl *client) (record.Distribution, error) {
-	var d record.Distribution
-	p, err := machinePath(cl, "distributions", c.Args().First())
-	if err != nil {
-		return d, err
-	}
-	return d, orNotFound(cl.call(c.Context, "GET", p, nil, &d), "tether distribution list shows the distributions")
+	return getMachineRecord[record.Distribution](c, cl, "distribution", "distributions", c.Args().First())
 }
 
 func putDistribution(c *ucli.Context, cl *client, term *terminal, p string, req api.DistributionRequest, asJSON bool) error {
-	var d record.Distribution
-	if err := cl.call(c.Context, "PUT", p, req, &d); err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(term.stdout, d)
-	}
-	return showDistribution(term, d)
+	return putMachineRecord(c, cl, term, p, req, asJSON, showDistribution)
 }
 
 // distributionBoots says what a distribution boots: its kernel, or its

@@ -158,21 +158,7 @@ func hostCommand(term *terminal) *ucli.Command {
 				}
 				return nil
 			}),
-			remoteCommand(term, "delete", "delete a host that has no machine (defined, or failed)", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				name := c.Args().First()
-				p, err := machinePath(cl, "hosts", name)
-				if err != nil {
-					return err
-				}
-				if err := cl.call(c.Context, "DELETE", p, nil, nil); err != nil {
-					return orNotFound(err, "tether host list shows the hosts")
-				}
-				if asJSON {
-					return writeJSON(term.stdout, map[string]string{"deleted": name})
-				}
-				fmt.Fprintf(term.stdout, "host %s deleted\n", name)
-				return nil
-			}),
+			machineDeleteCommand(term, "host", "hosts", "delete a host that has no machine (defined, or failed)"),
 			remoteCommand(term, "provision", "make a defined (or failed) host's machine; the host is provisioned when the machine's agent enrolls", "NAME", waitFlags("provisioned"),
 				func(c *ucli.Context, cl *client, asJSON bool) error {
 					deadline := time.Now().Add(c.Duration("timeout"))
@@ -442,12 +428,7 @@ func hostSettingTypes(c *ucli.Context, cl *client, platform, distribution string
 }
 
 func getHost(c *ucli.Context, cl *client, name string) (record.HostView, error) {
-	var v record.HostView
-	p, err := machinePath(cl, "hosts", name)
-	if err != nil {
-		return v, err
-	}
-	return v, orNotFound(cl.call(c.Context, "GET", p, nil, &v), "tether host list shows the hosts")
+	return getMachineRecord[record.HostView](c, cl, "host", "hosts", name)
 }
 
 func showHost(term *terminal, v record.HostView) error {

@@ -238,3 +238,45 @@ func describe(cmd *ucli.Command, texts map[string]string) *ucli.Command {
 	}
 	return cmd
 }
+
+// getMachineRecord reads one platform, distribution or host (plural
+// names the collection, noun the command) into a T.
+func getMachineRecord[T any](c *ucli.Context, cl *client, noun, plural, name string) (T, error) {
+	var v T
+	p, err := machinePath(cl, plural, name)
+	if err != nil {
+		return v, err
+	}
+	return v, orNotFound(cl.call(c.Context, "GET", p, nil, &v), fmt.Sprintf("tether %s list shows the %s", noun, plural))
+}
+
+// putMachineRecord creates or replaces one at p and shows the answer.
+func putMachineRecord[T any](c *ucli.Context, cl *client, term *terminal, p string, req any, asJSON bool, show func(*terminal, T) error) error {
+	var v T
+	if err := cl.call(c.Context, "PUT", p, req, &v); err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(term.stdout, v)
+	}
+	return show(term, v)
+}
+
+// machineDeleteCommand is `tether NOUN delete NAME`.
+func machineDeleteCommand(term *terminal, noun, plural, usage string) *ucli.Command {
+	return remoteCommand(term, "delete", usage, "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+		name := c.Args().First()
+		p, err := machinePath(cl, plural, name)
+		if err != nil {
+			return err
+		}
+		if err := cl.call(c.Context, "DELETE", p, nil, nil); err != nil {
+			return orNotFound(err, fmt.Sprintf("tether %s list shows the %s", noun, plural))
+		}
+		if asJSON {
+			return writeJSON(term.stdout, map[string]string{"deleted": name})
+		}
+		fmt.Fprintf(term.stdout, "%s %s deleted\n", noun, name)
+		return nil
+	})
+}

@@ -114,21 +114,7 @@ func platformCommand(term *terminal) *ucli.Command {
 				p, _ := machinePath(cl, "platforms", pl.Name)
 				return putPlatform(c, cl, term, p, req, asJSON)
 			}),
-			remoteCommand(term, "delete", "delete a platform no host uses", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				name := c.Args().First()
-				p, err := machinePath(cl, "platforms", name)
-				if err != nil {
-					return err
-				}
-				if err := cl.call(c.Context, "DELETE", p, nil, nil); err != nil {
-					return orNotFound(err, "tether platform list shows the platforms")
-				}
-				if asJSON {
-					return writeJSON(term.stdout, map[string]string{"deleted": name})
-				}
-				fmt.Fprintf(term.stdout, "platform %s deleted\n", name)
-				return nil
-			}),
+			machineDeleteCommand(term, "platform", "platforms", "delete a platform no host uses"),
 			remoteCommand(term, "inventory", "ask the agent serving a platform for the machines it holds (tether instance list shows them once it answers)", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
 				name := c.Args().First()
 				p, err := machinePath(cl, "platforms", name)
@@ -211,23 +197,11 @@ func platformChanges(c *ucli.Context, req *api.PlatformRequest) error {
 }
 
 func getPlatform(c *ucli.Context, cl *client) (record.Platform, error) {
-	var pl record.Platform
-	p, err := machinePath(cl, "platforms", c.Args().First())
-	if err != nil {
-		return pl, err
-	}
-	return pl, orNotFound(cl.call(c.Context, "GET", p, nil, &pl), "tether platform list shows the platforms")
+	return getMachineRecord[record.Platform](c, cl, "platform", "platforms", c.Args().First())
 }
 
 func putPlatform(c *ucli.Context, cl *client, term *terminal, p string, req api.PlatformRequest, asJSON bool) error {
-	var pl record.Platform
-	if err := cl.call(c.Context, "PUT", p, req, &pl); err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(term.stdout, pl)
-	}
-	return showPlatform(term, pl)
+	return putMachineRecord(c, cl, term, p, req, asJSON, showPlatform)
 }
 
 // platformWhere says where a platform makes machines: its libvirt URI, or
