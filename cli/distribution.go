@@ -73,23 +73,10 @@ func distributionCommand(term *terminal) *ucli.Command {
 				}
 				return t.flush()
 			}),
-			remoteCommand(term, "show", "show a distribution: what it boots, its templates, its parameters and their values", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				d, err := getDistribution(c, cl)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(term.stdout, d)
-				}
-				return showDistribution(term, d)
-			}),
+			machineShowCommand(term, "distribution", "distributions", "show a distribution: what it boots, its templates, its parameters and their values", showDistribution),
 			remoteCommand(term, "add", "add a distribution", "NAME", flags(true), func(c *ucli.Context, cl *client, asJSON bool) error {
-				name := c.Args().First()
-				p, err := machinePath(cl, "distributions", name)
+				p, err := newMachinePath(c, cl, "distribution", "distributions")
 				if err != nil {
-					return err
-				}
-				if err := mustNotExist(c, cl, p, fmt.Sprintf("distribution %s exists in environment %s: tether distribution update %s changes it", name, cl.env, name)); err != nil {
 					return err
 				}
 				req := api.DistributionRequest{Kind: c.String("kind")}

@@ -280,3 +280,28 @@ func machineDeleteCommand(term *terminal, noun, plural, usage string) *ucli.Comm
 		return nil
 	})
 }
+
+// machineShowCommand is `tether NOUN show NAME`.
+func machineShowCommand[T any](term *terminal, noun, plural, usage string, show func(*terminal, T) error) *ucli.Command {
+	return remoteCommand(term, "show", usage, "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
+		v, err := getMachineRecord[T](c, cl, noun, plural, c.Args().First())
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(term.stdout, v)
+		}
+		return show(term, v)
+	})
+}
+
+// newMachinePath is the path of a platform, distribution or host to add,
+// refused when one of its name exists.
+func newMachinePath(c *ucli.Context, cl *client, noun, plural string) (string, error) {
+	name := c.Args().First()
+	p, err := machinePath(cl, plural, name)
+	if err != nil {
+		return "", err
+	}
+	return p, mustNotExist(c, cl, p, fmt.Sprintf("%s %s exists in environment %s: tether %s update %s changes it", noun, name, cl.env, noun, name))
+}

@@ -61,23 +61,10 @@ func platformCommand(term *terminal) *ucli.Command {
 				}
 				return t.flush()
 			}),
-			remoteCommand(term, "show", "show a platform with its settings", "NAME", nil, func(c *ucli.Context, cl *client, asJSON bool) error {
-				pl, err := getPlatform(c, cl)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(term.stdout, pl)
-				}
-				return showPlatform(term, pl)
-			}),
+			machineShowCommand(term, "platform", "platforms", "show a platform with its settings", showPlatform),
 			remoteCommand(term, "add", "add a platform: a driver, the agent that serves it, its settings", "NAME", flags(true), func(c *ucli.Context, cl *client, asJSON bool) error {
-				name := c.Args().First()
-				p, err := machinePath(cl, "platforms", name)
+				p, err := newMachinePath(c, cl, "platform", "platforms")
 				if err != nil {
-					return err
-				}
-				if err := mustNotExist(c, cl, p, fmt.Sprintf("platform %s exists in environment %s: tether platform update %s changes it", name, cl.env, name)); err != nil {
 					return err
 				}
 				req := api.PlatformRequest{Driver: c.String("driver"), Agent: c.String("agent")}
