@@ -227,7 +227,7 @@ func hostCommand(term *terminal) *ucli.Command {
 			"when, and why it failed.\n\n" +
 			"   tether host list --env prod",
 		"show": "The host, its machine as its platform's agent last reported it, and its context: every setting\n" +
-			"its machine gets, its value and where it came from (platform, distribution or host).\n\n" +
+			"its machine gets, its value and where it came from (environment, platform, distribution or host).\n\n" +
 			"   tether host show web-1 --env prod",
 		"add": "The host's platform and distribution must exist and fit each other (an image distribution needs\n" +
 			"an image for the platform); its settings must be its platform driver's, its distribution's\n" +
@@ -460,7 +460,7 @@ func showHost(term *terminal, v record.HostView) error {
 	if len(v.Context) == 0 {
 		return nil
 	}
-	fmt.Fprintln(term.stdout, "\nContext (platform < distribution < host):")
+	fmt.Fprintln(term.stdout, "\nContext (environment < platform < distribution < host):")
 	ct := newTable(term, "NAME", "VALUE", "FROM")
 	for _, cv := range v.Context {
 		ct.row(cv.Name, fmt.Sprint(cv.Value), cv.From)

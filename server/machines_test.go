@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -265,6 +266,11 @@ func TestMachinesFromBlueprints(t *testing.T) {
 	r, hv := machinesRig(t, server.Config{StopGrace: time.Second})
 	m := r.srv.Machines()
 	r.release(file("vm1", "/motd", "made from a blueprint"))
+	// The environment's machine settings are the first layer of the
+	// host's context.
+	if _, err := r.srv.UpdateEnvSettings(r.ctx, "test", func(s *record.EnvSettings) error { return s.Set("machine_settings", `{"cpus": 2}`) }); err != nil {
+		t.Fatal(err)
+	}
 
 	h, err := m.Provision(r.ctx, "test", "vm1", "alice")
 	if err != nil || h.State != record.HostProvisioning {
@@ -282,6 +288,12 @@ func TestMachinesFromBlueprints(t *testing.T) {
 	}
 	if v, _ := m.ShowHost(r.ctx, "test", "vm1"); strings.Contains(fmt.Sprint(v.Context), "hunter2") {
 		t.Fatalf("the host's context shows its root password: %+v", v.Context)
+	}
+	if got := hv.spec("test.vm1").Settings["cpus"]; fmt.Sprint(got) != "2" {
+		t.Fatalf("the machine's cpus %v (%T): want the environment's 2", got, got)
+	}
+	if v, _ := m.ShowHost(r.ctx, "test", "vm1"); !slices.ContainsFunc(v.Context, func(c record.ContextValue) bool { return c.Name == "cpus" && c.From == "environment" }) {
+		t.Fatalf("vm1's context %+v: want cpus from the environment", v.Context)
 	}
 	if got := hv.spec("test.vm1").Files["user-data"]; got != "#cloud-config\npassword: hunter2\n" {
 		t.Fatalf("the machine's user-data %q: want the password in clear", got)

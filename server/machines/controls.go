@@ -37,8 +37,8 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 	if err != nil {
 		return h, err
 	}
-	_, settings, _ := record.HostContext(p, d, h)
-	if settings, err = r.openSettings(ctx, cv, settings); err != nil {
+	settings, err := r.openSettings(ctx, cv, settingsOf(cv))
+	if err != nil {
 		return h, err
 	}
 	// Rendered once with a stand-in token: a template that does not
@@ -269,11 +269,10 @@ func (r *Room) sweep(ctx context.Context) error {
 			return err
 		}
 		for _, h := range hosts {
-			p, d, _, err := r.blueprint(ctx, h)
+			p, _, cv, err := r.blueprint(ctx, h)
 			timeout := r.cfg.ProvisionTimeout
 			if err == nil {
-				_, settings, _ := record.HostContext(p, d, h)
-				timeout = r.timeout(settings)
+				timeout = r.timeout(settingsOf(cv))
 			}
 			if now.Sub(h.StateSince) < timeout {
 				continue

@@ -363,11 +363,24 @@ func (r *Room) blueprint(ctx context.Context, h record.Host) (record.Platform, r
 	if err := d.Fits(p); err != nil {
 		return p, d, nil, record.Refuse(model.ErrInvalid, "host %s: %v", h.Name, err)
 	}
-	cv, _, err := record.HostContext(p, d, h)
+	e, err := r.svc.Store.GetEnv(ctx, h.Env)
+	if err != nil {
+		return p, d, nil, err
+	}
+	cv, _, err := record.HostContext(e.Settings.MachineSettings, p, d, h)
 	if err != nil {
 		return p, d, nil, record.Refuse(model.ErrInvalid, "%v", err)
 	}
 	return p, d, cv, nil
+}
+
+// settingsOf is a host's context as a map, name to value.
+func settingsOf(cv []record.ContextValue) map[string]any {
+	out := make(map[string]any, len(cv))
+	for _, c := range cv {
+		out[c.Name] = c.Value
+	}
+	return out
 }
 
 // hostsOn lists env's hosts that keep says to.

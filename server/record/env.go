@@ -72,6 +72,10 @@ type EnvSettings struct {
 	// forgotten (an agent that still waits says hello again, and is
 	// listed again).
 	PendingExpiry Duration `json:"pending_expiry"`
+	// MachineSettings are the environment's own settings of the machines
+	// its hosts become: the first layer of a host's context, under its
+	// platform's, its distribution's and its own (HostContext).
+	MachineSettings map[string]any `json:"machine_settings,omitempty"`
 }
 
 // Enrollment is an environment's policy for newly discovered agents.
@@ -122,6 +126,7 @@ var settingKeys = []string{
 	"auto_deploy", "auto_release", "deploy_interval", "repair_interval", "drift_policy",
 	"enrollment", "max_pending", "pending_expiry", "purge_on_delete", "versions_to_keep", "halted",
 	"release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance",
+	"machine_settings",
 }
 
 // SettingKeys lists the names of every environment setting.
@@ -154,6 +159,12 @@ func (s EnvSettings) Get(key string) (string, error) {
 		return strconv.FormatBool(s.Halted), nil
 	case "release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance":
 		return s.Release.get(key), nil
+	case "machine_settings":
+		if len(s.MachineSettings) == 0 {
+			return "{}", nil
+		}
+		b, err := json.Marshal(s.MachineSettings)
+		return string(b), err
 	}
 	return "", fmt.Errorf("%w: no setting %q (settings: %s)", ErrInvalidSetting, key, strings.Join(settingKeys, ", "))
 }
@@ -188,6 +199,21 @@ func (s *EnvSettings) Set(key, value string) error {
 		next.Halted, err = strconv.ParseBool(value)
 	case "release_strategy", "release_canary", "release_waves", "release_max_failed", "release_advance":
 		err = next.Release.set(key, value)
+	case "machine_settings":
+		next.MachineSettings = nil
+		dec := json.NewDecoder(strings.NewReader(value))
+		dec.UseNumber()
+		if err = dec.Decode(&next.MachineSettings); err == nil {
+			for k, v := range next.MachineSettings {
+				if n, ok := v.(json.Number); ok {
+					if i, ierr := n.Int64(); ierr == nil {
+						next.MachineSettings[k] = i
+					} else {
+						err = fmt.Errorf("%s: %s is not a whole number", k, n)
+					}
+				}
+			}
+		}
 	default:
 		_, err = next.Get(key)
 		return err
@@ -221,6 +247,9 @@ func (s EnvSettings) Validate() error {
 		return fmt.Errorf("%w: pending_expiry %s: want at least 1m (how long a pending agent not heard from is kept)", ErrInvalidSetting, s.PendingExpiry)
 	}
 	if err := s.Release.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSetting, err)
+	}
+	if err := checkMachineSettings(s.MachineSettings); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSetting, err)
 	}
 	return nil

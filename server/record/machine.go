@@ -233,30 +233,50 @@ type ContextValue struct {
 	Secret bool `json:"secret,omitempty"`
 }
 
-// HostContext resolves a host's settings: the platform's (its driver's
-// defaults filled in), then its distribution's parameters, then the
-// host's own, each over the one before. It checks the host's settings
-// against the parameters they set (errors name host NAME: settings.KEY)
-// and returns every value with where it came from, sorted by name, and as
-// a map.
-func HostContext(p Platform, d Distribution, h Host) ([]ContextValue, map[string]any, error) {
+// HostContext resolves a host's settings: the environment's machine
+// settings (those the platform's driver, the distribution or a host
+// takes), then the platform's (its driver's defaults filled in), then its
+// distribution's parameters, then the host's own, each over the one
+// before. It checks the environment's and the host's settings against the
+// parameters they set (errors name env: machine_settings.KEY and host
+// NAME: settings.KEY) and returns every value with where it came from,
+// sorted by name, and as a map.
+func HostContext(env map[string]any, p Platform, d Distribution, h Host) ([]ContextValue, map[string]any, error) {
 	params := map[string]Param{}
 	from := map[string]string{}
 	values := map[string]any{}
 	for _, q := range DriverParams[p.Driver] {
 		params[q.Name] = q
+	}
+	for _, q := range d.Params {
+		params[q.Name] = q
+	}
+	for _, q := range HostParams {
+		params[q.Name] = q
+	}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		q, ok := params[name]
+		if !ok {
+			continue // another driver's: not this host's
+		}
+		v, err := q.check(fmt.Sprintf("env: machine_settings.%s", name), env[name])
+		if err != nil {
+			return nil, nil, err
+		}
+		values[name], from[name] = v, "environment"
+	}
+	for _, q := range DriverParams[p.Driver] {
 		if v, ok := p.Settings[q.Name]; ok {
+			if _, set := values[q.Name]; set && isDefault(q, v) {
+				continue // the driver's default does not hide the environment's
+			}
 			values[q.Name], from[q.Name] = v, "platform "+p.Name
 		}
 	}
 	for _, q := range d.Params {
-		params[q.Name] = q
 		if v, ok := d.Settings[q.Name]; ok {
 			values[q.Name], from[q.Name] = v, "distribution "+d.Name
 		}
-	}
-	for _, q := range HostParams {
-		params[q.Name] = q
 	}
 	names := slices.Sorted(maps.Keys(params))
 	for _, name := range slices.Sorted(maps.Keys(h.Settings)) {
@@ -275,6 +295,48 @@ func HostContext(p Platform, d Distribution, h Host) ([]ContextValue, map[string
 		out = append(out, ContextValue{Name: name, Value: values[name], From: from[name], Secret: params[name].Type == ParamSecret})
 	}
 	return out, values, nil
+}
+
+// isDefault says whether v is q's default: a platform's setting its
+// driver filled in.
+func isDefault(q Param, v any) bool {
+	if q.Default == nil {
+		return false
+	}
+	a, aok := asInt(v)
+	b, bok := asInt(q.Default)
+	if aok && bok {
+		return a == b
+	}
+	return v == q.Default
+}
+
+// checkMachineSettings checks an environment's machine settings: each a
+// setting some platform driver or host takes (a distribution's own
+// parameters are the distribution's), of its type.
+func checkMachineSettings(settings map[string]any) error {
+	known := map[string]Param{}
+	for _, params := range DriverParams {
+		for _, q := range params {
+			known[q.Name] = q
+		}
+	}
+	for _, q := range HostParams {
+		known[q.Name] = q
+	}
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		q, ok := known[name]
+		if !ok {
+			return fmt.Errorf("machine_settings.%s: unknown setting: want one of %s", name, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+		if q.Type == ParamSecret {
+			return fmt.Errorf("machine_settings.%s: a secret is set on a distribution or a host, where it is sealed", name)
+		}
+		if _, err := q.check("machine_settings."+name, settings[name]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Platform is a named place machines are made: a driver, its settings,

@@ -152,7 +152,66 @@ func TestRefuse(t *testing.T) {
 	if !errors.Is(err, model.ErrNotFound) || errors.Is(err, model.ErrConflict) || !errors.As(err, &me) || me.Msg != "host web-1: platform kvm: none" {
 		t.Fatalf("got %v (%+v), want a not-found refusal saying its words", err, me)
 	}
-	if _, err := HostDefined.Move(HostDestroy); !errors.As(err, &me) || me.Error() != "a defined host cannot destroy (it can: provision)" {
+	if _, err := HostDefined.Move(HostDestroy); !errors.As(err, &me) || me.Error() != "a defined host cannot destroy (it can: adopt, provision)" {
 		t.Fatalf("a move refused: %v, want a refusal saying what the host can do", err)
+	}
+}
+
+// A host's context: the environment's machine settings, under the
+// platform's (a driver's default does not hide them), the distribution's
+// and the host's, each value saying where it came from; the
+// environment's settings are checked as they are set.
+func TestHostContextLayers(t *testing.T) {
+	p := Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv", Settings: map[string]any{"cpus": 2}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := Distribution{Name: "tiny", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "locale", Type: ParamString, Default: "C"}}}
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := Host{Name: "vm1", Platform: "lab", Distribution: "tiny", Settings: map[string]any{"disk_gib": 2}}
+	env := map[string]any{"memory_mib": float64(512), "cpus": 4, "disk_gib": 4, "tftp_root": "/srv/tftp"}
+	cv, values, err := HostContext(env, p, d, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := map[string]string{}
+	for _, c := range cv {
+		from[c.Name] = fmt.Sprint(c.Value, " from ", c.From)
+	}
+	for name, want := range map[string]string{
+		"memory_mib": "512 from environment",     // the platform's is its driver's default
+		"cpus":       "2 from platform lab",      // the platform's own
+		"disk_gib":   "2 from host vm1",          // the host's own
+		"locale":     "C from distribution tiny", // the distribution's default
+	} {
+		if from[name] != want {
+			t.Errorf("%s: %s, want %s", name, from[name], want)
+		}
+	}
+	if _, ok := values["tftp_root"]; ok {
+		t.Error("another driver's setting of the environment reached a libvirt host's context")
+	}
+	var s EnvSettings = DefaultEnvSettings()
+	if err := s.Set("machine_settings", `{"memory_mib": 512, "broker": "amqp://10.0.2.2:5672/"}`); err != nil || s.MachineSettings["memory_mib"] != int64(512) {
+		t.Fatalf("set machine_settings: %v, %+v", err, s.MachineSettings)
+	}
+	if got, _ := s.Get("machine_settings"); got != `{"broker":"amqp://10.0.2.2:5672/","memory_mib":512}` {
+		t.Fatalf("get machine_settings: %s", got)
+	}
+	for value, says := range map[string]string{
+		`{"colour": "blue"}`:       "machine_settings.colour: unknown setting",
+		`{"memory_mib": "lots"}`:   "machine_settings.memory_mib: want a whole number",
+		`{"memory_mib": 1.5}`:      "memory_mib: 1.5 is not a whole number",
+		`{"provision_timeout": 1}`: "machine_settings.provision_timeout: 1 is out of range",
+		`not json`:                 "machine_settings",
+	} {
+		if err := s.Set("machine_settings", value); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("set machine_settings %s: %v, want an error saying %q", value, err, says)
+		}
+	}
+	if s.MachineSettings["memory_mib"] != int64(512) {
+		t.Fatalf("a refused value changed the settings: %+v", s.MachineSettings)
 	}
 }

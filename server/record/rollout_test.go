@@ -28,7 +28,7 @@ func TestReleaseSettings(t *testing.T) {
 		if err := s.Set(kv[0], kv[1]); !errors.Is(err, ErrInvalidSetting) {
 			t.Fatalf("set %s = %s: %v, want ErrInvalidSetting", kv[0], kv[1], err)
 		}
-		if s != before {
+		if !reflect.DeepEqual(s, before) {
 			t.Fatalf("a refused %s changed the settings", kv[0])
 		}
 	}

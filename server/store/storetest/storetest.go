@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -213,7 +214,7 @@ func testEnvironments(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Settings != settings || got.CreatedAt.IsZero() {
+	if !reflect.DeepEqual(got.Settings, settings) || got.CreatedAt.IsZero() {
 		t.Fatalf("got %+v, want settings %+v and a creation time", got, settings)
 	}
 	if _, err := s.GetEnv(ctx, "nope"); !errors.Is(err, model.ErrNotFound) {

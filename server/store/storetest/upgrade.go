@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/tetherhq/tether/model"
@@ -55,7 +56,7 @@ func Upgrade(t *testing.T, all Migrations, fresh func(t *testing.T) (open func(M
 			if v, err := s.SchemaVersion(ctx); err != nil || v != ms[steps-1].Version {
 				t.Fatalf("schema version %d (%v), want %d", v, err, ms[steps-1].Version)
 			}
-			if env, err := s.GetEnv(ctx, "old"); err != nil || env.Settings != settings || env.Org != record.DefaultOrg {
+			if env, err := s.GetEnv(ctx, "old"); err != nil || !reflect.DeepEqual(env.Settings, settings) || env.Org != record.DefaultOrg {
 				t.Fatalf("environment from step %d: %+v, %v; want its settings kept, in the default organization", n, env, err)
 			}
 			if _, err := s.PutPlatform(ctx, libvirtPlatform("old", "p1")); err != nil {
