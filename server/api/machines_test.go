@@ -403,6 +403,22 @@ func TestHostsAPI(t *testing.T) {
 		t.Fatalf("hosts after the delete: %+v", list)
 	}
 
+	// A machine that runs an agent already is adopted into the defined
+	// host of its name; an agent that is not accepted, or none, is not.
+	if err := r.st.UpsertAgent(ctx, record.Agent{Env: "prod", Name: "web-7", PublicKey: make([]byte, 32), State: record.AgentAccepted, LastSeen: time.Now(), Connected: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"web-7", "web-8"} {
+		r.must(op, "POST", hosts, api.HostRequest{Name: name, Platform: "kvm", Distribution: "debian"}, nil, 201)
+	}
+	r.must(viewer, "POST", hosts+"/web-7/adopt", nil, nil, 403)
+	r.refused(op, "POST", hosts+"/web-8/adopt", nil, 404, "not_found", "web-8")
+	r.must(op, "POST", hosts+"/web-7/adopt", nil, &h, 200)
+	if h.State != record.HostProvisioned || h.Instance != "agent:web-7" {
+		t.Fatalf("adopted: %+v, want provisioned with agent web-7's machine", h)
+	}
+	r.refused(op, "POST", hosts+"/web-7/adopt", nil, 409, "conflict", "host")
+
 	// Each change is in the audit log as its route's action, by who asked.
 	var audit []record.AuditEntry
 	r.must(r.admin, "GET", "/api/v1/audit?env=prod&limit=200", nil, &audit, 200)

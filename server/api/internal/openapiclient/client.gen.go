@@ -1300,11 +1300,12 @@ type EnvSettings struct {
 	AutoRelease bool `json:"auto_release"`
 
 	// DeployInterval a duration as 90s, 10m or 1h30m (a number is read as nanoseconds)
-	DeployInterval string           `json:"deploy_interval"`
-	DriftPolicy    DriftPolicy      `json:"drift_policy"`
-	Enrollment     EnrollmentPolicy `json:"enrollment"`
-	Halted         bool             `json:"halted"`
-	MaxPending     int64            `json:"max_pending"`
+	DeployInterval  string                   `json:"deploy_interval"`
+	DriftPolicy     DriftPolicy              `json:"drift_policy"`
+	Enrollment      EnrollmentPolicy         `json:"enrollment"`
+	Halted          bool                     `json:"halted"`
+	MachineSettings *map[string]*interface{} `json:"machine_settings,omitempty"`
+	MaxPending      int64                    `json:"max_pending"`
 
 	// PendingExpiry a duration as 90s, 10m or 1h30m (a number is read as nanoseconds)
 	PendingExpiry string          `json:"pending_expiry"`
