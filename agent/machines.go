@@ -32,6 +32,12 @@ func (a *Agent) machineCommand(ctx context.Context, m bus.Machine) {
 	if key == "" {
 		key = m.Machine
 	}
+	if key == "" {
+		// Of no machine (an inventory): nothing to keep in order.
+		a.machineOps.Add(1)
+		go func() { defer a.machineOps.Done(); a.reportMachine(ctx, m) }()
+		return
+	}
 	a.machineMu.Lock()
 	if a.machineQueues == nil {
 		a.machineQueues = map[string][]bus.Machine{}
@@ -39,7 +45,7 @@ func (a *Agent) machineCommand(ctx context.Context, m bus.Machine) {
 	queue := a.machineQueues[key]
 	a.machineQueues[key] = append(queue, m)
 	a.machineMu.Unlock()
-	if len(queue) > 0 && key != "" {
+	if len(queue) > 0 {
 		return // the machine's runner takes it next
 	}
 	a.machineOps.Add(1)

@@ -333,7 +333,14 @@ func (r *Room) addresses(ctx context.Context, i *record.Instance) {
 		return
 	}
 	a, err := r.svc.Store.GetAgent(ctx, i.Env, i.Agent)
-	if err != nil {
+	if err == nil {
+		factAddresses(i, a)
+	}
+}
+
+// factAddresses fills in an instance's addresses from its agent's facts.
+func factAddresses(i *record.Instance, a record.Agent) {
+	if len(i.Addresses) > 0 {
 		return
 	}
 	for _, k := range []string{"ipv4", "ipv6"} {
@@ -579,6 +586,10 @@ func (r *Room) Instances(ctx context.Context, env string) ([]record.Instance, er
 	if err != nil {
 		return nil, err
 	}
+	byAgent := make(map[string]record.Agent, len(agents))
+	for _, a := range agents {
+		byAgent[a.Name] = a
+	}
 	for _, a := range agents {
 		if a.State != record.AgentAccepted || claimed[a.Name] {
 			continue
@@ -590,7 +601,9 @@ func (r *Room) Instances(ctx context.Context, env string) ([]record.Instance, er
 		out = append(out, i)
 	}
 	for i := range out {
-		r.addresses(ctx, &out[i])
+		if a, ok := byAgent[out[i].Agent]; ok {
+			factAddresses(&out[i], a)
+		}
 	}
 	slices.SortFunc(out, func(a, b record.Instance) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
