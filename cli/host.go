@@ -460,7 +460,7 @@ func showHost(term *terminal, v record.HostView) error {
 	if len(v.Context) == 0 {
 		return nil
 	}
-	fmt.Fprintln(term.stdout, "\nContext (environment < platform < distribution < host):")
+	fmt.Fprintln(term.stdout, "\nContext (environment < platform < distribution < application < host):")
 	ct := newTable(term, "NAME", "VALUE", "FROM")
 	for _, cv := range v.Context {
 		ct.row(cv.Name, fmt.Sprint(cv.Value), cv.From)

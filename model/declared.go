@@ -11,11 +11,24 @@ type DeclaredMachines struct {
 	Platforms     []DeclaredPlatform     `json:"platforms,omitempty"`
 	Distributions []DeclaredDistribution `json:"distributions,omitempty"`
 	Hosts         []DeclaredHost         `json:"hosts,omitempty"`
+	// Applications are the model's applications that say something of
+	// the machines made to run them (machine_settings).
+	Applications []DeclaredApplication `json:"applications,omitempty"`
 }
 
 // Empty reports whether the model declares no machines at all.
 func (d DeclaredMachines) Empty() bool {
-	return len(d.Platforms) == 0 && len(d.Distributions) == 0 && len(d.Hosts) == 0
+	return len(d.Platforms) == 0 && len(d.Distributions) == 0 && len(d.Hosts) == 0 && len(d.Applications) == 0
+}
+
+// DeclaredApplication is what an application block says of the machines
+// made to run it: settings of a platform driver, a distribution or a
+// host, a layer of the context of every host blueprint that lists the
+// application (over its distribution's, under the host's own).
+type DeclaredApplication struct {
+	Name            string         `json:"name"`
+	MachineSettings map[string]any `json:"machine_settings"`
+	Pos             SourcePos      `json:"pos"`
 }
 
 // SourcePos is where a model declares something: a file, relative to the

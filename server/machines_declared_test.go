@@ -301,3 +301,75 @@ func TestMachinesDeclaredInModel(t *testing.T) {
 		t.Fatalf("the refused platform: %v, want none", err)
 	}
 }
+
+// An application's machine settings are a layer of the context of each
+// host that lists it, over its distribution's and under the host's own
+// (the host's page says where each value came from), and reach the
+// machine made; one the server refuses fails the compile at the
+// application's block.
+func TestApplicationSettingsInHostContext(t *testing.T) {
+	m := &models{files: map[string]map[string]string{}, rev: map[string]string{}}
+	r, hv := declaredRig(t, m)
+	r.halt(true)
+	model := func(web string) string {
+		return `platform "lab" {
+  driver = "libvirt"
+  agent  = "hv"
+}
+
+distribution "tiny" {
+  kind    = "netboot"
+  kernel  = "/boot/vmlinuz"
+  initrd  = "/boot/tiny.gz"
+  cmdline = "tether.token={{.Token}}"
+}
+
+application "web" {
+  machine_settings = ` + web + `
+  file "/motd" { content = "web" }
+}
+
+host "vm3" {
+  platform     = "lab"
+  distribution = "tiny"
+  settings     = { cpus = 3 }
+  apply "web" {}
+}
+`
+	}
+	m.set("test", "r1", map[string]string{"main.hcl": model(`{ memory_mib = 768, cpus = 2 }`)})
+	if c := r.compiledAt("r1"); !c.Outcome.Succeeded() {
+		t.Fatalf("compile %+v, want a success", c)
+	}
+	v, err := r.srv.Machines().ShowHost(r.ctx, "test", "vm3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := map[string]string{}
+	for _, c := range v.Context {
+		from[c.Name] = fmt.Sprint(c.Value, " from ", c.From)
+	}
+	if from["memory_mib"] != "768 from application web" || from["cpus"] != "3 from host vm3" || strings.Join(v.Applications, ",") != "web" {
+		t.Fatalf("vm3's applications %v and context %v: want memory_mib from application web, cpus from the host", v.Applications, from)
+	}
+
+	m.set("test", "r2", map[string]string{"main.hcl": model(`{ colour = "blue" }`)})
+	c := r.compiledAt("r2")
+	if c.Outcome.Succeeded() {
+		t.Fatalf("compile of an unknown machine setting %+v, want a failure", c)
+	}
+	if e := diagnostic(t, c, "error", "machine_settings.colour: unknown setting"); e.File != "main.hcl" || e.Line != 13 {
+		t.Fatalf("error %+v, want it at application web's block, main.hcl:13", e)
+	}
+
+	// Resumed with the model mended, the host is made with it.
+	m.set("test", "r3", map[string]string{"main.hcl": model(`{ memory_mib = 768, cpus = 2 }`)})
+	r.halt(false)
+	r.waitHost("vm3", record.HostProvisioned)
+	hv.mu.Lock()
+	memory := hv.machines["test.vm3"].spec.Settings["memory_mib"]
+	hv.mu.Unlock()
+	if fmt.Sprint(memory) != "768" {
+		t.Fatalf("vm3's machine made with memory_mib %v, want its application's 768", memory)
+	}
+}

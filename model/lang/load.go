@@ -59,6 +59,9 @@ type application struct {
 	block  *hcl.Block
 	params []*parameter
 	body   *body
+	// machineSettings: what the application says of the machines made
+	// to run it (see machines.go).
+	machineSettings *hcl.Attribute
 }
 
 func (a *application) param(name string) *parameter {
@@ -205,6 +208,7 @@ var groupSchema = &hcl.BodySchema{
 }
 
 var appSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "machine_settings"}},
 	Blocks: append([]hcl.BlockHeaderSchema{
 		{Type: "parameter", LabelNames: []string{"name"}},
 		{Type: "apply", LabelNames: []string{"application"}},
@@ -652,7 +656,7 @@ func (c *compiler) application(u *unit, b *hcl.Block) {
 	}
 	content, diags := b.Body.Content(appSchema)
 	c.diags = append(c.diags, diags...)
-	app := &application{name: u.qualify(name), unit: u, block: b}
+	app := &application{name: u.qualify(name), unit: u, block: b, machineSettings: content.Attributes["machine_settings"]}
 	for _, pb := range content.Blocks {
 		if pb.Type != "parameter" {
 			continue

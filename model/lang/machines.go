@@ -145,6 +145,16 @@ func (c *compiler) machines(hosts []*hostInfo) *model.DeclaredMachines {
 			out.Hosts = append(out.Hosts, dh)
 		}
 	}
+	for _, name := range sortedKeys(c.apps) {
+		app := c.apps[name]
+		if app.machineSettings == nil {
+			continue
+		}
+		da := model.DeclaredApplication{Name: app.name, Pos: c.sourcePos(app.block)}
+		if c.settingsAttr(app.unit.ctx, app.machineSettings, &da.MachineSettings) {
+			out.Applications = append(out.Applications, da)
+		}
+	}
 	if out.Empty() {
 		return nil
 	}
@@ -218,6 +228,14 @@ func (c *compiler) declaredHost(h *hostInfo) (model.DeclaredHost, bool) {
 			}
 		}
 		ok = good && ok
+	} else {
+		// Unsaid, a blueprint's applications are those its host block
+		// applies.
+		for _, ab := range h.decl.body.applies {
+			if ab.app != nil && !slices.Contains(dh.Applications, ab.app.name) {
+				dh.Applications = append(dh.Applications, ab.app.name)
+			}
+		}
 	}
 	// The host block's own labels (evaluated and checked already, for
 	// host.labels) are the blueprint's.

@@ -67,6 +67,90 @@ func TestDeclaredMachinesPositions(t *testing.T) {
 	}
 }
 
+// An application's machine_settings are declared with it, at its place
+// and by its qualified name; a blueprint that does not list its
+// applications has those its host block applies; settings that are not
+// an object are an error at their place.
+func TestDeclaredApplications(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("main.hcl", `variable "db_disk" {
+  default = 40
+}
+module "ntp" {
+  source = "./modules/ntp"
+}
+application "db" {
+  machine_settings = { memory_mib = 4096, disk_gib = var.db_disk, locale = "C" }
+  file "/etc/db.conf" { content = "db\n" }
+}
+application "plain" {
+  file "/etc/plain" { content = "plain\n" }
+}
+host "vm1" {
+  platform     = "lab"
+  distribution = "tiny"
+  apply "db" {}
+  apply "plain" {}
+  apply "ntp.client" {}
+}
+host "vm2" {
+  platform     = "lab"
+  distribution = "tiny"
+  applications = ["web"]
+  apply "db" {}
+}
+`)
+	write("modules/ntp/main.hcl", `application "client" {
+  machine_settings = { cpus = 1 }
+  file "/etc/ntp.conf" { content = "ntp\n" }
+}
+`)
+	res, err := Compile(t.Context(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := res.Machines
+	if ms == nil || len(ms.Applications) != 2 || len(ms.Hosts) != 2 {
+		t.Fatalf("machines %+v, want two applications with machine settings and two hosts", ms)
+	}
+	db, ntp := ms.Applications[0], ms.Applications[1]
+	if db.Name != "db" || db.Pos.String() != "main.hcl:7" || db.MachineSettings["memory_mib"] != int64(4096) || db.MachineSettings["disk_gib"] != int64(40) ||
+		db.MachineSettings["locale"] != "C" {
+		t.Errorf("application db: %+v", db)
+	}
+	if ntp.Name != "ntp.client" || ntp.Pos.String() != "modules/ntp/main.hcl:1" || ntp.MachineSettings["cpus"] != int64(1) {
+		t.Errorf("application ntp.client: %+v", ntp)
+	}
+	if got := strings.Join(ms.Hosts[0].Applications, ","); got != "db,plain,ntp.client" {
+		t.Errorf("vm1's applications %s, want those it applies, in order", got)
+	}
+	if got := strings.Join(ms.Hosts[1].Applications, ","); got != "web" {
+		t.Errorf("vm2's applications %s, want those it lists", got)
+	}
+
+	write("main.hcl", `application "db" {
+  machine_settings = [1, 2]
+}
+`)
+	if err := os.RemoveAll(filepath.Join(dir, "modules")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Compile(t.Context(), dir, Options{}); err == nil || !strings.Contains(err.Error(), "main.hcl:2") ||
+		!strings.Contains(err.Error(), "machine_settings takes an object") {
+		t.Fatalf("machine_settings of a list: %v, want an error at its place", err)
+	}
+}
+
 // docs/model-language.md documents every attribute of the platform and
 // distribution blocks and of a host made from a blueprint, in the table
 // of its section.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/model"
@@ -107,6 +108,10 @@ func (r *Room) Declare(ctx context.Context, env string, d model.DeclaredMachines
 		r.audit(ctx, by, "distribution.declared", env, dist.Name, declaredDetail(dist.DeclaredIn, exists, was.DeclaredIn))
 	}
 
+	if err := r.declareApplications(ctx, env, d.Applications, refuse); err != nil {
+		return notes, err
+	}
+
 	hostList, err := r.svc.Store.ListHosts(ctx, env)
 	if err != nil {
 		return notes, err
@@ -156,6 +161,42 @@ func (r *Room) Declare(ctx context.Context, env string, d model.DeclaredMachines
 	}
 	provisioned, err := r.provisionDeclared(ctx, env, d, by)
 	return append(notes, provisioned...), err
+}
+
+// declareApplications makes env's applications those the model declares
+// with machine settings, each checked against the platform drivers, hosts
+// and the environment's distributions (a refusal is refuse's to note);
+// unchanged, nothing is written.
+func (r *Room) declareApplications(ctx context.Context, env string, declared []model.DeclaredApplication,
+	refuse func(at model.SourcePos, what string, err error) error) error {
+	dists, err := r.svc.Store.ListDistributions(ctx, env)
+	if err != nil {
+		return err
+	}
+	apps := make([]record.Application, 0, len(declared))
+	for _, da := range declared {
+		a := record.Application{Env: env, Name: da.Name, MachineSettings: maps.Clone(da.MachineSettings), DeclaredIn: da.Pos.String()}
+		if err := a.Validate(); err != nil {
+			return refuse(da.Pos, "application "+a.Name, fmt.Errorf("%w: %w", model.ErrInvalid, err))
+		}
+		if err := a.CheckSettings(dists); err != nil {
+			return refuse(da.Pos, "application "+a.Name, fmt.Errorf("%w: %w", model.ErrInvalid, err))
+		}
+		apps = append(apps, a)
+	}
+	slices.SortFunc(apps, func(a, b record.Application) int { return strings.Compare(a.Name, b.Name) })
+	was, err := r.svc.Store.ListApplications(ctx, env)
+	if err != nil {
+		return err
+	}
+	same := slices.EqualFunc(was, apps, func(a, b record.Application) bool {
+		return a.Name == b.Name && a.DeclaredIn == b.DeclaredIn && reflect.DeepEqual(a.MachineSettings, b.MachineSettings)
+	})
+	if same {
+		return nil
+	}
+	_, err = r.svc.Store.SetApplications(ctx, env, apps)
+	return err
 }
 
 // dropUndeclared deletes the records env's model declared (as they were

@@ -374,7 +374,11 @@ func (r *Room) blueprint(ctx context.Context, h record.Host) (record.Platform, r
 	if err != nil {
 		return p, d, nil, err
 	}
-	cv, _, err := record.HostContext(e.Settings.MachineSettings, p, d, h)
+	apps, err := r.svc.Store.ListApplications(ctx, h.Env)
+	if err != nil {
+		return p, d, nil, err
+	}
+	cv, _, err := record.HostContext(e.Settings.MachineSettings, p, d, apps, h)
 	if err != nil {
 		return p, d, nil, record.Refuse(model.ErrInvalid, "%v", err)
 	}

@@ -16,7 +16,7 @@ import (
 // templates (its kernel command line, its install template) see:
 //
 //	.Host .Env .Token              the host, its environment, its one-time enrollment token
-//	.Settings.NAME                 the host's context (environment < platform < distribution < host)
+//	.Settings.NAME                 the host's context (environment < platform < distribution < application < host)
 //	.Labels.NAME  .Applications    the host's labels and applications
 //
 // A platform's templates (its driver's definition of a machine) see the

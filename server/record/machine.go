@@ -233,15 +233,76 @@ type ContextValue struct {
 	Secret bool `json:"secret,omitempty"`
 }
 
+// Application is what an environment's model says of an application for
+// the machines made to run it: machine settings (memory, disks, a
+// distribution's parameters) that are a layer of the context of every
+// host that lists it. Its records are the model's: each compile the
+// server runs replaces them.
+type Application struct {
+	Env  string `json:"env"`
+	Name string `json:"name"`
+	// MachineSettings are settings of a platform driver, a distribution
+	// or a host, of their types.
+	MachineSettings map[string]any `json:"machine_settings,omitempty"`
+	// DeclaredIn is where the model declares it (file:line).
+	DeclaredIn string    `json:"declared_in,omitempty"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// Validate checks an application's name and where it is declared (its
+// settings are checked by CheckSettings, against the environment's
+// distributions).
+func (a *Application) Validate() error {
+	if err := validMachineName("application", a.Name); err != nil {
+		return err
+	}
+	return validDeclaredIn("application "+a.Name, a.DeclaredIn)
+}
+
+// CheckSettings checks each of an application's machine settings is a
+// setting some platform driver or host takes, or a parameter of one of
+// dists, of its type (whole numbers made int64).
+func (a *Application) CheckSettings(dists []Distribution) error {
+	what := "application " + a.Name
+	if a.DeclaredIn != "" {
+		what += " (" + a.DeclaredIn + ")"
+	}
+	known := knownSettings()
+	for _, d := range dists {
+		for _, q := range d.Params {
+			known[q.Name] = q
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.MachineSettings)) {
+		q, ok := known[name]
+		if !ok {
+			return fmt.Errorf("%s: machine_settings.%s: unknown setting: want a setting of a platform driver, a host or a distribution: one of %s",
+				what, name, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+		if q.Type == ParamSecret {
+			return fmt.Errorf("%s: machine_settings.%s: a secret is set on a distribution or a host, where it is sealed", what, name)
+		}
+		v, err := q.check(what+": machine_settings."+name, a.MachineSettings[name])
+		if err != nil {
+			return err
+		}
+		a.MachineSettings[name] = v
+	}
+	return nil
+}
+
 // HostContext resolves a host's settings: the environment's machine
 // settings (those the platform's driver, the distribution or a host
 // takes), then the platform's (its driver's defaults filled in), then its
-// distribution's parameters, then the host's own, each over the one
-// before. It checks the environment's and the host's settings against the
-// parameters they set (errors name env: machine_settings.KEY and host
+// distribution's parameters, then its applications' machine settings (in
+// the host's order, a later one over an earlier; apps holds those the
+// model declares, the others have none), then the host's own, each over
+// the one before. It checks the environment's, the applications' and the
+// host's settings against the parameters they set (errors name env:
+// machine_settings.KEY, application NAME: machine_settings.KEY and host
 // NAME: settings.KEY) and returns every value with where it came from,
 // sorted by name, and as a map.
-func HostContext(env map[string]any, p Platform, d Distribution, h Host) ([]ContextValue, map[string]any, error) {
+func HostContext(env map[string]any, p Platform, d Distribution, apps []Application, h Host) ([]ContextValue, map[string]any, error) {
 	params := map[string]Param{}
 	from := map[string]string{}
 	values := map[string]any{}
@@ -276,6 +337,24 @@ func HostContext(env map[string]any, p Platform, d Distribution, h Host) ([]Cont
 	for _, q := range d.Params {
 		if v, ok := d.Settings[q.Name]; ok {
 			values[q.Name], from[q.Name] = v, "distribution "+d.Name
+		}
+	}
+	for _, name := range h.Applications {
+		i := slices.IndexFunc(apps, func(a Application) bool { return a.Name == name })
+		if i < 0 {
+			continue // an application the model says nothing of
+		}
+		a := apps[i]
+		for _, key := range slices.Sorted(maps.Keys(a.MachineSettings)) {
+			q, ok := params[key]
+			if !ok {
+				continue // another platform driver's, or distribution's
+			}
+			v, err := q.check(fmt.Sprintf("application %s: machine_settings.%s", a.Name, key), a.MachineSettings[key])
+			if err != nil {
+				return nil, nil, err
+			}
+			values[key], from[key] = v, "application "+a.Name
 		}
 	}
 	names := slices.Sorted(maps.Keys(params))
@@ -315,15 +394,7 @@ func isDefault(q Param, v any) bool {
 // setting some platform driver or host takes (a distribution's own
 // parameters are the distribution's), of its type.
 func checkMachineSettings(settings map[string]any) error {
-	known := map[string]Param{}
-	for _, params := range DriverParams {
-		for _, q := range params {
-			known[q.Name] = q
-		}
-	}
-	for _, q := range HostParams {
-		known[q.Name] = q
-	}
+	known := knownSettings()
 	for _, name := range slices.Sorted(maps.Keys(settings)) {
 		q, ok := known[name]
 		if !ok {
@@ -337,6 +408,21 @@ func checkMachineSettings(settings map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// knownSettings are the settings every platform driver and every host
+// takes, by name.
+func knownSettings() map[string]Param {
+	known := map[string]Param{}
+	for _, params := range DriverParams {
+		for _, q := range params {
+			known[q.Name] = q
+		}
+	}
+	for _, q := range HostParams {
+		known[q.Name] = q
+	}
+	return known
 }
 
 // Platform is a named place machines are made: a driver, its settings,

@@ -158,8 +158,8 @@ func TestRefuse(t *testing.T) {
 }
 
 // A host's context: the environment's machine settings, under the
-// platform's (a driver's default does not hide them), the distribution's
-// and the host's, each value saying where it came from; the
+// platform's (a driver's default does not hide them), the distribution's,
+// its applications' and the host's, each value saying where it came from; the
 // environment's settings are checked as they are set.
 func TestHostContextLayers(t *testing.T) {
 	p := Platform{Name: "lab", Driver: DriverLibvirt, Agent: "hv", Settings: map[string]any{"cpus": 2}}
@@ -170,9 +170,22 @@ func TestHostContextLayers(t *testing.T) {
 	if err := d.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h := Host{Name: "vm1", Platform: "lab", Distribution: "tiny", Settings: map[string]any{"disk_gib": 2}}
+	h := Host{Name: "vm1", Platform: "lab", Distribution: "tiny", Applications: []string{"db", "web", "ntp"}, Settings: map[string]any{"disk_gib": 2}}
 	env := map[string]any{"memory_mib": float64(512), "cpus": 4, "disk_gib": 4, "tftp_root": "/srv/tftp"}
-	cv, values, err := HostContext(env, p, d, h)
+	apps := []Application{
+		{Name: "db", MachineSettings: map[string]any{"locale": "en_GB", "disk_gib": 40}},
+		{Name: "web", MachineSettings: map[string]any{"locale": "fr_BE", "tftp_root": "/x"}},
+		{Name: "cache", MachineSettings: map[string]any{"cpus": 8}}, // not the host's
+	}
+	for i := range apps {
+		if err := apps[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if err := apps[i].CheckSettings([]Distribution{d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cv, values, err := HostContext(env, p, d, apps, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,17 +194,37 @@ func TestHostContextLayers(t *testing.T) {
 		from[c.Name] = fmt.Sprint(c.Value, " from ", c.From)
 	}
 	for name, want := range map[string]string{
-		"memory_mib": "512 from environment",     // the platform's is its driver's default
-		"cpus":       "2 from platform lab",      // the platform's own
-		"disk_gib":   "2 from host vm1",          // the host's own
-		"locale":     "C from distribution tiny", // the distribution's default
+		"memory_mib": "512 from environment",       // the platform's is its driver's default
+		"cpus":       "2 from platform lab",        // the platform's own
+		"disk_gib":   "2 from host vm1",            // the host's own, over its application's
+		"locale":     "fr_BE from application web", // the later of the host's applications, over the distribution's default
 	} {
 		if from[name] != want {
 			t.Errorf("%s: %s, want %s", name, from[name], want)
 		}
 	}
 	if _, ok := values["tftp_root"]; ok {
-		t.Error("another driver's setting of the environment reached a libvirt host's context")
+		t.Error("another driver's setting of the environment or of an application reached a libvirt host's context")
+	}
+	if _, _, err := HostContext(env, p, d, []Application{{Name: "web", MachineSettings: map[string]any{"cpus": "many"}}}, h); err == nil ||
+		!strings.Contains(err.Error(), "application web: machine_settings.cpus: want a whole number") {
+		t.Errorf("an application's setting of the wrong type: %v, want an error naming it", err)
+	}
+	for _, tt := range []struct {
+		app  Application
+		says string
+	}{
+		{Application{Name: "web", MachineSettings: map[string]any{"colour": "blue"}, DeclaredIn: "main.hcl:3"}, "application web (main.hcl:3): machine_settings.colour: unknown setting"},
+		{Application{Name: "web", MachineSettings: map[string]any{"memory_mib": true}}, "application web: machine_settings.memory_mib: want a whole number"},
+		{Application{Name: "web", MachineSettings: map[string]any{"root_password": "x"}}, "machine_settings.root_password: a secret is set on a distribution or a host"},
+	} {
+		dists := []Distribution{{Name: "deb", Params: []Param{{Name: "root_password", Type: ParamSecret}}}}
+		if err := tt.app.CheckSettings(dists); err == nil || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("check %+v: %v, want an error saying %q", tt.app.MachineSettings, err, tt.says)
+		}
+	}
+	if err := (&Application{Name: "a b"}).Validate(); err == nil || !strings.Contains(err.Error(), "application") {
+		t.Errorf("an application of a bad name: %v", err)
 	}
 	var s EnvSettings = DefaultEnvSettings()
 	if err := s.Set("machine_settings", `{"memory_mib": 512, "broker": "amqp://10.0.2.2:5672/"}`); err != nil || s.MachineSettings["memory_mib"] != int64(512) {

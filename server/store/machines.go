@@ -83,6 +83,15 @@ type Machines interface {
 	ListInstances(ctx context.Context, env string) ([]record.Instance, error)
 	// DeleteInstance deletes an instance; ErrNotFound if there is none.
 	DeleteInstance(ctx context.Context, env, id string) error
+
+	// SetApplications replaces env's applications (what its model says
+	// of them for machines) with apps, at once: each checked
+	// (record.Application.Validate: ErrInvalid naming the field), none
+	// named twice; their settings are stored as given. It returns them
+	// as stored, by name. ErrNotFound if the environment does not exist.
+	SetApplications(ctx context.Context, env string, apps []record.Application) ([]record.Application, error)
+	// ListApplications returns env's applications, by name.
+	ListApplications(ctx context.Context, env string) ([]record.Application, error)
 }
 
 const platformColumns = `env, name, driver, agent, settings, templates, discovered, declared_in, created_at, updated_at`
@@ -527,6 +536,64 @@ func (s *SQL) DeleteInstance(ctx context.Context, env, id string) error {
 		err = model.ErrNotFound
 	}
 	return wrap(fmt.Sprintf("delete instance %q of %q", model.Clip(id, 64), env), err)
+}
+
+const applicationColumns = `env, name, machine_settings, declared_in, updated_at`
+
+func scanApplication(r Row) (record.Application, error) {
+	var a record.Application
+	var settings []byte
+	if err := r.Scan(&a.Env, &a.Name, &settings, &a.DeclaredIn, timeCol{&a.UpdatedAt}); err != nil {
+		return a, err
+	}
+	return a, decodeJSON("application "+a.Name+": machine_settings", settings, &a.MachineSettings)
+}
+
+// SetApplications implements Store.
+func (s *SQL) SetApplications(ctx context.Context, env string, apps []record.Application) ([]record.Application, error) {
+	op := fmt.Sprintf("set applications of %q", env)
+	seen := map[string]bool{}
+	cols := make([][]string, len(apps))
+	for i := range apps {
+		a := &apps[i]
+		if err := a.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", op, model.ErrInvalid, err)
+		}
+		if seen[a.Name] {
+			return nil, fmt.Errorf("%s: %w: application %s: named twice", op, model.ErrInvalid, a.Name)
+		}
+		seen[a.Name] = true
+		c, err := encodeJSON(a.MachineSettings)
+		if err != nil {
+			return nil, fmt.Errorf("%s: application %s: %w", op, a.Name, err)
+		}
+		cols[i] = c
+	}
+	var out []record.Application
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		if err := s.lockEnv(ctx, tx, env); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM machine_applications WHERE env = $1`, env); err != nil {
+			return err
+		}
+		for i, a := range apps {
+			if _, err := tx.Exec(ctx, `INSERT INTO machine_applications (`+applicationColumns+`) VALUES ($1, $2, $3, $4, now())`,
+				env, a.Name, cols[i][0], a.DeclaredIn); err != nil {
+				return err
+			}
+		}
+		var err error
+		out, err = queryAll(ctx, tx, scanApplication, `SELECT `+applicationColumns+` FROM machine_applications WHERE env = $1 ORDER BY name`, env)
+		return err
+	})
+	return out, wrap(op, err)
+}
+
+// ListApplications implements Store.
+func (s *SQL) ListApplications(ctx context.Context, env string) ([]record.Application, error) {
+	out, err := queryAll(ctx, s.db, scanApplication, `SELECT `+applicationColumns+` FROM machine_applications WHERE env = $1 ORDER BY name`, env)
+	return out, wrap(fmt.Sprintf("list applications of %q", env), err)
 }
 
 // encodeJSON returns each value as JSON for a JSON column (an empty map

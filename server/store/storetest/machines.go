@@ -622,3 +622,60 @@ func testUpdateHost(t *testing.T, s store.Store) {
 		t.Fatalf("after the refused update: %+v (%v), want it unchanged", read, err)
 	}
 }
+
+// testApplications: an environment's applications are replaced at once,
+// as given; a bad one or one named twice changes nothing; they go with
+// the environment.
+func testApplications(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	apps := []record.Application{
+		{Env: "prod", Name: "web", MachineSettings: map[string]any{"memory_mib": 2048, "locale": "fr_BE"}, DeclaredIn: "main.hcl:3"},
+		{Env: "prod", Name: "db", MachineSettings: map[string]any{"disk_gib": 40}, DeclaredIn: "db.hcl:1"},
+	}
+	got, err := s.SetApplications(ctx, "prod", apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "db" || got[1].Name != "web" || got[1].MachineSettings["memory_mib"] != int64(2048) ||
+		got[1].MachineSettings["locale"] != "fr_BE" || got[0].DeclaredIn != "db.hcl:1" || got[0].UpdatedAt.IsZero() {
+		t.Fatalf("stored %+v, want db and web as given, by name", got)
+	}
+	read, err := s.ListApplications(ctx, "prod")
+	if err != nil || !reflect.DeepEqual(read, got) {
+		t.Fatalf("read back %+v (%v), want %+v", read, err, got)
+	}
+
+	for _, bad := range [][]record.Application{
+		{{Env: "prod", Name: "a b"}},
+		{{Env: "prod", Name: "web"}, {Env: "prod", Name: "web"}},
+	} {
+		if _, err := s.SetApplications(ctx, "prod", bad); !errors.Is(err, model.ErrInvalid) {
+			t.Errorf("set %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if read, _ := s.ListApplications(ctx, "prod"); !reflect.DeepEqual(read, got) {
+		t.Fatalf("a refused set changed the applications: %+v", read)
+	}
+
+	// Replaced: what is not given again is gone.
+	if got, err = s.SetApplications(ctx, "prod", apps[1:]); err != nil || len(got) != 1 || got[0].Name != "db" {
+		t.Fatalf("replaced: %+v (%v), want db alone", got, err)
+	}
+	if got, err = s.SetApplications(ctx, "prod", nil); err != nil || len(got) != 0 {
+		t.Fatalf("emptied: %+v (%v)", got, err)
+	}
+	if _, err := s.SetApplications(ctx, "nowhere", apps); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("applications of no environment: %v, want ErrNotFound", err)
+	}
+
+	if _, err := s.SetApplications(ctx, "prod", apps); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteEnv(ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	mustEnv(t, s, "prod")
+	if read, err := s.ListApplications(ctx, "prod"); err != nil || len(read) != 0 {
+		t.Fatalf("a new environment of an old one's name has its applications: %+v (%v)", read, err)
+	}
+}

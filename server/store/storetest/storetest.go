@@ -89,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"MachinesGoWithEnv", testMachinesGoWithEnv},
 		{"MachinesDeclaredInModel", testMachinesDeclaredInModel},
 		{"UpdateHost", testUpdateHost},
+		{"Applications", testApplications},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
