@@ -136,16 +136,7 @@ func FuzzCompile(f *testing.F) {
 
 func TestInputsAndFingerprint(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := fileWriter(t, dir)
 	write("main.hcl", "host \"h\" {\n  file \"/x\" { content = templatefile(\"t/x.tmpl\", {}) }\n  file \"/y\" { content = file(\"f.txt\") }\n}\n")
 	write("t/x.tmpl", "template")
 	write("f.txt", "file")
@@ -241,6 +232,21 @@ func TestReferenceDocumentsEverything(t *testing.T) {
 	for name := range c.functions(&unit{}) {
 		if !strings.Contains(doc, "`"+name+"`") {
 			t.Errorf("function %s is not documented", name)
+		}
+	}
+}
+
+// fileWriter returns a function writing a file of a model below dir,
+// making its directories.
+func fileWriter(t *testing.T, dir string) func(name, content string) {
+	return func(name, content string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

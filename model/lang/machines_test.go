@@ -17,15 +17,7 @@ import (
 // declaring none has no machines in its result.
 func TestDeclaredMachinesPositions(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := fileWriter(t, dir)
 	write("main.hcl", "module \"lab\" {\n  source = \"./modules/lab\"\n}\n\nhost \"vm1\" {\n  platform     = \"lab\"\n  distribution = \"tiny\"\n}\n")
 	write("modules/lab/main.hcl", "\nplatform \"lab\" {\n  driver = \"libvirt\"\n  agent  = \"hv1\"\n}\n\ndistribution \"tiny\" {\n  kind = \"netboot\"\n}\n")
 	res, err := Compile(t.Context(), dir, Options{})
@@ -73,16 +65,7 @@ func TestDeclaredMachinesPositions(t *testing.T) {
 // an object are an error at their place.
 func TestDeclaredApplications(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := fileWriter(t, dir)
 	write("main.hcl", `variable "db_disk" {
   default = 40
 }
