@@ -185,11 +185,25 @@ type Watcher interface {
 }
 
 // WatchPath is WatchPaths for the path-based kinds: the resource's own path
-// below the root.
+// below the root. A target whose paths are not the agent host's own (OnHost)
+// cannot be watched: nothing, and its resources are verified on the repair
+// interval.
 func (rt Runtime) WatchPath(p string) []string {
+	if !rt.onHost() {
+		return nil
+	}
 	host, err := rt.HostPath(p)
 	if err != nil {
 		return nil
 	}
 	return []string{host}
+}
+
+// onHost reports whether the runtime's FS is the agent host's own.
+func (rt Runtime) onHost() bool {
+	if rt.FS == nil {
+		return true // HostFS
+	}
+	h, ok := rt.FS.(OnHost)
+	return ok && h.OnHost()
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/user"
 	"strconv"
-	"syscall"
 
 	"github.com/tetherhq/tether/model"
 )
@@ -19,13 +18,9 @@ import (
 // the desired attributes: the desired mode string when the bits match (so
 // "644" and "0644" agree), the owner as a name when a name is desired and as
 // a number when a number is desired.
-func ReadMeta(info fs.FileInfo, desired, current model.Attributes) {
-	st, ok := info.Sys().(*syscall.Stat_t)
-	if !ok {
-		return
-	}
+func ReadMeta(info Info, desired, current model.Attributes) {
 	if want, ok := desired.String("mode"); ok {
-		have := uint32(st.Mode) & 0o7777
+		have := info.Perm()
 		if m, err := model.ParseMode(want); err == nil && m == have {
 			current["mode"] = want
 		} else {
@@ -33,10 +28,10 @@ func ReadMeta(info fs.FileInfo, desired, current model.Attributes) {
 		}
 	}
 	if want, ok := desired.String("owner"); ok {
-		current["owner"] = principalName(want, st.Uid, lookupUserName)
+		current["owner"] = principalName(want, info.UID, lookupUserName)
 	}
 	if want, ok := desired.String("group"); ok {
-		current["group"] = principalName(want, st.Gid, lookupGroupName)
+		current["group"] = principalName(want, info.GID, lookupGroupName)
 	}
 }
 
@@ -109,6 +104,33 @@ func Ownership(desired model.Attributes) (uid, gid int, err error) {
 		}
 	}
 	return uid, gid, nil
+}
+
+// ApplyMeta sets the mode, owner and group that changes name on the thing
+// at host path p (FileMeta: a link is not followed). Ownership goes first:
+// chown clears set-id bits, chmod then restores them.
+func (rt Runtime) ApplyMeta(p string, desired model.Attributes, changes Changes) error {
+	fsys := rt.fsys()
+	if changes.Has("owner") || changes.Has("group") {
+		uid, gid, err := Ownership(desired)
+		if err != nil {
+			return err
+		}
+		if err := fsys.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+	}
+	if changes.Has("mode") {
+		s, _ := desired.String("mode")
+		m, err := model.ParseMode(s)
+		if err != nil {
+			return err
+		}
+		if err := fsys.Chmod(p, modeBits(m)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ApplyMeta sets the mode, owner and group that changes name on the open

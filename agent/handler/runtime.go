@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,6 +28,10 @@ type Runtime struct {
 	// Files bounds the files replaced at once (shared by the agents of
 	// one process). Nil bounds nothing.
 	Files *FileLimit
+	// FS is the file system path-based handlers act on (files,
+	// directories, symlinks, cron entries, repositories, account files).
+	// Nil means the agent's own host: HostFS with Sync and Files.
+	FS FS
 	// Run runs the commands of command-based handlers (packages, services,
 	// users, exec). Nil means HostRunner.
 	Run Runner
@@ -34,6 +39,25 @@ type Runtime struct {
 	// ("apt", "dnf", "apk"; "systemd", "openrc", "sysv"); a resource's
 	// provider attribute overrides them. Empty: detected on first use.
 	PackageManager, ServiceManager string
+}
+
+// WithFS returns rt with its FS set: the one given, or the agent's own
+// host's (HostFS with Sync and Files). A handler that keeps its runtime
+// calls it once in New, so that no file operation pays for choosing.
+func (rt Runtime) WithFS() Runtime {
+	rt.FS = rt.fsys()
+	return rt
+}
+
+// fsys is the runtime's FS, HostFS when none is set.
+func (rt Runtime) fsys() FS {
+	switch {
+	case rt.FS != nil:
+		return rt.FS
+	case rt.Sync == nil && rt.Files == nil:
+		return bareHost
+	}
+	return &HostFS{Sync: rt.Sync, Files: rt.Files}
 }
 
 // HostPath maps a resource path (absolute, clean: model.CheckAbsPath) to the
@@ -64,27 +88,36 @@ var ErrOutsideRoot = errors.New("leads out of the root through a symbolic link")
 // never follow it (a file replaces a link, a symlink is one). It costs one
 // lstat per directory between Root and the path, more only where a link is.
 // It guards against a sandbox whose links point away, not against a local
-// attacker racing the agent inside the root.
+// attacker racing the agent inside the root. The links are resolved by the
+// FS (Resolver); on a target that cannot, a path through a link is refused.
 func (rt Runtime) confine(host string) error {
+	fsys := rt.FS
+	if fsys == nil {
+		fsys = bareHost
+	}
 	for dir := filepath.Dir(host); len(dir) > len(rt.Root); dir = filepath.Dir(dir) {
-		info, err := os.Lstat(dir)
+		info, err := fsys.Lstat(dir)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if info.Mode()&fs.ModeSymlink == 0 {
+		if info.Mode&fs.ModeSymlink == 0 {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(dir)
+		resolver, ok := fsys.(Resolver)
+		if !ok {
+			return fmt.Errorf("%s: %s is a symbolic link and %w: point the path elsewhere, or leave the root unset", host, dir, errNoResolver)
+		}
+		real, err := resolver.RealPath(dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // dangling: nothing can be written through it
 		}
 		if err != nil {
 			return err
 		}
-		root, err := realRoot(rt.Root)
+		root, err := realRoot(resolver, rt.Root)
 		if err != nil {
 			return err
 		}
@@ -95,33 +128,72 @@ func (rt Runtime) confine(host string) error {
 	return nil
 }
 
-// realRoots caches each root's path with its symbolic links resolved.
+// realRoots caches each root's path with its symbolic links resolved, per
+// resolver (a target).
 var realRoots sync.Map
 
-func realRoot(root string) (string, error) {
-	if r, ok := realRoots.Load(root); ok {
+type rootKey struct {
+	resolver Resolver
+	root     string
+}
+
+func realRoot(resolver Resolver, root string) (string, error) {
+	if _, host := resolver.(*HostFS); host {
+		resolver = bareHost // every HostFS resolves alike
+	}
+	key := rootKey{resolver, root}
+	if r, ok := realRoots.Load(key); ok {
 		return r.(string), nil
 	}
-	r, err := filepath.EvalSymlinks(root)
+	r, err := resolver.RealPath(root)
 	if err != nil {
 		return "", fmt.Errorf("the agent's root %s: %w", root, err)
 	}
-	realRoots.Store(root, r)
+	realRoots.Store(key, r)
 	return r, nil
 }
 
-// Lstat maps a resource path to this host (HostPath) and describes what is
-// there without following a final symbolic link; info is nil when nothing is.
-func (rt Runtime) Lstat(p string) (host string, info fs.FileInfo, err error) {
+// Lstat maps a resource path to its host path (HostPath) and describes what
+// is there without following a final symbolic link; exists is false when
+// nothing is.
+func (rt Runtime) Lstat(p string) (host string, info Info, exists bool, err error) {
 	host, err = rt.HostPath(p)
 	if err != nil {
-		return "", nil, err
+		return "", Info{}, false, err
 	}
-	info, err = os.Lstat(host)
+	info, err = rt.fsys().Lstat(host)
 	if errors.Is(err, fs.ErrNotExist) {
-		return host, nil, nil
+		return host, Info{}, false, nil
 	}
-	return host, info, err
+	return host, info, err == nil, err
+}
+
+// WriteFile replaces the file at host path p with data atomically
+// (FileWriter.WriteFile): on the agent's host, a temporary file beside it,
+// made durable (Sync), renamed over it. The new file has mode perm and is
+// owned by the target's user (root on a host). Handlers that render a
+// whole configuration file (cron, repository) use it.
+func (rt Runtime) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	err := rt.fsys().WriteFile(p, bytes.NewReader(data), perm, -1, -1)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("directory %s does not exist: install what provides it, or create it with a directory resource", filepath.Dir(p))
+	}
+	return err
+}
+
+// ReadFile returns the content of the file at resource path p below the
+// root, and whether there is one. A directory or other non-file at p is an
+// error naming it.
+func (rt Runtime) ReadFile(p string) (host string, data []byte, exists bool, err error) {
+	host, info, exists, err := rt.Lstat(p)
+	if err != nil || !exists {
+		return host, nil, false, err
+	}
+	if !info.Mode.IsRegular() {
+		return host, nil, false, fmt.Errorf("%s is not a regular file (%s): remove it", host, info.Mode.Type())
+	}
+	data, err = rt.fsys().ReadFile(host)
+	return host, data, err == nil, err
 }
 
 // SyncFile makes f's data durable, sharing the flush with concurrent callers
@@ -133,40 +205,8 @@ func (rt Runtime) SyncFile(f *os.File) error {
 	return rt.Sync.Sync(f)
 }
 
-// WriteFile replaces the file at host path p with data atomically
-// (durable.WriteFile): a temporary file beside it, made durable with
-// SyncFile, renamed over it; the directory is not synced, since a rename
-// lost in a crash leaves the complete old file, which the next deploy
-// repairs. The new file has mode perm and is owned by the agent's user
-// (root on a host). Handlers that render a whole configuration file (cron,
-// repository) use it.
-func (rt Runtime) WriteFile(p string, data []byte, perm fs.FileMode) error {
-	release := rt.HoldFile()
-	err := durable.WriteFile(p, data, perm, rt.Durability()...)
-	release()
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("directory %s does not exist: install what provides it, or create it with a directory resource", filepath.Dir(p))
-	}
-	return err
-}
-
 // Durability is how handlers replace files (durable.WriteFile): synced
 // with SyncFile, the directory left unsynced.
 func (rt Runtime) Durability() []durable.Option {
 	return []durable.Option{durable.SyncWith(rt.SyncFile), durable.NoDirSync()}
-}
-
-// ReadFile returns the content of the file at resource path p below the
-// root, and whether there is one. A directory or other non-file at p is an
-// error naming it.
-func (rt Runtime) ReadFile(p string) (host string, data []byte, exists bool, err error) {
-	host, info, err := rt.Lstat(p)
-	if err != nil || info == nil {
-		return host, nil, false, err
-	}
-	if !info.Mode().IsRegular() {
-		return host, nil, false, fmt.Errorf("%s is not a regular file (%s): remove it", host, info.Mode().Type())
-	}
-	data, err = os.ReadFile(host)
-	return host, data, err == nil, err
 }

@@ -38,8 +38,8 @@ func New(rt handler.Runtime) *Handler {
 
 // Read implements handler.Handler.
 func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
-	p, info, err := h.rt.Lstat(res.ID.Value)
-	if err != nil || info == nil {
+	p, info, exists, err := h.rt.Lstat(res.ID.Value)
+	if err != nil || !exists {
 		return nil, false, err
 	}
 	if !info.IsDir() {
@@ -92,8 +92,8 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 	return handler.ApplyMeta(f, res.Attributes, changes)
 }
 
-func notDir(p string, info fs.FileInfo) error {
-	return fmt.Errorf("%s exists and is not a directory (%s): remove it or manage it as a file", p, info.Mode().Type())
+func notDir(p string, info handler.Info) error {
+	return fmt.Errorf("%s exists and is not a directory (%s): remove it or manage it as a file", p, info.Mode.Type())
 }
 
 // WatchPaths implements handler.Watcher.

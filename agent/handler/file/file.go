@@ -44,22 +44,22 @@ func New(rt handler.Runtime) *Handler {
 
 // Read implements handler.Handler.
 func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
-	p, info, err := h.rt.Lstat(res.ID.Value)
-	if err != nil || info == nil {
+	p, info, exists, err := h.rt.Lstat(res.ID.Value)
+	if err != nil || !exists {
 		return nil, false, err
 	}
 	current := model.Attributes{"path": res.ID.Value}
 	if info.IsDir() {
 		return nil, false, fmt.Errorf("%s is a directory, not a file: remove it or manage it as a directory resource", p)
 	}
-	if !info.Mode().IsRegular() {
+	if !info.Mode.IsRegular() {
 		// A symlink, fifo or device in the way: report every managed
 		// attribute as different so Apply replaces it with a regular file.
-		current["content"] = fmt.Sprintf("(%s, not a regular file)", info.Mode().Type())
+		current["content"] = fmt.Sprintf("(%s, not a regular file)", info.Mode.Type())
 		return current, true, nil
 	}
 	if want, ok := res.Attributes.String("content"); ok {
-		if current["content"], err = readContent(p, info.Size(), want); err != nil {
+		if current["content"], err = readContent(p, info.Size, want); err != nil {
 			return nil, false, err
 		}
 	}
@@ -120,7 +120,7 @@ func sameContent(p, want string) (bool, error) {
 
 // Apply implements handler.Handler.
 func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
-	p, info, err := h.rt.Lstat(res.ID.Value)
+	p, info, exists, err := h.rt.Lstat(res.ID.Value)
 	if err != nil {
 		return err
 	}
@@ -130,11 +130,12 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		}
 		return nil
 	}
-	if info != nil && info.IsDir() {
+	if exists && info.IsDir() {
 		return fmt.Errorf("%s is a directory, not a file: remove it or manage it as a directory resource", p)
 	}
-	if info == nil || !info.Mode().IsRegular() || changes.Has("content") {
-		return h.replace(p, res, info)
+	old := exists && info.Mode.IsRegular()
+	if !old || changes.Has("content") {
+		return h.replace(p, res, info, old)
 	}
 	// Only metadata differs: change it in place.
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
@@ -147,9 +148,9 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 
 // replace writes the desired file next to p and renames it over p
 // (durable.WriteFrom). Metadata that the model does not manage is kept from
-// the file it replaces.
-func (h *Handler) replace(p string, res *model.Resource, old fs.FileInfo) error {
-	uid, gid, mode, err := meta(res, old)
+// the regular file it replaces (old: there is one, described by info).
+func (h *Handler) replace(p string, res *model.Resource, info handler.Info, old bool) error {
+	uid, gid, mode, err := meta(res, info, old)
 	if err != nil {
 		return err
 	}
@@ -164,33 +165,26 @@ func (h *Handler) replace(p string, res *model.Resource, old fs.FileInfo) error 
 }
 
 // meta is the new file's desired metadata, or the replaced file's where
-// unmanaged, or the defaults for a new file (-1: the agent's user or group).
-func meta(res *model.Resource, old fs.FileInfo) (uid, gid int, mode fs.FileMode, err error) {
+// unmanaged (old: there is a regular file, described by info), or the
+// defaults for a new file (-1: the agent's user or group).
+func meta(res *model.Resource, info handler.Info, old bool) (uid, gid int, mode fs.FileMode, err error) {
 	uid, gid, err = handler.Ownership(res.Attributes)
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	mode = handler.ModeOrDefault(res.Attributes, defaultMode)
-	if st, ok := statOf(old); ok {
+	if old {
 		if _, managed := res.Attributes["owner"]; !managed {
-			uid = int(st.Uid)
+			uid = int(info.UID)
 		}
 		if _, managed := res.Attributes["group"]; !managed {
-			gid = int(st.Gid)
+			gid = int(info.GID)
 		}
 		if _, managed := res.Attributes["mode"]; !managed {
-			mode = old.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+			mode = info.Mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 		}
 	}
 	return uid, gid, mode, nil
-}
-
-func statOf(info fs.FileInfo) (*syscall.Stat_t, bool) {
-	if info == nil || !info.Mode().IsRegular() {
-		return nil, false
-	}
-	st, ok := info.Sys().(*syscall.Stat_t)
-	return st, ok
 }
 
 // WatchPaths implements handler.Watcher.

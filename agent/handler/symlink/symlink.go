@@ -37,11 +37,11 @@ func New(rt handler.Runtime) *Handler {
 
 // Read implements handler.Handler.
 func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes, bool, error) {
-	p, info, err := h.rt.Lstat(res.ID.Value)
-	if err != nil || info == nil {
+	p, info, exists, err := h.rt.Lstat(res.ID.Value)
+	if err != nil || !exists {
 		return nil, false, err
 	}
-	if info.Mode().Type() != fs.ModeSymlink {
+	if info.Mode.Type() != fs.ModeSymlink {
 		return nil, false, notLink(p, info)
 	}
 	target, err := os.Readlink(p)
@@ -55,11 +55,11 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 
 // Apply implements handler.Handler.
 func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attributes, changes handler.Changes) error {
-	p, info, err := h.rt.Lstat(res.ID.Value)
+	p, info, exists, err := h.rt.Lstat(res.ID.Value)
 	if err != nil {
 		return err
 	}
-	if info != nil && info.Mode().Type() != fs.ModeSymlink {
+	if exists && info.Mode.Type() != fs.ModeSymlink {
 		return notLink(p, info)
 	}
 	if changes.Removed() {
@@ -96,8 +96,8 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 	return nil
 }
 
-func notLink(p string, info fs.FileInfo) error {
-	return fmt.Errorf("%s exists and is not a symbolic link (%s): remove it, or manage it as what it is", p, info.Mode().Type())
+func notLink(p string, info handler.Info) error {
+	return fmt.Errorf("%s exists and is not a symbolic link (%s): remove it, or manage it as what it is", p, info.Mode.Type())
 }
 
 // WatchPaths implements handler.Watcher.
