@@ -10,10 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/model"
@@ -32,7 +29,7 @@ var _ handler.Handler = (*Handler)(nil)
 
 // New returns a symlink handler working below rt.Root.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt.WithFS()}
 }
 
 // Read implements handler.Handler.
@@ -44,7 +41,7 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 	if info.Mode.Type() != fs.ModeSymlink {
 		return nil, false, notLink(p, info)
 	}
-	target, err := os.Readlink(p)
+	target, err := h.rt.FS.Readlink(p)
 	if err != nil {
 		return nil, false, err
 	}
@@ -63,24 +60,19 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return notLink(p, info)
 	}
 	if changes.Removed() {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := h.rt.FS.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
 	if changes.Created() || changes.Has("target") {
 		target, _ := res.Attributes.String("target")
-		// A new link beside the old one, renamed over it: readers see the
-		// old target or the new one, never no link.
-		tmp := filepath.Join(filepath.Dir(p), ".tether-"+filepath.Base(p)+"."+strconv.FormatInt(time.Now().UnixNano(), 36))
-		if err := os.Symlink(target, tmp); err != nil {
+		// Replaced atomically (FileWriter.Symlink): readers see the old
+		// target or the new one, never no link.
+		if err := h.rt.FS.Symlink(target, p); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", filepath.Dir(p))
 			}
-			return err
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			_ = os.Remove(tmp)
 			return err
 		}
 	}
@@ -89,7 +81,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		if err != nil {
 			return err
 		}
-		if err := os.Lchown(p, uid, gid); err != nil {
+		if err := h.rt.FS.Lchown(p, uid, gid); err != nil {
 			return err
 		}
 	}
