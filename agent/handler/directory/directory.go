@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"syscall"
 
@@ -33,7 +32,7 @@ var _ handler.Handler = (*Handler)(nil)
 
 // New returns a directory handler working below rt.Root.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt.WithFS()}
 }
 
 // Read implements handler.Handler.
@@ -63,9 +62,9 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		if recurse, _ := res.Attributes.Bool("recurse"); recurse {
 			// The path is never / (model.CheckAbsPath), so never the root.
 			// RemoveAll removes links inside, never what they point to.
-			return os.RemoveAll(p)
+			return h.rt.FS.RemoveAll(p)
 		}
-		err := os.Remove(p)
+		err := h.rt.FS.Remove(p)
 		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
 			return fmt.Errorf("remove %s: the directory is not empty: purge what it holds first, or set recurse = true to remove it with everything in it", p)
 		}
@@ -75,7 +74,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return nil
 	}
 	if changes.Created() {
-		if err := os.Mkdir(p, handler.ModeOrDefault(res.Attributes, defaultMode)); err != nil {
+		if err := h.rt.FS.Mkdir(p, handler.ModeOrDefault(res.Attributes, defaultMode)); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", filepath.Dir(p))
 			}
@@ -84,12 +83,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		// Mkdir's mode is filtered by the umask; a managed mode is in
 		// changes and ApplyMeta sets it exactly below.
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return handler.ApplyMeta(f, res.Attributes, changes)
+	return h.rt.ApplyMeta(p, res.Attributes, changes)
 }
 
 func notDir(p string, info handler.Info) error {
