@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"os/user"
 	"strconv"
 
@@ -127,32 +126,6 @@ func (rt Runtime) ApplyMeta(p string, desired model.Attributes, changes Changes)
 			return err
 		}
 		if err := fsys.Chmod(p, modeBits(m)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ApplyMeta sets the mode, owner and group that changes name on the open
-// file f (a temporary file about to replace the real one, or the thing itself).
-// Ownership goes first: chown clears set-id bits, chmod then restores them.
-func ApplyMeta(f *os.File, desired model.Attributes, changes Changes) error {
-	if changes.Has("owner") || changes.Has("group") {
-		uid, gid, err := Ownership(desired)
-		if err != nil {
-			return err
-		}
-		if err := f.Chown(uid, gid); err != nil {
-			return err
-		}
-	}
-	if changes.Has("mode") {
-		s, _ := desired.String("mode")
-		m, err := model.ParseMode(s)
-		if err != nil {
-			return err
-		}
-		if err := f.Chmod(modeBits(m)); err != nil {
 			return err
 		}
 	}

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/tetherhq/tether/model"
-	"github.com/tetherhq/tether/model/durable"
 )
 
 // Runtime is what the agent hands to every handler it constructs: the services
@@ -194,19 +192,4 @@ func (rt Runtime) ReadFile(p string) (host string, data []byte, exists bool, err
 	}
 	data, err = rt.fsys().ReadFile(host)
 	return host, data, err == nil, err
-}
-
-// SyncFile makes f's data durable, sharing the flush with concurrent callers
-// when a SyncGroup is configured.
-func (rt Runtime) SyncFile(f *os.File) error {
-	if rt.Sync == nil {
-		return f.Sync()
-	}
-	return rt.Sync.Sync(f)
-}
-
-// Durability is how handlers replace files (durable.WriteFile): synced
-// with SyncFile, the directory left unsynced.
-func (rt Runtime) Durability() []durable.Option {
-	return []durable.Option{durable.SyncWith(rt.SyncFile), durable.NoDirSync()}
 }

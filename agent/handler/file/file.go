@@ -9,14 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/model"
-	"github.com/tetherhq/tether/model/durable"
 )
 
 // Kind is the resource type this package handles.
@@ -39,7 +36,7 @@ var _ handler.Handler = (*Handler)(nil)
 
 // New returns a file handler working below rt.Root.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt.WithFS()}
 }
 
 // Read implements handler.Handler.
@@ -59,7 +56,7 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 		return current, true, nil
 	}
 	if want, ok := res.Attributes.String("content"); ok {
-		if current["content"], err = readContent(p, info.Size, want); err != nil {
+		if current["content"], err = readContent(h.rt.FS, p, info.Size, want); err != nil {
 			return nil, false, err
 		}
 	}
@@ -69,9 +66,9 @@ func (h *Handler) Read(_ context.Context, res *model.Resource) (model.Attributes
 
 // readContent returns want itself when the file holds exactly want (no copy),
 // the file's content when it differs and is small, a summary otherwise.
-func readContent(p string, size int64, want string) (string, error) {
+func readContent(fsys handler.FileReader, p string, size int64, want string) (string, error) {
 	if size == int64(len(want)) {
-		same, err := sameContent(p, want)
+		same, err := fsys.SameContent(p, want)
 		if err != nil || same {
 			return want, err
 		}
@@ -79,43 +76,11 @@ func readContent(p string, size int64, want string) (string, error) {
 	if size > inlineLimit {
 		return fmt.Sprintf("(%d bytes, differs)", size), nil
 	}
-	b, err := os.ReadFile(p)
+	b, err := fsys.ReadFile(p)
 	if err != nil {
 		return "", err
 	}
 	return string(b), nil
-}
-
-// sameContent reports whether the file at p holds exactly want. It reads
-// with plain system calls: os.Open would also try (and fail) to register a
-// regular file with the network poller, several wasted calls per file, which
-// add up over thousands of files verified on every deploy. O_NOFOLLOW: Read
-// saw a regular file; if a symlink replaced it meanwhile, fail rather than
-// read through it.
-func sameContent(p, want string) (bool, error) {
-	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return false, &fs.PathError{Op: "open", Path: p, Err: err}
-	}
-	defer syscall.Close(fd)
-	buf := make([]byte, min(len(want)+1, 64<<10))
-	off := 0
-	for {
-		n, err := syscall.Read(fd, buf)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return false, &fs.PathError{Op: "read", Path: p, Err: err}
-		}
-		if n == 0 {
-			return off == len(want), nil
-		}
-		if off+n > len(want) || string(buf[:n]) != want[off:off+n] {
-			return false, nil
-		}
-		off += n
-	}
 }
 
 // Apply implements handler.Handler.
@@ -125,7 +90,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return err
 	}
 	if changes.Removed() {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := h.rt.FS.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
@@ -138,16 +103,11 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return h.replace(p, res, info, old)
 	}
 	// Only metadata differs: change it in place.
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return handler.ApplyMeta(f, res.Attributes, changes)
+	return h.rt.ApplyMeta(p, res.Attributes, changes)
 }
 
 // replace writes the desired file next to p and renames it over p
-// (durable.WriteFrom). Metadata that the model does not manage is kept from
+// (FileWriter.WriteFile). Metadata that the model does not manage is kept from
 // the regular file it replaces (old: there is one, described by info).
 func (h *Handler) replace(p string, res *model.Resource, info handler.Info, old bool) error {
 	uid, gid, mode, err := meta(res, info, old)
@@ -155,9 +115,7 @@ func (h *Handler) replace(p string, res *model.Resource, info handler.Info, old 
 		return err
 	}
 	content, _ := res.Attributes.String("content")
-	release := h.rt.HoldFile()
-	err = durable.WriteFrom(p, strings.NewReader(content), mode, append(h.rt.Durability(), durable.Owner(uid, gid))...)
-	release()
+	err = h.rt.FS.WriteFile(p, strings.NewReader(content), mode, uid, gid)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("parent directory %s does not exist: create it with a directory resource", filepath.Dir(p))
 	}
