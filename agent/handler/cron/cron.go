@@ -9,8 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
@@ -34,7 +34,7 @@ var _ handler.Handler = (*Handler)(nil)
 
 // New returns the cron handler for rt.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt.WithFS()}
 }
 
 // Path is the resource path of an entry's file.
@@ -127,7 +127,7 @@ func (h *Handler) Apply(_ context.Context, res *model.Resource, _ model.Attribut
 		return err
 	}
 	if changes.Removed() {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := h.rt.FS.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -42,7 +41,7 @@ var _ handler.Handler = (*Handler)(nil)
 
 // New returns the repository handler for rt.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt, host: handler.HostProvider(rt.PackageManager, providers)}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt.WithFS(), host: handler.HostProvider(rt.PackageManager, providers)}
 }
 
 var providers = [][2]string{{"apt", "apt-get"}, {"dnf", "dnf"}}
@@ -227,14 +226,14 @@ func (h *Handler) Apply(ctx context.Context, res *model.Resource, _ model.Attrib
 	}
 	if changes.Removed() {
 		for _, p := range []string{src, key} {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := h.rt.FS.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 		}
 		return nil
 	}
 	if k, ok := res.Attributes.String("key"); ok {
-		if err := os.MkdirAll(filepath.Dir(key), 0o755); err != nil {
+		if err := h.rt.FS.MkdirAll(filepath.Dir(key), 0o755); err != nil {
 			return err
 		}
 		if err := h.rt.WriteFile(key, []byte(k), 0o644); err != nil {
