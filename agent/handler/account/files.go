@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +49,7 @@ func readFields(rt handler.Runtime, path string, n int) ([][]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(p)
+	b, err := rt.WithFS().FS.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

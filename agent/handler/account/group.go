@@ -23,7 +23,7 @@ var _ handler.Handler = (*Group)(nil)
 
 // NewGroup returns the group handler for rt.
 func NewGroup(rt handler.Runtime) *Group {
-	return &Group{Declared: handler.Declare(GroupKind), rt: rt}
+	return &Group{Declared: handler.Declare(GroupKind), rt: rt.WithFS()}
 }
 
 // Read implements handler.Handler.

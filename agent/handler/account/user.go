@@ -25,7 +25,7 @@ var _ handler.Handler = (*User)(nil)
 
 // NewUser returns the user handler for rt.
 func NewUser(rt handler.Runtime) *User {
-	return &User{Declared: handler.Declare(UserKind), rt: rt}
+	return &User{Declared: handler.Declare(UserKind), rt: rt.WithFS()}
 }
 
 // Read implements handler.Handler.
