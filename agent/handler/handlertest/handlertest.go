@@ -8,7 +8,12 @@
 //   - an update to other desired attributes converges too;
 //   - purge removes the thing, and purging again changes nothing.
 //
-// Handlers run against the real file system below a temporary root.
+// Handlers run on a Target: its file system (handler.FS) and its commands
+// (handler.Runner), below a temporary root that is a directory of this
+// machine, which the harness inspects. Local, the agent's own host, is the
+// target of every suite; a target that reaches a host otherwise (SSH to
+// this machine) runs the same suites, and RunFS checks its file system
+// against the contract every handler relies on.
 package handlertest
 
 import (
@@ -29,15 +34,39 @@ import (
 	"github.com/tetherhq/tether/model"
 )
 
+// Target is a host a suite runs handlers on.
+type Target struct {
+	// Name names the target in subtests ("local").
+	Name string
+	// Runtime returns the runtime of one case on the target: its FS and
+	// Runner, with Root set to root, a fresh directory of this machine
+	// (the harness and the cases' Setup and Check look at it directly, so
+	// a remote target reaches this machine).
+	Runtime func(t testing.TB, root string) handler.Runtime
+}
+
+// Local is the agent's own host: handler.HostFS with a SyncGroup, and the
+// host's runner.
+func Local() Target {
+	return Target{Name: "local", Runtime: func(_ testing.TB, root string) handler.Runtime {
+		return handler.Runtime{Root: root, Sync: handler.NewSyncGroup()}.WithFS()
+	}}
+}
+
+// Targets are the targets this machine offers the suites: Local.
+func Targets() []Target { return []Target{Local()} }
+
 // Suite describes a handler under test.
 type Suite struct {
-	// New builds the handler for a runtime whose Root is a fresh temporary
-	// directory.
+	// New builds the handler for a runtime (the target's) whose Root is a
+	// fresh temporary directory.
 	New func(rt handler.Runtime) handler.Handler
 	// Cases are valid desired states, each run in its own root.
 	Cases []Case
 	// Invalid are resources Validate must reject with handler.ErrInvalid.
 	Invalid []Invalid
+	// Targets are the hosts the suite runs on; nil means Targets().
+	Targets []Target
 }
 
 // Case is one desired state to converge to.
@@ -63,12 +92,29 @@ type Invalid struct {
 	Resource model.Resource
 }
 
-// Run runs the suite.
+// Run runs the suite on each of its targets: directly when there is one,
+// else in a subtest per target.
 func Run(t *testing.T, s Suite) {
+	t.Helper()
+	targets := s.Targets
+	if targets == nil {
+		targets = Targets()
+	}
+	if len(targets) == 1 {
+		RunOn(t, targets[0], s)
+		return
+	}
+	for _, target := range targets {
+		t.Run(target.Name, func(t *testing.T) { RunOn(t, target, s) })
+	}
+}
+
+// RunOn runs the suite on target.
+func RunOn(t *testing.T, target Target, s Suite) {
 	t.Helper()
 	for _, inv := range s.Invalid {
 		t.Run("invalid/"+inv.Name, func(t *testing.T) {
-			h := s.New(handler.Runtime{Root: t.TempDir()})
+			h := s.New(target.Runtime(t, t.TempDir()))
 			err := h.Validate(&inv.Resource)
 			if err == nil {
 				t.Fatalf("Validate accepted %s", inv.Resource.ID)
@@ -79,17 +125,17 @@ func Run(t *testing.T, s Suite) {
 		})
 	}
 	for _, c := range s.Cases {
-		t.Run(c.Name, func(t *testing.T) { runCase(t, s, c) })
+		t.Run(c.Name, func(t *testing.T) { runCase(t, target, s, c) })
 	}
 }
 
-func runCase(t *testing.T, s Suite, c Case) {
+func runCase(t *testing.T, target Target, s Suite, c Case) {
 	ctx := context.Background()
 	root := t.TempDir()
 	if c.Setup != nil {
 		c.Setup(t, root)
 	}
-	h := s.New(handler.Runtime{Root: root, Sync: handler.NewSyncGroup()})
+	h := s.New(target.Runtime(t, root))
 
 	converge(ctx, t, h, root, &c.Resource, "apply")
 	if c.Check != nil {

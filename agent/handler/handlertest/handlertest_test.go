@@ -104,3 +104,10 @@ func TestHarnessCatchesDefects(t *testing.T) {
 		})
 	}
 }
+
+// TestFS checks every target's file system against the contract.
+func TestFS(t *testing.T) {
+	for _, target := range Targets() {
+		t.Run(target.Name, func(t *testing.T) { RunFS(t, target) })
+	}
+}
