@@ -49,7 +49,7 @@ var (
 
 // New returns the exec handler for rt.
 func New(rt handler.Runtime) *Handler {
-	return &Handler{Declared: handler.Declare(Kind), rt: rt}
+	return &Handler{Declared: handler.Declare(Kind), rt: rt.WithFS()}
 }
 
 // Read implements handler.Handler: the command exists (needs no run) when
@@ -77,7 +77,7 @@ func (h *Handler) needed(ctx context.Context, res *model.Resource, refresh bool)
 		if err != nil {
 			return false, err
 		}
-		if _, err := os.Lstat(host); err == nil {
+		if _, err := h.rt.FS.Lstat(host); err == nil {
 			return false, nil
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return false, fmt.Errorf("creates: %w", err)
