@@ -6,6 +6,10 @@
 // them. A dry run is therefore a read and a diff, and a second apply reports
 // no change by construction. Handlers are registered in an explicit Registry;
 // optional capabilities are small interfaces found by type assertion.
+//
+// A handler acts on its target (the agent's own host, or a host reached
+// otherwise) only through its Runtime: files through the Runtime's FS,
+// commands through its Runner.
 package handler
 
 import (
