@@ -63,7 +63,28 @@ func TestConfineNeedsResolver(t *testing.T) {
 	if p, err := remote.HostPath("/real/f"); err != nil || p != filepath.Join(root, "real", "f") {
 		t.Fatalf("target without RealPath, no link: got %q, %v", p, err)
 	}
+
+	// A target that resolves links itself is confined like the host.
+	if err := os.Symlink(t.TempDir(), filepath.Join(root, "away")); err != nil {
+		t.Fatal(err)
+	}
+	resolving := Runtime{Root: root, FS: resolvingFS{remoteFS{bareHost}, []string{"not comparable"}}}
+	if _, err := resolving.HostPath("/link/f"); err != nil {
+		t.Fatalf("target with RealPath: a link inside the root was refused: %v", err)
+	}
+	if _, err := resolving.HostPath("/away/f"); !errors.Is(err, ErrOutsideRoot) {
+		t.Fatalf("target with RealPath: a link out of the root: got %v, want ErrOutsideRoot", err)
+	}
 }
+
+// resolvingFS is a target's FS that resolves links (Resolver); its slice
+// makes it unusable as a map key.
+type resolvingFS struct {
+	remoteFS
+	_ []string
+}
+
+func (resolvingFS) RealPath(name string) (string, error) { return filepath.EvalSymlinks(name) }
 
 func TestWatchPathOnHostOnly(t *testing.T) {
 	if got := (Runtime{Root: "/sandbox"}).WatchPath("/etc/motd"); len(got) != 1 || got[0] != "/sandbox/etc/motd" {

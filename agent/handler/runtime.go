@@ -126,28 +126,25 @@ func (rt Runtime) confine(host string) error {
 	return nil
 }
 
-// realRoots caches each root's path with its symbolic links resolved, per
-// resolver (a target).
+// realRoots caches each root's path on the agent's host with its symbolic
+// links resolved; another target's is resolved each time it is needed
+// (only when a parent below the root is a link).
 var realRoots sync.Map
 
-type rootKey struct {
-	resolver Resolver
-	root     string
-}
-
 func realRoot(resolver Resolver, root string) (string, error) {
-	if _, host := resolver.(*HostFS); host {
-		resolver = bareHost // every HostFS resolves alike
-	}
-	key := rootKey{resolver, root}
-	if r, ok := realRoots.Load(key); ok {
-		return r.(string), nil
+	_, host := resolver.(*HostFS)
+	if host {
+		if r, ok := realRoots.Load(root); ok {
+			return r.(string), nil
+		}
 	}
 	r, err := resolver.RealPath(root)
 	if err != nil {
 		return "", fmt.Errorf("the agent's root %s: %w", root, err)
 	}
-	realRoots.Store(key, r)
+	if host {
+		realRoots.Store(root, r)
+	}
 	return r, nil
 }
 

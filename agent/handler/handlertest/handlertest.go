@@ -41,7 +41,7 @@ type Target struct {
 	// Runtime returns the runtime of one case on the target: its FS and
 	// Runner, with Root set to root, a fresh directory of this machine
 	// (the harness and the cases' Setup and Check look at it directly, so
-	// a remote target reaches this machine).
+	// a remote target reaches this machine, as this process's user).
 	Runtime func(t testing.TB, root string) handler.Runtime
 }
 
