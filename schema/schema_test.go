@@ -59,6 +59,7 @@ var released = map[string]string{
 	"postgres/0026_machines.sql":             "1b8c47efff338dd0740bf694411fd169a77c11ba15b87b86846b9f9b685d79aa",
 	"postgres/0027_host_tokens.sql":          "efe6447daf2f6712704a9dbd1e97fe3b5d5a139615e137f3fd2a72de265edaaa",
 	"postgres/0028_machine_applications.sql": "e3075b31e0d4fc27a37856e191c5b3cfba814ba5d78eee7ffc187d81dcf73686",
+	"postgres/0029_own_agent_tokens.sql":     "1230b3c5f16d00349ee7511c11c34cdaa5029560549f37ca5bfa26e64e40e0c6",
 	"sqlite/0001_init.sql":                   "f3cec3468c9496202adc82f49736e3e7723b960b83b9130d65967950e8c29a77",
 	"sqlite/0002_server.sql":                 "d0abe1ca7f9f0207baa2f99bb56ca4849a8e993ad87bcf3638091c60e16ade43",
 	"sqlite/0003_agents.sql":                 "c93be0e3d4a40e6312f343c523b22cad4241ff3f47ce4cab1d132bc34fd2a16d",
@@ -84,6 +85,7 @@ var released = map[string]string{
 	"sqlite/0026_machines.sql":               "b5a22cab5671b824c2f32b848ff72eefc98a7d8dff42fdf3c5e11b7b0085d932",
 	"sqlite/0027_host_tokens.sql":            "efe6447daf2f6712704a9dbd1e97fe3b5d5a139615e137f3fd2a72de265edaaa",
 	"sqlite/0028_machine_applications.sql":   "3d2b4cf3bd9e74b26c854a21c1d631ce29664631063efb541c7056a9e367c4fe",
+	"sqlite/0029_own_agent_tokens.sql":       "1230b3c5f16d00349ee7511c11c34cdaa5029560549f37ca5bfa26e64e40e0c6",
 }
 
 func TestReleasedMigrationsUnchanged(t *testing.T) {

@@ -207,9 +207,15 @@ const (
 	Rejected
 	// Wait: the agent waits for an operator to accept it.
 	Wait
+	// UseOwnToken: the environment's policy has an operator accept
+	// agents, but the token the hello brings may be one the server made
+	// for an agent it runs itself (tether server --own-agent), which it
+	// vouches for: if it is that agent's, the server spends it as for
+	// UseToken; any other token leaves the agent waiting, unspent.
+	UseOwnToken
 )
 
-var admissionNames = [...]string{"enrolled", "accept", "use-token", "rejected", "wait"}
+var admissionNames = [...]string{"enrolled", "accept", "use-token", "rejected", "wait", "use-own-token"}
 
 func (a Admission) String() string { return admissionNames[a] }
 
@@ -226,6 +232,7 @@ var admissionRules = []struct {
 	{policy: openOnly, then: Accept},
 	{state: record.AgentRejected, then: Rejected},
 	{policy: tokenOnly, token: withToken, then: UseToken},
+	{policy: manualOnly, token: withToken, then: UseOwnToken},
 	{then: Wait},
 }
 

@@ -88,7 +88,9 @@ func TestAdmitTable(t *testing.T) {
 		{rejected, token, true, enroll.Rejected},
 		{pending, token, true, enroll.UseToken},
 		{pending, token, false, enroll.Wait},
-		{pending, manual, true, enroll.Wait},
+		{pending, manual, true, enroll.UseOwnToken},
+		{rejected, manual, true, enroll.Rejected},
+		{accepted, manual, true, enroll.Enrolled},
 	}
 	for _, tc := range cases {
 		if got := enroll.Admit(tc.state, tc.policy, tc.token); got != tc.want {

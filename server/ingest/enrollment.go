@@ -316,26 +316,51 @@ func (in *Ingester) admission(ctx context.Context, g *greeting, then enroll.Admi
 		a.State = record.AgentAccepted
 	case enroll.Rejected:
 		g.refusal = "rejected by an operator"
-	case enroll.UseToken:
-		tok, err := in.store.UseEnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token), g.a.Name, g.now)
+	case enroll.UseOwnToken:
+		// Only the server's own agent's token accepts an agent here; any
+		// other leaves it waiting for an operator, unspent.
+		tok, err := in.store.EnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token))
 		switch {
-		case err == nil:
-			a.State = record.AgentAccepted
-			in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
-			if tok.Host != "" {
-				g.hostToken = &tok
-			}
 		case errors.Is(err, model.ErrNotFound):
-			g.refusal = "unknown or revoked enrollment token"
-		case errors.Is(err, model.ErrConflict):
-			g.refusal = tok.Unusable(g.now)
-			if g.refusal == "" && tok.Host != "" && tok.Host != a.Name {
-				g.refusal = fmt.Sprintf("enrollment token %s is bound to host %s: only the agent named %s enrolls with it", tok.Name, tok.Host, tok.Host)
-				in.security(ctx, g.e, fmt.Sprintf("agent %s said hello with the enrollment token of host %s (%s)", a.Name, tok.Host, bus.Fingerprint(g.body.PublicKey)))
-			}
-		default:
+			return nil
+		case err != nil:
 			return err
+		case tok.OwnAgent == "":
+			return nil
 		}
+		return in.useToken(ctx, g)
+	case enroll.UseToken:
+		return in.useToken(ctx, g)
+	}
+	return nil
+}
+
+// useToken spends the hello's enrollment token: the agent is accepted if
+// it holds, and told why not else.
+func (in *Ingester) useToken(ctx context.Context, g *greeting) error {
+	a := &g.a
+	tok, err := in.store.UseEnrollToken(ctx, g.e.Env, record.HashSecret(g.body.Token), g.a.Name, g.now)
+	switch {
+	case err == nil:
+		a.State = record.AgentAccepted
+		in.log.Info().Str("env", a.Env).Str("agent", a.Name).Str("token", tok.Name).Msg("agent enrolled by token")
+		if tok.Host != "" {
+			g.hostToken = &tok
+		}
+	case errors.Is(err, model.ErrNotFound):
+		g.refusal = "unknown or revoked enrollment token"
+	case errors.Is(err, model.ErrConflict):
+		g.refusal = tok.Unusable(g.now)
+		if bound := tok.BoundTo(); g.refusal == "" && bound != "" && bound != a.Name {
+			whose := "host " + bound
+			if tok.OwnAgent != "" {
+				whose = "the server's own agent " + bound
+			}
+			g.refusal = fmt.Sprintf("enrollment token %s is bound to %s: only the agent named %s enrolls with it", tok.Name, whose, bound)
+			in.security(ctx, g.e, fmt.Sprintf("agent %s said hello with the enrollment token of %s (%s)", a.Name, whose, bus.Fingerprint(g.body.PublicKey)))
+		}
+	default:
+		return err
 	}
 	return nil
 }

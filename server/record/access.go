@@ -235,6 +235,12 @@ type EnrollmentToken struct {
 	// Host binds the token to a host of a blueprint: only the agent of
 	// that name enrolls with it, and its enrollment provisions the host.
 	Host string `json:"host,omitempty"`
+	// OwnAgent names the agent the server runs itself (tether server
+	// --own-agent) that the token was made for: only that agent enrolls
+	// with it, and it is accepted whatever the environment's enrollment
+	// policy (manual too), since the server vouches for an agent it runs.
+	// Only the server makes such tokens.
+	OwnAgent string `json:"own_agent,omitempty"`
 }
 
 // Validate checks an enrollment token's fields.
@@ -251,7 +257,24 @@ func (t EnrollmentToken) Validate() error {
 	if t.MaxUses < 0 {
 		return fmt.Errorf("enrollment token %s: max uses %d: want 0 (no bound) or more", t.Name, t.MaxUses)
 	}
+	if t.OwnAgent != "" {
+		if err := model.ValidateAgentName(t.OwnAgent); err != nil {
+			return fmt.Errorf("enrollment token %s: %w", t.Name, err)
+		}
+		if t.Host != "" {
+			return fmt.Errorf("enrollment token %s: bound to host %s and to the server's own agent %s: one or the other", t.Name, t.Host, t.OwnAgent)
+		}
+	}
 	return nil
+}
+
+// BoundTo is the agent name the token is bound to: its host's, or the
+// server's own agent's ("" when any agent may enroll with it).
+func (t EnrollmentToken) BoundTo() string {
+	if t.Host != "" {
+		return t.Host
+	}
+	return t.OwnAgent
 }
 
 // Unusable says why the token cannot enroll an agent at now ("" when it can).

@@ -19,16 +19,16 @@ func (s *SQL) CreateEnrollToken(ctx context.Context, t record.EnrollmentToken) e
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = time.Now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO enroll_tokens (id, env, name, hash, max_uses, uses, created_by, created_at, expires_at, host)
-		VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9)`, t.ID, t.Env, t.Name, t.Hash, t.MaxUses, t.CreatedBy, t.CreatedAt, t.ExpiresAt, t.Host)
+	_, err := s.db.Exec(ctx, `INSERT INTO enroll_tokens (id, env, name, hash, max_uses, uses, created_by, created_at, expires_at, host, own_agent)
+		VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10)`, t.ID, t.Env, t.Name, t.Hash, t.MaxUses, t.CreatedBy, t.CreatedAt, t.ExpiresAt, t.Host, t.OwnAgent)
 	return wrap("create enrollment token "+t.Name, err)
 }
 
-const enrollColumns = `id, env, name, hash, max_uses, uses, created_by, created_at, expires_at, host`
+const enrollColumns = `id, env, name, hash, max_uses, uses, created_by, created_at, expires_at, host, own_agent`
 
 func scanEnrollToken(r Row) (record.EnrollmentToken, error) {
 	var t record.EnrollmentToken
-	err := r.Scan(&t.ID, &t.Env, &t.Name, &t.Hash, &t.MaxUses, &t.Uses, &t.CreatedBy, timeCol{&t.CreatedAt}, nullTimeCol{&t.ExpiresAt}, &t.Host)
+	err := r.Scan(&t.ID, &t.Env, &t.Name, &t.Hash, &t.MaxUses, &t.Uses, &t.CreatedBy, timeCol{&t.CreatedAt}, nullTimeCol{&t.ExpiresAt}, &t.Host, &t.OwnAgent)
 	return t, err
 }
 
@@ -50,23 +50,33 @@ func (s *SQL) DeleteEnrollToken(ctx context.Context, env, id string) error {
 	return nil
 }
 
+// EnrollToken implements Store.
+func (s *SQL) EnrollToken(ctx context.Context, env string, hash []byte) (record.EnrollmentToken, error) {
+	t, err := scanEnrollToken(s.db.QueryRow(ctx, `SELECT `+enrollColumns+` FROM enroll_tokens WHERE env = $1 AND hash = $2`, env, hash))
+	return t, wrap("enrollment token", err)
+}
+
 // UseEnrollToken implements Store: one conditional update, so two agents
 // racing for a token's last use cannot both have it, and a token bound to
-// a host is not spent by another agent.
+// a host, or to the server's own agent, is not spent by another agent.
 func (s *SQL) UseEnrollToken(ctx context.Context, env string, hash []byte, agent string, now time.Time) (record.EnrollmentToken, error) {
 	t, err := scanEnrollToken(s.db.QueryRow(ctx, `UPDATE enroll_tokens SET uses = uses + 1
 		WHERE env = $1 AND hash = $2 AND (expires_at IS NULL OR expires_at > $3) AND (max_uses = 0 OR uses < max_uses)
-			AND (host = '' OR host = $4)
+			AND (host = '' OR host = $4) AND (own_agent = '' OR own_agent = $4)
 		RETURNING `+enrollColumns, env, hash, now, agent))
 	if !errors.Is(err, model.ErrNotFound) {
 		return t, wrap("use enrollment token", err)
 	}
-	t, err = scanEnrollToken(s.db.QueryRow(ctx, `SELECT `+enrollColumns+` FROM enroll_tokens WHERE env = $1 AND hash = $2`, env, hash))
-	if err != nil {
-		return t, wrap("enrollment token", err)
+	if t, err = s.EnrollToken(ctx, env, hash); err != nil {
+		return t, err
 	}
-	if why := t.Unusable(now); why != "" || t.Host == agent {
+	bound := t.BoundTo()
+	if why := t.Unusable(now); why != "" || bound == agent {
 		return t, fmt.Errorf("%w: %s", model.ErrConflict, why)
 	}
-	return t, fmt.Errorf("%w: token %s is bound to host %s: only the agent named %s enrolls with it", model.ErrConflict, t.Name, t.Host, t.Host)
+	what := "host"
+	if t.OwnAgent != "" {
+		what = "the server's own agent"
+	}
+	return t, fmt.Errorf("%w: token %s is bound to %s %s: only the agent named %s enrolls with it", model.ErrConflict, t.Name, what, bound, bound)
 }

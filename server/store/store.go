@@ -342,10 +342,14 @@ type Store interface {
 	ListEnrollTokens(ctx context.Context, env string) ([]record.EnrollmentToken, error)
 	// DeleteEnrollToken revokes an enrollment token; ErrNotFound if there is none.
 	DeleteEnrollToken(ctx context.Context, env, id string) error
+	// EnrollToken returns the environment's enrollment token whose secret
+	// hashes to hash, without spending it; ErrNotFound when there is none.
+	EnrollToken(ctx context.Context, env string, hash []byte) (record.EnrollmentToken, error)
 	// UseEnrollToken spends one use of the environment's enrollment token
 	// whose secret hashes to hash, atomically: ErrNotFound when there is
-	// none (or it was revoked), ErrConflict when it expired at now or is
-	// used up.
+	// none (or it was revoked), ErrConflict when it expired at now, is
+	// used up, or is bound to another agent than agent (a host's, or the
+	// server's own agent's).
 	UseEnrollToken(ctx context.Context, env string, hash []byte, agent string, now time.Time) (record.EnrollmentToken, error)
 
 	// RecordAudit appends to the audit log.

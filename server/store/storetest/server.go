@@ -854,6 +854,29 @@ func testEnrollmentTokens(t *testing.T, s store.Store) {
 	if err := s.DeleteEnrollToken(ctx, "prod", "e-7"); err != nil {
 		t.Fatal(err)
 	}
+	// So does a token the server made for an agent it runs itself; it is
+	// read back as such without being spent.
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-8", Env: "prod", Name: "own agent hv1", Hash: []byte("enroll-8"), MaxUses: 1, CreatedBy: "tether server", OwnAgent: "hv1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateEnrollToken(ctx, record.EnrollmentToken{ID: "e-9", Env: "prod", Name: "both", Hash: []byte("enroll-9"), CreatedBy: "ops", Host: "vm1", OwnAgent: "hv1"}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("token bound to a host and to an own agent: got %v, want ErrInvalid", err)
+	}
+	if got, err := s.EnrollToken(ctx, "prod", []byte("enroll-8")); err != nil || got.OwnAgent != "hv1" || got.Uses != 0 || got.ID != "e-8" {
+		t.Fatalf("own agent's token read: %+v, %v", got, err)
+	}
+	if _, err := s.EnrollToken(ctx, "dev", []byte("enroll-8")); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("token of prod read in dev: got %v, want ErrNotFound", err)
+	}
+	if _, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-8"), "intruder", now); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "bound to the server's own agent hv1") {
+		t.Fatalf("own agent's token used by another agent: got %v, want ErrConflict naming the agent", err)
+	}
+	if got, err := s.UseEnrollToken(ctx, "prod", []byte("enroll-8"), "hv1", now); err != nil || got.OwnAgent != "hv1" || got.Uses != 1 {
+		t.Fatalf("own agent's token used by its agent: %+v, %v", got, err)
+	}
+	if err := s.DeleteEnrollToken(ctx, "prod", "e-8"); err != nil {
+		t.Fatal(err)
+	}
 	list, err := s.ListEnrollTokens(ctx, "prod")
 	if err != nil || len(list) != 3 || list[0].ID != "e-1" || list[0].Uses != 2 || list[0].ExpiresAt == nil || !list[0].ExpiresAt.Equal(soon) {
 		t.Fatalf("list: %+v, %v", list, err)

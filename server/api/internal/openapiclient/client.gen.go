@@ -1278,6 +1278,7 @@ type EnrollmentToken struct {
 	Id        string     `json:"id"`
 	MaxUses   int64      `json:"max_uses"`
 	Name      string     `json:"name"`
+	OwnAgent  *string    `json:"own_agent,omitempty"`
 	Uses      int64      `json:"uses"`
 }
 
@@ -1490,6 +1491,7 @@ type NewEnrollmentToken struct {
 	Id        string     `json:"id"`
 	MaxUses   int64      `json:"max_uses"`
 	Name      string     `json:"name"`
+	OwnAgent  *string    `json:"own_agent,omitempty"`
 	Token     string     `json:"token"`
 	Uses      int64      `json:"uses"`
 }
