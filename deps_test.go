@@ -79,6 +79,7 @@ var rules = map[string]rule{
 	"server":                            {internal: []string{"server/*", "server/store/*", "bus", "model", "model/secret", "schema"}, external: []string{"github.com/prometheus/client_golang"}},
 	"cli":                               {internal: []string{"*"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty", "github.com/BurntSushi/toml", "golang.org/x/sync"}},
 	"cli/agentcli":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "agent/handler/libvirt", "agent/journal", "bus", "bus/amqp", "model"}, external: []string{"github.com/urfave/cli/v2", "github.com/mattn/go-isatty"}},
+	"cli/ownagent":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/journal", "bus", "bus/amqp", "cli/agentcli", "model"}},
 	"cli/tether-agent":                  {internal: []string{"cli/agentcli"}}, // the agent-only binary's main
 	"cli/embedded":                      {internal: []string{"agent", "agent/facts", "agent/handler", "agent/handler/builtin", "bus", "model", "model/lang", "server", "server/record", "server/store/sqlite"}},
 	"cli/bench":                         {internal: []string{"cli/embedded", "agent", "agent/facts", "agent/journal", "agent/handler", "agent/handler/builtin", "bus", "bus/amqp", "bus/amqp/rabbitnode", "model", "server", "server/api", "server/brokerauth", "server/keyring", "server/record", "server/store", "server/store/postgres", "server/store/postgres/pgbaseline"}, external: []string{"golang.org/x/sync"}},

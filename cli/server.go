@@ -26,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/bus"
 	"github.com/tetherhq/tether/bus/amqp"
 	"github.com/tetherhq/tether/cli/agentcli"
+	"github.com/tetherhq/tether/cli/ownagent"
 	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server"
 	"github.com/tetherhq/tether/server/api"
@@ -93,8 +94,18 @@ func serverFlags() []ucli.Flag {
 			Usage: "most files a model source may hold"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "state-dir", Value: defaultServerStateDir(), EnvVars: []string{"TETHER_SERVER_STATE_DIR"},
 			Usage: "`DIR` where this server keeps what it can fetch again: a clone of each environment's git source and the work tree of its last compile " +
-				"(DIR/sources), so that a compile fetches only what is new. Each server of a database has its own. Empty: none (every compile fetches its source afresh). " +
+				"(DIR/sources), so that a compile fetches only what is new; and the journals of its --own-agent agents (DIR/agents: their keys, which are not fetched again). " +
+				"Each server of a database has its own. Empty: none (every compile fetches its source afresh; no --own-agent). " +
 				"Default: $STATE_DIRECTORY (systemd's StateDirectory), else the user's cache directory"}),
+		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "own-agent", EnvVars: []string{"TETHER_OWN_AGENTS"},
+			Usage: "run agent `ENV/NAME` inside this server (e.g. prod/hv1), for this host or a hypervisor it reaches, instead of a tether agent run of its own: " +
+				"it connects to the broker and enrolls as any agent, with a token this server makes for it (accepted whatever the enrollment policy), " +
+				"keeps its journal in --state-dir/agents/ENV/NAME, is labelled tether-served-by=server, and is started again if it stops (repeat for several)"}),
+		altsrc.NewStringSliceFlag(&ucli.StringSliceFlag{Name: "own-agent-platform", EnvVars: []string{"TETHER_OWN_AGENT_PLATFORMS"},
+			Usage: "let own agent ENV/NAME serve a platform machines are made on: `ENV/NAME=DRIVER[=URI]`, e.g. prod/hv1=libvirt or prod/hv1=libvirt=qemu+tcp://hv:16509/system " +
+				"(as tether agent run --platform); the server registers the hypervisor as platform NAME-libvirt (repeatable)"}),
+		altsrc.NewStringFlag(&ucli.StringFlag{Name: "own-agent-amqp", EnvVars: []string{"TETHER_OWN_AGENT_AMQP"},
+			Usage: "RabbitMQ `URL` the own agents connect to, with --amqp-tls-*; default: --amqp, without its user when --broker-auth-listen is set (each agent then logs in as itself)"}),
 		altsrc.NewBoolFlag(&ucli.BoolFlag{Name: "allow-file-sources", EnvVars: []string{"TETHER_ALLOW_FILE_SOURCES"},
 			Usage: "let operators set file:// repositories (on this server's disk) as sources: for tests and local mirrors"}),
 		altsrc.NewStringFlag(&ucli.StringFlag{Name: "admin-token", EnvVars: []string{"TETHER_ADMIN_TOKEN"},
@@ -312,8 +323,13 @@ func serverCommand(term *terminal) *ucli.Command {
 			"tokens with `tether token create`. It also makes the bootstrap admin user, admin, and prints\n" +
 			"its password once (or takes --admin-password): log in with it, then add people with\n" +
 			"`tether user add`. Several servers may share one database and broker.\n\n" +
+			"The server can run agents itself (--own-agent ENV/NAME): for this host, or a hypervisor it reaches\n" +
+			"(--own-agent-platform ENV/NAME=libvirt), with no tether agent run to install. Each enrolls as any agent\n" +
+			"does, with a token the server makes for it, keeps its journal in --state-dir/agents, and is started\n" +
+			"again if it stops. See docs/server.md.\n\n" +
 			"   tether server keygen /etc/tether/server.key\n" +
-			"   tether server --postgres postgres://postgres@127.0.0.1/test --amqp amqp://guest:guest@127.0.0.1:5672/",
+			"   tether server --postgres postgres://postgres@127.0.0.1/test --amqp amqp://guest:guest@127.0.0.1:5672/\n" +
+			"   tether server --postgres postgres://postgres@127.0.0.1/test --own-agent prod/hv1 --own-agent-platform prod/hv1=libvirt",
 		Flags:  flags,
 		Before: agentcli.ConfigFileSource(flags),
 		Action: func(c *ucli.Context) error { return runServer(c, term) },
@@ -541,6 +557,20 @@ func runServer(c *ucli.Context, term *terminal) error {
 			return usageError("--state-dir %s: %v: give the server a directory it can write (or --state-dir \"\" to fetch every compile's source afresh)", dir, err)
 		}
 	}
+	owned, err := ownagent.ParseSpecs(c.StringSlice("own-agent"), c.StringSlice("own-agent-platform"))
+	if err != nil {
+		return usageError("%v", err)
+	}
+	ownDir := ""
+	if len(owned) > 0 {
+		if c.String("state-dir") == "" {
+			return usageError("--own-agent needs --state-dir: the agents the server runs keep their journals (their keys) in DIR/agents")
+		}
+		ownDir = filepath.Join(c.String("state-dir"), "agents")
+		if err := os.MkdirAll(ownDir, 0o700); err != nil {
+			return usageError("--state-dir %s: %v: give the server a directory it can write, where its own agents keep their journals", c.String("state-dir"), err)
+		}
+	}
 	ring, err := loadKeyring(c, log)
 	if err != nil {
 		return err
@@ -564,6 +594,12 @@ func runServer(c *ucli.Context, term *terminal) error {
 	bcfg.ConnectionName = "tether server"
 	if err := bcfg.Validate(); err != nil {
 		return usageError("%v", err)
+	}
+	var ownBroker amqp.Config
+	if len(owned) > 0 {
+		if ownBroker, err = ownAgentBroker(c, bcfg); err != nil {
+			return err
+		}
 	}
 	b, err := amqp.New(bcfg, log)
 	if err != nil {
@@ -685,8 +721,32 @@ func runServer(c *ucli.Context, term *terminal) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	srvCtx := gctx
+	if len(owned) > 0 {
+		ocfg := ownagent.Default()
+		ocfg.Agents, ocfg.StateDir, ocfg.Broker, ocfg.ServerKey = owned, ownDir, ownBroker, srv.PublicKey()
+		ocfg.Env = func(ctx context.Context, env string) error {
+			_, err := st.GetEnv(ctx, env)
+			return err
+		}
+		ocfg.Token = srv.OwnAgentToken
+		names := make([]string, len(owned))
+		for i, o := range owned {
+			names[i] = o.String()
+		}
+		fmt.Fprintf(term.stderr, "tether server: runs agents %s itself (journals in %s, broker %s)\n", strings.Join(names, ", "), ownDir, agentcli.RedactURL(ocfg.Broker.URL))
+		// The server (its ingest, and the answers to the broker's
+		// questions about agents) stops once its own agents have: their
+		// goodbyes reach it.
+		var stopSrv context.CancelFunc
+		srvCtx, stopSrv = context.WithCancel(context.WithoutCancel(gctx))
+		g.Go(func() error {
+			defer stopSrv()
+			return ownagent.Run(gctx, ocfg, log)
+		})
+	}
 	g.Go(func() error {
-		err := srv.Run(gctx)
+		err := srv.Run(srvCtx)
 		if errors.Is(err, context.Canceled) {
 			return nil
 		}
@@ -697,7 +757,7 @@ func runServer(c *ucli.Context, term *terminal) error {
 		if authLn != nil {
 			h.ServeBrokerAuth(authLn, auth)
 		}
-		return h.Serve(gctx, ln, ops)
+		return h.Serve(srvCtx, ln, ops)
 	})
 	err = g.Wait()
 	if ctx.Err() != nil {
@@ -705,6 +765,30 @@ func runServer(c *ucli.Context, term *terminal) error {
 		return nil
 	}
 	return err
+}
+
+// ownAgentBroker is the broker as the server's own agents reach it:
+// --own-agent-amqp, else the server's own URL, less its user when the
+// broker asks this server about each agent (so that they log in as
+// themselves, with an agent's rights), with the server's TLS files.
+func ownAgentBroker(c *ucli.Context, servers amqp.Config) (amqp.Config, error) {
+	b := amqp.Default()
+	b.URL, b.Namespace, b.QueueType = servers.URL, servers.Namespace, servers.QueueType
+	b.CAFile, b.CertFile, b.KeyFile = servers.CAFile, servers.CertFile, servers.KeyFile
+	b.Agent = true
+	switch {
+	case c.String("own-agent-amqp") != "":
+		b.URL = c.String("own-agent-amqp")
+	case c.String("broker-auth-listen") != "":
+		if u, err := url.Parse(b.URL); err == nil {
+			u.User = nil
+			b.URL = u.String()
+		}
+	}
+	if err := b.Validate(); err != nil {
+		return b, usageError("--own-agent-amqp: %v", err)
+	}
+	return b, nil
 }
 
 // bootstrapToken makes sure an admin can get in: with --admin-token, that

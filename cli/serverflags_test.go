@@ -40,6 +40,19 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
+// TETHER_OWN_AGENTS names the server's own agents, separated by commas.
+func TestServerOwnAgentsFromTheEnvironment(t *testing.T) {
+	t.Setenv("TETHER_OWN_AGENTS", "prod/hv1,prod/hv1")
+	config := filepath.Join(t.TempDir(), "server.toml")
+	if err := os.WriteFile(config, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := invoke(t, "server", "--config", config, "--postgres", "postgres://nobody@127.0.0.1:1/x")
+	if code != exitUsage || !strings.Contains(errs, "--own-agent prod/hv1 given twice") {
+		t.Fatalf("got exit %d, %q; want exit %d naming the agent given twice", code, errs, exitUsage)
+	}
+}
+
 // Bad HTTP settings are usage errors naming the setting, found before the
 // server connects to anything.
 func TestServerHTTPFlagErrors(t *testing.T) {
@@ -62,6 +75,11 @@ func TestServerHTTPFlagErrors(t *testing.T) {
 		{"webhook deny takes no name", "", []string{"--webhook-deny", "evil.example.com"}, `--webhook-deny "evil.example.com"`},
 		{"state directory not a directory", "", []string{"--state-dir", "/dev/null"}, "--state-dir /dev/null"},
 		{"state directory not a directory, from the config file", "state-dir = \"/dev/null\"\n", nil, "--state-dir /dev/null"},
+		{"own agent without its environment", "", []string{"--own-agent", "hv1"}, `--own-agent "hv1": want ENV/NAME`},
+		{"own agent from the config file", "own-agent = \"hv1\"\n", nil, `--own-agent "hv1": want ENV/NAME`},
+		{"own agents from the config file", "own-agent = [\"prod/hv1\", \"prod/hv1\"]\n", nil, "--own-agent prod/hv1 given twice"},
+		{"own agent's platform of another agent", "", []string{"--own-agent", "prod/hv1", "--own-agent-platform", "prod/hv2=libvirt"}, "add --own-agent prod/hv2"},
+		{"own agent without a state directory", "", []string{"--own-agent", "prod/hv1", "--state-dir", ""}, "--own-agent needs --state-dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

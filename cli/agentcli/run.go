@@ -149,69 +149,41 @@ func runAgents(c *ucli.Context, stderr io.Writer, logger LoggerFunc) error {
 	// login signed by its key (the broker asks the server what it may
 	// do), so each has a connection of its own. With a user in the URL,
 	// the agents share it and one connection.
-	ownLogin := brokerUser(bcfg.URL) == ""
-	var shared *amqp.Bus
-	if !ownLogin {
-		if shared, err = amqp.New(bcfg, log); err != nil {
+	ctx := c.Context
+	host := Hosting{Broker: bcfg, Root: c.String("root"), Sync: handler.NewSyncGroup(),
+		Facts: facts.Cached(10*time.Second, facts.Host{Dir: c.String("facts-dir")}.Gather)}
+	if BrokerUser(bcfg.URL) != "" {
+		if host.Shared, err = amqp.New(bcfg, log); err != nil {
 			return err
 		}
-		defer shared.Close()
+		defer host.Shared.Close()
 	}
-
-	ctx := c.Context
-	var agents []*agent.Agent
-	var buses []*amqp.Bus
-	defer func() {
-		for _, a := range agents {
-			a.Close()
-		}
-		for _, b := range buses {
-			b.Close()
-		}
-	}()
-	// One flush group for every agent of the process: concurrent deploys
-	// share each flush of the file system instead of one each.
-	syncs := handler.NewSyncGroup()
-	// The agents of one process share a host: one gathering of facts
-	// serves them all, and tells the handlers which tools the host has.
-	gather := facts.Cached(10*time.Second, facts.Host{Dir: c.String("facts-dir")}.Gather)
-	pm, sm := facts.Providers(gather(ctx))
-	platforms, err := openPlatforms(c.StringSlice("platform"), len(names))
+	platforms, err := OpenPlatforms(c.StringSlice("platform"), len(names))
 	if err != nil {
 		return err
 	}
+	var agents []*agent.Agent
+	var releases []func()
+	defer func() {
+		for _, release := range releases {
+			release()
+		}
+	}()
 	for _, name := range names {
-		reg, err := builtin.Registry(handler.Runtime{Root: c.String("root"), Sync: syncs, PackageManager: pm, ServiceManager: sm})
-		if err != nil {
-			return err
-		}
-		b, login := shared, &agentLogin{ready: make(chan struct{})}
-		var relogin func()
-		if ownLogin {
-			own := bcfg
-			own.ConnectionName = "tether agent " + name
-			own.Login = login.credentials
-			if b, err = amqp.New(own, log); err != nil {
-				return err
-			}
-			buses = append(buses, b)
-			relogin = b.Relogin
-		}
-		a, err := agent.New(agent.Config{
-			Env: env, Name: name, Version: ReadBuildInfo().Version, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
+		a, release, err := host.NewAgent(ctx, agent.Config{
+			Env: env, Name: name, StateDir: filepath.Join(c.String("state-dir"), env, name), Labels: labels,
 			Token: c.String("token"), ServerKey: serverKey, ServerFingerprint: fingerprint, MaxCommandAge: c.Duration("max-command-age"),
-			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Facts: gather, Relogin: relogin, Platforms: platforms,
-		}, b, reg, log)
-		login.set(a)
+			Parallelism: c.Int("parallelism"), Heartbeat: c.Duration("heartbeat"), Platforms: platforms,
+		}, log)
 		if errors.Is(err, agent.ErrNoServerKey) {
 			return UsageError("%v", err)
 		}
 		if err != nil {
 			return err
 		}
-		agents = append(agents, a)
+		agents, releases = append(agents, a), append(releases, release)
 		log.Info().Str("agent", name).Str("env", env).Str("key", bus.Fingerprint(a.PublicKey())).
-			Str("state_dir", a.Journal().Dir()).Bool("own_broker_login", ownLogin).Msg("tether agent starting")
+			Str("state_dir", a.Journal().Dir()).Bool("own_broker_login", host.Shared == nil).Msg("tether agent starting")
 	}
 	fmt.Fprintf(stderr, "tether agent: %s in environment %s, broker %s\n", strings.Join(names, ", "), env, RedactURL(bcfg.URL))
 	var wg sync.WaitGroup
@@ -261,6 +233,61 @@ func ResetJournalCommand(stdout io.Writer) *ucli.Command {
 	}
 }
 
+// Hosting is what the agents of one process share: the broker, the host
+// they manage (its root, its facts, one flush group, so that concurrent
+// deploys share each flush of the file system instead of one each).
+type Hosting struct {
+	// Broker is the agents' broker. A URL without a user: each agent
+	// logs in as itself (its key signs its login), on a bus of its own.
+	Broker amqp.Config
+	// Shared is the one bus of every agent of the process, when they
+	// share the URL's user (nil: each has its own bus).
+	Shared *amqp.Bus
+	Root   string
+	Sync   *handler.SyncGroup
+	// Facts gathers the host's facts once for every agent (facts.Cached):
+	// it also tells the handlers which tools the host has.
+	Facts func(context.Context) map[string]any
+}
+
+// NewAgent makes one agent of the process from cfg, which it completes
+// (version, facts, broker login), with the built-in handlers and, unless
+// the agents share a bus, a bus of its own. close releases the agent and
+// its bus once Run returned; the agent closes its platforms. On an error
+// cfg's platforms are left to the caller.
+func (h Hosting) NewAgent(ctx context.Context, cfg agent.Config, log zerolog.Logger) (a *agent.Agent, release func(), err error) {
+	pm, sm := facts.Providers(h.Facts(ctx))
+	reg, err := builtin.Registry(handler.Runtime{Root: h.Root, Sync: h.Sync, PackageManager: pm, ServiceManager: sm})
+	if err != nil {
+		return nil, nil, err
+	}
+	b, login := h.Shared, &agentLogin{ready: make(chan struct{})}
+	closeBus := func() {}
+	if b == nil {
+		own := h.Broker
+		own.ConnectionName = "tether agent " + cfg.Name
+		own.Agent = true
+		if BrokerUser(own.URL) == "" {
+			own.Login = login.credentials
+		}
+		if b, err = amqp.New(own, log); err != nil {
+			return nil, nil, err
+		}
+		if own.Login != nil {
+			cfg.Relogin = b.Relogin
+		}
+		closeBus = func() { b.Close() }
+	}
+	cfg.Version, cfg.Facts = ReadBuildInfo().Version, h.Facts
+	a, err = agent.New(cfg, b, reg, log)
+	login.set(a)
+	if err != nil {
+		closeBus()
+		return nil, nil, err
+	}
+	return a, func() { a.Close(); closeBus() }, nil
+}
+
 // agentLogin hands an agent's broker login to its bus, which starts
 // connecting before the agent (which holds the key) exists.
 type agentLogin struct {
@@ -286,8 +313,8 @@ func (l *agentLogin) credentials() (string, string, error) {
 	return l.a.BrokerLogin()
 }
 
-// brokerUser returns the user an AMQP URL names ("" for none).
-func brokerUser(s string) string {
+// BrokerUser returns the user an AMQP URL names ("" for none).
+func BrokerUser(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return ""
@@ -295,9 +322,9 @@ func brokerUser(s string) string {
 	return u.User.Username()
 }
 
-// openPlatforms connects to the platforms --platform names, for the one
+// OpenPlatforms connects to the platforms --platform names, for the one
 // agent of the process (a platform is served by one agent).
-func openPlatforms(specs []string, agents int) ([]handler.MachineDriver, error) {
+func OpenPlatforms(specs []string, agents int) ([]handler.MachineDriver, error) {
 	if len(specs) == 0 {
 		return nil, nil
 	}

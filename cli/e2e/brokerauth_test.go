@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,13 +28,7 @@ import (
 // has the server declare it again and deploys on. Last, alpha is revoked:
 // its connection is closed and it cannot log in again.
 func TestAgentRightsOnTheBroker(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authListen := ln.Addr().String()
-	ln.Close()
-	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second, TLS: true})
+	node, authListen := authNode(t, amqptest.NodeOptions{TLS: true})
 	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
 
 	states := map[string]string{}
@@ -199,13 +192,7 @@ func TestAgentRightsOnTheBroker(t *testing.T) {
 // then starts with an enrollment token, and its key takes the name. The
 // squatter's connection is closed, and the host deploys.
 func TestSquatterOfAPendingNameIsCutOff(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authListen := ln.Addr().String()
-	ln.Close()
-	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	node, authListen := authNode(t, amqptest.NodeOptions{})
 	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
 
 	_, key, err := bus.GenerateKey()
@@ -362,13 +349,7 @@ func refusedForRights(err error) bool {
 // deploy-interval retry goes by the generation the agent reported, sends
 // its desired state again, and the agent converges.
 func TestAnAgentsLoginEmptiesItsInboxHarmlessly(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authListen := ln.Addr().String()
-	ln.Close()
-	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	node, authListen := authNode(t, amqptest.NodeOptions{})
 	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
 	c.cli("env", "settings", "set", "deploy_interval", "2s")
 	model := func(v string) string {

@@ -185,6 +185,22 @@ type cluster struct {
 	agentNo    int
 }
 
+// authNode starts a private broker node that asks a server about each
+// login (rabbitmq_auth_backend_http, answers cached for a second), with
+// the management API, and returns it with the address the server is to
+// answer on (clusterOpts.authListen). opts say how else it differs (TLS).
+func authNode(t testing.TB, opts amqptest.NodeOptions) (*amqptest.Node, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authListen := ln.Addr().String()
+	ln.Close()
+	opts.AuthHTTP, opts.Management, opts.CacheTTL = "http://"+authListen, true, time.Second
+	return amqptest.StartNode(t, opts), authListen
+}
+
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	return newClusterWith(t, clusterOpts{})
@@ -199,6 +215,8 @@ type clusterOpts struct {
 	authListen string
 	// serverArgs are more flags of the server.
 	serverArgs []string
+	// enrollment is the environment's enrollment policy (default token).
+	enrollment string
 }
 
 func newClusterWith(t testing.TB, o clusterOpts) *cluster {
@@ -239,7 +257,7 @@ func newClusterWith(t testing.TB, o clusterOpts) *cluster {
 		t.Fatalf("tether server keygen: %v: %s", err, out)
 	}
 	c.startServer()
-	c.cli("env", "create", env, "--set", "enrollment=token")
+	c.cli("env", "create", env, "--set", "enrollment="+cmp.Or(o.enrollment, "token"))
 	var tok struct {
 		Token string `json:"token"`
 	}

@@ -207,13 +207,7 @@ func TestAgentBehindNATOverTLS(t *testing.T) {
 		testenv.Need(t, err == nil, tool+" is not installed: apt-get install iproute2 iptables (make setup installs them)")
 	}
 	n := setupNAT(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authListen := ln.Addr().String()
-	ln.Close()
-	node := amqptest.StartNode(t, amqptest.NodeOptions{TLS: true, CertIPs: []string{n.brokerIP}, AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	node, authListen := authNode(t, amqptest.NodeOptions{TLS: true, CertIPs: []string{n.brokerIP}})
 	n.forward(t, 5671, node.TLSPort)
 	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
 

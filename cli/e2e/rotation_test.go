@@ -3,7 +3,6 @@ package e2e
 import (
 	"crypto/ed25519"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,13 +22,7 @@ import (
 // its old key before the switch is closed, and a login with the old key
 // is refused, with a security alert.
 func TestAgentKeyRotationWhileRunning(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authListen := ln.Addr().String()
-	ln.Close()
-	node := amqptest.StartNode(t, amqptest.NodeOptions{AuthHTTP: "http://" + authListen, Management: true, CacheTTL: time.Second})
+	node, authListen := authNode(t, amqptest.NodeOptions{})
 	c := newClusterWith(t, clusterOpts{node: node, authListen: authListen})
 
 	state := t.TempDir()
