@@ -108,10 +108,12 @@ func (inv *Inventory) Validate() error {
 			return fmt.Errorf("%w: agent %q is listed twice", ErrInvalidInventory, a.Name)
 		}
 		seen[a.Name] = true
-		for k := range a.Labels {
-			if !isLabelName(k) {
-				return fmt.Errorf("%w: agent %q: label %q: want letters, digits, '_' and '-', starting with a letter", ErrInvalidInventory, a.Name, k)
-			}
+		// An agent's labels are as agents may announce them (one the
+		// model could not read would fail every compile of its
+		// environment): a key that is no identifier is read as
+		// host.labels["tether.role"].
+		if err := ValidateLabels(a.Labels); err != nil {
+			return fmt.Errorf("%w: agent %q: %w", ErrInvalidInventory, a.Name, err)
 		}
 		for k := range a.Facts {
 			if k == "" || strings.ContainsAny(k, "\x00") {
@@ -120,21 +122,4 @@ func (inv *Inventory) Validate() error {
 		}
 	}
 	return nil
-}
-
-// isLabelName accepts identifiers of the model language: a letter first,
-// then letters, digits, '_' and '-'.
-func isLabelName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case i > 0 && (r >= '0' && r <= '9' || r == '_' || r == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }

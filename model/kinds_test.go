@@ -75,10 +75,17 @@ func TestParseInventory(t *testing.T) {
 	if len(inv.Agents) != 1 || a.Name != "web-7" || a.Labels["role"] != "web" || a.Facts["cpus"] != json.Number("4") {
 		t.Fatalf("agent %+v", a)
 	}
+	// Labels are as agents may announce them.
+	if inv, err := ParseInventory(strings.NewReader(`{"agents": [{"name": "a", "labels": {"tether-served-by": "server", "tether.io/x": "", "1x": "y"}}]}`)); err == nil {
+		t.Fatalf("a label key with a slash: %+v, want ErrInvalidInventory", inv)
+	}
+	if _, err := ParseInventory(strings.NewReader(`{"agents": [{"name": "a", "labels": {"tether.role": "server", "1x": "y"}}]}`)); err != nil {
+		t.Fatalf("labels an agent may announce: %v", err)
+	}
 	for _, bad := range []string{
 		`{"agents": [{"name": "a"}, {"name": "a"}]}`,
 		`{"agents": [{"name": "bad name"}]}`,
-		`{"agents": [{"name": "a", "labels": {"1x": "y"}}]}`,
+		`{"agents": [{"name": "a", "labels": {"a b": "y"}}]}`,
 		`{"agents": [{"name": "a", "colour": "red"}]}`,
 		`{"agents": []} trailing`,
 		`[`,

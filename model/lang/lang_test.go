@@ -250,3 +250,32 @@ func fileWriter(t *testing.T, dir string) func(name, content string) {
 		}
 	}
 }
+
+// A label an agent may announce that is no identifier (tether.role) is in
+// the inventory as any other, and the model reads it by index.
+func TestInventoryLabelsAsAgentsAnnounceThem(t *testing.T) {
+	dir := t.TempDir()
+	fileWriter(t, dir)("main.hcl", `hostgroup "served" {
+  match = host.labels["tether.role"] == "hv"
+  file "/etc/role" { content = host.labels["tether.role"] }
+}
+`)
+	inv := &model.Inventory{Agents: []model.InventoryAgent{
+		{Name: "hv1", Labels: map[string]string{"tether.role": "hv", "1x": "y"}},
+		{Name: "web1", Labels: map[string]string{"role": "web"}},
+	}}
+	if err := inv.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Compile(t.Context(), dir, Options{Inventory: inv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range res.Resources {
+		got = append(got, r.ID.String())
+	}
+	if strings.Join(got, ",") != "file[hv1,path=/etc/role]" {
+		t.Fatalf("resources %v, want hv1's file alone", got)
+	}
+}
