@@ -47,6 +47,8 @@ var rules = map[string]rule{
 	"agent/handler/builtin":             {internal: []string{"agent/handler", "agent/handler/*"}},
 	"agent/handler/*":                   {internal: []string{"agent/handler", "model", "model/durable"}, external: []string{"golang.org/x/sys"}},
 	"agent/handler/libvirt":             {internal: []string{"agent/handler", "model"}, external: []string{"github.com/digitalocean/go-libvirt", "libvirt.org/go/libvirtxml"}},
+	"agent/target/ssh":                  {internal: []string{"agent/handler", "model/durable"}, external: []string{"golang.org/x/crypto/ssh", "github.com/pkg/sftp"}},
+	"agent/target/ssh/sshtest":          {internal: []string{"agent/handler", "agent/handler/handlertest", "agent/target/ssh", "model/testenv"}}, // test helper: a private sshd, the suites' SSH target
 	"agent/engine":                      {internal: []string{"model", "model/graph", "agent/handler"}},
 	"agent/journal":                     {internal: []string{"model", "model/durable"}},
 	"agent/facts":                       {internal: []string{"model"}},
@@ -111,6 +113,8 @@ var exclusive = map[string][]string{
 	"github.com/go-git/go-billy/v5":       {"model/gitfetch"},
 	"github.com/digitalocean/go-libvirt":  {"agent/handler/libvirt"},
 	"libvirt.org/go/libvirtxml":           {"agent/handler/libvirt"},
+	"golang.org/x/crypto/ssh":             {"agent/target/ssh"},
+	"github.com/pkg/sftp":                 {"agent/target/ssh"},
 }
 
 // importers lists module packages that only the packages named may import
@@ -294,6 +298,8 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{pkg{ImportPath: m("server/scheduler"), Imports: []string{m("server/store")}}, "server/scheduler imports server/store"},
 		{pkg{ImportPath: m("agent/handler/file"), Imports: []string{"github.com/digitalocean/go-libvirt"}}, "which only agent/handler/libvirt may use"},
 		{pkg{ImportPath: m("agent"), Imports: []string{"libvirt.org/go/libvirtxml"}}, "which only agent/handler/libvirt may use"},
+		{pkg{ImportPath: m("agent/target/ssh/sshtest"), Imports: []string{"golang.org/x/crypto/ssh"}}, "which only agent/target/ssh may use"},
+		{pkg{ImportPath: m("agent/handler/file"), Imports: []string{"github.com/pkg/sftp"}}, "which only agent/target/ssh may use"},
 	}
 	for _, tt := range tests {
 		got := strings.Join(violations([]pkg{tt.pkg}), "\n")

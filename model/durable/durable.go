@@ -110,6 +110,14 @@ func IsTemp(name string) bool {
 	return strings.HasPrefix(name, ".") && strings.Contains(name, tempMark)
 }
 
+// TempName returns a new name for a temporary file beside path, one that
+// IsTemp recognises (".motd.tether-1x2y3z"): where a write that replaces
+// path, on this host or another, prepares the new file before renaming it
+// over path. The random part makes a clash unlikely; create it exclusively.
+func TempName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+tempMark+strconv.FormatUint(rand.Uint64(), 36))
+}
+
 // dir is what a write needs of the file system: *os.Root, or osDir for
 // paths as they are.
 type dir interface {
@@ -186,9 +194,8 @@ func write(path string, perm fs.FileMode, opts []Option, fill func(*os.File) err
 // createTemp creates a new file beside path that only the owner can read,
 // with a name IsTemp recognises.
 func createTemp(d dir, path string) (*os.File, string, error) {
-	prefix := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+tempMark)
 	for range 100 {
-		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
+		name := TempName(path)
 		f, err := d.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue

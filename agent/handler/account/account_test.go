@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/handlertest"
+	"github.com/tetherhq/tether/agent/target/ssh/sshtest"
 	"github.com/tetherhq/tether/model"
 )
 
@@ -67,6 +68,8 @@ func TestUserConformance(t *testing.T) {
 	const hash = "$6$saltsalt$3MqM2hYBdQ4b1ut2vlzK1NTnOLRdJfNzHtHGTA0sPNd6sAVCcQSkCMXPy2nsiVCa6I2FrWBQpwumzHHJNXgyC."
 	handlertest.Run(t, handlertest.Suite{
 		New: func(rt handler.Runtime) handler.Handler { return NewUser(rt) },
+		// The local host, and this machine reached over SSH (agentless).
+		Targets: sshtest.Targets(t),
 		Cases: []handlertest.Case{
 			{
 				Name:  "create with everything, then change it",
@@ -129,6 +132,8 @@ func TestGroupConformance(t *testing.T) {
 	}
 	handlertest.Run(t, handlertest.Suite{
 		New: func(rt handler.Runtime) handler.Handler { return NewGroup(rt) },
+		// The local host, and this machine reached over SSH (agentless).
+		Targets: sshtest.Targets(t),
 		Cases: []handlertest.Case{
 			{
 				Name:     "gid and members",

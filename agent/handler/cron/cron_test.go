@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/handlertest"
+	"github.com/tetherhq/tether/agent/target/ssh/sshtest"
 	"github.com/tetherhq/tether/model"
 )
 
@@ -39,6 +40,8 @@ func TestConformance(t *testing.T) {
 	}
 	handlertest.Run(t, handlertest.Suite{
 		New: func(rt handler.Runtime) handler.Handler { return New(rt) },
+		// The local host, and this machine reached over SSH (agentless).
+		Targets: sshtest.Targets(t),
 		Cases: []handlertest.Case{
 			{
 				Name:     "an entry, then another schedule and user",

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/agent/handler"
 )
@@ -37,7 +38,7 @@ func RunFS(t *testing.T, target Target) {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
 			rt := target.Runtime(t, root).WithFS()
-			c.run(t, fsUnderTest{FS: rt.FS, root: root})
+			c.run(t, fsUnderTest{FS: rt.FS, root: root, timeResolution: target.TimeResolution})
 		})
 	}
 }
@@ -45,7 +46,8 @@ func RunFS(t *testing.T, target Target) {
 // fsUnderTest is a target's FS and the root its check works below.
 type fsUnderTest struct {
 	handler.FS
-	root string
+	root           string
+	timeResolution time.Duration
 }
 
 // at is name below the root.
@@ -80,7 +82,7 @@ func checkLstat(t *testing.T, f fsUnderTest) {
 		t.Fatal(err)
 	}
 	sys := st.Sys().(*syscall.Stat_t)
-	want := handler.Info{Mode: st.Mode(), Size: 5, UID: sys.Uid, GID: sys.Gid, ModTime: st.ModTime()}
+	want := handler.Info{Mode: st.Mode(), Size: 5, UID: sys.Uid, GID: sys.Gid, ModTime: st.ModTime().Truncate(f.timeResolution)}
 	if !info.ModTime.Equal(want.ModTime) || info.Mode != want.Mode || info.Size != want.Size || info.UID != want.UID || info.GID != want.GID {
 		t.Fatalf("Lstat: got %+v, want %+v", info, want)
 	}

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/model"
@@ -38,6 +39,9 @@ import (
 type Target struct {
 	// Name names the target in subtests ("local").
 	Name string
+	// TimeResolution is how finely the target's FS reports modification
+	// times (SFTP: whole seconds); 0 means exactly, as the local host.
+	TimeResolution time.Duration
 	// Runtime returns the runtime of one case on the target: its FS and
 	// Runner, with Root set to root, a fresh directory of this machine
 	// (the harness and the cases' Setup and Check look at it directly, so

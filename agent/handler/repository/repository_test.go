@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/handlertest"
+	"github.com/tetherhq/tether/agent/target/ssh/sshtest"
 	"github.com/tetherhq/tether/model"
 )
 
@@ -50,6 +51,8 @@ func TestConformanceApt(t *testing.T) {
 	handlertest.NeedCommands(t, "apt-get")
 	handlertest.Run(t, handlertest.Suite{
 		New: func(rt handler.Runtime) handler.Handler { return New(rt) },
+		// The local host, and this machine reached over SSH (agentless).
+		Targets: sshtest.Targets(t),
 		Cases: []handlertest.Case{
 			{
 				Name:  "signed source, then other components, then disabled",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetherhq/tether/agent/handler"
 	"github.com/tetherhq/tether/agent/handler/handlertest"
+	"github.com/tetherhq/tether/agent/target/ssh/sshtest"
 	"github.com/tetherhq/tether/model"
 )
 
@@ -31,6 +32,8 @@ func checkLink(t *testing.T, root string, r *model.Resource) {
 func TestConformance(t *testing.T) {
 	handlertest.Run(t, handlertest.Suite{
 		New: func(rt handler.Runtime) handler.Handler { return New(rt) },
+		// The local host, and this machine reached over SSH (agentless).
+		Targets: sshtest.Targets(t),
 		Cases: []handlertest.Case{
 			{
 				Name:     "create, then point elsewhere",
