@@ -90,6 +90,7 @@ bench: build
 	$(GO) test ./cli/e2e -run '^$$' -bench Provision -benchtime 1x
 	./$(BIN) bench ingest-tls --events 20000
 	$(GO) test ./server -run '^$$' -bench BenchmarkAPIUnderSlowConnections -benchtime 10x -count 1
+	$(GO) test ./agent/target/ssh -run '^$$' -bench Agentless -benchmem -count 3
 
 ## fuzz: run the fuzz targets for a while each
 fuzz:

@@ -7,8 +7,8 @@ import (
 )
 
 // FS is the file system of the host a path-based handler acts on (its
-// target): the agent's own host (HostFS, the default) or, later, a host
-// reached over SSH. Handlers never call os.* on a path; they map a
+// target): the agent's own host (HostFS, the default) or a host reached
+// over SSH (agent/target/ssh). Handlers never call os.* on a path; they map a
 // resource path with Runtime.HostPath and hand the result to the FS, so the
 // same handler runs on any target and passes the same conformance suite.
 //
@@ -122,7 +122,7 @@ func (i Info) Perm() uint32 {
 // Resolver is implemented by an FS that resolves symbolic links the way
 // the target's kernel would. Runtime.HostPath needs it to keep paths below
 // a Root (other than /) when a parent directory there is a link: without
-// it such a path is refused. HostFS implements it; an SSH target can (the
+// it such a path is refused. HostFS implements it; the SSH target does (the
 // SFTP realpath request).
 type Resolver interface {
 	// RealPath returns name with every symbolic link in it resolved.

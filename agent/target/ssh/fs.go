@@ -109,30 +109,41 @@ func (t *Target) ReadFile(name string) ([]byte, error) {
 // sameChunk is how much of a file SameContent asks for at once.
 const sameChunk = 32 << 10
 
-// SameContent implements handler.FileReader: an lstat first (a file of
-// another size differs, with no read at all; a link is refused), then the
-// file read in chunks, each compared and dropped, stopping at the first
-// difference. SFTP opens through links: one replacing the file between
+// SameContent implements handler.FileReader: an lstat (a file of another
+// size differs, with no read at all; a link is refused), then the file
+// read in chunks, each compared and dropped, stopping at the first
+// difference. SFTP opens through links: a link replacing the file between
 // the lstat and the open is read through (a race the local host closes
 // with O_NOFOLLOW).
 func (t *Target) SameContent(name, want string) (bool, error) {
 	same := false
 	err := t.do("compare", name, func(c *conn) error {
-		fi, err := c.sftp.Lstat(name)
-		if err != nil {
+		// The lstat and the open travel together: one round trip
+		// less on the common path, an unchanged file.
+		type lstat struct {
+			fi  fs.FileInfo
+			err error
+		}
+		lc := make(chan lstat, 1)
+		go func() {
+			fi, err := c.sftp.Lstat(name)
+			lc <- lstat{fi, err}
+		}()
+		f, err := c.sftp.Open(name)
+		l := <-lc
+		if err == nil {
+			defer f.Close()
+		}
+		switch {
+		case l.err != nil:
+			return l.err
+		case !l.fi.Mode().IsRegular():
+			return fmt.Errorf("not a regular file (%s): %w", l.fi.Mode().Type(), syscall.ELOOP)
+		case err != nil:
 			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("not a regular file (%s): %w", fi.Mode().Type(), syscall.ELOOP)
-		}
-		if fi.Size() != int64(len(want)) {
+		case l.fi.Size() != int64(len(want)):
 			return nil
 		}
-		f, err := c.sftp.Open(name)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
 		buf := make([]byte, min(len(want)+1, sameChunk))
 		off := 0
 		for {
