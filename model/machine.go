@@ -54,6 +54,11 @@ type MachineSpec struct {
 	// Files are written for the machine to fetch (a PXE tree: paths
 	// relative to the platform's root), already rendered.
 	Files map[string]string `json:"files,omitempty"`
+	// Seed holds the files of the machine's cloud-init NoCloud seed, by
+	// name (user-data; meta-data, network-config), already rendered: the
+	// driver gives the machine a read-only disk labelled cidata holding
+	// them, and writes a meta-data naming the machine when there is none.
+	Seed map[string]string `json:"seed,omitempty"`
 }
 
 // MachineBoot says how a machine boots: a kernel and an initrd (netboot,

@@ -146,8 +146,8 @@ func (d *Driver) stop(ctx context.Context, dom lv.Domain, grace time.Duration) e
 }
 
 // Destroy forces the machine off and removes its definition, with the
-// disk and files the driver made for it. A machine that is not there is
-// destroyed already.
+// disk, seed and files the driver made for it. A machine that is not
+// there is destroyed already.
 func (d *Driver) Destroy(ctx context.Context, machine string) error {
 	dom, found, err := d.find(ctx, machine)
 	if err != nil || !found {
@@ -176,23 +176,7 @@ func (d *Driver) Destroy(ctx context.Context, machine string) error {
 	if meta == nil {
 		return nil
 	}
-	var errs []error
-	if meta.Volume != nil {
-		err := d.call(ctx, callTimeout, func(l *lv.Libvirt) error {
-			pool, err := l.StoragePoolLookupByName(meta.Volume.Pool)
-			if err != nil {
-				return err
-			}
-			vol, err := l.StorageVolLookupByName(pool, meta.Volume.Name)
-			if err != nil {
-				return err
-			}
-			return l.StorageVolDelete(vol, lv.StorageVolDeleteNormal)
-		})
-		if err != nil && !isCode(err, lv.ErrNoStorageVol) && !isCode(err, lv.ErrNoStoragePool) {
-			errs = append(errs, fmt.Errorf("delete volume %s of pool %s: %w", meta.Volume.Name, meta.Volume.Pool, err))
-		}
-	}
+	errs := d.deleteVolumes(ctx, meta.Volume, meta.Seed)
 	errs = append(errs, removeFiles(meta.TFTPRoot, meta.Files, dom.Name)...)
 	if err := removeSerialLog(meta.SerialLog, dom.Name); err != nil {
 		errs = append(errs, err)

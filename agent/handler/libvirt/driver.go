@@ -7,8 +7,16 @@
 // that serves the platform stays a static binary. A domain the driver made
 // carries, in its <metadata>, the blueprint's host it was made from, when
 // the driver last started it, and what the driver made for it (its disk
-// volume, its boot files, its serial console's file): Inventory reads the
-// host back, Destroy removes what the driver made and nothing else.
+// volume, its cloud-init seed volume, its boot files, its serial console's
+// file): Inventory reads the host back, Destroy removes what the driver
+// made and nothing else.
+//
+// A machine with a cloud-init seed (MachineSpec.Seed) gets it as cloud-init's
+// NoCloud datasource reads it: an ISO 9660 image labelled cidata, written
+// in memory, uploaded into the pool of the machine's disk as a raw volume
+// (NAME.seed.iso) through libvirt's own stream, so the agent need not be
+// on the hypervisor, and attached as a read-only cdrom (the template's
+// .SeedPath).
 //
 // A machine's settings (MachineSpec.Settings; numbers as JSON gives them,
 // or Go integers; other settings are the server's and are ignored):

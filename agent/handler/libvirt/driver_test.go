@@ -1,6 +1,7 @@
 package libvirt
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -122,6 +123,28 @@ func testPool(t *testing.T, d *Driver) string {
 		}
 	})
 	return name
+}
+
+// addVolume makes an empty volume in a pool.
+func addVolume(t *testing.T, d *Driver, pool, name, format string, bytes uint64) {
+	t.Helper()
+	def := libvirtxml.StorageVolume{Name: name, Capacity: &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: bytes},
+		Target: &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}}}
+	doc, err := def.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.call(context.Background(), callTimeout, func(l *lv.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		_, err = l.StorageVolCreateXML(p, doc, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("make volume %s in pool %s: %v", name, pool, err)
+	}
 }
 
 // volumes lists the volumes of a pool.
@@ -318,6 +341,17 @@ func TestProvisionFailureLeavesNothing(t *testing.T) {
 		{"a kernel that is not there", func(s *model.MachineSpec) {
 			s.Boot.Kernel = "/nonexistent/vmlinuz"
 		}, []string{"start:", "/nonexistent/vmlinuz"}},
+		{"a seed file no cdrom can hold", func(s *model.MachineSpec) {
+			s.Seed = map[string]string{"user-data": "#cloud-config\n", "User Data": "x"}
+		}, []string{"seed: iso 9660 file name \"User Data\""}},
+		{"a template without the seed's cdrom", func(s *model.MachineSpec) {
+			s.Seed = map[string]string{"user-data": "#cloud-config\n"}
+			s.Template = strings.Replace(DefaultTemplate(), "{{- if .SeedPath}}", "{{- if false}}", 1)
+		}, []string{"domain template: the machine has a cloud-init seed", "{{.SeedPath}}"}},
+		{"a domain libvirt refuses to define, after the seed is made", func(s *model.MachineSpec) {
+			s.Seed = map[string]string{"user-data": "#cloud-config\n"}
+			s.Template = strings.Replace(DefaultTemplate(), "<vcpu>{{.CPUs}}</vcpu>", "<vcpu>{{.CPUs}}</vcpu><no-such-element/>", 1)
+		}, []string{"define:"}},
 		{"a boot file outside the TFTP directory", func(s *model.MachineSpec) {
 			s.Settings["tftp_root"] = sharedDir(t)
 			s.Files = map[string]string{"boot.ipxe": "#!ipxe\n", "../escape": "x"}
@@ -363,26 +397,7 @@ func TestProvisionFromGoldImage(t *testing.T) {
 	d := testDriver(t)
 	ctx := context.Background()
 	pool := testPool(t, d)
-	gold := libvirtxml.StorageVolume{
-		Name:     "gold.qcow2",
-		Capacity: &libvirtxml.StorageVolumeSize{Unit: "GiB", Value: 1},
-		Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
-	}
-	doc, err := gold.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = d.call(ctx, callTimeout, func(l *lv.Libvirt) error {
-		p, err := l.StoragePoolLookupByName(pool)
-		if err != nil {
-			return err
-		}
-		_, err = l.StorageVolCreateXML(p, doc, 0)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	addVolume(t, d, pool, "gold.qcow2", "qcow2", 1<<30)
 
 	spec := testSpec(t, pool)
 	spec.Boot = model.MachineBoot{Image: "gold.qcow2"}
@@ -409,6 +424,112 @@ func TestProvisionFromGoldImage(t *testing.T) {
 	missing.Boot = model.MachineBoot{Image: "no-such.qcow2"}
 	if _, err := d.Provision(ctx, missing); err == nil || !strings.Contains(err.Error(), "volume: gold image no-such.qcow2 is not a volume of storage pool "+pool) {
 		t.Errorf("provision from a missing image: %v, want an error naming it", err)
+	}
+}
+
+// A machine with a cloud-init seed has it as a read-only cdrom of a
+// volume in its pool: an ISO 9660 image labelled cidata holding its
+// user-data and a meta-data naming it. Destroy removes the volume, also
+// from a driver that did not make it (an agent restarted).
+func TestProvisionWithSeed(t *testing.T) {
+	d := testDriver(t)
+	ctx := context.Background()
+	pool := testPool(t, d)
+	spec := testSpec(t, pool)
+	userData := "#cloud-config\nhostname: web-1\n"
+	spec.Seed = map[string]string{"user-data": userData}
+	destroyAtEnd(t, d, spec.Name)
+
+	st, err := d.Provision(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Power != "running" {
+		t.Errorf("provisioned %+v, want running", st)
+	}
+	seedVol := spec.Name + ".seed.iso"
+	if got, want := volumes(t, d, pool), []string{spec.Name + ".qcow2", seedVol}; !slices.Equal(got, want) {
+		t.Fatalf("volumes %v, want %v", got, want)
+	}
+
+	var img bytes.Buffer
+	var seedPath, doc string
+	var meta *machineMeta
+	err = d.call(ctx, callTimeout, func(l *lv.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		vol, err := l.StorageVolLookupByName(p, seedVol)
+		if err != nil {
+			return err
+		}
+		if seedPath, err = l.StorageVolGetPath(vol); err != nil {
+			return err
+		}
+		if err := l.StorageVolDownload(vol, &img, 0, 0, 0); err != nil {
+			return err
+		}
+		dom, err := l.DomainLookupByName(spec.Name)
+		if err != nil {
+			return err
+		}
+		if doc, err = l.DomainGetXMLDesc(dom, 0); err != nil {
+			return err
+		}
+		meta, err = domainMeta(l, dom)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := readISO(img.Bytes())
+	if err != nil {
+		t.Fatalf("the seed volume (%d bytes): %v", img.Len(), err)
+	}
+	wantMeta := "instance-id: \"" + spec.Name + "\"\nlocal-hostname: \"" + spec.Host + "\"\n"
+	if v.label != "cidata" || len(v.files) != 2 || string(v.files["user-data"]) != userData || string(v.files["meta-data"]) != wantMeta {
+		t.Errorf("seed labelled %q with %v (user-data %q, meta-data %q); want cidata with user-data %q and meta-data %q",
+			v.label, keys(v.files), v.files["user-data"], v.files["meta-data"], userData, wantMeta)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(dom.Devices.Disks, func(d libvirtxml.DomainDisk) bool { return d.Device == "cdrom" })
+	if i < 0 {
+		t.Fatalf("no cdrom in the domain:\n%s", doc)
+	}
+	if cd := dom.Devices.Disks[i]; cd.ReadOnly == nil || cd.Source == nil || cd.Source.File == nil || cd.Source.File.File != seedPath {
+		t.Errorf("cdrom %+v, want a read-only one of %s", cd, seedPath)
+	}
+	if meta == nil || meta.Seed == nil || *meta.Seed != (metaVolume{Pool: pool, Name: seedVol}) {
+		t.Errorf("domain metadata %+v, want the seed %s of pool %s recorded", meta, seedVol, pool)
+	}
+
+	// An agent restarted: a new driver finds the seed in the domain's
+	// metadata.
+	again, err := New(DefaultURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.Destroy(ctx, spec.Name); err != nil {
+		t.Fatal(err)
+	}
+	if got := volumes(t, d, pool); len(got) != 0 {
+		t.Errorf("volumes %v after destroy, want none", got)
+	}
+
+	// A seed volume an earlier machine left is not taken: the provision
+	// fails naming it, and the disk it made is removed.
+	addVolume(t, d, pool, seedVol, "raw", 2048)
+	_, err = d.Provision(ctx, spec)
+	if err == nil || !strings.Contains(err.Error(), "seed: volume "+seedVol+" is already in storage pool "+pool) {
+		t.Errorf("provision beside a left seed: %v, want an error naming it", err)
+	}
+	if got := volumes(t, d, pool); !slices.Equal(got, []string{seedVol}) {
+		t.Errorf("volumes %v after the failure, want the left seed only", got)
 	}
 }
 

@@ -25,8 +25,9 @@ type machineMeta struct {
 	XMLName  xml.Name `xml:"machine"`
 	Host     string   `xml:"host"`
 	BootedAt string   `xml:"booted-at,omitempty"`
-	// Volume is the disk the driver made.
+	// Volume is the disk the driver made; Seed its cloud-init seed.
 	Volume *metaVolume `xml:"volume"`
+	Seed   *metaVolume `xml:"seed"`
 	// TFTPRoot is the platform's TFTP root; Files the machine's boot
 	// files the driver wrote there (paths relative to it).
 	TFTPRoot string   `xml:"tftp-root,omitempty"`

@@ -30,7 +30,9 @@ const undoTimeout = 2 * time.Minute
 // the domain's XML from the template (spec.Template, else the driver's
 // own), makes its disk in the pool (empty, or a copy of the gold image
 // spec.Boot.Image: a volume's name in the pool, or the path of a volume
-// libvirt knows), writes its boot files, defines the domain and starts it.
+// libvirt knows) and, for spec.Seed, its cloud-init seed (a volume beside
+// the disk, which the domain has as a read-only cdrom), writes its boot
+// files, defines the domain and starts it.
 // A machine of that name made from the same host is reported as it is.
 // When a step fails, what the earlier ones made is removed and the error
 // names the step.
@@ -85,7 +87,6 @@ type provisioning struct {
 	meta    machineMeta
 	data    TemplateData
 	doc     string
-	volume  *lv.StorageVol
 	madeDir string   // the machine's TFTP directory, made here
 	files   []string // written under the TFTP root
 	dom     *lv.Domain
@@ -145,12 +146,26 @@ func (p *provisioning) run(ctx context.Context) (model.InstanceState, error) {
 		p.meta.TFTPRoot = s.tftpRoot
 		p.data.TFTPRoot = filepath.Join(s.tftpRoot, spec.Name)
 	}
+	// The seed is made first, so that a seed that cannot be is refused
+	// before anything is made.
+	var seed []byte
+	if len(spec.Seed) > 0 {
+		if seed, err = seedImage(spec, time.Now()); err != nil {
+			return model.InstanceState{}, fmt.Errorf("seed: %w", err)
+		}
+		p.data.SeedPath = filepath.Join(poolPath, seedVolumeName(spec.Name))
+	}
 	if err := p.render(); err != nil {
 		return model.InstanceState{}, err // says "domain template"
 	}
 
 	if err := p.makeVolume(ctx, volName); err != nil {
 		return model.InstanceState{}, fmt.Errorf("volume: %w", err)
+	}
+	if seed != nil {
+		if err := p.makeSeed(ctx, seed); err != nil {
+			return model.InstanceState{}, fmt.Errorf("seed: %w", err)
+		}
 	}
 	if err := p.writeFiles(); err != nil {
 		return model.InstanceState{}, fmt.Errorf("files: %w", err)
@@ -196,8 +211,14 @@ func (p *provisioning) render() error {
 	if err != nil {
 		return err
 	}
-	if _, err := checkDomain(doc, p.spec.Name); err != nil {
+	dom, err := checkDomain(doc, p.spec.Name)
+	if err != nil {
 		return err
+	}
+	if p.data.SeedPath != "" && !slices.ContainsFunc(dom.Devices.Disks, func(d libvirtxml.DomainDisk) bool {
+		return d.Source != nil && d.Source.File != nil && d.Source.File.File == p.data.SeedPath
+	}) {
+		return fmt.Errorf("domain template: the machine has a cloud-init seed, but the domain has no disk of it: add a read-only cdrom of {{.SeedPath}} (as the driver's own template does)")
 	}
 	p.doc = doc
 	return nil
@@ -254,20 +275,15 @@ func (p *provisioning) makeVolume(ctx context.Context, name string) error {
 		timeout = copyTimeout
 	}
 	err = d.call(ctx, timeout, func(l *lv.Libvirt) error {
-		var vol lv.StorageVol
-		var err error
-		if src != nil {
-			vol, err = l.StorageVolCreateXMLFrom(p.pool, doc, *src, 0)
-		} else {
-			vol, err = l.StorageVolCreateXML(p.pool, doc, 0)
-		}
-		if isCode(err, lv.ErrStorageVolExist) {
-			return fmt.Errorf("volume %s is already in storage pool %s on %s, left by an earlier machine: remove it (virsh vol-delete --pool %s %s)", name, s.pool, d.uri, s.pool, name)
-		}
+		vol, err := p.createVolume(l, name, func() (lv.StorageVol, error) {
+			if src != nil {
+				return l.StorageVolCreateXMLFrom(p.pool, doc, *src, 0)
+			}
+			return l.StorageVolCreateXML(p.pool, doc, 0)
+		})
 		if err != nil {
 			return err
 		}
-		p.volume = &vol
 		p.meta.Volume = &metaVolume{Pool: s.pool, Name: name}
 		// A copy is as large as its image: grow it to capacity.
 		if src != nil {
@@ -279,17 +295,34 @@ func (p *provisioning) makeVolume(ctx context.Context, name string) error {
 				}
 			}
 		}
-		path, err := l.StorageVolGetPath(vol)
-		if err != nil {
-			return err
-		}
-		if path != p.data.DiskPath {
-			p.data.DiskPath = path
-			return p.render()
-		}
-		return nil
+		return p.usePath(l, vol, &p.data.DiskPath)
 	})
 	return err
+}
+
+// usePath sets a path of the template's data (the disk's, the seed's) to
+// where libvirt put vol, and renders the domain again when it moved.
+func (p *provisioning) usePath(l *lv.Libvirt, vol lv.StorageVol, field *string) error {
+	path, err := l.StorageVolGetPath(vol)
+	if err != nil {
+		return err
+	}
+	if path != *field {
+		*field = path
+		return p.render()
+	}
+	return nil
+}
+
+// createVolume makes a volume of the machine's in its pool with create,
+// saying what to do when an earlier machine left one of that name.
+func (p *provisioning) createVolume(l *lv.Libvirt, name string, create func() (lv.StorageVol, error)) (lv.StorageVol, error) {
+	vol, err := create()
+	if isCode(err, lv.ErrStorageVolExist) {
+		pool := p.s.pool
+		return vol, fmt.Errorf("volume %s is already in storage pool %s on %s, left by an earlier machine: remove it (virsh vol-delete --pool %s %s)", name, pool, p.d.uri, pool, name)
+	}
+	return vol, err
 }
 
 // writeFiles writes the machine's boot files into its own directory under
@@ -382,15 +415,34 @@ func (p *provisioning) undo(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if p.volume != nil {
+	errs = append(errs, d.deleteVolumes(ctx, p.meta.Seed, p.meta.Volume)...)
+	return errors.Join(errs...)
+}
+
+// deleteVolumes deletes volumes the driver made (nil ones are skipped);
+// one that is gone, or whose pool is, is deleted already.
+func (d *Driver) deleteVolumes(ctx context.Context, vols ...*metaVolume) []error {
+	var errs []error
+	for _, v := range vols {
+		if v == nil {
+			continue
+		}
 		err := d.call(ctx, callTimeout, func(l *lv.Libvirt) error {
-			return l.StorageVolDelete(*p.volume, lv.StorageVolDeleteNormal)
+			pool, err := l.StoragePoolLookupByName(v.Pool)
+			if err != nil {
+				return err
+			}
+			vol, err := l.StorageVolLookupByName(pool, v.Name)
+			if err != nil {
+				return err
+			}
+			return l.StorageVolDelete(vol, lv.StorageVolDeleteNormal)
 		})
-		if err != nil && !isCode(err, lv.ErrNoStorageVol) {
-			errs = append(errs, fmt.Errorf("delete volume %s: %w", p.volume.Name, err))
+		if err != nil && !isCode(err, lv.ErrNoStorageVol) && !isCode(err, lv.ErrNoStoragePool) {
+			errs = append(errs, fmt.Errorf("delete volume %s of pool %s: %w", v.Name, v.Pool, err))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // undefine removes a domain's definition with what libvirt keeps beside

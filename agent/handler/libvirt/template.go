@@ -42,6 +42,10 @@ type TemplateData struct {
 	// platform's pool, of format DiskFormat (qcow2).
 	DiskPath   string
 	DiskFormat string
+	// SeedPath is the machine's cloud-init NoCloud seed, an ISO 9660
+	// image labelled cidata that the driver made in the same pool, for a
+	// read-only cdrom; "" when the machine has no seed.
+	SeedPath string
 	// Network is "user" (QEMU's user-mode network: 10.0.2.2 is the
 	// host's loopback) or the name of a libvirt network.
 	Network string

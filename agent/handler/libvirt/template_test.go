@@ -3,6 +3,7 @@ package libvirt
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,17 +96,42 @@ func TestDefaultTemplateNetworkBoot(t *testing.T) {
 	}
 }
 
-func TestDefaultTemplateLibvirtNetwork(t *testing.T) {
-	data := sampleData()
-	data.Network = "lab"
+// renderDefault renders the driver's template with data, a domain.
+func renderDefault(t *testing.T, data TemplateData) *libvirtxml.Domain {
+	t.Helper()
 	doc, err := Render(DefaultTemplate(), data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dom, err := checkDomain(doc, "web-1")
+	dom, err := checkDomain(doc, data.Name)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, doc)
 	}
+	return dom
+}
+
+func TestDefaultTemplateAttachesTheSeed(t *testing.T) {
+	data := sampleData()
+	data.SeedPath = "/var/lib/libvirt/images/web-1.seed.iso"
+	dom := renderDefault(t, data)
+	disks := dom.Devices.Disks
+	if len(disks) != 2 {
+		t.Fatalf("disks %+v, want the machine's and its seed", disks)
+	}
+	cd := disks[1]
+	if cd.Device != "cdrom" || cd.ReadOnly == nil || cd.Source == nil || cd.Source.File == nil || cd.Source.File.File != data.SeedPath ||
+		cd.Driver == nil || cd.Driver.Type != "raw" || cd.Target == nil || cd.Target.Bus != "sata" {
+		t.Errorf("seed %+v (source %+v, target %+v), want a read-only raw cdrom of %s on the SATA bus", cd, cd.Source, cd.Target, data.SeedPath)
+	}
+	if !slices.Contains(TemplateFields(), "SeedPath") {
+		t.Errorf("TemplateFields() = %v: no SeedPath", TemplateFields())
+	}
+}
+
+func TestDefaultTemplateLibvirtNetwork(t *testing.T) {
+	data := sampleData()
+	data.Network = "lab"
+	dom := renderDefault(t, data)
 	if ifs := dom.Devices.Interfaces; len(ifs) != 1 || ifs[0].Source.Network == nil || ifs[0].Source.Network.Network != "lab" {
 		t.Errorf("interfaces %+v, want one on network lab", ifs)
 	}
