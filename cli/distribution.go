@@ -17,7 +17,7 @@ import (
 // environment's machines.
 func distributionCommand(term *terminal) *ucli.Command {
 	flags := func(add bool) []ucli.Flag {
-		kind := &ucli.StringFlag{Name: "kind", Usage: "`KIND`: netboot (a kernel, an initrd and an install template) or image (a gold image per platform)"}
+		kind := &ucli.StringFlag{Name: "kind", Usage: "`KIND`: netboot (a kernel, an initrd and an install template) or image (a gold image per platform; cloud-init user-data for its first boot)"}
 		if add {
 			kind.Value = record.DistNetboot
 		}
@@ -39,7 +39,8 @@ func distributionCommand(term *terminal) *ucli.Command {
 			"netboot boots a kernel and an initrd with a command line and an install template (cloud-init\n" +
 			"user-data, a preseed, a kickstart) rendered for each host: its name, its settings, its labels and\n" +
 			"the one-time token its machine's agent enrolls with; image starts from a gold image, one per\n" +
-			"platform. Templates are Go templates: .Host .Env .Token .Settings.NAME .Labels.NAME .Applications.\n" +
+			"platform, with cloud-init user-data if it has an install template (a libvirt machine gets its\n" +
+			"user-data on a NoCloud seed: a read-only cdrom labelled cidata). Templates are Go templates: .Host .Env .Token .Settings.NAME .Labels.NAME .Applications.\n" +
 			"A distribution declares the parameters its templates use (--param), which hosts may set;\n" +
 			"a secret parameter is never shown (\"(secret)\"), and keeps its value when the distribution is\n" +
 			"updated. Reading needs the viewer role, changes the operator role.\n\n" +

@@ -295,7 +295,7 @@ func TestMachinesFromBlueprints(t *testing.T) {
 	if v, _ := m.ShowHost(r.ctx, "test", "vm1"); !slices.ContainsFunc(v.Context, func(c record.ContextValue) bool { return c.Name == "cpus" && c.From == "environment" }) {
 		t.Fatalf("vm1's context %+v: want cpus from the environment", v.Context)
 	}
-	if got := hv.spec("test.vm1").Files["user-data"]; got != "#cloud-config\npassword: hunter2\n" {
+	if got := hv.spec("test.vm1").Seed["user-data"]; got != "#cloud-config\npassword: hunter2\n" {
 		t.Fatalf("the machine's user-data %q: want the password in clear", got)
 	}
 	waitFor(t, "vm1's file deployed", func() bool { return hv.content("vm1", "motd") == "made from a blueprint" })

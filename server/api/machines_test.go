@@ -337,8 +337,13 @@ func TestHostsAPI(t *testing.T) {
 		}
 	}
 	if m.Platform != "kvm" || m.Spec == nil || m.Spec.Name != "prod.web-1" || fmt.Sprint(m.Spec.Settings["memory_mib"]) != "512" ||
-		!strings.Contains(m.Spec.Files["user-data"], "hostname: web-1") || !strings.Contains(m.Spec.Files["user-data"], "hi s3cret") || tok.ID == "" {
+		!strings.Contains(m.Spec.Seed["user-data"], "hostname: web-1") || !strings.Contains(m.Spec.Seed["user-data"], "hi s3cret") || tok.ID == "" {
 		t.Fatalf("machine command %+v (spec %+v), token %+v: want web-1's machine with its settings and a token bound to it", m, m.Spec, tok)
+	}
+	// A libvirt machine's user-data is its seed's: no boot file needs a
+	// TFTP root.
+	if len(m.Spec.Files) != 0 {
+		t.Errorf("boot files %v, want none: the user-data goes on the seed", m.Spec.Files)
 	}
 	r.refused(op, "POST", hosts+"/web-1/provision", nil, 409, "conflict", "a provisioning host cannot provision")
 	r.refused(op, "DELETE", hosts+"/web-1", nil, 409, "conflict", "host web-1 is provisioning: destroy its machine first")

@@ -64,7 +64,14 @@ func (r *Room) Provision(ctx context.Context, env, name, by string) (record.Host
 		spec.Boot = model.MachineBoot{Kernel: d.Kernel, Initrd: d.Initrd, Cmdline: cmdline}
 	}
 	spec.Files = map[string]string{}
-	if install != "" {
+	switch {
+	case install == "":
+	case d.InstallFormat == record.InstallCloudInit && p.Driver == record.DriverLibvirt:
+		// A libvirt machine gets its user-data as cloud-init looks for
+		// it everywhere: a NoCloud seed, a cdrom labelled cidata, which
+		// the driver makes with a meta-data naming the machine.
+		spec.Seed = map[string]string{"user-data": install}
+	default:
 		spec.Files[installFile[d.InstallFormat]] = install
 	}
 	if p.Driver == record.DriverPXE {
@@ -108,7 +115,9 @@ func bootScript(p record.Platform, spec model.MachineSpec, settings map[string]a
 // agent that is away, past its grace period, before it expires.
 const controlWait = 5 * time.Minute
 
-// installFile is where a machine's install template is written, by format.
+// installFile is where a machine's install template is written in its
+// boot files, by format (a libvirt machine's cloud-init user-data goes on
+// its seed instead).
 var installFile = map[string]string{
 	record.InstallCloudInit: "user-data",
 	record.InstallPreseed:   "preseed.cfg",

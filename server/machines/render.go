@@ -41,7 +41,7 @@ var installFields = []string{"Applications", "Env", "Host", "Labels", "Settings"
 // agent), an iPXE script's (rendered here; Kernel and Initrd are the
 // files' names in the machine's TFTP directory).
 var templateFields = map[string][]string{
-	"domain": {"CPUs", "Cmdline", "DiskFormat", "DiskPath", "DomainType", "Host", "Initrd", "Kernel", "MemoryMiB", "Name", "Network", "NetworkBoot", "SerialLog", "TFTPRoot"},
+	"domain": {"CPUs", "Cmdline", "DiskFormat", "DiskPath", "DomainType", "Host", "Initrd", "Kernel", "MemoryMiB", "Name", "Network", "NetworkBoot", "SeedPath", "SerialLog", "TFTPRoot"},
 	"ipxe":   {"Cmdline", "Host", "Initrd", "Kernel", "Name", "ServerAddress"},
 }
 

@@ -539,9 +539,6 @@ func (d *Distribution) Validate() error {
 		}
 		switch d.InstallFormat {
 		case InstallCloudInit, InstallPreseed, InstallKickstart:
-			if d.Install == "" {
-				return fmt.Errorf("%s: install: a %s distribution needs its install template", what, d.InstallFormat)
-			}
 		case "", InstallNone:
 			d.InstallFormat = InstallNone
 		default:
@@ -557,8 +554,23 @@ func (d *Distribution) Validate() error {
 		if d.Kernel != "" || d.Initrd != "" {
 			return fmt.Errorf("%s: kernel and initrd: an image distribution boots its image (kind netboot boots a kernel)", what)
 		}
+		// An image has no installer to read a preseed or a kickstart:
+		// its first boot reads cloud-init's seed.
+		switch d.InstallFormat {
+		case InstallCloudInit:
+		case "", InstallNone:
+			d.InstallFormat = InstallNone
+		default:
+			return fmt.Errorf("%s: install_format: %q: an image distribution takes %s user-data (its image's first boot reads it) or %s", what, d.InstallFormat, InstallCloudInit, InstallNone)
+		}
 	default:
 		return fmt.Errorf("%s: kind: unknown kind %q: want %s or %s", what, d.Kind, DistNetboot, DistImage)
+	}
+	switch {
+	case d.InstallFormat != InstallNone && d.Install == "":
+		return fmt.Errorf("%s: install: a %s distribution needs its install template", what, d.InstallFormat)
+	case d.InstallFormat == InstallNone && d.Install != "":
+		return fmt.Errorf("%s: install: an install template needs its format (install_format %s, %s or %s)", what, InstallCloudInit, InstallPreseed, InstallKickstart)
 	}
 	if len(d.Install) > MaxTemplate {
 		return fmt.Errorf("%s: install: %d bytes: at most %d", what, len(d.Install), MaxTemplate)

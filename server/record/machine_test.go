@@ -75,6 +75,10 @@ func TestDistribution(t *testing.T) {
 		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", InstallFormat: "autoyast", Install: "x"}, `install_format: unknown format "autoyast"`},
 		{Distribution{Name: "x", Kind: DistImage}, "images: an image distribution needs an image"},
 		{Distribution{Name: "x", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}, Kernel: "/k"}, "kernel and initrd: an image distribution boots its image"},
+		{Distribution{Name: "x", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}, InstallFormat: InstallPreseed, Install: "d-i"}, `install_format: "preseed": an image distribution takes cloud-init user-data`},
+		{Distribution{Name: "x", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}, InstallFormat: InstallCloudInit}, "install: a cloud-init distribution needs its install template"},
+		{Distribution{Name: "x", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}, Install: "#cloud-config\n"}, "install: an install template needs its format"},
+		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Install: "#cloud-config\n"}, "install: an install template needs its format"},
 		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "root_password", Type: ParamSecret, Required: true, Doc: "root's password"}}}, "settings.root_password: required (root's password)"},
 		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "a", Type: ParamInt}, {Name: "a", Type: ParamInt}}}, "params[1]: a is declared twice"},
 		{Distribution{Name: "x", Kind: DistNetboot, Kernel: "/k", Initrd: "/i", Params: []Param{{Name: "n", Type: ParamInt, Default: "three"}}}, "params[0].default: want a whole number"},
@@ -85,7 +89,15 @@ func TestDistribution(t *testing.T) {
 			t.Errorf("%+v: got %v, want an error containing %q", b.d, err, b.want)
 		}
 	}
+	// A gold image with cloud-init takes user-data, for its seed.
+	cloud := Distribution{Name: "cloud", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}, InstallFormat: InstallCloudInit, Install: "#cloud-config\n"}
+	if err := cloud.Validate(); err != nil {
+		t.Fatalf("an image distribution with cloud-init user-data: %v", err)
+	}
 	img := Distribution{Name: "gold", Kind: DistImage, Images: map[string]string{"lab": "debian.qcow2"}}
+	if err := img.Validate(); err != nil || img.InstallFormat != InstallNone {
+		t.Fatalf("an image distribution without an install template: %v, format %q; want none", err, img.InstallFormat)
+	}
 	if err := img.Fits(Platform{Name: "lab", Driver: DriverLibvirt}); err != nil {
 		t.Fatal(err)
 	}
