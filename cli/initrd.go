@@ -36,8 +36,10 @@ func distributionMakeInitrdCommand(term *terminal) *ucli.Command {
 			"DIR/initrd.gz, whose init brings up eth0 (10.0.2.15/24 via 10.0.2.2: QEMU's user-mode\n" +
 			"network) and runs tether-agent with what the kernel command line says:\n" +
 			"tether.name, tether.env, tether.token, tether.broker, tether.namespace, tether.labels,\n" +
-			"tether.ip, tether.gateway, tether.server_key. Its state is in memory: a diskless machine,\n" +
-			"for labs, tests and PXE-booted workers. Needs a static busybox (Debian: busybox-static)\n" +
+			"tether.ip, tether.gateway, tether.server_key. Without tether.token there, it reads the same\n" +
+			"keys from the words of the user-data on a cloud-init seed (a cdrom labelled cidata), which a\n" +
+			"libvirt platform gives a cloud-init distribution's machines. Its state is on the machine's\n" +
+			"disk, or in memory without one: for labs, tests and PXE-booted workers. Needs a static busybox (Debian: busybox-static)\n" +
 			"and a static tether-agent (--agent; by default the one beside this tether, or on PATH).\n\n" +
 			"Example:\n" +
 			"   tether distribution make-initrd ~/tether-try/tiny\n" +

@@ -160,6 +160,16 @@ func (l *machineLab) serial(host string) string {
 	return string(b)
 }
 
+// provisionWait provisions host and waits until it is provisioned,
+// failing with what its guest printed when it is not within 4 minutes.
+func (l *machineLab) provisionWait(host string) {
+	l.t.Helper()
+	code, out, errb := l.run("host", "provision", host, "--wait", "--timeout", "4m")
+	if code != 0 {
+		l.t.Fatalf("tether host provision %s --wait: exit %d: %s%s\nguest's console:\n%s", host, code, out, errb, l.serial(host))
+	}
+}
+
 // timed records how long a step took, for the test's log (the figures of
 // docs/performance.md come from the benchmark, not from here).
 func timed(t *testing.T, what string, since time.Time) time.Time {
@@ -191,10 +201,7 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 
 	start := time.Now()
 	step := start
-	code, out, errb := l.run("host", "provision", "vm1", "--wait", "--timeout", "4m")
-	if code != 0 {
-		t.Fatalf("tether host provision --wait: exit %d: %s%s\nguest's console:\n%s", code, out, errb, l.serial("vm1"))
-	}
+	l.provisionWait("vm1")
 	step = timed(t, "define → provisioned (boot, enrollment)", step)
 	h := l.host("vm1")
 	if h.State != record.HostProvisioned || h.Instance == "" {
@@ -260,7 +267,7 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 	})
 	step = timed(t, "reboot", step)
 
-	code, out, errb = l.run("host", "destroy", "vm1", "--wait", "--timeout", "2m")
+	code, out, errb := l.run("host", "destroy", "vm1", "--wait", "--timeout", "2m")
 	if code != 0 {
 		t.Fatalf("tether host destroy --wait: exit %d: %s%s", code, out, errb)
 	}
@@ -284,10 +291,7 @@ func TestProvisionOverPXE(t *testing.T) {
 		"--set", "memory_mib=256", "--set", "disk_gib=1", "--set", "broker="+guestBroker, "--set", "tftp_root="+l.tftp)
 	l.cli("host", "add", "pxe1", "--platform", "boot", "--distribution", "tiny", "--set", "provision_timeout=240")
 	start := time.Now()
-	code, out, errb := l.run("host", "provision", "pxe1", "--wait", "--timeout", "4m")
-	if code != 0 {
-		t.Fatalf("tether host provision --wait: exit %d: %s%s\nguest's console:\n%s", code, out, errb, l.serial("pxe1"))
-	}
+	l.provisionWait("pxe1")
 	timed(t, "define → provisioned over PXE", start)
 	if s := l.serial("pxe1"); !strings.Contains(s, "iPXE") && !strings.Contains(s, guest.StartingLine) {
 		t.Logf("the guest's console does not show iPXE:\n%s", s)
@@ -310,6 +314,45 @@ func TestProvisionOverPXE(t *testing.T) {
 // line) fails at its timeout and is destroyed; a platform whose agent is
 // away fails the same way once its agent is back. Other hosts of the
 // environment are not disturbed, and nothing is left behind.
+// A machine whose token is on its cloud-init seed, not its kernel command
+// line: the distribution's install template is cloud-init user-data, the
+// platform's agent puts it on an ISO 9660 volume labelled cidata attached
+// as a cdrom, and the guest's kernel reads it (as a cloud image's
+// cloud-init would): its agent enrolls with the token found there.
+// Destroying the machine removes the seed with the disk.
+func TestProvisionWithCloudInitSeed(t *testing.T) {
+	l := newMachineLab(t)
+	l.cli("platform", "add", "lab", "--driver", "libvirt", "--agent", "hv", "--set", "pool="+l.pool, "--set", "log_dir="+l.logs,
+		"--set", "memory_mib=256", "--set", "disk_gib=1", "--set", "broker="+guestBroker)
+	userData := filepath.Join(t.TempDir(), "user-data.tmpl")
+	if err := os.WriteFile(userData, []byte("#cloud-config\nhostname: {{.Host}}\n"+
+		"# The test guest reads the tether.* words of its user-data:\n"+
+		"# tether.name={{.Host}} tether.env={{.Env}} tether.token={{.Token}} tether.broker={{.Settings.broker}} tether.namespace="+l.ns+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.cli("distribution", "add", "seeded", "--kind", "netboot", "--kernel", l.g.Kernel, "--initrd", l.g.Initramfs,
+		"--cmdline", "console=ttyS0", "--install-format", "cloud-init", "--install", "@"+userData)
+	l.cli("host", "add", "ci1", "--platform", "lab", "--distribution", "seeded", "--set", "provision_timeout=240")
+	start := time.Now()
+	l.provisionWait("ci1")
+	timed(t, "define → provisioned from a cidata seed", start)
+	if s := l.serial("ci1"); !strings.Contains(s, "read the user-data of the cidata seed") {
+		t.Errorf("the guest's console does not say it read its seed:\n%s", s)
+	}
+	machine := env + ".ci1"
+	doc, err := virsh("dumpxml", machine)
+	if err != nil {
+		t.Fatalf("virsh dumpxml %s: %v: %s", machine, err, doc)
+	}
+	if !strings.Contains(doc, "device='cdrom'") || !strings.Contains(doc, machine+".seed.iso") || strings.Contains(doc, "tether.token") {
+		t.Errorf("domain %s: want its seed as a cdrom and no token on its command line:\n%s", machine, doc)
+	}
+	l.cli("host", "destroy", "ci1", "--wait", "--timeout", "2m")
+	if !l.domainGone(machine) {
+		t.Fatal("the destroyed machine's domain, disk or seed is still there")
+	}
+}
+
 func TestProvisionFailures(t *testing.T) {
 	l := newMachineLab(t)
 	code, _, errb := l.run("platform", "add", "bad", "--driver", "libvirt", "--agent", "hv", "--template", "domain=<domain>{{.Memory}}</domain>")

@@ -6,7 +6,9 @@
 // static agent-only binary, tether-agent. Its /init brings up eth0 on
 // QEMU's user-mode network (10.0.2.15/24; 10.0.2.2 is the host's loopback,
 // so the agent reaches a broker on the host at 10.0.2.2:5672), then runs
-// `tether-agent run` with what the kernel command line says (Boot), its
+// `tether-agent run` with what the kernel command line says (Boot; without
+// a token there, also what the user-data of a cloud-init NoCloud seed says,
+// a cdrom labelled cidata: a word tether.KEY=VALUE is a key), its
 // state on the machine's first disk (formatted on the first boot: the
 // machine keeps its identity across reboots; in memory without one) and
 // its log on the console. The power button

@@ -120,6 +120,14 @@ kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/mbcache.ko kernel/fs/jbd2/
 kernel/lib/crc16.ko:
 kernel/fs/mbcache.ko:
 kernel/fs/jbd2/jbd2.ko:
+kernel/drivers/ata/ahci.ko: kernel/drivers/ata/libahci.ko kernel/drivers/ata/libata.ko kernel/drivers/scsi/scsi_mod.ko kernel/drivers/scsi/scsi_common.ko
+kernel/drivers/ata/libahci.ko: kernel/drivers/ata/libata.ko kernel/drivers/scsi/scsi_mod.ko kernel/drivers/scsi/scsi_common.ko
+kernel/drivers/ata/libata.ko: kernel/drivers/scsi/scsi_mod.ko kernel/drivers/scsi/scsi_common.ko
+kernel/drivers/scsi/scsi_mod.ko: kernel/drivers/scsi/scsi_common.ko
+kernel/drivers/scsi/scsi_common.ko:
+kernel/drivers/scsi/sr_mod.ko: kernel/drivers/scsi/scsi_mod.ko kernel/drivers/scsi/scsi_common.ko kernel/drivers/cdrom/cdrom.ko
+kernel/drivers/cdrom/cdrom.ko:
+kernel/fs/isofs/isofs.ko: kernel/drivers/cdrom/cdrom.ko
 `
 
 func TestModulesLoadInDependencyOrder(t *testing.T) {
@@ -138,7 +146,7 @@ func TestModulesLoadInDependencyOrder(t *testing.T) {
 		names []string
 		want  string // module names in order, or the error
 	}{
-		{DefaultModules, "virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net button evdev virtio_blk crc32c_generic jbd2 mbcache crc16 ext4"},
+		{DefaultModules, "virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net button evdev virtio_blk crc32c_generic jbd2 mbcache crc16 ext4 scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs"},
 		{[]string{"virtio-net"}, "virtio_ring virtio failover net_failover virtio_net"},
 		{[]string{"loop", "failover"}, "failover"}, // built in: nothing to load
 		{[]string{"loop_a"}, "kernel module loop_a depends on itself through loop_a → loop_b"},
@@ -350,6 +358,8 @@ func TestBuildWritesTheInitramfs(t *testing.T) {
 		"kernel/drivers/virtio/virtio_pci_legacy_dev.ko", "kernel/drivers/virtio/virtio_pci.ko", "kernel/net/core/failover.ko",
 		"kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko", "kernel/drivers/acpi/button.ko.xz", "kernel/drivers/input/evdev.ko",
 		"kernel/drivers/block/virtio_blk.ko", "kernel/crypto/crc32c_generic.ko", "kernel/fs/jbd2/jbd2.ko", "kernel/fs/mbcache.ko", "kernel/lib/crc16.ko", "kernel/fs/ext4/ext4.ko",
+		"kernel/drivers/scsi/scsi_common.ko", "kernel/drivers/scsi/scsi_mod.ko", "kernel/drivers/ata/libata.ko", "kernel/drivers/ata/libahci.ko",
+		"kernel/drivers/ata/ahci.ko", "kernel/drivers/cdrom/cdrom.ko", "kernel/drivers/scsi/sr_mod.ko", "kernel/fs/isofs/isofs.ko",
 	}
 	if !slices.Equal(g.Modules, wantModules) {
 		t.Errorf("got modules %v, want %v", g.Modules, wantModules)

@@ -18,9 +18,10 @@ import (
 // the ACPI power button and the event devices it reports through (busybox
 // acpid reads /dev/input/event*), and the virtio disk with the file
 // system the agent keeps its state on (ext4, which mounts ext2, with the
-// checksum it asks the crypto API for). Their dependencies come from
-// modules.dep.
-var DefaultModules = []string{"virtio_pci", "virtio_net", "button", "evdev", "virtio_blk", "crc32c_generic", "ext4"}
+// checksum it asks the crypto API for), and the SATA cdrom of a cloud-init
+// seed with its file system (ahci, sr_mod, isofs). Their dependencies
+// come from modules.dep.
+var DefaultModules = []string{"virtio_pci", "virtio_net", "button", "evdev", "virtio_blk", "crc32c_generic", "ext4", "ahci", "sr_mod", "isofs"}
 
 // ErrNoModule: a module Options name is neither in the kernel's
 // modules.dep nor built into it.

@@ -23,6 +23,11 @@ const (
 	isoFirstSector = 16
 	// isoMaxName is the longest file name (name and extension, level 2).
 	isoMaxName = 30
+	// isoPad is the zero sectors that end the volume, as mkisofs pads
+	// it: readers that read ahead of what they need find the volume
+	// large enough (busybox's volume_id, which finds a label for
+	// findfs, gives up on a device under 64 KiB).
+	isoPad = 150
 )
 
 // isoImage returns an ISO 9660 image labelled label (its volume
@@ -71,6 +76,7 @@ func isoImage(label string, files map[string][]byte, at time.Time) ([]byte, erro
 		entries[i].at = next
 		next += uint32((len(entries[i].data) + isoSector - 1) / isoSector)
 	}
+	next += isoPad
 	img := make([]byte, int(next)*isoSector)
 	sector := func(n uint32) []byte { return img[int(n)*isoSector : int(n+1)*isoSector] }
 	at = at.UTC()
