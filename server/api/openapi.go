@@ -448,7 +448,7 @@ var typeDescriptions = map[reflect.Type]string{
 	of[Body]():            "The body of every error answer.",
 	of[record.Platform](): "Where machines are made: a driver, its settings (defaults filled in), its templates, and the agent that serves it.",
 	of[record.Distribution](): "What is installed on a host's machine: netboot (kernel, initrd, an install template rendered with the host's context) " +
-		"or image (a gold image per platform), with typed parameters. Secret settings are shown as \"(secret)\".",
+		"or image (a gold image per platform, with cloud-init user-data on its NoCloud seed), with typed parameters. Secret settings are shown as \"(secret)\".",
 	of[record.Host]():     "The blueprint of a machine (platform, distribution, applications, labels, settings) with where its provisioning stands.",
 	of[record.HostView](): "A host with its context (each setting's value and where it came from, secrets hidden), its machine's name on its platform and its instance.",
 	of[record.Instance](): "A real machine: made from a host, or reported by a platform's agent without one (discovered).",

@@ -1219,7 +1219,7 @@ type Diff struct {
 	Unchanged int64           `json:"unchanged"`
 }
 
-// Distribution What is installed on a host's machine: netboot (kernel, initrd, an install template rendered with the host's context) or image (a gold image per platform), with typed parameters. Secret settings are shown as "(secret)".
+// Distribution What is installed on a host's machine: netboot (kernel, initrd, an install template rendered with the host's context) or image (a gold image per platform, with cloud-init user-data on its NoCloud seed), with typed parameters. Secret settings are shown as "(secret)".
 type Distribution struct {
 	Cmdline       *string                    `json:"cmdline,omitempty"`
 	CreatedAt     time.Time                  `json:"created_at"`
