@@ -544,43 +544,85 @@ func TestRejectedSlowsHello(t *testing.T) {
 }
 
 // TestBackFromAbsenceDeploysOnlyTheLatest queues, while the agent is
-// stopped, two versions with a deploy each: started again, it journals
-// both before deploying (the answer to its hello comes after them), runs
-// only the last deploy, and reports the first superseded.
+// stopped, versions with a deploy each: started again, it runs only the
+// deploy of the latest, and reports the others superseded. Either the
+// answer to its hello comes behind the backlog (it journals the backlog
+// before deploying), or the server answers before the newest state
+// reaches the inbox (a release's fan-out still under way; the state the
+// hello asks for follows the answer): the answer names the released
+// version, and the deploy of the older state queued meanwhile waits for
+// the newer one instead of enforcing a superseded state.
 func TestBackFromAbsenceDeploysOnlyTheLatest(t *testing.T) {
-	s := newFakeServer(t)
-	dir, root := t.TempDir(), t.TempDir()
-	var seen int
-	r := start(t, s, "web", dir, root, nil)
-	s.next(&seen, "web", bus.KindHello)
-	s.enroll("web")
-	s.full("web", 1, file("web", "/a", "1"), file("web", "/b", "1"))
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
-	s.results(&seen, "web", "d1")
-	r.stop()
-
-	// Away: versions 2 (a changes) and 3 (b changes) are queued.
-	s.full("web", 2, file("web", "/a", "2"), file("web", "/b", "1"))
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d2", Mode: bus.DeployIncremental, Generation: 2})
-	s.full("web", 3, file("web", "/a", "2"), file("web", "/b", "3"))
-	s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d3", Mode: bus.DeployIncremental, Generation: 3})
-
-	start(t, s, "web", dir, root, nil)
-	s.next(&seen, "web", bus.KindHello)
-	s.enroll("web") // the answer to the hello, behind the backlog
-	from := seen
-	got2, last2 := s.results(&from, "web", "d2")
-	if len(got2) != 0 || !strings.Contains(last2.Error, "superseded") {
-		t.Fatalf("deploy d2: results %v, error %q; want none, superseded", got2, last2.Error)
+	full := func(s *fakeServer, gen int64, deploy string, a, b string) {
+		sl, h := s.slice("web", gen, file("web", "/a", a), file("web", "/b", b))
+		s.send("web", bus.KindDesiredFull, bus.DesiredFull{Generation: gen, Resources: sl.Resources, SliceHash: h,
+			Deploy: &bus.Deploy{DeployID: deploy, Mode: bus.DeployIncremental, Generation: gen}})
 	}
-	got3, last3 := s.results(&seen, "web", "d3")
-	if len(got3) != 2 || last3.Generation != 3 || last3.Error != "" {
-		t.Fatalf("deploy d3: %d results, generation %d, error %q; want both resources of generation 3", len(got3), last3.Generation, last3.Error)
-	}
-	for id, res := range got3 {
-		if len(res.Changes) == 0 || res.Hash.IsZero() {
-			t.Fatalf("%s: %+v; want its change, and the hash it was applied at", id, res)
-		}
+	for _, tc := range []struct {
+		name string
+		// away is queued while the agent is stopped; back follows its
+		// hello once started again. Version 3 holds a=a3, b=3.
+		away, back func(s *fakeServer, seen *int)
+		a3         string
+	}{
+		{
+			name: "answer behind the backlog",
+			away: func(s *fakeServer, _ *int) {
+				s.full("web", 2, file("web", "/a", "2"), file("web", "/b", "1"))
+				s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d2", Mode: bus.DeployIncremental, Generation: 2})
+				s.full("web", 3, file("web", "/a", "2"), file("web", "/b", "3"))
+				s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d3", Mode: bus.DeployIncremental, Generation: 3})
+			},
+			back: func(s *fakeServer, _ *int) { s.enroll("web") },
+			a3:   "2",
+		},
+		{
+			name: "answer before the latest",
+			away: func(s *fakeServer, _ *int) { full(s, 2, "d2", "2", "1") },
+			back: func(s *fakeServer, seen *int) {
+				s.send("web", bus.KindEnrolled, bus.Enrolled{ServerKey: s.signer.PublicKey(), Generation: 3})
+				s.handled(seen, "web")
+				full(s, 3, "d3", "3", "3")
+			},
+			a3: "3",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newFakeServer(t)
+			dir, root := t.TempDir(), t.TempDir()
+			var seen int
+			r := start(t, s, "web", dir, root, nil)
+			s.next(&seen, "web", bus.KindHello)
+			s.enroll("web")
+			s.full("web", 1, file("web", "/a", "1"), file("web", "/b", "1"))
+			s.send("web", bus.KindDeploy, bus.Deploy{DeployID: "d1", Mode: bus.DeployIncremental, Generation: 1})
+			s.results(&seen, "web", "d1")
+			r.stop()
+
+			tc.away(s, &seen)
+			start(t, s, "web", dir, root, nil)
+			s.next(&seen, "web", bus.KindHello)
+			tc.back(s, &seen)
+			from := seen
+			got2, last2 := s.results(&from, "web", "d2")
+			if len(got2) != 0 || !strings.Contains(last2.Error, "superseded") {
+				t.Fatalf("deploy d2: results %v, error %q; want none, superseded", got2, last2.Error)
+			}
+			got3, last3 := s.results(&seen, "web", "d3")
+			if len(got3) != 2 || last3.Generation != 3 || last3.Error != "" {
+				t.Fatalf("deploy d3: %d results, generation %d, error %q; want both resources of generation 3", len(got3), last3.Generation, last3.Error)
+			}
+			for id, res := range got3 {
+				if len(res.Changes) == 0 || res.Hash.IsZero() {
+					t.Fatalf("%s: %+v; want its change, and the hash it was applied at", id, res)
+				}
+			}
+			for f, want := range map[string]string{"a": tc.a3, "b": "3"} {
+				if b, _ := os.ReadFile(filepath.Join(root, f)); string(b) != want {
+					t.Fatalf("/%s holds %q, want %q", f, b, want)
+				}
+			}
+		})
 	}
 }
 

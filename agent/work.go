@@ -59,9 +59,20 @@ func (w *worker) stop() {
 // work runs queued jobs, in order, once the slice they were sent for is
 // held, until ctx ends.
 func (a *Agent) work(ctx context.Context) {
+	waiting := "" // the deploy said to wait for a newer state
 	for ctx.Err() == nil {
-		j, ok := a.nextJob()
-		if !ok {
+		j, ok, behind := a.nextJob()
+		switch {
+		case ok:
+		case behind > 0:
+			if waiting != j.ID {
+				waiting = j.ID
+				a.log.Info().Str("deploy", j.ID).Int64("held", a.journal.Slice().Generation).Int64("named", behind).
+					Msg("the server named a newer desired state than the one held: the deploy waits for it")
+			}
+			a.awaitState(ctx, behind)
+			continue
+		default:
 			select {
 			case <-a.wake:
 			case <-ctx.Done():
@@ -75,17 +86,48 @@ func (a *Agent) work(ctx context.Context) {
 	}
 }
 
+// awaitState waits for the worker to be woken while a deploy waits for
+// the desired state of generation want. The server sends it after its
+// answer to the hello that named it; should it not come within
+// askAgainAfter (a send that failed), the agent asks for it.
+func (a *Agent) awaitState(ctx context.Context, want int64) {
+	t := time.NewTimer(askAgainAfter)
+	defer t.Stop()
+	select {
+	case <-a.wake:
+	case <-t.C:
+		if err := a.requestState(ctx, a.journal.Begin(), nil, want); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("cannot ask for the desired state a deploy waits for; asking again later")
+		}
+	case <-ctx.Done():
+	}
+}
+
 // nextJob returns the first job if it can run: not paused, and the slice
-// is at (or past) the job's generation.
-func (a *Agent) nextJob() (journal.Job, bool) {
+// is at (or past) the job's generation. A deploy or repair also waits while
+// the slice is older than the newest generation the server named (the
+// floor): behind is then that generation. Inbox order alone does not keep
+// a superseded deploy from running: the server answers the hello of an
+// agent back from an absence (the answer names the released version)
+// before it sends the desired state the agent lacks, and a release's
+// fan-out still under way may queue the newest state after the answer. A
+// deploy of an older state queued before would run at once, enforcing a
+// state already replaced; waiting, it runs against the newest state, or
+// is superseded by the deploy that comes with it.
+func (a *Agent) nextJob() (j journal.Job, ok bool, behind int64) {
 	if paused, _ := a.journal.Paused(); paused {
-		return journal.Job{}, false
+		return journal.Job{}, false, 0
 	}
 	jobs := a.journal.Jobs()
-	if len(jobs) == 0 || a.journal.Slice().Generation < jobs[0].Generation {
-		return journal.Job{}, false
+	held := a.journal.Slice().Generation
+	if len(jobs) == 0 || held < jobs[0].Generation {
+		return journal.Job{}, false, 0
 	}
-	return jobs[0], true
+	j = jobs[0]
+	if floor := a.floor(); held < floor && j.Kind != string(bus.KindDryRun) {
+		return j, false, floor
+	}
+	return j, true, 0
 }
 
 // stopRunning cancels the running deploy or repair, if any, with cause.

@@ -34,6 +34,10 @@ type fakeManagement struct {
 	closed  []string // names, in order
 	reasons []string
 	lists   int // GET /api/connections answered
+	// linger is how many more lists show a closed connection, as the
+	// broker's does a moment after the closure (it closes such a one
+	// again without complaint).
+	linger int
 }
 
 type fakeConn struct {
@@ -41,6 +45,9 @@ type fakeConn struct {
 	User        string `json:"user"`
 	ConnectedAt int64  `json:"connected_at"`
 	Channels    int    `json:"channels"`
+	// listed is how many more lists show it once closed (linger).
+	listed int
+	gone   bool
 }
 
 func (f *fakeManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +62,12 @@ func (f *fakeManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.lists++
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(f.conns)
+		for i := range f.conns {
+			if f.conns[i].gone {
+				f.conns[i].listed--
+			}
+		}
+		f.conns = slices.DeleteFunc(f.conns, func(c fakeConn) bool { return c.gone && c.listed <= 0 })
 	case r.Method == http.MethodDelete && isOne:
 		name, _ = url.PathUnescape(name)
 		i := slices.IndexFunc(f.conns, func(c fakeConn) bool { return c.Name == name })
@@ -62,7 +75,10 @@ func (f *fakeManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"error":"Object Not Found"}`, http.StatusNotFound)
 			return
 		}
-		f.conns = slices.Delete(f.conns, i, i+1)
+		if !f.conns[i].gone {
+			f.conns[i].gone, f.conns[i].listed = true, f.linger
+		}
+		f.conns = slices.DeleteFunc(f.conns, func(c fakeConn) bool { return c.gone && c.listed <= 0 })
 		f.closed = append(f.closed, name)
 		f.reasons = append(f.reasons, r.Header.Get("X-Reason"))
 		w.WriteHeader(http.StatusNoContent)
@@ -77,13 +93,78 @@ func (f *fakeManagement) open(name string, l bus.BrokerLogin, at time.Time) {
 	f.conns = append(f.conns, fakeConn{Name: name, User: l.User(), ConnectedAt: at.UnixMilli(), Channels: 3})
 }
 
+// state says which connections are open (closed ones still listed are
+// not), which were closed (once per closure asked), and how many lists
+// were answered.
 func (f *fakeManagement) state() (open, closed []string, lists int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.conns {
-		open = append(open, c.Name)
+		if !c.gone {
+			open = append(open, c.Name)
+		}
 	}
 	return open, slices.Clone(f.closed), f.lists
+}
+
+// startFakeManagement serves f and returns the server's admin client of
+// it.
+func startFakeManagement(t *testing.T, f *fakeManagement) *amqp.Admin {
+	t.Helper()
+	mgmt := httptest.NewServer(f)
+	t.Cleanup(mgmt.Close)
+	admin, err := amqp.NewAdmin("http://admin:secret@" + strings.TrimPrefix(mgmt.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// A connection the sweep closed, which the management API lists a few
+// sweeps longer, is closed once: not counted against its agent again,
+// not closed, counted and alerted once more.
+func TestAgentConnectionsClosedOnceWhileListed(t *testing.T) {
+	fake := &fakeManagement{linger: 5}
+	admin := startFakeManagement(t, fake)
+	web, _, err := bus.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := bus.BrokerLogin{Env: "test", Agent: "web", Key: web}
+	t0 := time.Now().Add(-time.Hour)
+	names := []string{"10.0.0.1:40001 -> 10.0.0.2:5671", "10.0.0.1:40002 -> 10.0.0.2:5671", "10.0.0.1:40003 -> 10.0.0.2:5671", "10.0.0.1:40004 -> 10.0.0.2:5671"}
+	for i, name := range names {
+		fake.open(name, login, t0.Add(time.Duration(i)*time.Minute))
+	}
+	r := startRigWith(t, func(c *server.Config, _ store.Store) {
+		c.Broker, c.ConnectionSweep = admin, 20*time.Millisecond
+	}, map[string]record.EnvSettings{"test": quietSettings()})
+
+	if msg := r.security(); !strings.Contains(msg, "agent web held 4 broker connections, more than the 2 allowed: the 2 newest were closed") {
+		t.Fatalf("security alert %q, want one saying web's 2 newest connections were closed", msg)
+	}
+	// Until they are listed no more, and two sweeps after.
+	waitFor(t, "the closed connections listed no more", func() bool {
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return len(fake.conns) == 2
+	})
+	_, _, lists := fake.state()
+	waitFor(t, "two more sweeps", func() bool { _, _, n := fake.state(); return n > lists+1 })
+	open, closed, _ := fake.state()
+	if !slices.Equal(open, names[:2]) || !slices.Equal(closed, names[2:]) {
+		t.Fatalf("open %q, closed %q; want the two oldest open, the two newest closed once each", open, closed)
+	}
+	if got := metricWith(t, r.srv, "tether_broker_connections_closed_total", `{reason="over_limit"}`); got != 2 {
+		t.Errorf("tether_broker_connections_closed_total{reason=\"over_limit\"} = %v, want 2", got)
+	}
+	as, err := r.store.Alerts(r.ctx, record.AlertFilter{Env: "test", Agent: "web", Kind: record.AlertSecurity, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 1 {
+		t.Fatalf("%d security alerts about web, want 1", len(as))
+	}
 }
 
 // An agent holding more broker connections than allowed loses its
@@ -91,12 +172,7 @@ func (f *fakeManagement) state() (open, closed []string, lists int) {
 // counted, and alerted once for the agent, not once per sweep.
 func TestAgentConnectionsBounded(t *testing.T) {
 	fake := &fakeManagement{}
-	mgmt := httptest.NewServer(fake)
-	t.Cleanup(mgmt.Close)
-	admin, err := amqp.NewAdmin("http://admin:secret@" + strings.TrimPrefix(mgmt.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := startFakeManagement(t, fake)
 	pub := func() ed25519.PublicKey {
 		k, _, err := bus.GenerateKey()
 		if err != nil {

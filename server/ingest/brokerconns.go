@@ -32,7 +32,37 @@ const (
 	connAlertEvery = 10 * time.Minute
 	// overLimitReason is what a closed connection's client is told.
 	overLimitReason = "tether: more connections of this agent than the server allows"
+	// closedListedFor bounds how long a connection the sweep closed is
+	// taken for closed while the management API still lists it.
+	closedListedFor = time.Minute
 )
+
+// closedConns are the connections the sweep closed, by name, with when.
+// The management API learns of a closure a moment later: until then it
+// lists the connection still, which must neither count against its agent
+// again nor be closed, and counted and alerted, once more.
+type closedConns map[string]time.Time
+
+// live returns conns without those closed within closedListedFor of now,
+// and forgets the closed ones no longer listed (or listed that long: the
+// broker holds them after all).
+func (c closedConns) live(conns []bus.BrokerConnection, now time.Time) []bus.BrokerConnection {
+	listed := make(map[string]bool, len(c))
+	out := make([]bus.BrokerConnection, 0, len(conns))
+	for _, conn := range conns {
+		if at, ok := c[conn.Name]; ok && now.Sub(at) < closedListedFor {
+			listed[conn.Name] = true
+			continue
+		}
+		out = append(out, conn)
+	}
+	for name := range c {
+		if !listed[name] {
+			delete(c, name)
+		}
+	}
+	return out
+}
 
 // agentConns are the connections of one agent the broker holds.
 type agentConns struct {
@@ -128,6 +158,7 @@ func (in *Ingester) boundConnections(ctx context.Context) {
 		}
 	}()
 	alerts := newConnAlerts(connAlertEvery)
+	closed := closedConns{}
 	failing := false
 	for {
 		var now time.Time
@@ -151,7 +182,7 @@ func (in *Ingester) boundConnections(ctx context.Context) {
 			}
 			lease = l
 		}
-		err := in.sweepConnections(ctx, alerts, now)
+		err := in.sweepConnections(ctx, alerts, closed, now)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			in.log.Warn().Err(err).Msg("cannot count agents' broker connections through the management API; trying again")
@@ -164,14 +195,15 @@ func (in *Ingester) boundConnections(ctx context.Context) {
 }
 
 // sweepConnections closes the agents' connections beyond the limit, and
-// raises the alerts due.
-func (in *Ingester) sweepConnections(ctx context.Context, alerts *connAlerts, now time.Time) error {
+// raises the alerts due. gone are the connections closed by earlier
+// sweeps, which the listing may still show.
+func (in *Ingester) sweepConnections(ctx context.Context, alerts *connAlerts, gone closedConns, now time.Time) error {
 	conns, err := in.cfg.Broker.Connections(ctx)
 	if err != nil {
 		return err
 	}
 	limit := in.cfg.MaxAgentConnections
-	for _, over := range overLimit(conns, limit) {
+	for _, over := range overLimit(gone.live(conns, now), limit) {
 		closed := 0
 		for _, c := range over.excess {
 			if err := in.cfg.Broker.CloseConnection(ctx, c.Name, overLimitReason); err != nil {
@@ -179,6 +211,7 @@ func (in *Ingester) sweepConnections(ctx context.Context, alerts *connAlerts, no
 					Msg("cannot close a broker connection beyond the agent's limit; trying again on the next sweep")
 				continue
 			}
+			gone[c.Name] = now
 			closed++
 		}
 		if closed == 0 {

@@ -48,6 +48,9 @@ type greeting struct {
 	// latest: the hello is the agent's newest news; factsChanged: it
 	// brings other labels or facts than the record's.
 	latest, factsChanged, wasAccepted bool
+	// pending: the hello discovered an agent that waits for an operator,
+	// recorded only within the environment's max_pending.
+	pending bool
 	// refusal says why the agent is not enrolled ("" when it is, or
 	// waits for an operator).
 	refusal string
@@ -286,20 +289,9 @@ func (in *Ingester) admit(ctx context.Context, g *greeting) error {
 			discoveriesPerMinute, discoveryBurst, e.Env, e.Agent))
 		return fmt.Errorf("%w: %s: too many agents discovered at once", bus.ErrReject, e)
 	}
-	if discovered {
-		// Nor may they, however slowly they come: at most max_pending
-		// wait for an operator at once.
-		ok, n, err := in.reservePending(ctx, e.Env, g.env.Settings.MaxPending, g.now)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			in.refuseDiscovery(ctx, e.Env, "max_pending", fmt.Sprintf("%d agents wait for acceptance in %s, its max_pending: %s, not known to the server, is not recorded (it says hello again later); "+
-				"accept or reject those waiting (tether agent list --env %s), or raise max_pending (tether env settings set max_pending N)",
-				n, e.Env, e.Agent, e.Env))
-			return fmt.Errorf("%w: %s: %d agents wait for acceptance already (max_pending)", bus.ErrReject, e, n)
-		}
-	}
+	// Nor may they, however slowly they come: at most max_pending wait
+	// for an operator at once (writeHello).
+	g.pending = discovered
 	if g.step == enroll.Rekey && a.State != record.AgentAccepted {
 		in.security(ctx, e, fmt.Sprintf("hello from pending agent %s's name with another key (%s), and an enrollment token that does not hold: %s",
 			a.Name, bus.Fingerprint(g.body.PublicKey), g.refusal))
@@ -378,7 +370,11 @@ func (in *Ingester) writeHello(ctx context.Context, g *greeting) error {
 		// back, and the new key's events would be older news.
 		in.seen.forget(a.Env, a.Name)
 	}
-	if wrote, err := in.store.UpsertAgentIf(ctx, *a, g.was); err != nil {
+	if g.pending {
+		if err := in.addPending(ctx, g); err != nil {
+			return err
+		}
+	} else if wrote, err := in.store.UpsertAgentIf(ctx, *a, g.was); err != nil {
 		return err
 	} else if !wrote {
 		// Handled again, from the record as it is now.

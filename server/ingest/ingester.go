@@ -171,9 +171,9 @@ type Ingester struct {
 	agentLogins atomic.Bool
 	// resynced bounds how often an agent is told to number past (seqsync.go).
 	resynced resyncs
-	// pending counts pending agents for their cap, and refusals gates
-	// the alerts of refused discoveries (pending.go).
-	pending  pendingCounts
+	// pending remembers the environments found at their max_pending,
+	// and refusals gates the alerts of refused discoveries (pending.go).
+	pending  pendingFull
 	refusals refusalAlerts
 	// revoked takes rejected agents whose connections closeRevoked
 	// closes again.

@@ -2,12 +2,15 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/bus"
+	"github.com/tetherhq/tether/model"
 	"github.com/tetherhq/tether/server/record"
+	"github.com/tetherhq/tether/server/store"
 )
 
 // Pending agents. Anyone who reaches the broker may make a key and say
@@ -66,14 +69,14 @@ func (in *Ingester) deleteInboxes(ctx context.Context, env string, names []strin
 	return nil
 }
 
-// pendingCountFor is how long a count of an environment's pending agents
-// is used before it is counted again: a flood of hellos at the cap costs
-// one count a while, not one per hello.
-const pendingCountFor = 2 * time.Second
+// pendingFullFor is how long an environment found at its max_pending is
+// taken to be so without asking the store again: a flood of hellos at the
+// cap costs one count a while, not one per hello. (A place freed
+// meanwhile, by an operator or the expiry, is taken after it.)
+const pendingFullFor = 2 * time.Second
 
-// pendingCounts caches each environment's count of pending agents, for
-// the cap.
-type pendingCounts struct {
+// pendingFull remembers the environments found at their max_pending.
+type pendingFull struct {
 	mu sync.Mutex
 	m  map[string]pendingCount
 }
@@ -83,34 +86,52 @@ type pendingCount struct {
 	at time.Time
 }
 
-// reservePending counts one more pending agent of env if fewer than max
-// wait, and reports whether it did, with how many wait. The count is read
-// from the store at most pendingCountFor ago, and counted on in between,
-// under one lock: hellos handled at once cannot all take the last place.
-// (Replicas count apart: with several, the bound is approximate, by at
-// most what the others recorded within pendingCountFor.)
-func (in *Ingester) reservePending(ctx context.Context, env string, max int, now time.Time) (bool, int, error) {
-	c := &in.pending
+// full reports whether env was found at its cap within pendingFullFor of
+// now, and how many agents waited then.
+func (c *pendingFull) full(env string, now time.Time) (bool, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	got, ok := c.m[env]
-	if !ok || now.Sub(got.at) >= pendingCountFor {
-		n, err := in.store.CountAgents(ctx, env, record.AgentPending)
-		if err != nil {
-			return false, 0, err
-		}
-		if c.m == nil || len(c.m) > maxSenders {
-			c.m = map[string]pendingCount{}
-		}
-		got = pendingCount{n: n, at: now}
+	return ok && now.Sub(got.at) < pendingFullFor, got.n
+}
+
+// found notes that env was found at its cap, n agents waiting, at now.
+func (c *pendingFull) found(env string, n int, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) > maxSenders {
+		c.m = map[string]pendingCount{}
 	}
-	if got.n >= max {
-		c.m[env] = got
-		return false, got.n, nil
+	c.m[env] = pendingCount{n: n, at: now}
+}
+
+// addPending records the pending agent a hello discovered, unless its
+// environment's max_pending agents wait already: then the hello is
+// refused, with a security alert (one per refusalAlertEvery). The store
+// checks the bound and records in one step; an environment it found full
+// is refused without asking it again for pendingFullFor.
+func (in *Ingester) addPending(ctx context.Context, g *greeting) error {
+	max := g.env.Settings.MaxPending
+	full, n := in.pending.full(g.a.Env, g.now)
+	if !full {
+		var err error
+		n, err = in.store.AddPendingAgent(ctx, g.a, max)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, model.ErrConflict):
+			// Handled again, from the record as it is now.
+			return fmt.Errorf("hello of %s/%s: its record was written meanwhile (a hello said again?); trying again", g.a.Env, g.a.Name)
+		case !errors.Is(err, store.ErrMaxPending):
+			return err
+		}
+		in.pending.found(g.a.Env, n, g.now)
 	}
-	got.n++
-	c.m[env] = got
-	return true, got.n, nil
+	e := g.e
+	in.refuseDiscovery(ctx, e.Env, "max_pending", fmt.Sprintf("%d agents wait for acceptance in %s, its max_pending: %s, not known to the server, is not recorded (it says hello again later); "+
+		"accept or reject those waiting (tether agent list --env %s), or raise max_pending (tether env settings set max_pending N)",
+		n, e.Env, e.Agent, e.Env))
+	return fmt.Errorf("%w: %s: %d agents wait for acceptance already (max_pending)", bus.ErrReject, e, n)
 }
 
 // refusalAlertEvery is how often refusals of one kind in one environment

@@ -12,18 +12,52 @@ import (
 
 // UpsertAgent implements Store.
 func (s *SQL) UpsertAgent(ctx context.Context, a record.Agent) error {
-	_, err := s.upsertAgent(ctx, a, nil)
+	_, err := s.upsertAgent(ctx, s.db, a, nil)
 	return err
 }
 
 // UpsertAgentIf implements Store.
 func (s *SQL) UpsertAgentIf(ctx context.Context, a record.Agent, was record.Agent) (bool, error) {
-	return s.upsertAgent(ctx, a, &was)
+	return s.upsertAgent(ctx, s.db, a, &was)
 }
 
-// upsertAgent writes a; when was is given, over a stored record only if
-// its state and pause are still was's.
-func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent) (bool, error) {
+// AddPendingAgent implements Store. The count and the insert are one
+// transaction, serialised with the others of the kind (LockPending, or
+// the whole database): hellos handled at once, by several replicas too,
+// never take one place twice.
+func (s *SQL) AddPendingAgent(ctx context.Context, a record.Agent, max int) (int, error) {
+	if a.State != record.AgentPending {
+		return 0, fmt.Errorf("add pending agent %s: %w: state %q, want %q", a.Name, model.ErrInvalid, a.State, record.AgentPending)
+	}
+	var n int
+	err := s.db.Tx(ctx, func(tx Tx) error {
+		if err := run(ctx, tx, s.d.LockPending); err != nil {
+			return err
+		}
+		// Counted up to max: a full environment costs no more than that.
+		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM agents WHERE env = $1 AND state = $2 LIMIT $3) p`,
+			a.Env, record.AgentPending, max).Scan(&n); err != nil {
+			return err
+		}
+		if n >= max {
+			return fmt.Errorf("%d agents of %q wait for acceptance: %w", n, a.Env, ErrMaxPending)
+		}
+		wrote, err := s.upsertAgent(ctx, tx, a, &record.Agent{})
+		if err != nil {
+			return err
+		}
+		if !wrote {
+			return fmt.Errorf("agent %s of %q was recorded meanwhile: %w", a.Name, a.Env, model.ErrConflict)
+		}
+		n++
+		return nil
+	})
+	return n, wrap("add pending agent "+a.Name, err)
+}
+
+// upsertAgent writes a through c; when was is given, over a stored record
+// only if its state and pause are still was's.
+func (s *SQL) upsertAgent(ctx context.Context, c Conn, a record.Agent, was *record.Agent) (bool, error) {
 	if err := model.ValidateAgentName(a.Name); err != nil {
 		return false, fmt.Errorf("upsert agent: %w: %w", model.ErrInvalid, err)
 	}
@@ -50,7 +84,7 @@ func (s *SQL) upsertAgent(ctx context.Context, a record.Agent, was *record.Agent
 		args = append(args, was.State, was.Paused)
 	}
 	// An unknown environment fails the foreign key: model.ErrNotFound.
-	n, err := s.db.Exec(ctx, `
+	n, err := c.Exec(ctx, `
 		INSERT INTO agents (env, name, state, public_key, labels, facts, kinds, generation, paused, first_seen, last_seen, online, last_seq, key_agreement_key, previous_key, previous_until, server_keys, server_keys_seq, note, agent_version, protocol, facts_seq)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 		ON CONFLICT (env, name) DO UPDATE SET

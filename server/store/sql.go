@@ -99,6 +99,10 @@ type Dialect struct {
 	// so that no append is in flight. Empty where one process holds the
 	// database.
 	LockEvents, ShareEvents string
+	// LockPending runs before a transaction counts an environment's
+	// pending agents to add one, so that two never both take the last
+	// place: empty where a transaction holds the whole database.
+	LockPending string
 	// EventsGiven is a query of the newest ID the event log ever gave
 	// (0: none), kept or not: its sequence's.
 	EventsGiven string

@@ -126,6 +126,14 @@ type Store interface {
 	// decision taken from a copy read before an operator's rejection or
 	// pause through another replica never undoes it.
 	UpsertAgentIf(ctx context.Context, a record.Agent, was record.Agent) (bool, error)
+	// AddPendingAgent records a, a pending agent the store does not hold
+	// yet, unless max agents of its environment are pending already
+	// (ErrMaxPending), or its name was recorded meanwhile
+	// (model.ErrConflict): then it records nothing. It returns how many
+	// are pending, a included once recorded (max when full). Checking
+	// the bound and recording are one step: hellos handled at once, by
+	// several servers too, never take one place twice.
+	AddPendingAgent(ctx context.Context, a record.Agent, max int) (int, error)
 	// SetAgentState writes an operator's decision — a's State, Paused and
 	// Note — and no other field, if the state and pause are still was's
 	// (the record the decision was taken from): what the agent reported
@@ -421,4 +429,7 @@ var (
 	ErrLocked = errors.New("store is locked by another process")
 	// ErrCorrupt: the store's files are damaged.
 	ErrCorrupt = errors.New("store is corrupted")
+	// ErrMaxPending: an environment's max_pending agents wait for
+	// acceptance already.
+	ErrMaxPending = errors.New("max_pending agents wait for acceptance already")
 )

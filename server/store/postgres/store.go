@@ -74,6 +74,7 @@ const (
 	lockMigrations = 1
 	lockBodies     = 2
 	lockEvents     = 3
+	lockPending    = 4
 )
 
 // eventsChannel is the channel NOTIFY wakes followers of the event log
@@ -97,6 +98,7 @@ var dialect = store.Dialect{
 	LockEvents: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d), pg_notify('`+eventsChannel+`' || current_schema(), '')`,
 		lockClass, lockEvents),
 	ShareEvents: fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, %d)`, lockClass, lockEvents),
+	LockPending: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, %d)`, lockClass, lockPending),
 	EventsGiven: `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM event_log_id_seq`,
 	MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)`,

@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AgentUpsertIf", testAgentUpsertIf},
 		{"AgentState", testAgentState},
 		{"ExpirePendingAgents", testExpirePendingAgents},
+		{"AddPendingAgent", testAddPendingAgent},
 		{"ResultsSeeAgent", testResultsSeeAgent},
 		{"AgentsSeen", testAgentsSeen},
 		{"RecordResults", testRecordResults},
@@ -495,6 +496,78 @@ func testExpirePendingAgents(t *testing.T, s store.Store) {
 	}
 	if _, err := s.GetAgent(ctx, "dev", "ghost-1"); err != nil {
 		t.Fatalf("another environment's pending agent: %v; want it kept", err)
+	}
+}
+
+// testAddPendingAgent races more hellos than there are places left under
+// an environment's max_pending: exactly the places left are taken, the
+// others are refused with ErrMaxPending and record nothing; accepted
+// agents and other environments' pending ones do not count; a name
+// recorded already is refused with ErrConflict and left as it is.
+func testAddPendingAgent(t *testing.T, s store.Store) {
+	mustEnv(t, s, "prod")
+	mustEnv(t, s, "dev")
+	now := time.Now().Truncate(time.Microsecond)
+	for _, a := range []record.Agent{
+		{Env: "prod", Name: "waits-1", State: record.AgentPending},
+		{Env: "prod", Name: "waits-2", State: record.AgentPending},
+		{Env: "prod", Name: "web", State: record.AgentAccepted},
+		{Env: "dev", Name: "elsewhere", State: record.AgentPending},
+	} {
+		a.PublicKey, a.FirstSeen, a.LastSeen = []byte{1}, now, now
+		mustAgent(t, s, a)
+	}
+	const limit, hellos = 10, 40
+	var (
+		wg            sync.WaitGroup
+		mu            sync.Mutex
+		added, full   int
+		unexpected    []error
+		sawFull, sawN int
+	)
+	for i := range hellos {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := record.Agent{Env: "prod", Name: fmt.Sprintf("ghost-%02d", i), State: record.AgentPending, PublicKey: []byte{byte(i)}, FirstSeen: now, LastSeen: now}
+			n, err := s.AddPendingAgent(ctx, a, limit)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				added++
+				sawN = max(sawN, n)
+			case errors.Is(err, store.ErrMaxPending):
+				full++
+				sawFull = n
+			default:
+				unexpected = append(unexpected, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(unexpected) > 0 {
+		t.Fatalf("adding pending agents at once: %v", unexpected)
+	}
+	if added != limit-2 || full != hellos-added || sawN != limit || sawFull != limit {
+		t.Fatalf("%d added (the last counting %d), %d refused (counting %d); want %d added, the rest refused, both counting %d",
+			added, sawN, full, sawFull, limit-2, limit)
+	}
+	if n, err := s.CountAgents(ctx, "prod", record.AgentPending); err != nil || n != limit {
+		t.Fatalf("pending agents of prod: %d, %v; want %d (max_pending)", n, err, limit)
+	}
+
+	// A name recorded already is not recorded over.
+	_, err := s.AddPendingAgent(ctx, record.Agent{Env: "dev", Name: "elsewhere", State: record.AgentPending, PublicKey: []byte{9}, FirstSeen: now, LastSeen: now}, limit)
+	if !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("adding a pending agent recorded already: %v; want ErrConflict", err)
+	}
+	if a, err := s.GetAgent(ctx, "dev", "elsewhere"); err != nil || !slices.Equal(a.PublicKey, []byte{1}) {
+		t.Fatalf("the agent recorded already: key %v, %v; want its own kept", a.PublicKey, err)
+	}
+	// Only a pending agent is added so.
+	if _, err := s.AddPendingAgent(ctx, record.Agent{Env: "dev", Name: "other", State: record.AgentAccepted, PublicKey: []byte{2}}, limit); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("adding an accepted agent as pending: %v; want ErrInvalid", err)
 	}
 }
 
