@@ -39,14 +39,17 @@ func TestSetupSaysWhatIsMissing(t *testing.T) {
 	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Fatalf(".ci/setup --check: %v, %q; want one line and success", err, out)
 	}
-	for _, want := range []string{"no ip, iptables, git, chromium here", "'make setup' installs them", "apt-get install -y --no-install-recommends iproute2 iptables git chromium fonts-dejavu-core"} {
+	// (sshd is found at its own path, /usr/sbin/sshd: listed only where
+	// it is not installed.)
+	for _, want := range []string{"no ip, iptables, git, ", "ssh-keygen", "chromium here", "'make setup' installs them",
+		"apt-get install -y --no-install-recommends iproute2 iptables git ", "openssh-client", "chromium fonts-dejavu-core"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf(".ci/setup --check without the tools: %q, want it to say %q", out, want)
 		}
 	}
 	// Root without apt-get cannot install either: the line is printed.
 	out, err = run()
-	if err == nil || !strings.Contains(out, "apt-get install -y --no-install-recommends iproute2 iptables git chromium fonts-dejavu-core") {
+	if err == nil || !strings.Contains(out, "apt-get install -y --no-install-recommends iproute2 iptables git ") || !strings.Contains(out, "chromium fonts-dejavu-core") {
 		t.Fatalf(".ci/setup without apt-get: %v, %q; want a failure printing the apt-get line", err, out)
 	}
 
