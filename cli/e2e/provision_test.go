@@ -179,14 +179,27 @@ func timed(t *testing.T, what string, since time.Time) time.Time {
 
 // A machine from a blueprint: define the platform, distribution and host,
 // provision; the VM boots, its agent enrolls with the host's one-time
-// token, the host is provisioned and its file is deployed (the agent's
-// report, and a dry run that finds nothing to change); stop, start and
-// reboot it (its uptime drops); destroy it: the host is defined again and
-// neither domain nor disk is left.
+// token, read from the machine's cloud-init seed (user-data on an ISO 9660
+// volume labelled cidata, attached as a cdrom, as a cloud image's
+// cloud-init would read it), the host is provisioned and its file is
+// deployed (the agent's report, and a dry run that finds nothing to
+// change); stop, start and reboot it (its uptime drops); destroy it: the
+// host is defined again and neither domain, disk nor seed is left.
 func TestProvisionMachineFromBlueprint(t *testing.T) {
 	l := newMachineLab(t)
 	l.cli("platform", "add", "lab", "--driver", "libvirt", "--agent", "hv", "--set", "pool="+l.pool, "--set", "log_dir="+l.logs, "--set", "memory_mib=256", "--set", "disk_gib=1", "--set", "broker="+guestBroker)
-	l.cli("host", "add", "vm1", "--platform", "lab", "--distribution", "tiny", "--set", "provision_timeout=240")
+	// Its token reaches the machine on a cloud-init (NoCloud) seed, not
+	// on its kernel's command line (the other tests' machines have it
+	// there).
+	userData := filepath.Join(t.TempDir(), "user-data.tmpl")
+	if err := os.WriteFile(userData, []byte("#cloud-config\nhostname: {{.Host}}\n"+
+		"# The test guest reads the tether.* words of its user-data:\n"+
+		"# tether.name={{.Host}} tether.env={{.Env}} tether.token={{.Token}} tether.broker={{.Settings.broker}} tether.namespace="+l.ns+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.cli("distribution", "add", "seeded", "--kind", "netboot", "--kernel", l.g.Kernel, "--initrd", l.g.Initramfs,
+		"--cmdline", "console=ttyS0", "--install-format", "cloud-init", "--install", "@"+userData)
+	l.cli("host", "add", "vm1", "--platform", "lab", "--distribution", "seeded", "--set", "provision_timeout=240")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(`host "vm1" {
   file "motd" {
@@ -206,6 +219,14 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 	h := l.host("vm1")
 	if h.State != record.HostProvisioned || h.Instance == "" {
 		t.Fatalf("host %+v: want provisioned with its instance", h)
+	}
+	if s := l.serial("vm1"); !strings.Contains(s, "read the user-data of the cidata seed") {
+		t.Errorf("the guest's console does not say it read its seed:\n%s", s)
+	}
+	machine := env + ".vm1"
+	if doc, err := virsh("dumpxml", machine); err != nil || !strings.Contains(doc, "device='cdrom'") || !strings.Contains(doc, machine+".seed.iso") ||
+		strings.Contains(doc, "tether.token") {
+		t.Errorf("domain %s (%v): want its seed as a cdrom and no token on its command line:\n%s", machine, err, doc)
 	}
 	l.converged(v, 1, 2*time.Minute)
 	timed(t, "provisioned → file deployed", step)
@@ -275,8 +296,8 @@ func TestProvisionMachineFromBlueprint(t *testing.T) {
 	if h := l.host("vm1"); h.State != record.HostDefined || h.Instance != "" {
 		t.Fatalf("destroyed host %+v: want defined, without an instance", h)
 	}
-	if !l.domainGone(env + ".vm1") {
-		t.Fatal("the destroyed machine's domain or disk is still there")
+	if !l.domainGone(machine) {
+		t.Fatal("the destroyed machine's domain, disk or seed is still there")
 	}
 	if a := l.agent("vm1"); a.Name != "" {
 		t.Fatalf("the destroyed machine's agent is still known: %+v", a.Agent)
@@ -314,45 +335,6 @@ func TestProvisionOverPXE(t *testing.T) {
 // line) fails at its timeout and is destroyed; a platform whose agent is
 // away fails the same way once its agent is back. Other hosts of the
 // environment are not disturbed, and nothing is left behind.
-// A machine whose token is on its cloud-init seed, not its kernel command
-// line: the distribution's install template is cloud-init user-data, the
-// platform's agent puts it on an ISO 9660 volume labelled cidata attached
-// as a cdrom, and the guest's kernel reads it (as a cloud image's
-// cloud-init would): its agent enrolls with the token found there.
-// Destroying the machine removes the seed with the disk.
-func TestProvisionWithCloudInitSeed(t *testing.T) {
-	l := newMachineLab(t)
-	l.cli("platform", "add", "lab", "--driver", "libvirt", "--agent", "hv", "--set", "pool="+l.pool, "--set", "log_dir="+l.logs,
-		"--set", "memory_mib=256", "--set", "disk_gib=1", "--set", "broker="+guestBroker)
-	userData := filepath.Join(t.TempDir(), "user-data.tmpl")
-	if err := os.WriteFile(userData, []byte("#cloud-config\nhostname: {{.Host}}\n"+
-		"# The test guest reads the tether.* words of its user-data:\n"+
-		"# tether.name={{.Host}} tether.env={{.Env}} tether.token={{.Token}} tether.broker={{.Settings.broker}} tether.namespace="+l.ns+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l.cli("distribution", "add", "seeded", "--kind", "netboot", "--kernel", l.g.Kernel, "--initrd", l.g.Initramfs,
-		"--cmdline", "console=ttyS0", "--install-format", "cloud-init", "--install", "@"+userData)
-	l.cli("host", "add", "ci1", "--platform", "lab", "--distribution", "seeded", "--set", "provision_timeout=240")
-	start := time.Now()
-	l.provisionWait("ci1")
-	timed(t, "define → provisioned from a cidata seed", start)
-	if s := l.serial("ci1"); !strings.Contains(s, "read the user-data of the cidata seed") {
-		t.Errorf("the guest's console does not say it read its seed:\n%s", s)
-	}
-	machine := env + ".ci1"
-	doc, err := virsh("dumpxml", machine)
-	if err != nil {
-		t.Fatalf("virsh dumpxml %s: %v: %s", machine, err, doc)
-	}
-	if !strings.Contains(doc, "device='cdrom'") || !strings.Contains(doc, machine+".seed.iso") || strings.Contains(doc, "tether.token") {
-		t.Errorf("domain %s: want its seed as a cdrom and no token on its command line:\n%s", machine, doc)
-	}
-	l.cli("host", "destroy", "ci1", "--wait", "--timeout", "2m")
-	if !l.domainGone(machine) {
-		t.Fatal("the destroyed machine's domain, disk or seed is still there")
-	}
-}
-
 func TestProvisionFailures(t *testing.T) {
 	l := newMachineLab(t)
 	code, _, errb := l.run("platform", "add", "bad", "--driver", "libvirt", "--agent", "hv", "--template", "domain=<domain>{{.Memory}}</domain>")

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite testdata/fuzz/FuzzCompile from hostileModels")
+var updateCorpus = flag.Bool("update-corpus", false, "rewrite testdata/hostile-models from hostileModels")
 
 // hostileModel is a one-file model written to exhaust or crash a
 // compiler; want is a part of the diagnostic it must end with.
@@ -48,9 +48,9 @@ func yamlBomb(levels int) string {
 }
 
 // hostileModels are the models the compiler must refuse with a
-// diagnostic, quickly and in bounded memory. They are also the seed
-// corpus of FuzzCompile (go test -run TestHostileCorpus -update-corpus
-// writes them to testdata/fuzz/FuzzCompile). A function, not a variable:
+// diagnostic, quickly and in bounded memory (go test -run
+// TestHostileCorpus -update-corpus writes them to testdata/hostile-models). They
+// seed FuzzCompile when it fuzzes. A function, not a variable:
 // megabytes held by the test binary would change what benchmarks measure.
 func hostileModels() []hostileModel {
 	return []hostileModel{
@@ -153,13 +153,13 @@ func hostileModels() []hostileModel {
 	}
 }
 
-// TestHostileCorpus compiles every input of FuzzCompile's seed corpus
-// (testdata/fuzz/FuzzCompile, written from hostileModels with
-// -update-corpus), without a hang and in bounded memory: a hostile model
-// ends with the error diagnostic its entry names, any other input (one
-// the fuzzer wrote there) with a result or diagnostics.
+// TestHostileCorpus compiles every hostile model (testdata/hostile-models,
+// written from hostileModels with -update-corpus; an input the fuzzer
+// found may be put there too), without a hang and in bounded memory: a
+// hostile model ends with the error diagnostic its entry names, any other
+// input with a result or diagnostics.
 func TestHostileCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzCompile")
+	dir := filepath.Join("testdata", "hostile-models")
 	if *updateCorpus {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)

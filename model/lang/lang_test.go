@@ -2,6 +2,7 @@ package lang
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,8 +107,9 @@ func TestSymlinkOutOfModel(t *testing.T) {
 }
 
 // FuzzCompile feeds arbitrary bytes as a model file: the compiler returns a
-// result or diagnostics, and never panics. Its seed corpus in
-// testdata/fuzz/FuzzCompile holds the hostile models of hostile_test.go.
+// result or diagnostics, and never panics. Its seeds are the golden
+// models; the hostile models of hostile_test.go seed it too when it
+// fuzzes.
 func FuzzCompile(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*.txtar")
 	for _, s := range seeds {
@@ -116,6 +118,13 @@ func FuzzCompile(f *testing.F) {
 	}
 	f.Add("host \"h\" { file \"/x\" { content = \"${\" } }")
 	f.Add("variable \"v\" { type = list(map(string)) default = [{a = \"b\"}] }")
+	// Fuzzing, the hostile models seed it too; a plain go test compiles
+	// them once, in TestHostileCorpus.
+	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
+		for _, m := range hostileModels() {
+			f.Add(m.src)
+		}
+	}
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, src string) {
 		if err := os.WriteFile(filepath.Join(dir, "main.hcl"), []byte(src), 0o644); err != nil {

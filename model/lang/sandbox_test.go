@@ -447,6 +447,9 @@ func TestApplicationFanout(t *testing.T) {
 // A directory of more model files than a compile reads is refused from
 // its listing, before any is read.
 func TestTooManyModelFiles(t *testing.T) {
+	was := maxFiles
+	maxFiles = 1000
+	t.Cleanup(func() { maxFiles = was })
 	dir := t.TempDir()
 	for i := 0; i <= maxFiles; i++ {
 		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)+".hcl"))
@@ -456,7 +459,7 @@ func TestTooManyModelFiles(t *testing.T) {
 		f.Close()
 	}
 	_, err := Compile(t.Context(), dir, Options{})
-	if err == nil || !strings.Contains(err.Error(), "more than 100000 model files") {
+	if err == nil || !strings.Contains(err.Error(), "more than 1000 model files") {
 		t.Fatalf("got %v, want the file count refused", err)
 	}
 }
